@@ -1,0 +1,1 @@
+"""Message model and pure codecs shared by every layer (no I/O)."""

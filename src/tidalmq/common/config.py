@@ -1,0 +1,98 @@
+"""Configuration by RocketMQ's key names.
+
+Config classes are dataclasses whose snake_case fields mirror RocketMQ's camelCase keys
+(``mappedFileSizeCommitLog`` <-> ``mapped_file_size_commit_log``), so an operator's existing
+``broker.conf`` (a Java properties file) applies unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def camel_to_snake(key: str) -> str:
+    return _CAMEL.sub("_", key).lower()
+
+
+def snake_to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java .properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+        else:
+            out[line] = ""
+    return out
+
+
+def load_properties_file(path: str | Path) -> dict[str, str]:
+    return parse_properties(Path(path).read_text(encoding="utf-8"))
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used."""
+
+
+def _coerce(value: str, target: Any, key: str) -> Any:
+    if isinstance(target, bool):
+        low = value.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if isinstance(target, int):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if isinstance(target, float):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    return value
+
+
+def apply_properties(obj: Any, props: dict[str, str], *, strict: bool = False) -> list[str]:
+    """Set the fields of dataclass ``obj`` named by RocketMQ keys in ``props``.
+
+    Returns the keys that matched no field (so a caller holding several config objects can
+    apply the rest elsewhere and report what nobody knew). With ``strict`` an unknown key raises.
+    """
+    fields = {f.name for f in dataclasses.fields(obj)}
+    unknown: list[str] = []
+    for key, value in props.items():
+        name = camel_to_snake(key) if key not in fields else key
+        if name in fields:
+            setattr(obj, name, _coerce(value, getattr(obj, name), key))
+        else:
+            unknown.append(key)
+    if strict and unknown:
+        raise ConfigError("unknown configuration keys: " + ", ".join(sorted(unknown)))
+    return unknown
+
+
+def to_properties(obj: Any) -> dict[str, str]:
+    """The dataclass as RocketMQ-named string properties (for GET_BROKER_CONFIG and logs)."""
+    out: dict[str, str] = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        out[snake_to_camel(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out

@@ -1,0 +1,69 @@
+"""Message ids: the offset msgId (store host + port + CommitLog offset) and the client UNIQ_KEY."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import struct
+import threading
+import time
+
+_IPV4 = struct.Struct(">4siq")
+_IPV6 = struct.Struct(">16siq")
+
+
+def encode_offset_msg_id(host: bytes, port: int, commit_offset: int) -> str:
+    """``host`` is the 4- or 16-byte address; the id is upper-case hex as RocketMQ prints it."""
+    packer = _IPV4 if len(host) == 4 else _IPV6
+    return packer.pack(host, port, commit_offset).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(host, port, CommitLog offset) from an offset msgId; ``ValueError`` if it is not one."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"not an offset msgId (length {len(msg_id)}): {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    packer = _IPV4 if len(raw) == 16 else _IPV6
+    host, port, offset = packer.unpack(raw)
+    return str(ipaddress.ip_address(host)), port, offset
+
+
+def host_bytes(host: str) -> bytes:
+    """4 or 16 address bytes of a textual IP (anything unparsable counts as 127.0.0.1)."""
+    try:
+        return ipaddress.ip_address(host).packed
+    except ValueError:
+        return b"\x7f\x00\x00\x01"
+
+
+class UniqIdGenerator:
+    """UNIQ_KEY ids laid out as RocketMQ's MessageClientIDSetter: ip, pid, a class-loader hash,
+    milliseconds since the start of the month, and a counter (32 hex characters for IPv4)."""
+
+    def __init__(self, ip: bytes = b"\x7f\x00\x00\x01") -> None:
+        fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, id(self) & 0x7FFFFFFF)
+        self._prefix = fixed.hex().upper()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._start_ms = 0
+        self._next_start_ms = 0
+
+    def _set_start(self, now_ms: int) -> None:
+        t = time.gmtime(now_ms / 1000)
+        month_start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+        self._start_ms = month_start
+        if t.tm_mon == 12:
+            nxt = (t.tm_year + 1, 1)
+        else:
+            nxt = (t.tm_year, t.tm_mon + 1)
+        self._next_start_ms = int(time.mktime((nxt[0], nxt[1], 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+    def next_id(self) -> str:
+        now = int(time.time() * 1000)
+        with self._lock:
+            if now >= self._next_start_ms:
+                self._set_start(now)
+            diff = max(0, now - self._start_ms) & 0xFFFFFFFF
+            self._counter = (self._counter + 1) & 0xFFFF
+            counter = self._counter
+        return f"{self._prefix}{diff:08X}{counter:04X}"

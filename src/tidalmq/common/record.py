@@ -1,0 +1,266 @@
+"""The stored-message record of the CommitLog (RocketMQ's MessageDecoder layout), pure codec.
+
+Layout, big-endian::
+
+    TOTALSIZE 4 | MAGICCODE 4 | BODYCRC 4 | QUEUEID 4 | FLAG 4 | QUEUEOFFSET 8 | PHYSICALOFFSET 8 |
+    SYSFLAG 4 | BORNTIMESTAMP 8 | BORNHOST 8 (ip4+port) or 20 (ip6+port) | STORETIMESTAMP 8 |
+    STOREHOST 8 or 20 | RECONSUMETIMES 4 | PREPARED_TRANSACTION_OFFSET 8 |
+    BODYLEN 4 + BODY | TOPICLEN 1 (2 for the v2 magic) + TOPIC | PROPLEN 2 + PROPERTIES
+
+The same bytes are what a PULL_MESSAGE response carries, so the read path never re-encodes.
+The queue offset, physical offset and store timestamp are only known at append time:
+``patch_for_append`` writes them into an already-encoded record.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from tidalmq.common import sysflag as sf
+from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.msgid import encode_offset_msg_id
+
+MESSAGE_MAGIC_CODE = -626843481
+MESSAGE_MAGIC_CODE_V2 = -626843477
+BLANK_MAGIC_CODE = -875286124
+END_FILE_MIN_BLANK_LENGTH = 8
+
+# Offsets of the fields that are patched at append time (IPv4 or IPv6 born host alike up to SYSFLAG).
+POS_TOTALSIZE = 0
+POS_MAGIC = 4
+POS_BODYCRC = 8
+POS_QUEUEID = 12
+POS_FLAG = 16
+POS_QUEUEOFFSET = 20
+POS_PHYSICALOFFSET = 28
+POS_SYSFLAG = 36
+POS_BORNTIMESTAMP = 40
+POS_BORNHOST = 48
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # totalsize .. borntimestamp (48 bytes)
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_H = struct.Struct(">H")
+_TAIL4 = struct.Struct(">4si q 4si iq")  # bornhost(ip4)+port, storets, storehost+port, reconsume, prepared
+_TAIL6 = struct.Struct(">16si q 16si iq")
+
+
+class RecordError(ValueError):
+    """A record that does not decode (torn, corrupt or not a record at all)."""
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded CommitLog record (MessageExt)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    body: bytes
+    flag: int = 0
+    sysflag: int = 0
+    body_crc: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    store_host_bytes: bytes = b"\x7f\x00\x00\x01"
+
+    @property
+    def msg_id(self) -> str:
+        """The offset msgId: store host, port and CommitLog offset."""
+        return encode_offset_msg_id(self.store_host_bytes, self.store_host[1], self.commit_log_offset)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get("KEYS")
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+
+def _addr_text(raw: bytes) -> str:
+    import ipaddress
+
+    return str(ipaddress.ip_address(raw))
+
+
+def encode_record(
+    *,
+    topic: str,
+    queue_id: int,
+    body: bytes | memoryview,
+    properties: dict[str, str] | str,
+    flag: int = 0,
+    sysflag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = b"\x7f\x00\x00\x01",
+    born_port: int = 0,
+    store_host: bytes = b"\x7f\x00\x00\x01",
+    store_port: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+    body_crc: int | None = None,
+) -> bytearray:
+    """Encode one record. Host flags in ``sysflag`` are set from the address lengths."""
+    props = properties if isinstance(properties, str) else encode_properties(properties)
+    props_b = props.encode("utf-8")
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 127:
+        raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+    if len(props_b) > 32767:
+        raise RecordError(f"properties too long: {len(props_b)} bytes > 32767")
+    v6_born = len(born_host) == 16
+    v6_store = len(store_host) == 16
+    sysflag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
+    if v6_born:
+        sysflag |= sf.BORNHOST_V6_FLAG
+    if v6_store:
+        sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
+    crc = zlib.crc32(body) & 0x7FFFFFFF if body_crc is None else body_crc
+    born_len = 20 if v6_born else 8
+    store_len = 20 if v6_store else 8
+    total = 48 + born_len + 8 + store_len + 4 + 8 + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
+    out = bytearray(total)
+    _HEAD.pack_into(
+        out, 0, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_timestamp
+    )
+    pos = 48
+    out[pos : pos + born_len - 4] = born_host
+    _I.pack_into(out, pos + born_len - 4, born_port)
+    pos += born_len
+    _Q.pack_into(out, pos, store_timestamp)
+    pos += 8
+    out[pos : pos + store_len - 4] = store_host
+    _I.pack_into(out, pos + store_len - 4, store_port)
+    pos += store_len
+    _I.pack_into(out, pos, reconsume_times)
+    _Q.pack_into(out, pos + 4, prepared_transaction_offset)
+    pos += 12
+    _I.pack_into(out, pos, len(body))
+    pos += 4
+    out[pos : pos + len(body)] = body
+    pos += len(body)
+    out[pos] = len(topic_b)
+    out[pos + 1 : pos + 1 + len(topic_b)] = topic_b
+    pos += 1 + len(topic_b)
+    _H.pack_into(out, pos, len(props_b))
+    out[pos + 2 :] = props_b
+    return out
+
+
+def store_timestamp_pos(sysflag: int) -> int:
+    return POS_BORNHOST + (20 if sysflag & sf.BORNHOST_V6_FLAG else 8)
+
+
+def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, physical_offset: int,
+                     store_timestamp: int) -> None:
+    """Fill in the fields only known when the record is appended."""
+    _Q.pack_into(buf, base + POS_QUEUEOFFSET, queue_offset)
+    _Q.pack_into(buf, base + POS_PHYSICALOFFSET, physical_offset)
+    sysflag = _I.unpack_from(buf, base + POS_SYSFLAG)[0]
+    _Q.pack_into(buf, base + store_timestamp_pos(sysflag), store_timestamp)
+
+
+def encode_blank(size: int) -> bytes:
+    """The BLANK record that fills the end of a CommitLog file."""
+    return struct.pack(">ii", size, BLANK_MAGIC_CODE)
+
+
+def peek_size_magic(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
+    return struct.unpack_from(">ii", buf, pos)
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False,
+                  read_body: bool = True) -> StoredMessage:
+    """Decode the record at ``pos``. Raises ``RecordError`` for a torn or corrupt record."""
+    n = len(buf)
+    if pos + 8 > n:
+        raise RecordError("truncated record header")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        raise RecordError(f"bad magic code {magic} at {pos}")
+    if total < 48 or pos + total > n:
+        raise RecordError(f"bad total size {total} at {pos}")
+    try:
+        (_, _, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts) = _HEAD.unpack_from(buf, pos)
+        p = pos + 48
+        if sysflag & sf.BORNHOST_V6_FLAG:
+            bh, bport = struct.unpack_from(">16si", buf, p)
+            p += 20
+        else:
+            bh, bport = struct.unpack_from(">4si", buf, p)
+            p += 8
+        store_ts = _Q.unpack_from(buf, p)[0]
+        p += 8
+        if sysflag & sf.STOREHOSTADDRESS_V6_FLAG:
+            sh, sport = struct.unpack_from(">16si", buf, p)
+            p += 20
+        else:
+            sh, sport = struct.unpack_from(">4si", buf, p)
+            p += 8
+        reconsume, prepared = struct.unpack_from(">iq", buf, p)
+        p += 12
+        body_len = _I.unpack_from(buf, p)[0]
+        p += 4
+        if body_len < 0 or p + body_len > pos + total:
+            raise RecordError(f"bad body length {body_len} at {pos}")
+        body = bytes(buf[p : p + body_len]) if read_body else b""
+        if check_crc and (zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
+            raise RecordError(f"body CRC mismatch at {pos}")
+        p += body_len
+        if magic == MESSAGE_MAGIC_CODE_V2:
+            tlen = _H.unpack_from(buf, p)[0]
+            p += 2
+        else:
+            tlen = buf[p]
+            p += 1
+        topic = bytes(buf[p : p + tlen]).decode("utf-8")
+        p += tlen
+        plen = _H.unpack_from(buf, p)[0]
+        p += 2
+        props = decode_properties(bytes(buf[p : p + plen]).decode("utf-8")) if plen else {}
+        p += plen
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
+        raise RecordError(f"corrupt record at {pos}: {e}") from e
+    if p != pos + total:
+        raise RecordError(f"record length mismatch at {pos}: fields end at {p - pos}, total {total}")
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=phys,
+        store_size=total,
+        body=body,
+        flag=flag,
+        sysflag=sysflag,
+        body_crc=crc,
+        born_timestamp=born_ts,
+        born_host=(_addr_text(bh), bport),
+        store_timestamp=store_ts,
+        store_host=(_addr_text(sh), sport),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        properties=props,
+        store_host_bytes=bytes(sh),
+    )
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """RocketMQ stores CRC32 masked to a non-negative int (UtilAll.crc32 & 0x7FFFFFFF)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
