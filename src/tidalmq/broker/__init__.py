@@ -1,0 +1,1 @@
+"""The Broker: request processors over the store, topic/group config, offsets, long polling."""

@@ -1,0 +1,45 @@
+"""BrokerConfig: RocketMQ's broker keys (snake_case here, camelCase in broker.conf)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+
+def default_data_dir() -> str:
+    return os.environ.get("TIDALMQ_HOME") or os.path.join(os.path.expanduser("~"), ".tidalmq")
+
+
+@dataclass
+class BrokerConfig:
+    broker_name: str = socket.gethostname().split(".")[0] or "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_ip1: str = "127.0.0.1"
+    listen_port: int = 10911
+    namesrv_addr: str = ""
+    broker_role: str = "ASYNC_MASTER"
+    broker_permission: int = 6
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    register_broker_timeout_mills: int = 24000
+    register_name_server_period: int = 30000
+    broker_not_active_timeout_millis: int = 120000
+    flush_consumer_offset_interval: int = 5000
+    channel_expired_timeout: int = 120000
+    transfer_msg_by_heap: bool = True
+    max_error_rate_of_bloom_filter: int = 20
+    enable_property_filter: bool = False
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    notify_consumer_ids_changed_enable: bool = True
+    max_message_size: int = 4 * 1024 * 1024
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"

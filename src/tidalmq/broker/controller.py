@@ -1,0 +1,248 @@
+"""BrokerController: wires the store, the managers and the processors, and keeps the broker
+registered with its NameServers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
+from tidalmq.broker.consumer_offset import ConsumerOffsetManager
+from tidalmq.broker.long_polling import PullRequestHoldService
+from tidalmq.broker.processors.admin import AdminProcessor
+from tidalmq.broker.processors.client import ClientProcessor
+from tidalmq.broker.processors.pull import PullMessageProcessor
+from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
+from tidalmq.broker.subscription_group import SubscriptionGroupManager
+from tidalmq.broker.topic_config import TopicConfigManager
+from tidalmq.common import fastjson
+from tidalmq.common.msgid import host_bytes
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
+
+log = logging.getLogger(__name__)
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, *, host: str = "0.0.0.0") -> None:
+        self.config = config
+        self.store_config = store_config
+        root = Path(store_config.store_path_root_dir)
+        cfg_dir = root / "config"
+        self.topics = TopicConfigManager(
+            cfg_dir / "topics.json", config.broker_name, config.broker_cluster_name,
+            config.default_topic_queue_nums, config.auto_create_topic_enable,
+        )
+        self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
+        self.groups = SubscriptionGroupManager(cfg_dir / "subscriptionGroup.json", config.auto_create_subscription_group)
+        self.consumers = ConsumerManager(self._on_consumer_ids_changed)
+        self.producers: dict[str, dict[Connection, str]] = {}
+        self.pull_hold = PullRequestHoldService()
+        self.store_host_bytes = host_bytes(config.broker_ip1)
+        self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
+        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, config.max_message_size + 1024 * 1024))
+        self.namesrv_client = RemotingClient()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._register_event: asyncio.Event | None = None
+        self._started_ms = int(time.time() * 1000)
+        self.put_counts: dict[str, int] = defaultdict(int)
+        self.get_counts: dict[str, int] = defaultdict(int)
+        # Hooks the later layers (schedule, retry, filters, transactions) install.
+        self.rewrite_hooks: list[Callable[[InnerMessage, dict[str, str]], None]] = []
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self.client_processor = ClientProcessor(self)
+        self.admin_processor = AdminProcessor(self)
+        self._register_processors()
+
+    def _register_processors(self) -> None:
+        s, sp, pp, cp, ap = self.server, self.send_processor, self.pull_processor, self.client_processor, self.admin_processor
+        for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
+            s.register(code, sp.process)
+        s.register(RC.PULL_MESSAGE, pp.process)
+        s.register(RC.HEART_BEAT, cp.heartbeat)
+        s.register(RC.UNREGISTER_CLIENT, cp.unregister_client)
+        s.register(RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
+        s.register(RC.QUERY_CONSUMER_OFFSET, cp.query_consumer_offset)
+        s.register(RC.UPDATE_CONSUMER_OFFSET, cp.update_consumer_offset)
+        s.register(RC.GET_MAX_OFFSET, cp.get_max_offset)
+        s.register(RC.GET_MIN_OFFSET, cp.get_min_offset)
+        s.register(RC.SEARCH_OFFSET_BY_TIMESTAMP, cp.search_offset)
+        s.register(RC.GET_EARLIEST_MSG_STORETIME, cp.earliest_msg_storetime)
+        s.register(RC.VIEW_MESSAGE_BY_ID, cp.view_message_by_id)
+        s.register(RC.QUERY_MESSAGE, cp.query_message)
+        s.register(RC.UPDATE_AND_CREATE_TOPIC, ap.update_and_create_topic)
+        s.register(RC.DELETE_TOPIC_IN_BROKER, ap.delete_topic)
+        s.register(RC.GET_ALL_TOPIC_CONFIG, ap.get_all_topic_config)
+        s.register(RC.GET_TOPIC_CONFIG, ap.get_topic_config)
+        s.register(RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, ap.update_subscription_group)
+        s.register(RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ap.get_all_subscription_groups)
+        s.register(RC.DELETE_SUBSCRIPTIONGROUP, ap.delete_subscription_group)
+        s.register(RC.GET_BROKER_RUNTIME_INFO, ap.get_runtime_info)
+        s.register(RC.GET_BROKER_CONFIG, ap.get_broker_config)
+        s.register(RC.GET_CONSUMER_CONNECTION_LIST, ap.get_consumer_connection_list)
+        s.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, ap.query_topic_consume_by_who)
+        s.register(RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
+        s.register(RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
+        s.close_listeners.append(self._on_connection_closed)
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.topics.load()
+        self.offsets.load()
+        self.groups.load()
+        if not self.store.load():
+            raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
+        self.store.add_arrival_listener(self._on_arrival)
+        self.store.start()
+        self.topics.persist()
+        await self.server.start()
+        self.config.listen_port = self.server.port
+        self._register_event = asyncio.Event()
+        self._tasks.append(self._loop.create_task(self._register_loop()))
+        self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
+        log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self._unregister_all()
+        await self.server.stop()
+        self.pull_hold.cancel_all()
+        await self.namesrv_client.close()
+        self.offsets.persist(force=True)
+        self.groups.persist()
+        self.topics.persist()
+        self.store.shutdown()
+
+    # NameServer registration ------------------------------------------------------------------
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.config.namesrv_addr.split(";") if a.strip()]
+
+    def register_soon(self) -> None:
+        if self._register_event is not None:
+            self._register_event.set()
+
+    async def _register_loop(self) -> None:
+        assert self._register_event is not None
+        period = self.config.register_name_server_period / 1000.0
+        while True:
+            await self.register_all()
+            try:
+                await asyncio.wait_for(self._register_event.wait(), period)
+            except TimeoutError:
+                pass
+            self._register_event.clear()
+
+    def _register_request(self, code: int) -> RemotingCommand:
+        c = self.config
+        body = fastjson.dumpb({"topicConfigSerializeWrapper": self.topics.wrapper(), "filterServerList": []})
+        ext = {
+            "brokerName": c.broker_name,
+            "brokerAddr": c.broker_addr,
+            "clusterName": c.broker_cluster_name,
+            "haServerAddr": f"{c.broker_ip1}:{c.listen_port + 1}",
+            "brokerId": str(c.broker_id),
+            "compressed": "false",
+            "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+            "heartbeatTimeoutMillis": str(c.broker_not_active_timeout_millis),
+        }
+        return RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)
+
+    async def register_all(self) -> None:
+        for addr in self.namesrv_addrs():
+            try:
+                resp = await self.namesrv_client.invoke(addr, self._register_request(RC.REGISTER_BROKER),
+                                                        self.config.register_broker_timeout_mills / 1000.0)
+                if resp.code != ResponseCode.SUCCESS:
+                    log.warning("register to %s refused: [%s] %s", addr, resp.code, resp.remark)
+            except RemotingError as e:
+                log.warning("register to name server %s failed: %s", addr, e)
+
+    async def _unregister_all(self) -> None:
+        for addr in self.namesrv_addrs():
+            try:
+                await self.namesrv_client.invoke(addr, self._register_request(RC.UNREGISTER_BROKER), 3.0)
+            except RemotingError as e:
+                log.warning("unregister from %s failed: %s", addr, e)
+
+    # housekeeping -----------------------------------------------------------------------------
+    async def _housekeeping_loop(self) -> None:
+        assert self._loop is not None
+        interval = self.config.flush_consumer_offset_interval / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._loop.run_in_executor(None, self.offsets.persist)
+                self.consumers.scan_not_active(self.config.channel_expired_timeout)
+            except Exception:
+                log.exception("housekeeping failed")
+
+    # callbacks --------------------------------------------------------------------------------
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """From the reput thread: hop onto the loop to wake held pulls."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.pull_hold.notify_arrival, topic, queue_id, max_offset)
+
+    def _on_consumer_ids_changed(self, group: str, info: ConsumerGroupInfo) -> None:
+        if not self.config.notify_consumer_ids_changed_enable:
+            return
+        for conn in list(info.channels):
+            conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}))
+
+    def _on_connection_closed(self, conn: Connection) -> None:
+        self.consumers.connection_closed(conn)
+        for members in self.producers.values():
+            members.pop(conn, None)
+
+    # hooks for processors ---------------------------------------------------------------------
+    def rewrite_before_store(self, msg: InnerMessage, header: dict[str, str]) -> None:
+        for hook in self.rewrite_hooks:
+            hook(msg, header)
+
+    def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
+        return None
+
+    def check_expression(self, sub: SubscriptionData) -> str | None:
+        return f"expression type {sub.expression_type} is not supported by this broker (enablePropertyFilter=false)"
+
+    def stats_put(self, topic: str, count: int, res: AppendResult) -> None:
+        if res.status == PutStatus.PUT_OK:
+            self.put_counts[topic] += count
+
+    def stats_get(self, topic: str, count: int, size: int) -> None:
+        self.get_counts[topic] += count
+
+    def runtime_info(self) -> dict[str, str]:
+        info = {
+            "brokerVersionDesc": "TidalMQ",
+            "bootTimestamp": str(self._started_ms),
+            "msgPutTotalTodayNow": str(sum(self.put_counts.values())),
+            "msgGetTotalTodayNow": str(sum(self.get_counts.values())),
+            "commitLogMaxOffset": str(self.store.max_phy_offset),
+            "commitLogMinOffset": str(self.store.min_phy_offset),
+            "pullHoldCount": str(self.pull_hold.held_count()),
+            "pid": str(os.getpid()),
+        }
+        try:
+            info.update(self.store.runtime_info())
+        except Exception:
+            log.exception("store runtime info failed")
+        return info

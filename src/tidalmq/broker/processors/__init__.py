@@ -1,0 +1,1 @@
+"""Request processors, one module per concern, as RocketMQ's broker/processor package."""

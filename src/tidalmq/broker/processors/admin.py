@@ -1,0 +1,127 @@
+"""Operator requests (AdminBrokerProcessor): topics, groups, runtime info, connections."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidalmq.broker.subscription_group import SubscriptionGroupConfig
+from tidalmq.broker.topic_config import PERM_RW, TopicConfig
+from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
+from tidalmq.common.config import to_properties
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        topic = h.get("topic", "")
+        try:
+            nm.check_topic(topic)
+        except nm.NameError_ as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        if nm.is_system_topic(topic) and topic != nm.AUTO_CREATE_TOPIC_KEY_TOPIC:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        try:
+            r = int(h.get("readQueueNums", "8"))
+            w = int(h.get("writeQueueNums", "8"))
+            perm = int(h.get("perm", str(PERM_RW)))
+            sys_flag = int(h.get("topicSysFlag") or 0)
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal topic header: {e}")
+        if r <= 0 or w <= 0 or r > 1024 or w > 1024:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"queue numbers must be within 1..1024, got read {r} write {w}")
+        tc = TopicConfig(topic, r, w, perm, h.get("topicFilterType", "SINGLE_TAG"), sys_flag, h.get("order") == "true")
+        self.broker.topics.update(tc)
+        self.broker.register_soon()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req.ext_fields.get("topic", "")
+        if nm.is_system_topic(topic):
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
+        if not self.broker.topics.delete(topic):
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        self.broker.offsets.remove_topic(topic)
+        self.broker.store.delete_topics({topic})
+        self.broker.register_soon()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(self.broker.topics.wrapper()))
+
+    def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req.ext_fields.get("topic", "")
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicConfig": tc.to_json()}))
+
+    def update_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            cfg = SubscriptionGroupConfig.from_json(fastjson.loads(req.body_bytes()))
+            nm.check_group(cfg.group_name)
+        except (ValueError, KeyError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal subscription group: {e}")
+        self.broker.groups.update(cfg)
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_groups(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        table = {n: c.to_json() for n, c in self.broker.groups.table.items()}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"subscriptionGroupTable": table}))
+
+    def delete_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_fields.get("groupName", "")
+        if not self.broker.groups.delete(group):
+            return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
+
+    def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}
+        text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
+        return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
+
+    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_fields.get("consumerGroup", "")
+        info = self.broker.consumers.groups.get(group)
+        if info is None:
+            return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [
+                {"clientId": ch.client_id, "clientAddr": c.addr, "language": "OTHER", "version": ch.version}
+                for c, ch in info.channels.items()
+            ],
+            "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+        }
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
+
+    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req.ext_fields.get("topic", "")
+        groups = set(self.broker.consumers.groups_subscribing(topic)) | self.broker.offsets.groups_of_topic(topic)
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"groupList": sorted(groups)}))
+
+    def query_topics_by_consumer(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_fields.get("group", "")
+        topics = set(self.broker.offsets.topics_of_group(group))
+        info = self.broker.consumers.groups.get(group)
+        if info is not None:
+            topics |= set(info.subscriptions)
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": sorted(topics)}))
+
+    def trigger_delete_files(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        n = self.broker.store.clean_expired_now(force=True)
+        return req.make_response(ResponseCode.SUCCESS, f"deleted {n} files")

@@ -1,0 +1,173 @@
+"""Client-facing requests besides send and pull: heartbeat, membership, offsets (ClientManageProcessor,
+ConsumerManageProcessor, QueryMessageProcessor and the offset queries of AdminBrokerProcessor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
+from tidalmq.common.msgid import decode_offset_msg_id
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+
+def _int(h: dict[str, str], key: str) -> int:
+    try:
+        return int(h[key])
+    except KeyError:
+        raise ValueError(f"the request lacks {key}") from None
+    except ValueError:
+        raise ValueError(f"{key} is not an integer: {h[key]!r}") from None
+
+
+class ClientProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # membership -------------------------------------------------------------------------------
+    def heartbeat(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        try:
+            data = fastjson.loads(req.body_bytes() or b"{}")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"heartbeat body is not JSON: {e}")
+        client_id = data.get("clientID", "")
+        conn.attributes["client_id"] = client_id
+        for consumer in data.get("consumerDataSet") or []:
+            group = consumer.get("groupName")
+            if not group:
+                continue
+            sg = b.groups.find(group)
+            if sg is not None and sg.retry_queue_nums > 0:
+                b.topics.create_system_like(nm.retry_topic(group), sg.retry_queue_nums, 6)
+            b.consumers.register(group, client_id, conn, req.language, req.version, consumer)
+        for producer in data.get("producerDataSet") or []:
+            group = producer.get("groupName")
+            if group:
+                b.producers.setdefault(group, {})[conn] = client_id
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        if h.get("consumerGroup"):
+            self.broker.consumers.unregister(h["consumerGroup"], conn)
+        if h.get("producerGroup"):
+            self.broker.producers.get(h["producerGroup"], {}).pop(conn, None)
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        group = req.ext_fields.get("consumerGroup", "")
+        info = self.broker.consumers.groups.get(group)
+        if info is None:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"consumerIdList": info.client_ids()}))
+
+    # consumer offsets -------------------------------------------------------------------------
+    def query_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        h = req.ext_fields
+        try:
+            qid = _int(h, "queueId")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        group, topic = h.get("consumerGroup", ""), h.get("topic", "")
+        offset = b.offsets.query(group, topic, qid)
+        if offset >= 0:
+            return req.make_response(ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        # A group that never committed starts at 0 while the queue still holds its first message
+        # (RocketMQ's rule, so a new group sees a young topic from the beginning).
+        if b.store.get_min_offset_in_queue(topic, qid) <= 0:
+            return req.make_response(ResponseCode.SUCCESS, None, {"offset": "0"})
+        return req.make_response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def update_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        try:
+            qid, offset = _int(h, "queueId"), _int(h, "commitOffset")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        topic = h.get("topic", "")
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if qid < 0 or qid >= tc.read_queue_nums:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal for topic {topic}")
+        self.broker.offsets.commit(h.get("consumerGroup", ""), topic, qid, offset)
+        return req.make_response(ResponseCode.SUCCESS)
+
+    # queue offsets ----------------------------------------------------------------------------
+    def _topic_queue(self, req: RemotingCommand) -> tuple[str, int] | RemotingCommand:
+        h = req.ext_fields
+        topic = h.get("topic", "")
+        try:
+            qid = _int(h, "queueId")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return topic, qid
+
+    def get_max_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        tq = self._topic_queue(req)
+        if isinstance(tq, RemotingCommand):
+            return tq
+        return req.make_response(ResponseCode.SUCCESS, None, {"offset": str(self.broker.store.get_max_offset_in_queue(*tq))})
+
+    def get_min_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        tq = self._topic_queue(req)
+        if isinstance(tq, RemotingCommand):
+            return tq
+        return req.make_response(ResponseCode.SUCCESS, None, {"offset": str(self.broker.store.get_min_offset_in_queue(*tq))})
+
+    def search_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        tq = self._topic_queue(req)
+        if isinstance(tq, RemotingCommand):
+            return tq
+        try:
+            ts = _int(req.ext_fields, "timestamp")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        off = self.broker.store.get_offset_in_queue_by_time(tq[0], tq[1], ts)
+        return req.make_response(ResponseCode.SUCCESS, None, {"offset": str(off)})
+
+    def earliest_msg_storetime(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        tq = self._topic_queue(req)
+        if isinstance(tq, RemotingCommand):
+            return tq
+        ts = self.broker.store.get_earliest_message_time(*tq)
+        return req.make_response(ResponseCode.SUCCESS, None, {"timestamp": str(ts)})
+
+    # messages ---------------------------------------------------------------------------------
+    def view_message_by_id(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        try:
+            offset = _int(h, "offset")
+        except ValueError:
+            msg_id = h.get("msgId", "")
+            try:
+                offset = decode_offset_msg_id(msg_id)[2]
+            except ValueError as e:
+                return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        raw = self.broker.store.select_one_message_by_offset(offset)
+        if raw is None:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return req.make_response(ResponseCode.SUCCESS, None, body=bytes(raw))
+
+    def query_message(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        try:
+            max_num = _int(h, "maxNum")
+            begin, end = _int(h, "beginTimestamp"), _int(h, "endTimestamp")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        topic, key = h.get("topic", ""), h.get("key", "")
+        max_num = min(max_num, self.broker.store_config.default_query_max_num) if hasattr(
+            self.broker.store_config, "default_query_max_num") else max_num
+        found = self.broker.store.query_message(topic, key, max_num, begin, end)
+        ext = {"indexLastUpdateTimestamp": str(end), "indexLastUpdatePhyoffset": str(self.broker.store.max_phy_offset)}
+        if not found:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
+        return req.make_response(ResponseCode.SUCCESS, None, ext, [memoryview(bytes(r)) for r in found])

@@ -1,0 +1,122 @@
+"""PULL_MESSAGE (PullMessageProcessor) with long polling."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+from tidalmq.store.message_store import GetStatus
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x1 << 1
+FLAG_SUBSCRIPTION = 0x1 << 2
+FLAG_CLASS_FILTER = 0x1 << 3
+
+
+class PullMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        resp = self._pull(conn, req, allow_suspend=True)
+        return resp
+
+    def _pull(self, conn: Connection, req: RemotingCommand, allow_suspend: bool) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        b = self.broker
+        h = req.ext_fields
+        try:
+            group = h["consumerGroup"]
+            topic = h["topic"]
+            queue_id = int(h["queueId"])
+            offset = int(h["queueOffset"])
+            max_nums = int(h.get("maxMsgNums") or 32)
+            sysflag = int(h.get("sysFlag") or 0)
+            commit_offset = int(h.get("commitOffset") or 0)
+            suspend_ms = int(h.get("suspendTimeoutMillis") or 0)
+            sub_version = int(h.get("subVersion") or 0)
+            max_bytes = int(h.get("maxMsgBytes") or 0)
+        except (KeyError, ValueError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal pull header: {e}")
+        if not (b.config.broker_permission & 0x4):
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
+        sg = b.groups.find(group)
+        if sg is None:
+            return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                     f"subscription group [{group}] does not exist")
+        if not sg.consume_enable:
+            return req.make_response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        tc = b.topics.get(topic)
+        if tc is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tc.readable:
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if queue_id < 0 or queue_id >= tc.read_queue_nums:
+            return req.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.addr}]",
+            )
+        if sysflag & FLAG_SUBSCRIPTION:
+            sub = SubscriptionData.build(topic, h.get("subscription"), sub_version, h.get("expressionType") or "TAG")
+            if sub.expression_type != "TAG":
+                checked = b.check_expression(sub)
+                if checked is not None:
+                    return req.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, checked)
+        else:
+            sub = b.consumers.find_subscription(group, topic)
+            if sub is None:
+                return req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                         f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        has_suspend = bool(sysflag & FLAG_SUSPEND)
+
+        def attempt(suspend_ok: bool) -> RemotingCommand | None:
+            return self._read(req, group, topic, queue_id, offset, max_nums, max_bytes, sub, suspend_ok)
+
+        resp = attempt(allow_suspend and has_suspend)
+        if sysflag & FLAG_COMMIT_OFFSET and b.config.broker_id == 0 and commit_offset >= 0:
+            b.offsets.commit(group, topic, queue_id, commit_offset)
+        if resp is not None:
+            return resp
+        # Nothing to read: hold the request (long polling) until a message arrives or time runs out.
+        timeout_ms = suspend_ms if b.config.long_polling_enable else b.config.short_polling_time_mills
+        return b.pull_hold.hold(topic, queue_id, offset, timeout_ms / 1000.0, attempt)
+
+    def _read(self, req: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+              max_bytes: int, sub: SubscriptionData, suspend_ok: bool) -> RemotingCommand | None:
+        b = self.broker
+        flt = b.message_filter(group, sub)
+        kwargs = {}
+        if max_bytes > 0:
+            kwargs["max_total_bytes"] = max_bytes
+        res = b.store.get_message(group, topic, queue_id, offset, max_nums, tag_codes=sub.tag_codes(), filter=flt, **kwargs)
+        st = res.status
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(res.next_begin_offset),
+            "minOffset": str(res.min_offset),
+            "maxOffset": str(res.max_offset),
+        }
+        if st == GetStatus.FOUND:
+            b.stats_get(topic, res.message_count, res.buffer_total_size)
+            return req.make_response(ResponseCode.SUCCESS, "FOUND", ext, list(res.buffers))
+        if st in (GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_MESSAGE):
+            return req.make_response(ResponseCode.PULL_RETRY_IMMEDIATELY, st.name, ext)
+        if st in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+            if offset != 0:
+                return req.make_response(ResponseCode.PULL_OFFSET_MOVED, st.name, ext)
+            code = ResponseCode.PULL_NOT_FOUND
+        elif st in (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE):
+            code = ResponseCode.PULL_NOT_FOUND
+        elif st in (GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_TOO_SMALL):
+            return req.make_response(ResponseCode.PULL_OFFSET_MOVED, st.name, ext)
+        else:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, st.name, ext)
+        if suspend_ok:
+            return None
+        return req.make_response(code, st.name, ext)

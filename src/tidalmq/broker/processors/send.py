@@ -1,0 +1,280 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE (SendMessageProcessor) with group commit.
+
+Every send that arrives in one event-loop turn is appended to the CommitLog in a single
+``put_messages`` call; in SYNC_FLUSH each waits for the one fsync that covers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
+from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.msgid import host_bytes
+from tidalmq.common.record import encode_record
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# SEND_MESSAGE_V2 abbreviates its header fields to single letters.
+V2_FIELDS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen
+
+
+class SendError(Exception):
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(slots=True)
+class InnerMessage:
+    """A message after the broker's rewrites (delay, retry ...), ready to encode."""
+
+    topic: str
+    queue_id: int
+    body: bytes | memoryview
+    flag: int
+    properties: dict[str, str]
+    sysflag: int
+    born_timestamp: int
+    born_host: bytes
+    born_port: int
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+def parse_send_header(req: RemotingCommand) -> dict[str, str]:
+    if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in req.ext_fields):
+        return {V2_FIELDS.get(k, k): v for k, v in req.ext_fields.items()}
+    return req.ext_fields
+
+
+def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
+    """(flag, body, properties) of each message in a batch body (MessageDecoder.encodeMessages)."""
+    out = []
+    mv = memoryview(body)
+    pos = 0
+    n = len(mv)
+    while pos < n:
+        if pos + _BATCH_HEAD.size > n:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch body truncated")
+        total, _magic, _crc, flag, blen = _BATCH_HEAD.unpack_from(mv, pos)
+        if total < _BATCH_HEAD.size + 2 or pos + total > n or blen < 0 or _BATCH_HEAD.size + blen + 2 > total:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message at {pos} has an illegal size")
+        p = pos + _BATCH_HEAD.size
+        mbody = bytes(mv[p : p + blen])
+        p += blen
+        (plen,) = struct.unpack_from(">h", mv, p)
+        p += 2
+        props = decode_properties(bytes(mv[p : p + plen]).decode("utf-8")) if plen > 0 else {}
+        out.append((flag, mbody, props))
+        pos += total
+    return out
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self._pending: list[tuple[PutRequest, RemotingCommand, asyncio.Future[RemotingCommand], bool]] = []
+        self._drain_scheduled = False
+
+    # entry point ------------------------------------------------------------------------------
+    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        try:
+            return self._process(conn, req)
+        except SendError as e:
+            return req.make_response(e.code, e.remark)
+
+    def _process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        b = self.broker
+        h = parse_send_header(req)
+        topic = h.get("topic", "")
+        if not (b.config.broker_permission & 0x2):
+            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
+        try:
+            nm.check_topic(topic)
+        except nm.NameError_ as e:
+            raise SendError(ResponseCode.SYSTEM_ERROR, str(e)) from None
+        if topic in nm.NOT_ALLOWED_SEND_TOPICS:
+            raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        try:
+            queue_id = int(h.get("queueId", "-1"))
+            sysflag = int(h.get("sysFlag", "0"))
+            born_ts = int(h.get("bornTimestamp", "0"))
+            flag = int(h.get("flag", "0"))
+            reconsume = int(h.get("reconsumeTimes") or 0)
+            default_qnums = int(h.get("defaultTopicQueueNums") or b.config.default_topic_queue_nums)
+        except ValueError as e:
+            raise SendError(ResponseCode.SYSTEM_ERROR, f"illegal send header: {e}") from None
+        tc = b.topics.get(topic)
+        if tc is None:
+            default_topic = h.get("defaultTopic") or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
+            if topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
+                tc = b.topics.create_system_like(topic, 1, 6)
+            else:
+                tc = b.topics.create_in_send(topic, default_topic, default_qnums)
+            if tc is None:
+                raise SendError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            b.register_soon()
+        if not tc.writable:
+            raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        if queue_id >= tc.write_queue_nums:
+            raise SendError(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums:[{tc.write_queue_nums}]",
+            )
+        if queue_id < 0:
+            queue_id = random.randrange(tc.write_queue_nums)
+        body = req.body if req.body is not None else b""
+        if isinstance(body, list):
+            body = b"".join(body)
+        max_size = b.store_config.max_message_size
+        born_host = host_bytes(conn.remote[0])
+        born_port = conn.remote[1]
+        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true"
+        if is_batch:
+            if len(body) > max_size:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
+            inners = []
+            for mflag, mbody, props in decode_batch_body(body):
+                if mc.DELAY in props or mc.TIMER_DELIVER_MS in props or mc.TIMER_DELAY_SEC in props:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
+                inners.append(InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume))
+            if not inners:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        else:
+            if len(body) > max_size:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
+            props = decode_properties(h.get("properties", ""))
+            inners = [InnerMessage(topic, queue_id, body, flag, props, sysflag, born_ts, born_host, born_port, reconsume)]
+        for m in inners:
+            b.rewrite_before_store(m, h)
+        records = [self._encode(m) for m in inners]
+        first = inners[0]
+        wait = first.properties.get(mc.WAIT_STORE_MSG_OK, "true") != "false"
+        put = PutRequest(topic=first.topic, queue_id=first.queue_id, records=records)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending.append((put, req, fut, wait))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+        return fut
+
+    def _encode(self, m: InnerMessage) -> bytearray:
+        b = self.broker
+        try:
+            return encode_record(
+                topic=m.topic,
+                queue_id=m.queue_id,
+                body=m.body,
+                properties=encode_properties(m.properties),
+                flag=m.flag,
+                sysflag=m.sysflag,
+                born_timestamp=m.born_timestamp,
+                born_host=m.born_host,
+                born_port=m.born_port,
+                store_host=b.store_host_bytes,
+                store_port=b.config.listen_port,
+                reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset,
+            )
+        except ValueError as e:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
+
+    # group commit -----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        b = self.broker
+        try:
+            results = b.store.put_messages([p[0] for p in batch])
+        except Exception as e:  # the store refused the whole batch: answer each sender
+            log.exception("put_messages failed")
+            for _, req, fut, _ in batch:
+                if not fut.done():
+                    fut.set_result(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
+            return
+        sync = b.store_config.flush_disk_type == "SYNC_FLUSH"
+        loop = asyncio.get_running_loop()
+        max_end = 0
+        waiters: list[tuple[asyncio.Future[RemotingCommand], RemotingCommand]] = []
+        for (put, req, fut, wait), res in zip(batch, results, strict=True):
+            resp = self._response(req, put, res)
+            b.stats_put(put.topic, len(put.records), res)
+            if sync and wait and res.status == PutStatus.PUT_OK:
+                max_end = max(max_end, res.wrote_offset + res.wrote_bytes)
+                waiters.append((fut, resp))
+            elif not fut.done():
+                fut.set_result(resp)
+        if waiters:
+            def flushed(ok: bool) -> None:
+                loop.call_soon_threadsafe(self._complete_flush, waiters, ok)
+
+            b.store.request_flush(max_end, flushed)
+
+    @staticmethod
+    def _complete_flush(waiters: list[tuple[asyncio.Future[RemotingCommand], RemotingCommand]], ok: bool) -> None:
+        for fut, resp in waiters:
+            if not ok:
+                resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
+                resp.remark = "flush disk timeout: the message is stored but not yet on disk"
+            if not fut.done():
+                fut.set_result(resp)
+
+    def _response(self, req: RemotingCommand, put: PutRequest, res: AppendResult) -> RemotingCommand:
+        status = res.status
+        if status == PutStatus.PUT_OK:
+            ext = {
+                "msgId": res.msg_id,
+                "queueId": str(put.queue_id),
+                "queueOffset": str(res.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            }
+            return req.make_response(ResponseCode.SUCCESS, None, ext)
+        code, remark = {
+            PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
+            PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, "the message properties are too long"),
+            PutStatus.CREATE_MAPPED_FILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
+            PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now, maybe disk full or the store is shutting down"),
+            PutStatus.OS_PAGE_CACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
+            PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
+        }.get(status, (ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}"))
+        return req.make_response(code, remark)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

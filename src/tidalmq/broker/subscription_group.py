@@ -1,0 +1,91 @@
+"""Subscription groups (SubscriptionGroupManager), persisted to ``config/subscriptionGroup.json``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tidalmq.common import fastjson
+from tidalmq.common.fileutil import atomic_write, read_with_backup
+
+
+@dataclass
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group_name,
+            "consumeEnable": self.consume_enable,
+            "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeBroadcastEnable": self.consume_broadcast_enable,
+            "retryQueueNums": self.retry_queue_nums,
+            "retryMaxTimes": self.retry_max_times,
+            "brokerId": self.broker_id,
+            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
+            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
+        return cls(
+            group_name=d["groupName"],
+            consume_enable=bool(d.get("consumeEnable", True)),
+            consume_from_min_enable=bool(d.get("consumeFromMinEnable", True)),
+            consume_broadcast_enable=bool(d.get("consumeBroadcastEnable", True)),
+            retry_queue_nums=int(d.get("retryQueueNums", 1)),
+            retry_max_times=int(d.get("retryMaxTimes", 16)),
+            broker_id=int(d.get("brokerId", 0)),
+            which_broker_when_consume_slowly=int(d.get("whichBrokerWhenConsumeSlowly", 1)),
+            notify_consumer_ids_changed_enable=bool(d.get("notifyConsumerIdsChangedEnable", True)),
+        )
+
+
+class SubscriptionGroupManager:
+    def __init__(self, path: str | Path, auto_create: bool = True) -> None:
+        self.path = Path(path)
+        self.auto_create = auto_create
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        raw = read_with_backup(self.path)
+        if raw:
+            for name, d in (fastjson.loads(raw).get("subscriptionGroupTable") or {}).items():
+                self.table[name] = SubscriptionGroupConfig.from_json(d)
+
+    def persist(self) -> None:
+        with self._lock:
+            data = fastjson.dumpb({"subscriptionGroupTable": {n: c.to_json() for n, c in self.table.items()}})
+        atomic_write(self.path, data)
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults on first use when auto-creation is on."""
+        cfg = self.table.get(group)
+        if cfg is None and self.auto_create:
+            with self._lock:
+                cfg = self.table.setdefault(group, SubscriptionGroupConfig(group))
+            self.persist()
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        with self._lock:
+            self.table[cfg.group_name] = cfg
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        with self._lock:
+            existed = self.table.pop(group, None) is not None
+        if existed:
+            self.persist()
+        return existed

@@ -1,0 +1,190 @@
+"""The ``tidalmq`` command: standalone, namesrv, broker and admin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tidalmq import __version__
+from tidalmq.broker.config import BrokerConfig, default_data_dir
+from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+
+log = logging.getLogger("tidalmq")
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:  # uvloop is optional on platforms that lack it
+        pass
+
+
+def _parse_overrides(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[BrokerConfig, object]:
+    from tidalmq.store.config import MessageStoreConfig
+
+    props: dict[str, str] = {}
+    if getattr(args, "config", None):
+        props.update(load_properties_file(args.config))
+    props.update(_parse_overrides(getattr(args, "set", None)))
+    bc = BrokerConfig()
+    sc = MessageStoreConfig()
+    sc.store_path_root_dir = os.path.join(data_dir, "store")
+    unknown = apply_properties(sc, props)
+    unknown = apply_properties(bc, {k: props[k] for k in unknown})
+    for key in unknown:
+        log.warning("unknown configuration key %s ignored", key)
+    if getattr(args, "broker_port", None) is not None:
+        bc.listen_port = args.broker_port
+    bc.max_message_size = sc.max_message_size  # one key, read by the broker's checks and the store
+    if hasattr(sc, "store_path_commit_log") and not props.get("storePathCommitLog"):
+        sc.store_path_commit_log = ""
+    return bc, sc
+
+
+async def _run_until_signal(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def _standalone(args: argparse.Namespace) -> int:
+    from tidalmq.broker.controller import BrokerController
+    from tidalmq.namesrv.server import NameServer
+
+    data_dir = args.data_dir or default_data_dir()
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    await ns.start()
+    bc, sc = build_broker_configs(args, data_dir)
+    bc.namesrv_addr = f"127.0.0.1:{ns.port}"
+    if args.host not in ("0.0.0.0", "::", ""):
+        bc.broker_ip1 = args.host
+    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    await broker.start()
+    await broker.register_all()
+    print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr} "
+          f"data {data_dir}", flush=True)
+    stop = asyncio.Event()
+    await _run_until_signal(stop)
+    log.info("shutting down")
+    await broker.stop()
+    await ns.stop()
+    print("TidalMQ stopped", flush=True)
+    return 0
+
+
+async def _namesrv(args: argparse.Namespace) -> int:
+    from tidalmq.namesrv.server import NameServer
+
+    data_dir = args.data_dir or default_data_dir()
+    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    await ns.start()
+    print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
+    stop = asyncio.Event()
+    await _run_until_signal(stop)
+    await ns.stop()
+    return 0
+
+
+async def _broker(args: argparse.Namespace) -> int:
+    from tidalmq.broker.controller import BrokerController
+
+    data_dir = args.data_dir or default_data_dir()
+    bc, sc = build_broker_configs(args, data_dir)
+    if args.namesrv:
+        bc.namesrv_addr = args.namesrv
+    elif not bc.namesrv_addr:
+        bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
+    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    await broker.start()
+    print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
+    stop = asyncio.Event()
+    await _run_until_signal(stop)
+    await broker.stop()
+    return 0
+
+
+def _add_broker_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", help="broker.conf (RocketMQ key names)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument("--data-dir", help=f"data directory (default {default_data_dir()})")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidalmq", description="TidalMQ: a RocketMQ-compatible broker")
+    parser.add_argument("--version", action="version", version=f"tidalmq {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("TIDALMQ_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("standalone", help="NameServer and Broker in one process")
+    _add_broker_options(p)
+    p.add_argument("--namesrv-port", type=int, default=9876)
+    p.add_argument("--broker-port", type=int, default=None, help="the broker's listenPort (default 10911)")
+
+    p = sub.add_parser("namesrv", help="a NameServer")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("-p", "--port", type=int, default=9876)
+    p.add_argument("--data-dir")
+
+    p = sub.add_parser("broker", help="a Broker")
+    _add_broker_options(p)
+    p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
+    p.add_argument("--broker-port", type=int, default=None)
+
+    from tidalmq.admin_cli import add_admin_parser
+
+    add_admin_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    _install_uvloop()
+    try:
+        if args.cmd == "standalone":
+            return asyncio.run(_standalone(args))
+        if args.cmd == "namesrv":
+            return asyncio.run(_namesrv(args))
+        if args.cmd == "broker":
+            return asyncio.run(_broker(args))
+        if args.cmd == "admin":
+            from tidalmq.admin_cli import run_admin
+
+            return asyncio.run(run_admin(args))
+    except ConfigError as e:
+        print(f"tidalmq: configuration error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"tidalmq: {e}", file=sys.stderr)
+        return 1
+    parser.error(f"unknown command {args.cmd}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

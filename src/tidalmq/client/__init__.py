@@ -1,0 +1,1 @@
+"""TidalMQ's Python client for the remoting protocol."""

@@ -1,0 +1,1 @@
+"""The NameServer: broker registration, routes by topic, cluster info and KV config."""

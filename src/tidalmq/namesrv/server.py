@@ -1,0 +1,182 @@
+"""NameServer request processors (DefaultRequestProcessor) over the remoting transport."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from pathlib import Path
+from typing import Any
+
+from tidalmq.common import fastjson
+from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.namesrv.routeinfo import (
+    BROKER_CHANNEL_EXPIRED_MS,
+    ORDER_TOPIC_CONFIG_NAMESPACE,
+    RouteInfoManager,
+)
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection, RemotingServer
+
+log = logging.getLogger(__name__)
+
+SCAN_INTERVAL_S = 5.0
+
+
+class NameServer:
+    def __init__(self, host: str = "0.0.0.0", port: int = 9876, kv_config_path: str | Path | None = None) -> None:
+        self.routes = RouteInfoManager()
+        self.server = RemotingServer(host, port)
+        self.kv_config_path = Path(kv_config_path) if kv_config_path else None
+        self._scan_task: asyncio.Task[None] | None = None
+        s = self.server
+        s.register(RequestCode.REGISTER_BROKER, self.register_broker)
+        s.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route)
+        s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
+        s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
+        s.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
+        s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        s.register(RequestCode.PUT_KV_CONFIG, self.put_kv)
+        s.register(RequestCode.GET_KV_CONFIG, self.get_kv)
+        s.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv)
+        s.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list)
+        s.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
+        s.close_listeners.append(self._on_close)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        self._load_kv()
+        await self.server.start()
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        log.info("NameServer listening on %s:%s", self.server.host, self.server.port)
+
+    async def stop(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+        await self.server.stop()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_INTERVAL_S)
+            for addr in self.routes.scan_not_active_brokers():
+                log.warning("broker %s expired: no heartbeat within its timeout", addr)
+
+    def _on_close(self, conn: Connection) -> None:
+        addr = self.routes.broker_addr_of_conn(conn)
+        if addr is not None:
+            log.info("broker connection %s closed, removing %s", conn.addr, addr)
+            self.routes.on_broker_gone(addr)
+
+    # KV persistence ---------------------------------------------------------------------------
+    def _load_kv(self) -> None:
+        if self.kv_config_path is None:
+            return
+        raw = read_with_backup(self.kv_config_path)
+        if raw:
+            table = fastjson.loads(raw).get("configTable", {})
+            for ns, kvs in table.items():
+                for k, v in kvs.items():
+                    self.routes.put_kv(ns, k, v)
+
+    def _persist_kv(self) -> None:
+        if self.kv_config_path is not None:
+            atomic_write(self.kv_config_path, fastjson.dumpb({"configTable": self.routes.kv}))
+
+    # processors -------------------------------------------------------------------------------
+    def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        body = req.body_bytes()
+        if h.get("bodyCrc32") not in (None, "", "0"):
+            crc = zlib.crc32(body) & 0x7FFFFFFF
+            if str(crc) != h["bodyCrc32"]:
+                return req.make_response(ResponseCode.SYSTEM_ERROR, "receive registerBroker request,crc32 not match")
+        topics: dict[str, dict[str, Any]] = {}
+        data_version: dict[str, Any] = {}
+        if body:
+            if h.get("compressed") == "true":
+                return req.make_response(ResponseCode.SYSTEM_ERROR, "compressed registration bodies are not supported")
+            obj = fastjson.loads(body)
+            wrapper = obj.get("topicConfigSerializeWrapper", obj)
+            topics = wrapper.get("topicConfigTable", {}) or {}
+            data_version = wrapper.get("dataVersion", {}) or {}
+        try:
+            broker_id = int(h.get("brokerId", "0"))
+            timeout = int(h.get("heartbeatTimeoutMillis") or BROKER_CHANNEL_EXPIRED_MS)
+            name, addr, cluster = h["brokerName"], h["brokerAddr"], h["clusterName"]
+        except (KeyError, ValueError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"the register request lacks {e}")
+        ha, master = self.routes.register_broker(
+            cluster, addr, name, broker_id, h.get("haServerAddr", ""), topics, data_version, conn, timeout
+        )
+        kv_body = fastjson.dumpb({"table": self.routes.kv_list(ORDER_TOPIC_CONFIG_NAMESPACE)})
+        return req.make_response(ResponseCode.SUCCESS, None, {"haServerAddr": ha, "masterAddr": master}, kv_body)
+
+    def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        self.routes.unregister_broker(
+            h.get("clusterName", ""), h.get("brokerAddr", ""), h.get("brokerName", ""), int(h.get("brokerId", "0"))
+        )
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_route(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topic = req.ext_fields.get("topic", "")
+        route = self.routes.pickup_topic_route(topic)
+        if route is None:
+            return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
+        return req.make_response(ResponseCode.SUCCESS, None, body=fastjson.dumpb(route))
+
+    def get_cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(self.routes.cluster_info()))
+
+    def get_all_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": self.routes.all_topics()}))
+
+    def get_topics_by_cluster(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        cluster = req.ext_fields.get("cluster", "")
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": self.routes.topics_by_cluster(cluster)}))
+
+    def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        self.routes.delete_topic(req.ext_fields.get("topic", ""), req.ext_fields.get("clusterName") or None)
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def put_kv(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        if not h.get("namespace") or not h.get("key"):
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "namespace or key empty")
+        self.routes.put_kv(h["namespace"], h["key"], h.get("value", ""))
+        self._persist_kv()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_kv(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        v = self.routes.get_kv(h.get("namespace", ""), h.get("key", ""))
+        if v is None:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.get('namespace')} Key: {h.get('key')}")
+        return req.make_response(ResponseCode.SUCCESS, None, {"value": v})
+
+    def delete_kv(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = req.ext_fields
+        self.routes.delete_kv(h.get("namespace", ""), h.get("key", ""))
+        self._persist_kv()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_kv_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        ns = req.ext_fields.get("namespace", "")
+        table = self.routes.kv_list(ns)
+        if not table:
+            return req.make_response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns}")
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": table}))
+
+    def query_data_version(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        addr = req.ext_fields.get("brokerAddr", "")
+        live = self.routes.broker_live_table.get(addr)
+        if live is not None:
+            live.last_update_ms = self.routes._clock()
+        changed = live is None or live.data_version != fastjson.loads(req.body_bytes() or b"{}")
+        return req.make_response(ResponseCode.SUCCESS, None, {"changed": "true" if changed else "false"},
+                                 fastjson.dumpb(live.data_version if live else {}))

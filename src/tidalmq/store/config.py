@@ -1,0 +1,109 @@
+"""MessageStoreConfig: RocketMQ's store keys in snake_case, with RocketMQ's defaults.
+
+``common.config.apply_properties`` maps ``broker.conf`` keys (``mappedFileSizeCommitLog``) onto these
+fields (``mapped_file_size_commit_log``), so field names must stay RocketMQ's names exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+CQ_STORE_UNIT_SIZE = 20
+
+
+@dataclass
+class MessageStoreConfig:
+    store_path_root_dir: str = os.path.join(os.path.expanduser("~"), ".tidalmq", "store")
+    # Empty means "<root>/commitlog" (RocketMQ derives it the same way).
+    store_path_commit_log: str = ""
+
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300000 * CQ_STORE_UNIT_SIZE
+
+    flush_disk_type: str = "ASYNC_FLUSH"  # or SYNC_FLUSH
+    flush_interval_commit_log: int = 500  # ms, ASYNC_FLUSH period
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 1000 * 10  # ms: flush whatever is dirty at least this often
+    flush_interval_consume_queue: int = 1000  # ms
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 1000 * 60  # ms; the checkpoint is advanced on these
+    sync_flush_timeout: int = 1000 * 5  # ms
+
+    delete_when: str = "04"
+    file_reserved_time: int = 72  # hours
+    disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10000  # ms
+    delete_commit_log_files_interval: int = 100  # ms between two deleted files
+    delete_consume_queue_files_interval: int = 100
+    # RocketMQ's key is spelled destroyMapedFileIntervalForcibly; the field follows it so broker.conf applies.
+    destroy_maped_file_interval_forcibly: int = 1000 * 120
+    delete_file_batch_max: int = 10
+
+    max_message_size: int = 1024 * 1024 * 4
+    check_crc_on_recover: bool = True
+
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    max_hash_slot_num: int = 5000000
+    max_index_num: int = 5000000 * 4
+    max_msgs_num_batch: int = 64
+
+    max_filter_message_size: int = 16000
+    max_transfer_bytes_on_message_in_memory: int = 1024 * 256
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 1024 * 64
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+
+    # Used to compute the ConsumeQueue tag code (deliver time) of SCHEDULE_TOPIC_XXXX records.
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+    @property
+    def destroy_mapped_file_interval_forcibly(self) -> int:
+        return self.destroy_maped_file_interval_forcibly
+
+    @destroy_mapped_file_interval_forcibly.setter
+    def destroy_mapped_file_interval_forcibly(self, value: int) -> None:
+        self.destroy_maped_file_interval_forcibly = value
+
+    @property
+    def commit_log_path(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "abort")
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type.upper() == "SYNC_FLUSH"
+
+
+_UNITS_MS = {"s": 1000, "m": 60 * 1000, "h": 60 * 60 * 1000, "d": 24 * 60 * 60 * 1000}
+
+
+def parse_delay_levels(text: str) -> dict[int, int]:
+    """``"1s 5s 1m"`` -> {1: 1000, 2: 5000, 3: 60000} (level numbers start at 1, as RocketMQ's)."""
+    out: dict[int, int] = {}
+    for i, item in enumerate(text.split(), start=1):
+        unit = item[-1]
+        if unit not in _UNITS_MS:
+            raise ValueError(f"bad delay level {item!r} in {text!r}")
+        out[i] = int(item[:-1]) * _UNITS_MS[unit]
+    return out

@@ -1,0 +1,291 @@
+"""The message-key index (RocketMQ's ``IndexService``): a list of :class:`IndexFile`, oldest first.
+
+Each dispatched message is indexed under ``topic#uniqKey`` (when it has one) and ``topic#key`` for each of
+its keys, in that order, as RocketMQ does. Index files are named by their creation time
+(``yyyyMMddHHmmssSSS``, local time) in ``store_path_index``; only the newest one is written to, and a new
+one is created when it is full.
+
+Semantics kept from RocketMQ, which callers should know:
+
+* A record whose CommitLog offset is below the newest indexed offset is skipped, so re-dispatching from
+  an older position after a restart does not index things twice (the record *at* that offset may be
+  indexed again; queries de-duplicate).
+* Timestamps are stored as whole seconds after the file's first entry, so the time filter of a query sees
+  ``begin + floor((ts - begin) / 1000) * 1000``, not the exact store timestamp.
+* Lookups match on the key hash; distinct keys with equal Java ``hashCode`` share results.
+* Walks stop at the first entry older than ``begin_ts`` (store timestamps are non-decreasing along the
+  CommitLog).
+* Rolled-back transactional messages are not filtered here: the caller must not pass them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from tidalmq.common.message import KEY_SEPARATOR
+from tidalmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
+
+log = logging.getLogger("tidalmq.store.index")
+
+_FILE_NAME = re.compile(r"^\d{17}$")
+
+IndexItem = tuple[str, "list[str] | str | None", "str | None", int, int]
+
+
+def _human_time(ms: int) -> str:
+    """RocketMQ's ``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in local time."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+class IndexService:
+    #: below this many index entries per call, the per-entry path beats numpy's fixed overhead
+    vector_threshold = 12
+
+    def __init__(self, store_path_index: str, max_hash_slot_num: int = 5_000_000,
+                 max_index_num: int = 20_000_000) -> None:
+        if max_hash_slot_num <= 0 or max_index_num <= 1:
+            raise ValueError("max_hash_slot_num must be > 0 and max_index_num > 1")
+        self.store_path = store_path_index
+        self.hash_slot_num = max_hash_slot_num
+        self.index_num = max_index_num
+        self.file_size = index_file_size(max_hash_slot_num, max_index_num)
+        self._files: list[IndexFile] = []
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._closed = False
+        self._flushed_index_msg_timestamp = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int | None = None) -> bool:
+        """Open the index files on disk, oldest first. Returns False if one cannot be opened.
+
+        After an unclean exit RocketMQ drops the files whose end timestamp is after the checkpoint's
+        index timestamp; pass ``index_msg_timestamp`` to do the same. Without it all files are kept and
+        the store's re-dispatch fills the gap (see the class notes on duplicates).
+        """
+        with self._lock:
+            return self._load_locked(last_exit_ok, index_msg_timestamp)
+
+    def _load_locked(self, last_exit_ok: bool, index_msg_timestamp: int | None) -> bool:
+        self._close_files()
+        self._closed = False
+        self._loaded = True
+        try:
+            names = sorted(os.listdir(self.store_path))
+        except FileNotFoundError:
+            return True
+        for name in names:
+            path = os.path.join(self.store_path, name)
+            if not _FILE_NAME.match(name) or not os.path.isfile(path):
+                log.warning("ignoring %s in the index directory", path)
+                continue
+            try:
+                f = IndexFile(path, self.hash_slot_num, self.index_num, create=False)
+            except (OSError, ValueError):
+                log.exception("load index file %s failed", path)
+                self._close_files()
+                return False
+            if not last_exit_ok and index_msg_timestamp is not None and f.end_timestamp > index_msg_timestamp:
+                log.info("dropping index file %s written after the checkpoint", path)
+                f.destroy()
+                continue
+            log.info("loaded index file %r", f)
+            self._files.append(f)
+        return True
+
+    def flush(self) -> None:
+        """msync every index file written since the last flush."""
+        with self._lock:
+            for f in self._files:
+                if f.dirty:
+                    full = f.is_write_full()
+                    f.flush()
+                    if full:
+                        self._flushed_index_msg_timestamp = max(self._flushed_index_msg_timestamp, f.end_timestamp)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_files()
+            self._closed = True
+
+    def destroy(self) -> None:
+        """Delete every index file (the directory itself is left)."""
+        with self._lock:
+            for f in self._files:
+                f.destroy()
+            self._files.clear()
+
+    def _close_files(self) -> None:
+        for f in self._files:
+            try:
+                f.close()
+            except Exception:
+                log.exception("closing index file %s failed", f.path)
+        self._files.clear()
+
+    def _ensure_loaded(self) -> None:
+        if self._closed:
+            raise RuntimeError("IndexService is closed")
+        if not self._loaded:
+            # forgiving default: never shadow files already on disk with a fresh one
+            self._load_locked(True, None)
+
+    # ------------------------------------------------------------------ state for recovery / admin
+
+    @property
+    def max_index_commit_log_offset(self) -> int:
+        """endPhyOffset of the newest index file (0 when there is none)."""
+        with self._lock:
+            return self._files[-1].end_phy_offset if self._files else 0
+
+    @property
+    def end_timestamp(self) -> int:
+        """endTimestamp of the newest index file (0 when there is none)."""
+        with self._lock:
+            return self._files[-1].end_timestamp if self._files else 0
+
+    @property
+    def index_msg_timestamp(self) -> int:
+        """End timestamp of the newest *full* file flushed by :meth:`flush` (RocketMQ's checkpoint value)."""
+        return self._flushed_index_msg_timestamp
+
+    @property
+    def file_paths(self) -> list[str]:
+        with self._lock:
+            return [f.path for f in self._files]
+
+    @property
+    def total_size(self) -> int:
+        with self._lock:
+            return self.file_size * len(self._files)
+
+    # ------------------------------------------------------------------ files
+
+    def _writable_file(self) -> IndexFile:
+        """The newest file if it has room, else a new one (continuing the previous one's end)."""
+        last = self._files[-1] if self._files else None
+        if last is not None and not last.is_write_full():
+            return last
+        os.makedirs(self.store_path, exist_ok=True)
+        name = _human_time(int(time.time() * 1000))
+        if last is not None and name <= last.name:
+            name = f"{int(last.name) + 1:017d}"
+        while os.path.exists(os.path.join(self.store_path, name)):
+            name = f"{int(name) + 1:017d}"
+        end_phy = last.end_phy_offset if last is not None else 0
+        end_ts = last.end_timestamp if last is not None else 0
+        f = IndexFile(os.path.join(self.store_path, name), self.hash_slot_num, self.index_num, end_phy, end_ts,
+                      create=True)
+        if last is not None:
+            log.info("index file %s is full, rolled to %s", last.name, name)
+        self._files.append(f)
+        return f
+
+    # ------------------------------------------------------------------ build
+
+    def build_index(self, topic: str, keys: list[str] | str | None, uniq_key: str | None,
+                    commit_log_offset: int, store_timestamp: int) -> None:
+        self.build_index_batch([(topic, keys, uniq_key, commit_log_offset, store_timestamp)])
+
+    def build_index_batch(self, items: Iterable[IndexItem]) -> None:
+        """Index many dispatched records, in CommitLog order. ``keys`` may be a list or RocketMQ's
+        space-separated KEYS string; empty keys are ignored."""
+        idx_keys: list[str] = []
+        offs: list[int] = []
+        tss: list[int] = []
+        with self._lock:
+            self._ensure_loaded()
+            last_off = self._files[-1].end_phy_offset if self._files else 0
+            append_key = idx_keys.append
+            for topic, keys, uniq_key, off, ts in items:
+                if off < last_off:
+                    continue
+                n0 = len(idx_keys)
+                prefix = topic + "#"
+                if uniq_key is not None:
+                    append_key(prefix + uniq_key)
+                if keys:
+                    if isinstance(keys, str):
+                        keys = keys.split(KEY_SEPARATOR)
+                    for k in keys:
+                        if k:
+                            append_key(prefix + k)
+                n = len(idx_keys) - n0
+                if n:
+                    last_off = off
+                    if n == 1:
+                        offs.append(off)
+                        tss.append(ts)
+                    else:
+                        offs.extend([off] * n)
+                        tss.extend([ts] * n)
+            if not idx_keys:
+                return
+            if len(idx_keys) < self.vector_threshold:
+                self._put_scalar(idx_keys, offs, tss)
+            else:
+                self._put_vector(idx_keys, offs, tss)
+
+    def _put_scalar(self, idx_keys: list[str], offs: list[int], tss: list[int]) -> None:
+        f = self._writable_file()
+        for key, off, ts in zip(idx_keys, offs, tss, strict=True):
+            h = index_key_hash(key)
+            if not f.put_hashed(h, off, ts):
+                f = self._writable_file()
+                if not f.put_hashed(h, off, ts):  # pragma: no cover - a fresh file always has room
+                    raise RuntimeError(f"cannot put key into fresh index file {f.path}")
+
+    def _put_vector(self, idx_keys: list[str], offs: list[int], tss: list[int]) -> None:
+        hashes = index_key_hashes(idx_keys)
+        off_arr = np.array(offs, dtype=np.int64)
+        ts_arr = np.array(tss, dtype=np.int64)
+        i, n = 0, len(hashes)
+        while i < n:
+            f = self._writable_file()
+            written = f.put_hashed_batch(hashes[i:], off_arr[i:], ts_arr[i:])
+            if written == 0:  # pragma: no cover - _writable_file never returns a full file
+                raise RuntimeError(f"cannot put keys into index file {f.path}")
+            i += written
+
+    # ------------------------------------------------------------------ query
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
+        """CommitLog offsets of messages indexed under ``topic#key`` with (second-granular) timestamp
+        in [begin_ts, end_ts]: newest first, de-duplicated, at most ``max_num``."""
+        if max_num <= 0 or begin_ts > end_ts:
+            return []
+        key_hash = index_key_hash(topic + "#" + key)
+        out: list[int] = []
+        seen: set[int] = set()
+        with self._lock:
+            if self._closed:
+                return []
+            self._ensure_loaded()
+            for f in reversed(self._files):
+                if f.is_time_matched(begin_ts, end_ts):
+                    f.select_phy_offsets(out, seen, key_hash, max_num, begin_ts, end_ts)
+                if f.begin_timestamp < begin_ts or len(out) >= max_num:
+                    break
+        return out
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_expired(self, min_commit_log_offset: int) -> int:
+        """Delete the oldest files whose endPhyOffset is below ``min_commit_log_offset``; never the newest.
+        Returns how many were deleted."""
+        deleted = 0
+        with self._lock:
+            while len(self._files) > 1 and self._files[0].end_phy_offset < min_commit_log_offset:
+                f = self._files.pop(0)
+                if f.destroy():
+                    log.info("deleted expired index file %s", f.path)
+                    deleted += 1
+        return deleted
