@@ -52,7 +52,6 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
         log.warning("unknown configuration key %s ignored", key)
     if getattr(args, "broker_port", None) is not None:
         bc.listen_port = args.broker_port
-    bc.max_message_size = sc.max_message_size  # one key, read by the broker's checks and the store
     if hasattr(sc, "store_path_commit_log") and not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
     return bc, sc

@@ -36,9 +36,7 @@ class BrokerConfig:
     transfer_msg_by_heap: bool = True
     max_error_rate_of_bloom_filter: int = 20
     enable_property_filter: bool = False
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     notify_consumer_ids_changed_enable: bool = True
-    max_message_size: int = 4 * 1024 * 1024
 
     @property
     def broker_addr(self) -> str:

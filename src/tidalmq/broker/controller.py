@@ -52,7 +52,7 @@ class BrokerController:
         self.pull_hold = PullRequestHoldService()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
-        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, config.max_message_size + 1024 * 1024))
+        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
         self.namesrv_client = RemotingClient()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -239,6 +239,7 @@ class BrokerController:
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),
+            "connectionCount": str(len(self.server.connections)),
             "pid": str(os.getpid()),
         }
         try:

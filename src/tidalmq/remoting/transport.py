@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from tidalmq.remoting.codes import ResponseCode, code_name
 from tidalmq.remoting.command import (
@@ -72,8 +72,8 @@ class Connection(asyncio.Protocol):
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCPTransport is not a subclass of asyncio.Transport, so no isinstance check here.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             self.remote = (peer[0], peer[1])

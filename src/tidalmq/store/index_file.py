@@ -142,7 +142,9 @@ class IndexFile:
                         f"index file {path} is {actual} bytes, expected {self.file_size} "
                         f"(hash_slot_num={hash_slot_num}, index_num={index_num})"
                     )
-            self._mm = mmap.mmap(fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            self._mm = mmap.mmap(
+                fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
+            )
         finally:
             os.close(fd)
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
@@ -178,8 +180,12 @@ class IndexFile:
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > self.index_num:
-            log.warning("index file %s: indexCount %d > indexNum %d, clamped", self.path,
-                        self.index_count, self.index_num)
+            log.warning(
+                "index file %s: indexCount %d > indexNum %d, clamped",
+                self.path,
+                self.index_count,
+                self.index_num,
+            )
             self.index_count = self.index_num
 
     def _write_header(self) -> None:
@@ -243,7 +249,11 @@ class IndexFile:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
         _ENTRY.pack_into(
-            mm, self._entries_base + idx * INDEX_SIZE, key_hash, phy_offset, self._time_diff(store_timestamp),
+            mm,
+            self._entries_base + idx * INDEX_SIZE,
+            key_hash,
+            phy_offset,
+            self._time_diff(store_timestamp),
             slot_value,
         )
         _SLOT.pack_into(mm, abs_slot, idx)
@@ -256,7 +266,9 @@ class IndexFile:
         self.dirty = True
         return True
 
-    def put_hashed_batch(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, timestamps: np.ndarray) -> int:
+    def put_hashed_batch(
+        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, timestamps: np.ndarray
+    ) -> int:
         """Append entries in order (vectorised); returns how many fit (the rest need a new file).
 
         Produces byte-for-byte what the same sequence of :meth:`put_hashed` calls would.
@@ -268,7 +280,7 @@ class IndexFile:
         hashes = np.asarray(key_hashes[:n], dtype=np.int64)
         offs = np.asarray(phy_offsets[:n], dtype=np.int64)
         tss = np.asarray(timestamps[:n], dtype=np.int64)
-        if base <= 0:
+        if base <= 1:
             self.begin_phy_offset = int(offs[0])
             self.begin_timestamp = int(tss[0])
         begin = self.begin_timestamp
@@ -362,19 +374,21 @@ class IndexFile:
             self.flush()
         except (OSError, ValueError):
             log.exception("flush of index file %s failed on close", self.path)
+        self._unmap()
+
+    def _unmap(self) -> None:
         mm = self._mm
         self._slots = None
         self._entries = None
         self._mm = None
-        mm.close()
+        try:
+            mm.close()
+        except BufferError:  # a numpy view still alive somewhere (e.g. in a traceback): unmapped on GC
+            log.warning("index file %s still has live views; unmapping deferred", self.path)
 
     def destroy(self) -> bool:
-        mm = self._mm
-        if mm is not None:
-            self._slots = None
-            self._entries = None
-            self._mm = None
-            mm.close()
+        if self._mm is not None:
+            self._unmap()
         try:
             os.remove(self.path)
         except FileNotFoundError:

@@ -8,8 +8,12 @@ one is created when it is full.
 Semantics kept from RocketMQ, which callers should know:
 
 * A record whose CommitLog offset is below the newest indexed offset is skipped, so re-dispatching from
-  an older position after a restart does not index things twice (the record *at* that offset may be
-  indexed again; queries de-duplicate).
+  an older position does not index things twice (the record *at* that offset may be indexed again;
+  queries de-duplicate). This rule is switched off after ``load(last_exit_ok=False)`` without a
+  checkpoint timestamp: then the CommitLog may have been truncated below the newest indexed offset and
+  new records reuse those offsets, so everything re-dispatched is indexed (duplicates are harmless).
+  Entries for a torn CommitLog tail stay in the index; callers must check that an offset still holds a
+  message with the key (RocketMQ's clients do the same, because of hash collisions).
 * Timestamps are stored as whole seconds after the file's first entry, so the time filter of a query sees
   ``begin + floor((ts - begin) / 1000) * 1000``, not the exact store timestamp.
 * Lookups match on the key hash; distinct keys with equal Java ``hashCode`` share results.
@@ -48,8 +52,9 @@ class IndexService:
     #: below this many index entries per call, the per-entry path beats numpy's fixed overhead
     vector_threshold = 12
 
-    def __init__(self, store_path_index: str, max_hash_slot_num: int = 5_000_000,
-                 max_index_num: int = 20_000_000) -> None:
+    def __init__(
+        self, store_path_index: str, max_hash_slot_num: int = 5_000_000, max_index_num: int = 20_000_000
+    ) -> None:
         if max_hash_slot_num <= 0 or max_index_num <= 1:
             raise ValueError("max_hash_slot_num must be > 0 and max_index_num > 1")
         self.store_path = store_path_index
@@ -61,6 +66,7 @@ class IndexService:
         self._loaded = False
         self._closed = False
         self._flushed_index_msg_timestamp = 0
+        self._skip_indexed = True  # RocketMQ's "offset < endPhyOffset -> already indexed" rule
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -78,6 +84,7 @@ class IndexService:
         self._close_files()
         self._closed = False
         self._loaded = True
+        self._skip_indexed = last_exit_ok or index_msg_timestamp is not None
         try:
             names = sorted(os.listdir(self.store_path))
         except FileNotFoundError:
@@ -109,7 +116,9 @@ class IndexService:
                     full = f.is_write_full()
                     f.flush()
                     if full:
-                        self._flushed_index_msg_timestamp = max(self._flushed_index_msg_timestamp, f.end_timestamp)
+                        self._flushed_index_msg_timestamp = max(
+                            self._flushed_index_msg_timestamp, f.end_timestamp
+                        )
 
     def close(self) -> None:
         with self._lock:
@@ -182,8 +191,14 @@ class IndexService:
             name = f"{int(name) + 1:017d}"
         end_phy = last.end_phy_offset if last is not None else 0
         end_ts = last.end_timestamp if last is not None else 0
-        f = IndexFile(os.path.join(self.store_path, name), self.hash_slot_num, self.index_num, end_phy, end_ts,
-                      create=True)
+        f = IndexFile(
+            os.path.join(self.store_path, name),
+            self.hash_slot_num,
+            self.index_num,
+            end_phy,
+            end_ts,
+            create=True,
+        )
         if last is not None:
             log.info("index file %s is full, rolled to %s", last.name, name)
         self._files.append(f)
@@ -191,8 +206,14 @@ class IndexService:
 
     # ------------------------------------------------------------------ build
 
-    def build_index(self, topic: str, keys: list[str] | str | None, uniq_key: str | None,
-                    commit_log_offset: int, store_timestamp: int) -> None:
+    def build_index(
+        self,
+        topic: str,
+        keys: list[str] | str | None,
+        uniq_key: str | None,
+        commit_log_offset: int,
+        store_timestamp: int,
+    ) -> None:
         self.build_index_batch([(topic, keys, uniq_key, commit_log_offset, store_timestamp)])
 
     def build_index_batch(self, items: Iterable[IndexItem]) -> None:
@@ -203,7 +224,8 @@ class IndexService:
         tss: list[int] = []
         with self._lock:
             self._ensure_loaded()
-            last_off = self._files[-1].end_phy_offset if self._files else 0
+            skip = self._skip_indexed
+            last_off = self._files[-1].end_phy_offset if self._files and skip else -(2**63)
             append_key = idx_keys.append
             for topic, keys, uniq_key, off, ts in items:
                 if off < last_off:
@@ -220,7 +242,8 @@ class IndexService:
                             append_key(prefix + k)
                 n = len(idx_keys) - n0
                 if n:
-                    last_off = off
+                    if skip:
+                        last_off = off
                     if n == 1:
                         offs.append(off)
                         tss.append(ts)

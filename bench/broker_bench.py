@@ -1,0 +1,201 @@
+"""Broker benchmark: sends and pulls over loopback against ``tidalmq standalone``.
+
+The broker runs in its own process; this process is the load generator (its CPU is reported too:
+the machine may have only 2 cores). Figures: single-message async send msgs/s, sync send latency
+p50/p99 under ASYNC_FLUSH and SYNC_FLUSH, SYNC_FLUSH throughput with concurrent senders (group
+commit), batched send (64 a batch) msgs/s, and pull msgs/s.
+
+    .venv/bin/python bench/broker_bench.py [--messages 200000] [--compare bench/out/broker-latest.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+from tests.support import Standalone  # noqa: E402
+
+from bench.common import compare, percentile, print_machine, save  # noqa: E402
+from tidalmq.common.message import encode_properties  # noqa: E402
+from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
+from tidalmq.remoting.command import RemotingCommand, SerializeType  # noqa: E402
+from tidalmq.remoting.transport import RemotingClient  # noqa: E402
+
+BODY = os.urandom(1024)
+QUEUES = 8
+
+
+def send_req(topic: str, qid: int, i: int, *, batch: bytes | None = None) -> RemotingCommand:
+    ext = {"a": "benchPG", "b": topic, "c": "TBW102", "d": str(QUEUES), "e": str(qid), "f": "0",
+           "g": str(int(time.time() * 1000)), "h": "0",
+           "i": encode_properties({"UNIQ_KEY": f"{os.getpid():08X}{i:024X}", "WAIT": "true"}),
+           "j": "0", "k": "false"}
+    if batch is not None:
+        ext["m"] = "true"
+    return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=batch if batch is not None else BODY,
+                           serialize_type=SerializeType.ROCKETMQ)
+
+
+def batch_body(n: int, base: int) -> bytes:
+    parts = []
+    for i in range(n):
+        props = encode_properties({"UNIQ_KEY": f"{base + i:032X}"}).encode()
+        total = 20 + len(BODY) + 2 + len(props)
+        parts.append(struct.pack(">iiiii", total, 0, 0, 0, len(BODY)) + BODY + struct.pack(">h", len(props)) + props)
+    return b"".join(parts)
+
+
+async def create_topic(c: RemotingClient, addr: str, topic: str) -> None:
+    ext = {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"}
+    r = await c.invoke(addr, RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext), 10)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+async def pipelined_sends(c: RemotingClient, addr: str, topic: str, n: int, window: int, batch: int = 1) -> float:
+    conn = await c.connection(addr)
+    sem = asyncio.Semaphore(window)
+    errors = 0
+    done = asyncio.Event()
+    remaining = n // batch
+
+    async def one(i: int) -> None:
+        nonlocal errors, remaining
+        try:
+            req = send_req(topic, i % QUEUES, i, batch=batch_body(batch, i * batch) if batch > 1 else None)
+            r = await conn.invoke(req, 30)
+            if r.code != ResponseCode.SUCCESS:
+                errors += 1
+        finally:
+            sem.release()
+            remaining -= 1
+            if remaining == 0:
+                done.set()
+
+    t0 = time.perf_counter()
+    for i in range(n // batch):
+        await sem.acquire()
+        asyncio.get_running_loop().create_task(one(i))
+    await done.wait()
+    dt = time.perf_counter() - t0
+    if errors:
+        print(f"  !! {errors} sends failed")
+    return (n // batch) * batch / dt
+
+
+async def sync_latency(c: RemotingClient, addr: str, topic: str, n: int) -> tuple[float, float]:
+    conn = await c.connection(addr)
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        r = await conn.invoke(send_req(topic, i % QUEUES, i), 10)
+        lat.append((time.perf_counter() - t0) * 1000)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    lat.sort()
+    return percentile(lat, 50), percentile(lat, 99)
+
+
+async def pull_all(c: RemotingClient, addr: str, topic: str, expected: int, max_nums: int = 32) -> float:
+    conn = await c.connection(addr)
+    got = 0
+
+    async def drain(qid: int) -> None:
+        nonlocal got
+        offset = 0
+        while True:
+            ext = {"consumerGroup": "benchCG", "topic": topic, "queueId": str(qid), "queueOffset": str(offset),
+                   "maxMsgNums": str(max_nums), "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                   "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+            r = await conn.invoke(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext,
+                                                  serialize_type=SerializeType.ROCKETMQ), 30)
+            if r.code != ResponseCode.SUCCESS:
+                return
+            nxt = int(r.ext_fields["nextBeginOffset"])
+            got += nxt - offset
+            offset = nxt
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(drain(q) for q in range(QUEUES)))
+    dt = time.perf_counter() - t0
+    if got < expected:
+        print(f"  !! pulled {got} of {expected}")
+    return got / dt
+
+
+def cpu_of(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+async def run_phase(flush: str, n: int, results: dict[str, float]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        s = Standalone(Path(d) / "data", {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+        s.start()
+        try:
+            broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
+            me = psutil.Process()
+            c = RemotingClient()
+            addr = s.broker_addr
+            tag = flush.lower()
+            topic = f"Bench_{tag}"
+            await create_topic(c, addr, topic)
+            await pipelined_sends(c, addr, topic, 2000, 64)  # warm-up
+            p50, p99 = await sync_latency(c, addr, topic, 2000)
+            results[f"{tag}.sync_send_p50_ms"] = p50
+            results[f"{tag}.sync_send_p99_ms"] = p99
+            print(f"[{flush}] sync send latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+            b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+            rate = await pipelined_sends(c, addr, topic, n, 512)
+            wall = time.perf_counter() - t0
+            results[f"{tag}.async_send_msgs_per_s"] = rate
+            print(f"[{flush}] single-message async send: {rate:,.0f} msg/s "
+                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
+            b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+            rate = await pipelined_sends(c, addr, topic, n * 2 // 64 * 64, 16, batch=64)
+            wall = time.perf_counter() - t0
+            results[f"{tag}.batch64_send_msgs_per_s"] = rate
+            print(f"[{flush}] batched send (64 a batch): {rate:,.0f} msg/s "
+                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
+            if flush == "ASYNC_FLUSH":
+                total = 2000 + 2000 + n + n * 2 // 64 * 64
+                b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+                rate = await pull_all(c, addr, topic, total)
+                wall = time.perf_counter() - t0
+                results["pull_msgs_per_s"] = rate
+                print(f"pull (32 a request, 8 queues in parallel): {rate:,.0f} msg/s "
+                      f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
+            await c.close()
+        finally:
+            s.stop()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--compare", help="a previous bench/out/broker-*.json to compare with")
+    args = ap.parse_args()
+    print_machine()
+    results: dict[str, float] = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        await run_phase(flush, args.messages, results)
+    path = save("broker", results)
+    print(f"\nresults written to {path}")
+    compare(args.compare, results)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(main())

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs TidalMQ with its test dependencies into .venv and runs the default test suite.
+# Extra arguments go to pytest (e.g. --run-slow for the crash loops and soak tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+.venv/bin/ruff check src tests bench
+exec .venv/bin/python -m pytest "$@"

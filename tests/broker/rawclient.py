@@ -1,0 +1,36 @@
+"""A few raw remoting requests for broker tests (no client library in between)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tidalmq.common import fastjson
+from tidalmq.common.message import encode_properties
+from tidalmq.remoting.codes import RequestCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+
+def send_cmd(topic: str, body: bytes, *, queue_id: int = 0, props: dict[str, str] | None = None,
+             group: str = "PG") -> RemotingCommand:
+    ext = {
+        "a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id), "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props or {}), "j": "0", "k": "false",
+    }
+    return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body)
+
+
+def pull_cmd(topic: str, queue_id: int, offset: int, *, group: str = "CG", max_nums: int = 32,
+             suspend_ms: int = 0, sub: str = "*") -> RemotingCommand:
+    ext = {
+        "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums), "sysFlag": str(4 | (2 if suspend_ms else 0)), "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms), "subscription": sub, "subVersion": "0", "expressionType": "TAG",
+    }
+    return RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
+
+
+async def runtime_info(client: RemotingClient, addr: str) -> dict[str, Any]:
+    resp = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 5)
+    return fastjson.loads(resp.body_bytes())["table"]

@@ -1,0 +1,109 @@
+"""Record, property, msgId, tag hash and fastjson codecs."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidalmq.common import fastjson
+from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.msgid import UniqIdGenerator, decode_offset_msg_id, encode_offset_msg_id
+from tidalmq.common.record import (
+    BLANK_MAGIC_CODE,
+    RecordError,
+    decode_record,
+    encode_blank,
+    encode_record,
+    patch_for_append,
+    peek_size_magic,
+)
+from tidalmq.common.sysflag import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
+from tidalmq.common.taghash import java_string_hash, tags_hash_code
+
+prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=20)
+
+
+@given(st.dictionaries(prop_text, st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20), max_size=8))
+def test_properties_roundtrip(props: dict[str, str]) -> None:
+    assert decode_properties(encode_properties(props)) == props
+
+
+def test_java_string_hash_matches_known_values() -> None:
+    # Values computed by Java's String.hashCode.
+    assert java_string_hash("") == 0
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("polygenelubricants") == -2147483648
+    assert tags_hash_code(None) == 0
+
+
+def test_offset_msg_id_roundtrip_ipv4_and_ipv6() -> None:
+    mid = encode_offset_msg_id(bytes([127, 0, 0, 1]), 10911, 123456)
+    assert len(mid) == 32 and mid == mid.upper()
+    assert decode_offset_msg_id(mid) == ("127.0.0.1", 10911, 123456)
+    mid6 = encode_offset_msg_id(bytes(15) + b"\x01", 10911, 7)
+    assert len(mid6) == 56
+    assert decode_offset_msg_id(mid6) == ("::1", 10911, 7)
+    with pytest.raises(ValueError):
+        decode_offset_msg_id("abc")
+
+
+def test_uniq_ids_are_unique_and_32_hex() -> None:
+    gen = UniqIdGenerator()
+    ids = {gen.next_id() for _ in range(5000)}
+    assert len(ids) == 5000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+@given(
+    body=st.binary(max_size=2000),
+    topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,100}", fullmatch=True),
+    props=st.dictionaries(prop_text, prop_text, max_size=5),
+    v6=st.booleans(),
+    qid=st.integers(0, 1000),
+)
+def test_record_roundtrip(body: bytes, topic: str, props: dict[str, str], v6: bool, qid: int) -> None:
+    host = bytes(16) if v6 else bytes([10, 0, 0, 1])
+    rec = encode_record(topic=topic, queue_id=qid, body=body, properties=props, born_host=host, born_port=5,
+                        store_host=host, store_port=10911, born_timestamp=42, reconsume_times=3)
+    patch_for_append(rec, 0, queue_offset=17, physical_offset=4096, store_timestamp=99)
+    m = decode_record(rec, check_crc=True)
+    assert (m.topic, m.queue_id, m.body, m.properties) == (topic, qid, body, props)
+    assert (m.queue_offset, m.commit_log_offset, m.store_timestamp, m.born_timestamp) == (17, 4096, 99, 42)
+    assert m.reconsume_times == 3 and m.store_size == len(rec)
+    assert m.body_crc == zlib.crc32(body) & 0x7FFFFFFF
+    assert bool(m.sysflag & BORNHOST_V6_FLAG) == v6 and bool(m.sysflag & STOREHOSTADDRESS_V6_FLAG) == v6
+    assert m.store_host[1] == 10911
+
+
+def test_record_field_offsets_follow_rocketmq_layout() -> None:
+    rec = encode_record(topic="T", queue_id=2, body=b"xyz", properties={"a": "b"}, flag=5, born_timestamp=1)
+    import struct
+
+    total, magic, crc, qid, flag, qoff, poff, sysflag, born = struct.unpack_from(">iiiiiqqiq", rec)
+    assert total == len(rec) and magic == -626843481 and qid == 2 and flag == 5 and born == 1
+    # body length sits after bornhost(8) storets(8) storehost(8) reconsume(4) prepared(8)
+    assert struct.unpack_from(">i", rec, 48 + 8 + 8 + 8 + 4 + 8) == (3,)
+    assert rec.endswith(b"\x00\x04a\x01b\x02")
+
+
+def test_corrupt_records_raise() -> None:
+    rec = encode_record(topic="T", queue_id=0, body=b"hello", properties={})
+    bad = bytearray(rec)
+    bad[-10] ^= 0xFF  # inside the body
+    with pytest.raises(RecordError):
+        decode_record(bad, check_crc=True)
+    with pytest.raises(RecordError):
+        decode_record(rec[:-1])
+    with pytest.raises(RecordError):
+        decode_record(b"\x00" * 64)
+    assert peek_size_magic(encode_blank(100)) == (100, BLANK_MAGIC_CODE)
+
+
+def test_fastjson_integer_keys_both_ways() -> None:
+    text = fastjson.dumps({"brokerAddrs": {0: "127.0.0.1:10911", 1: "x"}, "s": "a,1:b"})
+    assert text == '{"brokerAddrs":{0:"127.0.0.1:10911",1:"x"},"s":"a,1:b"}'
+    assert fastjson.loads(text) == {"brokerAddrs": {"0": "127.0.0.1:10911", "1": "x"}, "s": "a,1:b"}

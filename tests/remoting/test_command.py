@@ -1,0 +1,129 @@
+"""The remoting codec, without sockets."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidalmq.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    FrameDecoder,
+    FrameError,
+    RemotingCommand,
+    SerializeType,
+    decode_frame_body,
+    encode_frame,
+)
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+commands = st.builds(
+    RemotingCommand,
+    code=st.integers(-32768, 32767),
+    opaque=st.integers(0, 2**31 - 1),
+    flag=st.sampled_from([0, FLAG_RESPONSE, FLAG_ONEWAY]),
+    remark=st.one_of(st.none(), texts.filter(bool)),
+    ext_fields=st.dictionaries(texts.filter(bool), texts, max_size=6),
+    body=st.one_of(st.none(), st.binary(min_size=1, max_size=300)),
+    language=st.integers(0, 12),
+    version=st.integers(0, 1000),
+    serialize_type=st.sampled_from(list(SerializeType)),
+)
+
+
+def roundtrip(cmd: RemotingCommand) -> RemotingCommand:
+    frame = encode_frame(cmd)
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    return decode_frame_body(frame[4:])
+
+
+@given(commands)
+def test_roundtrip_both_serializations(cmd: RemotingCommand) -> None:
+    out = roundtrip(cmd)
+    assert (out.code, out.opaque, out.flag, out.ext_fields) == (cmd.code, cmd.opaque, cmd.flag, cmd.ext_fields)
+    assert out.remark == cmd.remark
+    assert out.body == cmd.body
+    assert out.serialize_type == cmd.serialize_type
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        assert (out.language, out.version) == (cmd.language, cmd.version)
+
+
+@given(st.lists(commands, min_size=1, max_size=5), st.integers(1, 64))
+def test_incremental_decoder_any_split(cmds: list[RemotingCommand], chunk: int) -> None:
+    data = b"".join(encode_frame(c) for c in cmds)
+    dec = FrameDecoder()
+    out = []
+    for i in range(0, len(data), chunk):
+        dec.feed(data[i : i + chunk])
+        out.extend(dec.commands())
+    assert [c.opaque for c in out] == [c.opaque for c in cmds]
+    assert dec.buffered == 0
+
+
+def test_json_header_is_what_java_and_cpp_clients_parse() -> None:
+    cmd = RemotingCommand(code=105, opaque=7, ext_fields={"topic": "T", "n": 3})  # type: ignore[dict-item]
+    frame = encode_frame(cmd)
+    mark = struct.unpack(">I", frame[4:8])[0]
+    assert mark >> 24 == 0  # JSON
+    header = json.loads(frame[8 : 8 + (mark & 0xFFFFFF)])
+    assert header["code"] == 105 and header["opaque"] == 7
+    assert header["extFields"] == {"topic": "T", "n": "3"}  # ext field values are strings on the wire
+
+
+def test_decodes_a_cpp_client_header_with_integer_ext_values() -> None:
+    header = json.dumps({"code": 310, "language": "CPP", "version": 0, "opaque": 3, "flag": 0, "remark": "",
+                         "extFields": {"a": "PG", "d": 4, "e": 1, "k": "false"}}).encode()
+    frame = struct.pack(">I", len(header)) + header + b"body"
+    cmd = decode_frame_body(frame)
+    assert cmd.ext_fields == {"a": "PG", "d": "4", "e": "1", "k": "false"}
+    assert cmd.body == b"body"
+    resp = cmd.make_response(0)
+    assert resp.opaque == 3 and resp.is_response and resp.serialize_type == SerializeType.JSON
+
+
+def test_rocketmq_binary_header_layout() -> None:
+    cmd = RemotingCommand(code=11, opaque=9, flag=0, remark="r", ext_fields={"k": "v"}, language=0, version=1,
+                          serialize_type=SerializeType.ROCKETMQ)
+    frame = encode_frame(cmd)
+    mark = struct.unpack(">I", frame[4:8])[0]
+    assert mark >> 24 == 1
+    h = frame[8:]
+    assert struct.unpack(">hbhii", h[:13]) == (11, 0, 1, 9, 0)
+    assert struct.unpack(">i", h[13:17]) == (1,) and h[17:18] == b"r"
+    assert struct.unpack(">i", h[18:22]) == (2 + 1 + 4 + 1,)
+    assert h[22:] == struct.pack(">H", 1) + b"k" + struct.pack(">i", 1) + b"v"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">I", 100),  # header length beyond the frame
+        struct.pack(">I", (7 << 24) | 2) + b"{}",  # unknown serialization
+        struct.pack(">I", 5) + b"notjs",
+        struct.pack(">I", 2) + b"[]",
+        struct.pack(">I", (1 << 24) | 3) + b"\x00\x01\x02",  # truncated binary header
+        b"\x00",
+    ],
+)
+def test_malformed_headers_raise_frame_error(frame: bytes) -> None:
+    with pytest.raises(FrameError):
+        decode_frame_body(frame)
+
+
+def test_oversized_frame_is_refused_before_buffering_it() -> None:
+    dec = FrameDecoder(max_frame=1024)
+    dec.feed(struct.pack(">I", 1 << 30))
+    with pytest.raises(FrameError, match="exceeds the maximum"):
+        list(dec.commands())
+
+
+def test_body_as_buffer_list_is_sent_without_joining() -> None:
+    parts = [memoryview(b"abc"), memoryview(b"de")]
+    cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, body=parts)
+    out = roundtrip(cmd)
+    assert out.body == b"abcde"

@@ -1,0 +1,449 @@
+"""IndexFile / IndexService: RocketMQ's key index, on-disk layout and query semantics."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidalmq.common.taghash import java_string_hash
+from tidalmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
+from tidalmq.store.index_service import IndexService
+
+T0 = 1_700_000_000_000  # a store timestamp (ms), multiple of 1000
+SCALAR = 10**9  # vector_threshold values forcing one build path or the other
+VECTOR = 0
+
+
+def java_abs_hash(s: str) -> int:
+    """Independent model of RocketMQ's indexKeyHashMethod: Math.abs(hashCode()), MIN_VALUE -> 0."""
+    h = 0
+    for ch in s.encode("utf-16-be").hex(" ", 2).split():
+        h = (31 * h + int(ch, 16)) % 2**32
+    if h >= 2**31:
+        h -= 2**32
+    return 0 if h == -(2**31) else abs(h)
+
+
+def make(tmp_path, slots=64, num=32, threshold=None, sub="index") -> IndexService:
+    s = IndexService(str(tmp_path / sub), max_hash_slot_num=slots, max_index_num=num)
+    if threshold is not None:
+        s.vector_threshold = threshold
+    assert s.load(True)
+    return s
+
+
+# ---------------------------------------------------------------------------- hashing
+
+
+def test_key_hash_matches_java_including_min_value():
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert index_key_hash("polygenelubricants") == 0
+    assert index_key_hash("Aa") == index_key_hash("BB") == 2112
+    keys = [
+        "polygenelubricants",
+        "TopicTest#KEY-1",
+        "T#é€",
+        "T#😀x",
+        "a",
+        "TopicTest#7F00000100002A9F0000000000000000",
+    ]
+    keys += [f"Topic{i}#{'k' * (i % 70)}{i}" for i in range(500)]
+    expected = [java_abs_hash(k) for k in keys]
+    assert [index_key_hash(k) for k in keys] == expected
+    assert index_key_hashes(keys).tolist() == expected
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def test_on_disk_layout_matches_rocketmq(tmp_path):
+    slots, num = 7, 6
+    s = make(tmp_path, slots, num, threshold=SCALAR)
+    k1, k2 = "T#k1", "T#k2"
+    h1, h2 = java_abs_hash(k1), java_abs_hash(k2)
+    # a third key that lands in k1's slot, to see the chain
+    k3 = next(
+        f"T#c{i}" for i in range(1000) if java_abs_hash(f"T#c{i}") % slots == h1 % slots and f"T#c{i}" != k1
+    )
+    h3 = java_abs_hash(k3)
+    s.build_index("T", ["k1"], None, 100, T0 + 123)
+    s.build_index("T", ["k2"], None, 200, T0 + 2_600)
+    s.build_index("T", [k3[2:]], None, 300, T0 + 5_999)
+    path = s.file_paths[0]
+    assert re.fullmatch(r"\d{17}", os.path.basename(path))
+    raw = open(path, "rb").read()
+    assert len(raw) == 40 + slots * 4 + num * 20 == index_file_size(slots, num)
+
+    # header: beginTs, endTs, beginPhy, endPhy, hashSlotCount, indexCount (next entry number)
+    hdr = struct.unpack_from(">qqqqii", raw, 0)
+    n_slots_used = len({h1 % slots, h2 % slots})
+    assert hdr == (T0 + 123, T0 + 5_999, 100, 300, n_slots_used, 4)
+
+    def slot(i):
+        return struct.unpack_from(">i", raw, 40 + 4 * i)[0]
+
+    def entry(i):
+        return struct.unpack_from(">iqii", raw, 40 + 4 * slots + 20 * i)
+
+    assert raw[40 + 4 * slots : 40 + 4 * slots + 20] == bytes(20)  # entry 0 is never used
+    assert entry(1) == (h1, 100, 0, 0)
+    assert entry(2) == (h2, 200, 2, 0 if h2 % slots != h1 % slots else 1)  # (2600-123)//1000 = 2 s
+    assert entry(3) == (h3, 300, 5, 1)  # chained onto entry 1
+    assert slot(h1 % slots) == 3
+    if h2 % slots != h1 % slots:
+        assert slot(h2 % slots) == 2
+    untouched = set(range(slots)) - {h1 % slots, h2 % slots}
+    assert all(slot(i) == 0 for i in untouched)
+    assert raw[40 + 4 * slots + 20 * 4 :] == bytes(20 * (num - 4))
+    s.close()
+
+
+def test_min_value_hash_goes_to_slot_zero(tmp_path):
+    f = IndexFile(str(tmp_path / "00000000000000001"), 5, 4, create=True)
+    assert f.put_key("polygenelubricants", 42, T0)
+    f.close()
+    raw = (tmp_path / "00000000000000001").read_bytes()
+    assert struct.unpack_from(">i", raw, 40)[0] == 1
+    assert struct.unpack_from(">iqii", raw, 40 + 20 + 20) == (0, 42, 0, 0)
+
+
+def test_new_file_is_sparse_at_default_size(tmp_path):
+    s = IndexService(str(tmp_path / "index"))  # RocketMQ defaults: 5M slots, 20M entries
+    s.load(True)
+    s.build_index_batch([("T", [f"k{i}"], None, i, T0 + i) for i in range(100)])
+    (path,) = s.file_paths
+    st_ = os.stat(path)
+    assert st_.st_size == 40 + 5_000_000 * 4 + 20_000_000 * 20 == 420_000_040
+    assert st_.st_blocks * 512 < 8 * 1024 * 1024  # only the touched pages are allocated
+    assert s.query_offsets("T", "k7", 10, 0, 2**62) == [7]
+    s.destroy()
+    assert not os.path.exists(path)
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+@pytest.mark.parametrize("threshold", [SCALAR, VECTOR])
+def test_round_trip_keys_and_uniq_keys(tmp_path, threshold):
+    s = make(tmp_path, 64, 1000, threshold)
+    s.build_index_batch(
+        [
+            ("TopicA", ["order-1", "user-7"], "UNIQ1", 0, T0),
+            ("TopicA", ["order-2", "", "user-7"], "UNIQ2", 100, T0 + 1000),
+            ("TopicB", ["order-1"], None, 200, T0 + 2000),
+            ("TopicA", "order-3 user-7", None, 300, T0 + 3000),  # RocketMQ KEYS string form
+            ("TopicA", [], None, 400, T0 + 4000),  # nothing to index
+        ]
+    )
+    q = s.query_offsets
+    assert q("TopicA", "order-1", 10, 0, 2**62) == [0]
+    assert q("TopicA", "user-7", 10, 0, 2**62) == [300, 100, 0]  # newest first
+    assert q("TopicA", "UNIQ2", 10, 0, 2**62) == [100]
+    assert q("TopicB", "order-1", 10, 0, 2**62) == [200]
+    assert q("TopicB", "UNIQ1", 10, 0, 2**62) == []
+    assert q("TopicA", "order-3", 10, 0, 2**62) == [300]
+    assert q("TopicA", "", 10, 0, 2**62) == []
+    assert q("TopicA", "nope", 10, 0, 2**62) == []
+    assert s.max_index_commit_log_offset == 300
+    assert s.end_timestamp == T0 + 3000
+    s.close()
+
+
+@pytest.mark.parametrize("threshold", [SCALAR, VECTOR])
+def test_slot_collisions_and_equal_hash_keys(tmp_path, threshold):
+    s = make(tmp_path, 1, 500, threshold)  # a single slot: every key chains through it
+    s.build_index_batch([("T", [f"k{i}", f"common{i % 3}"], None, i * 10, T0 + i) for i in range(100)])
+    for i in (0, 37, 99):
+        assert s.query_offsets("T", f"k{i}", 10, 0, 2**62) == [i * 10]
+    assert s.query_offsets("T", "common1", 1000, 0, 2**62) == [
+        i * 10 for i in range(99, -1, -1) if i % 3 == 1
+    ]
+    # "Aa" and "BB" have the same Java hashCode: the index cannot tell them apart (RocketMQ neither)
+    s.build_index("T", ["Aa"], None, 5000, T0 + 500)
+    s.build_index("T", ["BB"], None, 5010, T0 + 500)
+    assert s.query_offsets("T", "Aa", 10, 0, 2**62) == [5010, 5000]
+    s.close()
+
+
+@pytest.mark.parametrize("threshold", [SCALAR, VECTOR])
+def test_time_range_filtering(tmp_path, threshold):
+    s = make(tmp_path, 16, 100, threshold)
+    s.build_index_batch([("T", ["k"], None, i * 100, T0 + i * 1000) for i in range(10)])
+    q = s.query_offsets
+    assert q("T", "k", 100, T0 + 3000, T0 + 6000) == [600, 500, 400, 300]
+    assert q("T", "k", 100, T0 + 3001, T0 + 5999) == [500, 400]
+    assert q("T", "k", 100, T0 + 9000, T0 + 10**6) == [900]
+    assert q("T", "k", 100, 0, T0 - 1) == []
+    assert q("T", "k", 100, T0 + 10_000, T0 + 20_000) == []
+    assert q("T", "k", 100, T0 + 6000, T0 + 3000) == []
+    # timestamps are kept in whole seconds after the file's first entry: 1500 ms reads back as 1000
+    s.build_index("T", ["sec"], None, 2000, T0 + 9_000 + 1_500)
+    assert q("T", "sec", 10, T0 + 10_000, T0 + 10_000) == [2000]
+    assert q("T", "sec", 10, T0 + 10_001, T0 + 20_000) == []
+    s.close()
+
+
+def test_max_num(tmp_path):
+    s = make(tmp_path, 16, 30)  # 29 entries per file: results span files
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(100)])
+    assert len(s.file_paths) == 4
+    assert s.query_offsets("T", "k", 5, 0, 2**62) == [99, 98, 97, 96, 95]
+    assert s.query_offsets("T", "k", 40, 0, 2**62) == list(range(99, 59, -1))
+    assert s.query_offsets("T", "k", 1000, 0, 2**62) == list(range(99, -1, -1))
+    assert s.query_offsets("T", "k", 0, 0, 2**62) == []
+    s.close()
+
+
+def test_duplicates_are_removed_and_old_offsets_skipped(tmp_path):
+    s = make(tmp_path, 16, 100)
+    s.build_index("T", ["k"], "U", 100, T0)
+    s.build_index("T", ["k"], "U", 200, T0 + 1000)
+    s.build_index("T", ["k"], "U", 100, T0)  # below the newest indexed offset: skipped (RocketMQ)
+    s.build_index("T", ["k", "k"], "k", 200, T0 + 1000)  # at it: indexed again, de-duplicated on query
+    assert s.query_offsets("T", "k", 10, 0, 2**62) == [200, 100]
+    assert s.query_offsets("T", "U", 10, 0, 2**62) == [200, 100]
+    assert s.query_offsets("T", "k", 1, 0, 2**62) == [200]
+    s.close()
+
+
+# ---------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("threshold", [SCALAR, VECTOR])
+def test_roll_over_to_new_files(tmp_path, threshold):
+    s = make(tmp_path, 8, 5, threshold)  # 4 entries per file
+    s.build_index_batch([("T", ["a", "b"], f"u{i}", i * 10, T0 + i * 1000) for i in range(5)])  # 15 entries
+    paths = s.file_paths
+    assert len(paths) == 4
+    names = [os.path.basename(p) for p in paths]
+    assert names == sorted(names) and len(set(names)) == 4
+    assert all(re.fullmatch(r"\d{17}", n) for n in names)
+    headers = [struct.unpack_from(">qqqqii", open(p, "rb").read(40)) for p in paths]
+    # entry offsets per file (uniq key first, then keys): 0 0 0 10 | 10 10 20 20 | 20 30 30 30 | 40 40 40
+    assert headers[0] == (T0, T0 + 1000, 0, 10, headers[0][4], 5)
+    assert headers[1][:4] == (T0 + 1000, T0 + 2000, 10, 20) and headers[1][5] == 5
+    assert headers[2][:4] == (T0 + 2000, T0 + 3000, 20, 30) and headers[2][5] == 5
+    assert headers[3][:4] == (T0 + 4000, T0 + 4000, 40, 40) and headers[3][5] == 4
+    assert s.query_offsets("T", "a", 100, 0, 2**62) == [40, 30, 20, 10, 0]
+    assert s.query_offsets("T", "u2", 100, 0, 2**62) == [20]
+    assert s.query_offsets("T", "b", 100, T0 + 1000, T0 + 3000) == [30, 20, 10]
+    s.build_index("T", ["a"], None, 50, T0 + 5000)  # fills the last file
+    assert len(s.file_paths) == 4
+    s.build_index("T", ["a"], None, 60, T0 + 6000)
+    assert len(s.file_paths) == 5
+    assert s.query_offsets("T", "a", 100, 0, 2**62) == [60, 50, 40, 30, 20, 10, 0]
+    s.close()
+
+
+def test_reopen_after_close(tmp_path):
+    s = make(tmp_path, 8, 5)
+    items = [("T", [f"k{i % 4}"], f"u{i}", i * 100, T0 + i * 1000) for i in range(9)]  # 18 entries
+    s.build_index_batch(items)
+    before = {k: s.query_offsets("T", k, 100, 0, 2**62) for k in ["k0", "k1", "k3", "u5", "u8"]}
+    assert before["k0"] == [800, 400, 0] and before["u5"] == [500]
+    paths = s.file_paths
+    s.close()
+    with pytest.raises(RuntimeError):
+        s.build_index("T", ["x"], None, 5000, T0)
+    assert s.query_offsets("T", "k0", 100, 0, 2**62) == []
+
+    s2 = make(tmp_path, 8, 5)
+    assert s2.file_paths == paths
+    assert {k: s2.query_offsets("T", k, 100, 0, 2**62) for k in before} == before
+    assert s2.max_index_commit_log_offset == 800 and s2.end_timestamp == T0 + 8000
+    s2.build_index("T", ["k0"], None, 1000, T0 + 10_000)  # continues in the last, partly filled file
+    assert s2.file_paths == paths
+    assert s2.query_offsets("T", "k0", 100, 0, 2**62) == [1000] + before["k0"]
+    s2.close()
+
+    # an instance that was never load()ed loads on first use rather than shadowing the files
+    s3 = IndexService(str(tmp_path / "index"), 8, 5)
+    assert s3.query_offsets("T", "k0", 100, 0, 2**62) == [1000] + before["k0"]
+    s3.close()
+
+
+def test_load_rejects_file_of_other_geometry_and_drops_after_checkpoint(tmp_path):
+    s = make(tmp_path, 8, 5)
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(10)])  # 3 files
+    ends = [struct.unpack_from(">q", open(p, "rb").read(16), 8)[0] for p in s.file_paths]
+    s.close()
+    assert not IndexService(str(tmp_path / "index"), 8, 6).load(True)
+    (tmp_path / "index" / "notes.txt").write_text("ignored")
+    s2 = IndexService(str(tmp_path / "index"), 8, 5)
+    assert s2.load(False, index_msg_timestamp=ends[0])
+    assert len(s2.file_paths) == 1
+    assert s2.query_offsets("T", "k", 100, 0, 2**62) == [3, 2, 1, 0]
+    s2.close()
+
+
+def test_delete_expired(tmp_path):
+    s = make(tmp_path, 8, 5)  # 4 entries per file
+    s.build_index_batch([("T", ["k"], None, i * 100, T0 + i * 1000) for i in range(14)])
+    paths = s.file_paths
+    assert len(paths) == 4  # endPhyOffsets 300, 700, 1100, 1300
+    assert s.delete_expired(0) == 0
+    assert s.delete_expired(300) == 0  # endPhyOffset must be strictly below
+    assert s.delete_expired(301) == 1
+    assert not os.path.exists(paths[0]) and s.file_paths == paths[1:]
+    assert s.query_offsets("T", "k", 100, 0, 2**62) == [i * 100 for i in range(13, 3, -1)]
+    assert s.delete_expired(10**9) == 2  # never the file being written
+    assert s.file_paths == paths[3:]
+    assert s.query_offsets("T", "k", 100, 0, 2**62) == [1300, 1200]
+    s.destroy()
+    assert s.file_paths == [] and os.listdir(tmp_path / "index") == []
+
+
+def test_flush_records_index_msg_timestamp_of_full_files(tmp_path):
+    s = make(tmp_path, 8, 5)
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(6)])
+    assert s.index_msg_timestamp == 0
+    s.flush()
+    assert s.index_msg_timestamp == T0 + 3000
+    s.close()
+
+
+def test_scalar_and_vector_paths_write_identical_bytes(tmp_path):
+    items = [
+        (
+            f"Topic{i % 3}",
+            [f"k{i % 7}", f"x{i}"] if i % 5 else [],
+            f"U{i}" if i % 2 else None,
+            i * 64,
+            T0 + i * 333,
+        )
+        for i in range(300)
+    ]
+    a = make(tmp_path, 13, 50, SCALAR, sub="a")
+    b = make(tmp_path, 13, 50, VECTOR, sub="b")
+    for j in range(0, len(items), 1):
+        a.build_index_batch(items[j : j + 1])
+    for j in range(0, len(items), 37):
+        b.build_index_batch(items[j : j + 37])
+    pa, pb = a.file_paths, b.file_paths
+    assert len(pa) == len(pb) > 5
+    a.close()
+    b.close()
+    for x, y in zip(pa, pb, strict=True):
+        assert open(x, "rb").read() == open(y, "rb").read()
+
+
+def test_concurrent_build_and_query(tmp_path):
+    s = make(tmp_path, 101, 2_000)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader():
+        try:
+            while not done.is_set():
+                got = s.query_offsets("T", "hot", 50, 0, 2**62)
+                assert got == sorted(got, reverse=True) and len(got) == len(set(got))
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for r in range(100):
+        s.build_index_batch(
+            [("T", ["hot", f"k{r}-{i}"], None, r * 100 + i, T0 + r * 1000) for i in range(50)]
+        )
+    done.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert s.query_offsets("T", "hot", 3, 0, 2**62) == [9949, 9948, 9947]
+    assert len(s.file_paths) == 6
+    s.close()
+
+
+# ---------------------------------------------------------------------------- model check
+
+KEY = st.text(alphabet="AaBbC", max_size=2)  # "Aa"/"BB" collide in Java's hashCode
+ITEM = st.tuples(
+    st.sampled_from(["T1", "T2"]),
+    st.lists(KEY, max_size=3),
+    st.none() | KEY,
+    st.integers(0, 3),  # offset step (0: same record dispatched again)
+    st.integers(0, 2),  # timestamp step in seconds
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(ITEM, min_size=1, max_size=60),
+    threshold=st.sampled_from([SCALAR, VECTOR, 12]),
+    geometry=st.sampled_from([(1, 4), (3, 7), (16, 64)]),
+    data=st.data(),
+)
+def test_matches_dict_model(tmp_path_factory, steps, threshold, geometry, data):
+    root = tmp_path_factory.mktemp("model")
+    slots, num = geometry
+    s = make(root, slots, num, threshold)
+    model: list[tuple[int, int, int]] = []  # (keyHash, offset, ts), in index order
+    items = []
+    used = {("T1", "zz")}
+    off, ts = 0, T0
+    for topic, keys, uniq, d_off, d_ts in steps:
+        off += d_off
+        ts += d_ts * 1000
+        items.append((topic, keys, uniq, off, ts))
+        for k in ([uniq] if uniq is not None else []) + [k for k in keys if k]:
+            model.append((java_abs_hash(f"{topic}#{k}"), off, ts))
+            used.add((topic, k))
+    cuts = data.draw(st.lists(st.integers(0, len(items)), max_size=8), label="batch cuts")
+    reopen_at = data.draw(st.none() | st.sampled_from(cuts or [0]), label="reopen before batch at")
+    bounds = sorted({0, len(items), *cuts})
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        if reopen_at is not None and lo == reopen_at:
+            s.close()
+            s = make(root, slots, num, threshold)
+        s.build_index_batch(items[lo:hi])
+    assert s.max_index_commit_log_offset == (model[-1][1] if model else 0)
+
+    span = (ts - T0) // 1000 + 2
+    queries = data.draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(sorted(used)), st.integers(1, 8), st.integers(-1, span), st.integers(0, span)
+            ),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    for (topic, key), max_num, b, e in queries:
+        begin, end = T0 + b * 1000 - (b % 2) * 500, T0 + (b + e) * 1000
+        h = java_abs_hash(f"{topic}#{key}")
+        expected: list[int] = []
+        for kh, o, t in reversed(model):
+            if len(expected) >= max_num:
+                break
+            if kh == h and begin <= t <= end and o not in expected:
+                expected.append(o)
+        assert s.query_offsets(topic, key, max_num, begin, end) == expected
+    # the whole history, as a final check
+    for topic, key in sorted(used):
+        h = java_abs_hash(f"{topic}#{key}")
+        expected = list(dict.fromkeys(o for kh, o, _ in reversed(model) if kh == h))
+        assert s.query_offsets(topic, key, 10**6, 0, 2**62) == expected
+    s.destroy()
+    s.close()
+
+
+def test_after_unclean_exit_everything_redispatched_is_indexed(tmp_path):
+    s = make(tmp_path, 16, 100)
+    s.build_index_batch([("T", ["k"], None, i * 100, T0 + i * 1000) for i in range(10)])
+    s.close()
+    # crash: the CommitLog was truncated at 500 and new records now reuse offsets 500.. with new keys
+    s2 = IndexService(str(tmp_path / "index"), 16, 100)
+    assert s2.load(False)
+    s2.build_index_batch([("T", ["k"], None, i * 100, T0 + i * 1000) for i in range(3, 5)])  # re-dispatch
+    s2.build_index_batch([("T", ["new"], None, 500 + i * 100, T0 + 20_000 + i) for i in range(3)])
+    assert s2.query_offsets("T", "new", 10, 0, 2**62) == [700, 600, 500]
+    assert s2.query_offsets("T", "k", 100, 0, 2**62) == [400, 300, 900, 800, 700, 600, 500, 200, 100, 0]
+    s2.close()

@@ -1,0 +1,313 @@
+"""Append/read round trips, ConsumeQueue contents, statuses, filters and lookups."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+
+import pytest
+
+from tidalmq.common import sysflag as sf
+from tidalmq.common.msgid import decode_offset_msg_id
+from tidalmq.common.record import BLANK_MAGIC_CODE, decode_record
+from tidalmq.common.taghash import tags_hash_code
+from tidalmq.store.consume_queue import CQ_DTYPE
+from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
+
+from .conftest import FakeIndex, put_one, rec
+
+
+def test_append_read_round_trip_many_files(make_store) -> None:
+    store = make_store()
+    file_size = store.config.mapped_file_size_commit_log
+    results = []
+    for i in range(300):
+        body = bytes([i % 251]) * (50 + (i * 37) % 700)
+        results.extend(store.put_messages([PutRequest("RT", i % 3, [rec("RT", i % 3, body=body, tags=f"t{i % 5}")])]))
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    assert store.wait_reput(store.max_phy_offset, 5)
+    files = sorted(os.listdir(store.config.commit_log_path))
+    assert len(files) > 5 and all(len(f) == 20 for f in files)
+    for i, r in enumerate(results):
+        # a record never spans two files
+        assert r.wrote_offset // file_size == (r.wrote_offset + r.wrote_bytes - 1) // file_size
+        msg = store.look_message_by_offset(r.wrote_offset)
+        assert msg is not None
+        assert msg.body == bytes([i % 251]) * (50 + (i * 37) % 700)
+        assert msg.queue_offset == r.queue_offset == i // 3
+        assert msg.commit_log_offset == r.wrote_offset
+        assert msg.store_timestamp == r.store_timestamp
+        assert decode_offset_msg_id(r.msg_id)[2] == r.wrote_offset
+        raw = store.select_one_message_by_offset(r.wrote_offset)
+        assert raw is not None and bytes(raw) == bytes(store.select_one_message_by_offset(r.wrote_offset, r.wrote_bytes))
+    # every file but the last ends with a BLANK record right after its last message
+    ends: dict[int, int] = {}
+    for r in results:
+        idx = r.wrote_offset // file_size
+        ends[idx] = max(ends.get(idx, 0), r.wrote_offset + r.wrote_bytes - idx * file_size)
+    for idx in sorted(ends)[:-1]:
+        mf = store.commit_log.mfq.files[idx]
+        size, magic = struct.unpack_from(">ii", mf.mm, ends[idx])
+        assert magic == BLANK_MAGIC_CODE and size == file_size - ends[idx]
+    # ConsumeQueue agrees with the CommitLog
+    for q in range(3):
+        got = store.get_message("g", "RT", q, 0, 1000, max_total_bytes=10**9)
+        assert got.status is GetStatus.FOUND
+        offsets = []
+        off = 0
+        while off < store.get_max_offset_in_queue("RT", q):
+            got = store.get_message("g", "RT", q, off, 32)
+            assert got.status is GetStatus.FOUND
+            for qo, buf in zip(got.queue_offsets, got.buffers, strict=True):
+                m = decode_record(buf)
+                assert (m.topic, m.queue_id, m.queue_offset) == ("RT", q, qo)
+                offsets.append(qo)
+            off = got.next_begin_offset
+        assert offsets == list(range(100))
+
+
+def test_batch_request_consecutive_offsets_and_ids(make_store) -> None:
+    store = make_store()
+    put_one(store, "B", 1)
+    res = store.put_messages([PutRequest("B", 1, [rec("B", 1, body=b"%d" % i) for i in range(5)]),
+                              PutRequest("B", 2, [rec("B", 2)])])
+    assert [r.status for r in res] == [PutStatus.PUT_OK] * 2
+    assert res[0].queue_offset == 1 and res[0].msg_num == 5
+    ids = res[0].msg_id.split(",")
+    assert len(ids) == 5
+    assert res[1].queue_offset == 0
+    store.wait_reput(store.max_phy_offset, 5)
+    got = store.get_message("g", "B", 1, 1, 32)
+    assert [decode_record(b).body for b in got.buffers] == [b"%d" % i for i in range(5)]
+    assert got.queue_offsets == [1, 2, 3, 4, 5]
+    assert [decode_offset_msg_id(i)[2] for i in ids] == [decode_record(b).commit_log_offset for b in got.buffers]
+
+
+def test_batch_never_spans_files(make_store) -> None:
+    store = make_store()
+    size = store.config.mapped_file_size_commit_log
+    for _ in range(20):
+        r = store.put_messages([PutRequest("S", 0, [rec("S", body=b"z" * 900) for _ in range(4)])])[0]
+        assert r.status is PutStatus.PUT_OK
+        assert r.wrote_offset // size == (r.wrote_offset + r.wrote_bytes - 1) // size
+
+
+def test_illegal_requests(make_store) -> None:
+    store = make_store(max_message_size=2000)
+    good = rec("I")
+    bad_size = rec("I", body=b"x" * 3000)
+    corrupt = bytearray(rec("I"))
+    corrupt[4:8] = b"\0\0\0\0"
+    res = store.put_messages([PutRequest("I", 0, [bad_size]), PutRequest("I", 0, [corrupt]),
+                              PutRequest("I", 0, []), PutRequest("I", 0, [good])])
+    assert [r.status for r in res] == [PutStatus.MESSAGE_ILLEGAL] * 3 + [PutStatus.PUT_OK]
+    assert res[-1].queue_offset == 0
+    too_big_for_file = rec("I", body=b"x" * 1000)
+    store2_res = store.put_messages([PutRequest("I", 0, [too_big_for_file] * 17)])  # > one 16 KiB file
+    assert store2_res[0].status is PutStatus.MESSAGE_ILLEGAL
+
+
+def test_get_message_statuses(make_store) -> None:
+    store = make_store()
+    r = store.get_message("g", "NOPE", 0, 5, 32)
+    assert (r.status, r.next_begin_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
+    for _ in range(10):
+        put_one(store, "ST")
+    store.wait_reput(store.max_phy_offset, 5)
+    r = store.get_message("g", "ST", 0, 10, 32)
+    assert (r.status, r.next_begin_offset, r.min_offset, r.max_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 10, 0, 10)
+    r = store.get_message("g", "ST", 0, 15, 32)
+    assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 10)
+    r = store.get_message("g", "ST", 0, 3, 4)
+    assert (r.status, r.message_count, r.next_begin_offset) == (GetStatus.FOUND, 4, 7)
+    assert r.buffer_total_size == sum(len(b) for b in r.buffers)
+    assert all(isinstance(b, memoryview) for b in r.buffers)
+    r = store.get_message("g", "ST", 0, 0, 32, max_total_bytes=1)  # at least one message always
+    assert r.message_count == 1
+
+
+def test_get_message_transfer_limits(make_store) -> None:
+    store = make_store(max_transfer_count_on_message_in_memory=5)
+    store.put_messages([PutRequest("L", 0, [rec("L")]) for _ in range(20)])
+    store.wait_reput(store.max_phy_offset, 5)
+    r = store.get_message("g", "L", 0, 0, 32)
+    assert (r.message_count, r.next_begin_offset) == (5, 5)
+
+
+def test_tag_filtering(make_store) -> None:
+    store = make_store()
+    for i in range(30):
+        put_one(store, "TAG", tags="A" if i % 3 == 0 else "B")
+    for _ in range(10):
+        put_one(store, "TAG", tags="C")
+    store.wait_reput(store.max_phy_offset, 5)
+    a = tags_hash_code("A")
+    r = store.get_message("g", "TAG", 0, 0, 32, tag_codes={a})
+    assert r.status is GetStatus.FOUND
+    assert r.queue_offsets == list(range(0, 30, 3))
+    assert all(decode_record(b).tags == "A" for b in r.buffers)
+    assert r.next_begin_offset == 40  # walked past the non-matching tail
+    r = store.get_message("g", "TAG", 0, 30, 32, tag_codes={a})
+    assert (r.status, r.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 40)
+    # commit-log level filter sees the raw record
+    r = store.get_message("g", "TAG", 0, 0, 32, filter=lambda code, raw: decode_record(raw).tags == "C")
+    assert r.queue_offsets == list(range(30, 40))
+    assert r.filter_message_count == 30
+
+
+def test_consume_queue_files_and_layout(make_store) -> None:
+    store = make_store()
+    results = store.put_messages([PutRequest("CQ", 7, [rec("CQ", 7, tags="x")]) for _ in range(150)])
+    store.wait_reput(store.max_phy_offset, 5)
+    qdir = os.path.join(store.config.consume_queue_path, "CQ", "7")
+    names = sorted(os.listdir(qdir))
+    assert names == [f"{i * 1280:020d}" for i in range(3)]  # 64 entries a file
+    import numpy as np
+
+    raw = b"".join(open(os.path.join(qdir, n), "rb").read() for n in names)
+    arr = np.frombuffer(raw, CQ_DTYPE)[:150]
+    assert arr["offset"].tolist() == [r.wrote_offset for r in results]
+    assert arr["size"].tolist() == [r.wrote_bytes for r in results]
+    assert set(arr["tag"].tolist()) == {tags_hash_code("x")}
+    assert store.topics_and_queues() == {"CQ": [7]}
+    assert store.get_commit_log_offset_in_queue("CQ", 7, 149) == results[149].wrote_offset
+
+
+def test_offsets_and_times(make_store, clock) -> None:
+    store = make_store()
+    base = clock.now
+    for i in range(20):
+        clock.now = base + i * 1000
+        put_one(store, "TM")
+    store.wait_reput(store.max_phy_offset, 5)
+    assert store.get_min_offset_in_queue("TM", 0) == 0
+    assert store.get_max_offset_in_queue("TM", 0) == 20
+    assert store.get_earliest_message_time("TM", 0) == base
+    assert store.get_message_store_timestamp("TM", 0, 7) == base + 7000
+    assert store.get_message_store_timestamp("TM", 0, 70) == -1
+    assert store.get_offset_in_queue_by_time("TM", 0, base - 5) == 0
+    assert store.get_offset_in_queue_by_time("TM", 0, base + 7000) == 7
+    assert store.get_offset_in_queue_by_time("TM", 0, base + 6500) == 7
+    assert store.get_offset_in_queue_by_time("TM", 0, base + 10**7) == 20
+    assert store.get_offset_in_queue_by_time("NONE", 0, base) == 0
+
+
+def test_transactions_and_schedule_topic(make_store, clock) -> None:
+    store = make_store()
+    prepared = rec("TX", sysflag=sf.TRANSACTION_PREPARED_TYPE, keys="half")
+    res = store.put_messages([PutRequest("TX", 0, [prepared]), PutRequest("TX", 0, [rec("TX")])])
+    assert res[0].queue_offset == 0 and res[1].queue_offset == 0
+    sched = rec("SCHEDULE_TOPIC_XXXX", 2, props={"DELAY": "3"})  # level 3 = 10 s
+    r = store.put_messages([PutRequest("SCHEDULE_TOPIC_XXXX", 2, [sched])])[0]
+    store.wait_reput(store.max_phy_offset, 5)
+    assert store.get_max_offset_in_queue("TX", 0) == 1  # the half message has no ConsumeQueue entry
+    got = store.get_message("g", "TX", 0, 0, 32)
+    assert got.buffers[0].tobytes() == store.select_one_message_by_offset(res[1].wrote_offset).tobytes()
+    cq = store.find_consume_queue("SCHEDULE_TOPIC_XXXX", 2)
+    assert cq is not None and cq.entry(0)[2] == r.store_timestamp + 10_000
+    # prepared messages are still indexed
+    assert store.index_service.query_offsets("TX", "half", 10, 0, 2**62) == [res[0].wrote_offset]
+
+
+def test_query_message_dedup_and_verification(make_store) -> None:
+    idx = FakeIndex(duplicate=True)
+    store = make_store(index=idx)
+    r1 = put_one(store, "Q", keys="k1 k2", uniq="U1")
+    put_one(store, "Q", keys="other")
+    r3 = put_one(store, "Q", keys="k1")
+    store.wait_reput(store.max_phy_offset, 5)
+    got = store.query_message("Q", "k1", 32, 0, 2**62)
+    assert [decode_record(b).commit_log_offset for b in got] == [r1.wrote_offset, r3.wrote_offset]
+    assert len(store.query_message("Q", "U1", 32, 0, 2**62)) == 1
+    assert store.query_message("Q", "k2", 32, 0, 2**62)[0].tobytes() == store.select_one_message_by_offset(
+        r1.wrote_offset).tobytes()
+    # an index hit whose record does not carry the key (hash collision) is dropped
+    idx.entries.append(("Q#ghost", r3.wrote_offset, r3.store_timestamp))
+    assert store.query_message("Q", "ghost", 32, 0, 2**62) == []
+    assert store.query_message("Other", "k1", 32, 0, 2**62) == []
+
+
+def test_arrival_listener_batched(make_store) -> None:
+    store = make_store(start=False)
+    calls: list[tuple[str, int, int]] = []
+    store.add_arrival_listener(lambda t, q, m: calls.append((t, q, m)))
+    store.put_messages([PutRequest("AL", q % 2, [rec("AL", q % 2)]) for q in range(10)])
+    assert store.wait_reput(store.max_phy_offset, 5)
+    assert sorted(calls) == [("AL", 0, 5), ("AL", 1, 5)]
+
+
+def test_arrival_listener_from_thread(make_store) -> None:
+    store = make_store()
+    seen = threading.Event()
+    store.add_arrival_listener(lambda t, q, m: seen.set() if (t, m) == ("AL2", 3) else None)
+    store.put_messages([PutRequest("AL2", 0, [rec("AL2") for _ in range(3)])])
+    assert seen.wait(5)
+
+
+def test_delete_topics_and_runtime_info(make_store) -> None:
+    store = make_store()
+    put_one(store, "D1")
+    put_one(store, "D2", 3)
+    store.wait_reput(store.max_phy_offset, 5)
+    assert store.topics_and_queues() == {"D1": [0], "D2": [3]}
+    store.delete_topics(["D1"])
+    assert store.topics_and_queues() == {"D2": [3]}
+    assert not os.path.exists(os.path.join(store.config.consume_queue_path, "D1"))
+    assert store.get_message("g", "D1", 0, 0, 32).status is GetStatus.NO_MESSAGE_IN_QUEUE
+    r = put_one(store, "D1")
+    assert r.queue_offset == 0
+    info = store.runtime_info()
+    assert info["commitLogMaxOffset"] == str(store.max_phy_offset)
+    assert all(isinstance(v, str) for v in info.values())
+
+
+def test_put_before_load_and_after_shutdown(tmp_path, make_store) -> None:
+    store = make_store()
+    store.shutdown()
+    assert put_one(store, "X").status is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+@pytest.mark.parametrize("mode", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_request_flush(make_store, mode: str) -> None:
+    store = make_store(flush_disk_type=mode)
+    done: list[bool] = []
+    ev = threading.Event()
+
+    def cb(ok: bool) -> None:
+        done.append(ok)
+        if len(done) == 40:
+            ev.set()
+
+    def worker() -> None:
+        for _ in range(10):
+            r = put_one(store, "F")
+            store.request_flush(r.wrote_offset + r.wrote_bytes, cb)
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert ev.wait(10)
+    assert done == [True] * 40
+    if mode == "SYNC_FLUSH":
+        assert store.commit_log.flushed_where >= store.max_phy_offset
+
+
+def test_sync_flush_timeout(make_store, monkeypatch) -> None:
+    store = make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=50)
+    slow = threading.Event()
+    real = store.commit_log.mfq.flush
+
+    def slow_flush(least_pages: int = 0) -> bool:
+        slow.wait(0.3)
+        return real(least_pages)
+
+    monkeypatch.setattr(store.commit_log.mfq, "flush", slow_flush)
+    got: list[bool] = []
+    ev = threading.Event()
+    r = put_one(store, "F")
+    store.request_flush(r.wrote_offset + r.wrote_bytes, lambda ok: (got.append(ok), ev.set()))
+    assert ev.wait(5)
+    assert got == [False]

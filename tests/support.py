@@ -1,0 +1,132 @@
+"""Helpers shared by the tests: free ports and a ``tidalmq standalone`` process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+READY = re.compile(r"standalone ready: namesrv \S+:(\d+) broker (\S+):(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_pair() -> tuple[int, int]:
+    """Two free ports; the broker's neighbour port (HA) is left alone as RocketMQ uses listenPort+1."""
+    while True:
+        a, b = free_port(), free_port()
+        if a != b and abs(a - b) > 1:
+            return a, b
+
+
+class Standalone:
+    """A ``tidalmq standalone`` subprocess on free loopback ports in a temporary data dir."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.settings = dict(settings or {})
+        self.namesrv_port, self.broker_port = free_port_pair()
+        self.proc: subprocess.Popen[str] | None = None
+        self.log_path = log_path or (self.data_dir / "standalone.log")
+        self._lines: list[str] = []
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(self.data_dir),
+               "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port)]
+        for k, v in self.settings.items():
+            cmd += ["--set", f"{k}={v}"]
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> Standalone:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        deadline = time.monotonic() + timeout
+        ready = threading.Event()
+        assert self.proc.stdout is not None
+
+        def reader() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self._lines.append(line)
+                if READY.search(line):
+                    ready.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"standalone did not start: exit {self.proc.returncode}\n{self.log_tail()}")
+        return self
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "".join(self.log_path.read_text().splitlines(keepends=True)[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait for a clean exit."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise RuntimeError(f"standalone did not stop within {timeout}s\n{self.log_tail()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash the durability tests are about."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> Standalone:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.stop()
+            except RuntimeError:
+                pass
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def chunks(seq: list, n: int) -> Iterable[list]:  # type: ignore[type-arg]
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
