@@ -38,8 +38,8 @@ def test_long_polling_answers_when_a_message_arrives(shared_standalone: Standalo
         c = RemotingClient()
         try:
             assert (await c.invoke(addr, send_cmd("LongPoll", b"first"), 5)).code == ResponseCode.SUCCESS
-            # Drain queue 0 first so that the next pull has nothing to read.
-            r = await c.invoke(addr, pull_cmd("LongPoll", 0, 0), 5)
+            # Drain queue 0 first so that the next pull has nothing to read (held until dispatched).
+            r = await c.invoke(addr, pull_cmd("LongPoll", 0, 0, suspend_ms=5000), 10)
             assert r.code == ResponseCode.SUCCESS
             nxt = int(r.ext_fields["nextBeginOffset"])
             t0 = time.monotonic()
@@ -72,6 +72,8 @@ def test_tag_filter_by_hash_on_the_broker(shared_standalone: Standalone) -> None
             for i, tag in enumerate(["TagA", "TagB", "TagC", "TagA"]):
                 r = await c.invoke(addr, send_cmd("TagFilter", b"m%d" % i, props={"TAGS": tag}), 5)
                 assert r.code == ResponseCode.SUCCESS
+            r = await c.invoke(addr, pull_cmd("TagFilter", 0, 3, suspend_ms=5000), 10)  # the last one is dispatched
+            assert r.code == ResponseCode.SUCCESS
             r = await c.invoke(addr, pull_cmd("TagFilter", 0, 0, sub="TagA || TagC"), 5)
             assert r.code == ResponseCode.SUCCESS
             got = records(r.body_bytes())

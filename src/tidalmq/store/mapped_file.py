@@ -226,7 +226,13 @@ class MappedFileQueue:
                 for f in files:
                     f.close()
                 return False
-            f = MappedFile(path, self.mapped_file_size, create=False)
+            try:
+                f = MappedFile(path, self.mapped_file_size, create=False)
+            except (OSError, ValueError):
+                log.exception("cannot map %s", path)
+                for g in files:
+                    g.close()
+                return False
             f.wrote_position = f.flushed_position = self.mapped_file_size
             files.append(f)
         self.files = tuple(files)

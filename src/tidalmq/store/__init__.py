@@ -1,0 +1,1 @@
+"""The store: CommitLog, ConsumeQueue, index, checkpoint, flush, reput and retention (synchronous)."""

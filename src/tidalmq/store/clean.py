@@ -1,0 +1,132 @@
+"""Retention: CleanCommitLogService and CleanConsumeQueueService, run by one CleanService thread.
+
+CommitLog files go when their last modification is older than ``file_reserved_time`` hours and the
+current hour is listed in ``delete_when`` (``"04;05"``), or at once when the disk is fuller than the
+configured ratios. The written file is never deleted. Then ConsumeQueue files wholly below the new
+minimum physical offset go, each queue's minimum logical offset moves up, and the index drops files
+below it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tidalmq.store.flush import ServiceThread
+
+if TYPE_CHECKING:
+    from tidalmq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger("tidalmq.store")
+
+
+def disk_partition_space_used_percent(path: str) -> float:
+    """UtilAll.getDiskPartitionSpaceUsedPercent: (total - free) / total, -1 when unknown."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return -1.0
+    if usage.total <= 0:
+        return -1.0
+    return (usage.total - usage.free) / usage.total
+
+
+def is_time_to_delete(delete_when: str, now_ms: int) -> bool:
+    hour = time.localtime(now_ms / 1000).tm_hour
+    for part in delete_when.split(";"):
+        part = part.strip()
+        if part.isdigit() and int(part) == hour:
+            return True
+    return False
+
+
+class CleanCommitLogService:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.clean_immediately = False
+        self.disk_usage: Callable[[str], float] = disk_partition_space_used_percent
+
+    def _warning_ratio(self) -> float:
+        return min(0.90, max(0.35, self.store.config.disk_space_warning_level_ratio / 100))
+
+    def _forcibly_ratio(self) -> float:
+        return min(0.85, max(0.30, self.store.config.disk_space_clean_forcibly_ratio / 100))
+
+    def is_space_to_delete(self) -> bool:
+        """Also maintains the store's disk-full flag, which makes puts fail (SERVICE_NOT_AVAILABLE)."""
+        cfg = self.store.config
+        self.clean_immediately = False
+        full = False
+        for path in (cfg.commit_log_path, cfg.consume_queue_path):
+            ratio = self.disk_usage(path)
+            if ratio > self._warning_ratio():
+                if not self.store.disk_full:
+                    log.error("disk maybe full soon (%.2f) at %s: marking disk full", ratio, path)
+                self.store.disk_full = full = True
+                self.clean_immediately = True
+                return True
+            if ratio > self._forcibly_ratio():
+                self.clean_immediately = True
+                return True
+            if ratio < 0 or ratio > cfg.disk_max_used_space_ratio / 100:
+                return True
+        if not full and self.store.disk_full:
+            log.info("disk space OK again")
+            self.store.disk_full = False
+        return False
+
+    def delete_expired_files(self, manual: bool = False) -> int:
+        cfg = self.store.config
+        time_up = is_time_to_delete(cfg.delete_when, self.store.clock())
+        space_full = self.is_space_to_delete()
+        if not (time_up or space_full or manual):
+            return 0
+        clean_at_once = cfg.clean_file_forcibly_enable and self.clean_immediately
+        count = self.store.commit_log.delete_expired_file(
+            cfg.file_reserved_time * 60 * 60 * 1000, cfg.delete_commit_log_files_interval, clean_at_once,
+            cfg.delete_file_batch_max)
+        if count == 0 and space_full:
+            log.warning("disk space will be full soon, but no file could be deleted")
+        return count
+
+
+class CleanConsumeQueueService:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.last_physical_min_offset = 0
+
+    def delete_expired_files(self) -> int:
+        min_phy = self.store.commit_log.min_offset
+        if min_phy <= self.last_physical_min_offset:
+            return 0
+        self.last_physical_min_offset = min_phy
+        deleted = 0
+        for cq in list(self.store.consume_queues()):
+            deleted += cq.delete_expired_file(min_phy)
+        index = self.store.index_service
+        if index is not None:
+            try:
+                index.delete_expired(min_phy)
+            except Exception:
+                log.exception("index retention failed")
+        return deleted
+
+
+class CleanService(ServiceThread):
+    def __init__(self, run_once: Callable[[], object], interval_ms: int) -> None:
+        super().__init__("CleanService")
+        self.run_once = run_once
+        self.interval_s = interval_ms / 1000
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(self.interval_s)
+            if self.stopped:
+                break
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("clean service failed")

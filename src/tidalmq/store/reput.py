@@ -1,0 +1,79 @@
+"""ReputMessageService: turns what the CommitLog accepted into ConsumeQueue and index entries.
+
+The thread sleeps until the CommitLog signals a write, reads every record past ``reput_from_offset``
+and hands them, a round at a time, to the store's dispatcher. Arrival listeners are told once per round
+per touched queue (not per message), which is what long polling needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from tidalmq.store.commit_log import CommitLog
+from tidalmq.store.flush import ServiceThread
+from tidalmq.store.results import DispatchRequest
+
+log = logging.getLogger("tidalmq.store")
+
+# How much CommitLog one round dispatches before telling listeners (bounds notification latency).
+ROUND_BYTES = 4 * 1024 * 1024
+
+
+class ReputMessageService(ServiceThread):
+    def __init__(self, commit_log: CommitLog,
+                 dispatch: Callable[[list[DispatchRequest]], dict[tuple[str, int], int]],
+                 listeners: list[Callable[[str, int, int], None]]) -> None:
+        super().__init__("ReputMessageService")
+        self.commit_log = commit_log
+        self.dispatch = dispatch
+        self.listeners = listeners
+        self.reput_from_offset = 0
+        self.last_dispatched_store_timestamp = 0
+        self._progress = threading.Condition()
+        self._stalled = False
+
+    def behind(self) -> int:
+        return self.commit_log.max_offset - self.reput_from_offset
+
+    def do_reput(self) -> bool:
+        """Dispatch everything written so far. Returns False if an undecodable record blocked it."""
+        while self.reput_from_offset < self.commit_log.max_offset:
+            prev = self.reput_from_offset
+            reqs, next_offset, stalled = self.commit_log.read_dispatch_requests(prev, ROUND_BYTES)
+            touched = self.dispatch(reqs) if reqs else {}
+            if reqs:
+                self.last_dispatched_store_timestamp = reqs[-1].store_timestamp
+            with self._progress:
+                self.reput_from_offset = next_offset
+                self._progress.notify_all()
+            for (topic, queue_id), max_offset in touched.items():
+                for fn in self.listeners:
+                    try:
+                        fn(topic, queue_id, max_offset)
+                    except Exception:
+                        log.exception("arrival listener failed")
+            if stalled:
+                self._stalled = True
+                return False
+            if next_offset == prev:
+                break
+        return True
+
+    def wait_reput(self, offset: int, timeout: float) -> bool:
+        with self._progress:
+            return self._progress.wait_for(lambda: self.reput_from_offset >= offset, timeout)
+
+    def run(self) -> None:
+        while not self.stopped:
+            self.wait_for_running(1.0)  # also woken by every CommitLog write
+            try:
+                self.do_reput()
+            except Exception:
+                log.exception("reput failed")
+        # Dispatch what is left so a clean shutdown leaves complete ConsumeQueues.
+        try:
+            self.do_reput()
+        except Exception:
+            log.exception("final reput failed")

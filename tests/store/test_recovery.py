@@ -1,0 +1,177 @@
+"""Normal and abnormal recovery: torn tails, lagging ConsumeQueues, checkpoint-driven rebuilds."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tidalmq.common.record import decode_record
+from tidalmq.store.consume_queue import CQ_DTYPE
+from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
+
+from .conftest import crash, put_one, rec
+
+
+def read_queue(store, topic: str, qid: int) -> list:  # noqa: ANN001
+    out = []
+    off = store.get_min_offset_in_queue(topic, qid)
+    while True:
+        r = store.get_message("g", topic, qid, off, 32)
+        if r.status is not GetStatus.FOUND:
+            if r.status is GetStatus.NO_MATCHED_MESSAGE and r.next_begin_offset > off:
+                off = r.next_begin_offset
+                continue
+            return out
+        for qo, b in zip(r.queue_offsets, r.buffers, strict=True):
+            m = decode_record(b)
+            assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qo)
+            out.append(m)
+        off = r.next_begin_offset
+
+
+def fill(store, n: int, queues: int = 3, size: int = 300) -> list:  # noqa: ANN001
+    res = store.put_messages([PutRequest("R", i % queues, [rec("R", i % queues, body=b"%06d" % i + b"." * size)])
+                              for i in range(n)])
+    assert all(r.status is PutStatus.PUT_OK for r in res)
+    assert store.wait_reput(store.max_phy_offset, 5)
+    return res
+
+
+def test_normal_recovery(make_store, tmp_path) -> None:
+    store = make_store()
+    fill(store, 200)
+    end = store.max_phy_offset
+    store.shutdown()
+    assert not os.path.exists(store.config.abort_path)
+    again = make_store()
+    assert again.last_exit_ok
+    assert again.max_phy_offset == end
+    assert [m.body[:6] for m in read_queue(again, "R", 1)] == [b"%06d" % i for i in range(1, 200, 3)]
+    r = put_one(again, "R", 1)
+    assert r.queue_offset == 67 and r.wrote_offset == end
+
+
+def test_abnormal_recovery_torn_tail(make_store) -> None:
+    store = make_store()
+    res = fill(store, 100)
+    end = store.max_phy_offset
+    crash(store)
+    # A torn record at the end: a valid header and part of a body, then garbage.
+    torn = bytearray(rec("R", 0, body=b"T" * 500))
+    mf_path = os.path.join(store.config.commit_log_path, f"{end - end % store.config.mapped_file_size_commit_log:020d}")
+    with open(mf_path, "r+b") as f:
+        f.seek(end % store.config.mapped_file_size_commit_log)
+        f.write(torn[:200] + os.urandom(100))
+    again = make_store()
+    assert not again.last_exit_ok
+    assert again.max_phy_offset == end
+    msgs = [m for q in range(3) for m in read_queue(again, "R", q)]
+    assert len(msgs) == 100 and len({m.commit_log_offset for m in msgs}) == 100
+    # appends continue exactly at the end of valid data, with the right queue offsets
+    r = put_one(again, "R", 0, body=b"after")
+    assert r.wrote_offset == end and r.queue_offset == 34
+    again.wait_reput(again.max_phy_offset, 5)
+    assert read_queue(again, "R", 0)[-1].body == b"after"
+    again.shutdown()
+    third = make_store()
+    assert third.max_phy_offset == r.wrote_offset + r.wrote_bytes
+    assert len(read_queue(third, "R", 0)) == 35
+    assert res[0].wrote_offset == 0
+
+
+def test_abnormal_recovery_corrupt_body_truncates(make_store) -> None:
+    store = make_store()
+    res = fill(store, 30, queues=1)
+    crash(store)
+    victim = res[20]
+    fs = store.config.mapped_file_size_commit_log
+    path = os.path.join(store.config.commit_log_path, f"{victim.wrote_offset - victim.wrote_offset % fs:020d}")
+    with open(path, "r+b") as f:
+        f.seek(victim.wrote_offset % fs + victim.wrote_bytes - 40)  # inside the body: CRC breaks
+        f.write(b"!!!!")
+    again = make_store()
+    assert again.max_phy_offset == victim.wrote_offset
+    assert [m.queue_offset for m in read_queue(again, "R", 0)] == list(range(20))
+    assert put_one(again, "R", 0).queue_offset == 20
+
+
+def test_abnormal_recovery_rebuilds_lagging_consume_queue(make_store, clock) -> None:
+    store = make_store()
+    first = fill(store, 60)
+    clock.now += 10_000
+    first += fill(store, 30)
+    store.shutdown()  # clean: checkpoint now covers the first batches
+    clock.now += 60_000
+    store = make_store()
+    second = fill(store, 60)
+    crash(store)
+    # Lose the ConsumeQueue tail (as if its pages never reached the disk): zero the last 15 entries of q0.
+    qdir = os.path.join(store.config.consume_queue_path, "R", "0")
+    names = sorted(os.listdir(qdir))
+    per_file = store.config.mapped_file_size_consume_queue // 20
+    for qo in range(35, 50):
+        path = os.path.join(qdir, f"{(qo // per_file) * per_file * 20:020d}")
+        with open(path, "r+b") as f:
+            f.seek((qo % per_file) * 20)
+            f.write(bytes(20))
+    # and delete queue 2 altogether
+    for n in os.listdir(os.path.join(store.config.consume_queue_path, "R", "2")):
+        os.unlink(os.path.join(store.config.consume_queue_path, "R", "2", n))
+    assert names
+    again = make_store()
+    all_res = first + second
+    for q in range(3):
+        msgs = read_queue(again, "R", q)
+        expect = [r.wrote_offset for i, r in enumerate(all_res) if i % 3 == q]
+        got = [m.commit_log_offset for m in msgs]
+        if q == 2:
+            # queue 2's older entries were before the checkpoint: only the part after it is rebuilt
+            assert got == expect[len(expect) - len(got):]
+            # rebuilt from the checkpoint's file on, not from the start of the CommitLog
+            assert 20 <= len(got) < len(expect)
+        else:
+            assert got == expect
+    assert put_one(again, "R", 0).queue_offset == 50
+
+
+def test_abnormal_recovery_drops_dirty_consume_queue_entries(make_store) -> None:
+    """ConsumeQueue entries pointing past the recovered CommitLog end are removed."""
+    store = make_store()
+    fill(store, 30, queues=1)
+    end = store.max_phy_offset
+    crash(store)
+    qpath = os.path.join(store.config.consume_queue_path, "R", "0", f"{0:020d}")
+    with open(qpath, "r+b") as f:
+        f.seek(30 * 20)
+        bogus = np.zeros(2, CQ_DTYPE)
+        bogus["offset"] = [end, end + 300]
+        bogus["size"] = 300
+        f.write(bogus.tobytes())
+    again = make_store()
+    assert again.get_max_offset_in_queue("R", 0) == 30
+    assert len(read_queue(again, "R", 0)) == 30
+
+
+def test_normal_recovery_with_lagging_consume_queue(make_store) -> None:
+    """Even after a clean exit the reput point is taken from the ConsumeQueues, so records they miss
+    (e.g. a store abandoned before dispatch) are dispatched at load."""
+    store = make_store(start=False)
+    store.put_messages([PutRequest("N", 0, [rec("N")]) for _ in range(10)])
+    store.commit_log.flush(0)
+    store._shutdown = True
+    store._close()  # no dispatch happened, no abort file (never started)
+    again = make_store()
+    assert again.get_max_offset_in_queue("N", 0) == 10
+    assert len(read_queue(again, "N", 0)) == 10
+
+
+def test_empty_commit_log_destroys_queues(make_store) -> None:
+    store = make_store()
+    fill(store, 5)
+    store.shutdown()
+    for n in os.listdir(store.config.commit_log_path):
+        os.unlink(os.path.join(store.config.commit_log_path, n))
+    again = make_store()
+    assert again.topics_and_queues() == {}
+    assert put_one(again, "R", 0).queue_offset == 0

@@ -1,0 +1,125 @@
+"""Retention: CommitLog files by age / disk pressure, then ConsumeQueues and the index follow."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tidalmq.store.clean import is_time_to_delete
+from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
+
+from .conftest import FakeIndex, rec
+
+
+def fill(store, n: int) -> list:  # noqa: ANN001
+    res = store.put_messages([PutRequest("RET", 0, [rec("RET", body=b"x" * 1000)]) for _ in range(n)])
+    assert all(r.status is PutStatus.PUT_OK for r in res)
+    store.wait_reput(store.max_phy_offset, 5)
+    store.commit_log.flush(0)
+    return res
+
+
+def age_files(path: str, hours: float) -> None:
+    t = time.time() - hours * 3600
+    for n in os.listdir(path):
+        os.utime(os.path.join(path, n), (t, t))
+
+
+def test_is_time_to_delete() -> None:
+    ms = int(time.mktime((2024, 5, 1, 4, 30, 0, 0, 0, -1)) * 1000)
+    assert is_time_to_delete("04", ms)
+    assert is_time_to_delete("03;04;05", ms)
+    assert not is_time_to_delete("05", ms)
+    assert not is_time_to_delete("", ms)
+
+
+def test_retention_by_reserved_time(make_store, clock) -> None:
+    clock.now = int(time.time() * 1000)  # file ages are real mtimes here
+    idx = FakeIndex()
+    store = make_store(index=idx, file_reserved_time=72, mapped_file_size_consume_queue=20 * 8)
+    res = fill(store, 80)  # ~5 CommitLog files of 16 KiB
+    cl_dir = store.config.commit_log_path
+    n_files = len(os.listdir(cl_dir))
+    assert n_files >= 5
+    # not old enough: nothing happens, even when forced
+    assert store.clean_expired_now(force=True) == 0
+    # old, but not the hour of delete_when: nothing
+    age_files(cl_dir, 100)
+    store.config.delete_when = f"{(time.localtime(clock.now / 1000).tm_hour + 1) % 24:02d}"
+    assert store.clean_expired_now() == 0
+    # the hour has come: all files but the one being written go
+    store.config.delete_when = f"{time.localtime(clock.now / 1000).tm_hour:02d}"
+    deleted = store.clean_expired_now()
+    assert deleted == n_files - 1
+    assert len(os.listdir(cl_dir)) == 1
+    min_phy = store.min_phy_offset
+    assert min_phy == store.commit_log.mfq.files[0].file_from_offset
+    # the ConsumeQueue's min offset follows, old CQ files are gone, the index was told
+    min_q = store.get_min_offset_in_queue("RET", 0)
+    first_alive = next(i for i, r in enumerate(res) if r.wrote_offset >= min_phy)
+    assert min_q == first_alive
+    qdir = os.path.join(store.config.consume_queue_path, "RET", "0")
+    assert min(int(n) for n in os.listdir(qdir)) // 20 <= min_q
+    assert len(os.listdir(qdir)) < 80 // 8
+    assert idx.expired_calls and idx.expired_calls[-1] == min_phy
+    r = store.get_message("g", "RET", 0, 0, 32)
+    assert (r.status, r.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, min_q)
+    r = store.get_message("g", "RET", 0, min_q, 32)
+    assert r.status is GetStatus.FOUND and r.queue_offsets[0] == min_q
+    assert store.get_offset_in_queue_by_time("RET", 0, 0) == min_q
+    # still consistent after a restart
+    store.shutdown()
+    again = make_store(mapped_file_size_consume_queue=20 * 8)
+    assert again.get_min_offset_in_queue("RET", 0) == min_q
+    assert again.get_max_offset_in_queue("RET", 0) == 80
+
+
+def test_retention_with_injected_clock(make_store, clock) -> None:
+    clock.now = int(time.time() * 1000)
+    store = make_store(file_reserved_time=1)
+    fill(store, 40)
+    n_files = len(os.listdir(store.config.commit_log_path))
+    assert store.clean_expired_now(force=True) == 0
+    clock.now += 2 * 3600 * 1000  # two hours later, files modified "now" have expired
+    assert store.clean_expired_now(force=True) == n_files - 1
+
+
+def test_retention_on_disk_pressure(make_store) -> None:
+    store = make_store(file_reserved_time=72)
+    fill(store, 50)
+    n_files = len(os.listdir(store.config.commit_log_path))
+    # over diskSpaceCleanForciblyRatio: files go at once, whatever their age and the hour
+    store.clean_commit_log.disk_usage = lambda path: 0.86
+    assert store.clean_expired_now() == n_files - 1
+    assert not store.disk_full
+    # over the warning level: the disk is marked full and puts are refused
+    store.clean_commit_log.disk_usage = lambda path: 0.95
+    store.clean_expired_now()
+    assert store.disk_full
+    r = store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0]
+    assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
+    store.clean_commit_log.disk_usage = lambda path: 0.10
+    store.clean_expired_now()
+    assert not store.disk_full
+    assert store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0].status is PutStatus.PUT_OK
+
+
+def test_never_deletes_the_file_being_written(make_store, clock) -> None:
+    store = make_store(file_reserved_time=0)
+    fill(store, 3)
+    assert len(os.listdir(store.config.commit_log_path)) == 1
+    clock.now += 10**9
+    assert store.clean_expired_now(force=True) == 0
+    assert store.get_message("g", "RET", 0, 0, 32).message_count == 3
+
+
+def test_reading_while_file_is_deleted(make_store, clock) -> None:
+    """Views handed out before deletion stay valid (the mapping outlives the file)."""
+    store = make_store(file_reserved_time=0)
+    fill(store, 40)
+    r = store.get_message("g", "RET", 0, 0, 8)
+    before = [bytes(b) for b in r.buffers]
+    clock.now = int(time.time() * 1000) + 10**9
+    assert store.clean_expired_now(force=True) > 0
+    assert [bytes(b) for b in r.buffers] == before
+    assert store.get_message("g", "RET", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
