@@ -34,3 +34,19 @@ def pull_cmd(topic: str, queue_id: int, offset: int, *, group: str = "CG", max_n
 async def runtime_info(client: RemotingClient, addr: str) -> dict[str, Any]:
     resp = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_BROKER_RUNTIME_INFO), 5)
     return fastjson.loads(resp.body_bytes())["table"]
+
+
+async def wait_max_offset(client: RemotingClient, addr: str, topic: str, queue_id: int, expected: int,
+                          timeout: float = 10.0) -> None:
+    """Wait until reput has dispatched ``expected`` entries into the queue."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        r = await client.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
+            "topic": topic, "queueId": str(queue_id)}), 5)
+        if int(r.ext_fields.get("offset", "-1")) >= expected:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{topic}:{queue_id} did not reach offset {expected} within {timeout}s")
+        await asyncio.sleep(0.01)

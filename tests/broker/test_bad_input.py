@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
+from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd, wait_max_offset
 from tests.support import Standalone
 from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -87,8 +87,7 @@ def test_pull_offsets_out_of_range(broker: Standalone) -> None:
         try:
             for i in range(3):
                 assert (await c.invoke(addr, send_cmd("PullRange", b"m%d" % i), 5)).code == ResponseCode.SUCCESS
-            r = await c.invoke(addr, pull_cmd("PullRange", 0, 2, suspend_ms=5000), 10)  # wait for the dispatch
-            assert r.code == ResponseCode.SUCCESS
+            await wait_max_offset(c, addr, "PullRange", 0, 3)
             r = await c.invoke(addr, pull_cmd("PullRange", 0, 0), 5)
             assert r.code == ResponseCode.SUCCESS
             assert r.ext_fields["nextBeginOffset"] == "3" and r.ext_fields["maxOffset"] == "3"

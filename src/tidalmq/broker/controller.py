@@ -21,6 +21,7 @@ from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
+from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.topic_config import TopicConfigManager
 from tidalmq.common import fastjson
@@ -50,6 +51,7 @@ class BrokerController:
         self.consumers = ConsumerManager(self._on_consumer_ids_changed)
         self.producers: dict[str, dict[Connection, str]] = {}
         self.pull_hold = PullRequestHoldService()
+        self.rebalance_locks = RebalanceLockManager()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
@@ -78,6 +80,8 @@ class BrokerController:
         s.register(RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
         s.register(RC.QUERY_CONSUMER_OFFSET, cp.query_consumer_offset)
         s.register(RC.UPDATE_CONSUMER_OFFSET, cp.update_consumer_offset)
+        s.register(RC.LOCK_BATCH_MQ, self.rebalance_locks.lock_batch_mq)
+        s.register(RC.UNLOCK_BATCH_MQ, self.rebalance_locks.unlock_batch_mq)
         s.register(RC.GET_MAX_OFFSET, cp.get_max_offset)
         s.register(RC.GET_MIN_OFFSET, cp.get_min_offset)
         s.register(RC.SEARCH_OFFSET_BY_TIMESTAMP, cp.search_offset)

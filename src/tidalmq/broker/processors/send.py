@@ -59,19 +59,40 @@ class SendError(Exception):
 
 @dataclass(slots=True)
 class InnerMessage:
-    """A message after the broker's rewrites (delay, retry ...), ready to encode."""
+    """A message after the broker's rewrites (delay, retry ...), ready to encode.
+
+    Properties stay in their wire text unless a rewrite needs them as a dict: most messages
+    cross the broker without their properties ever being parsed.
+    """
 
     topic: str
     queue_id: int
     body: bytes | memoryview
     flag: int
-    properties: dict[str, str]
+    properties_text: str
     sysflag: int
     born_timestamp: int
     born_host: bytes
     born_port: int
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    _props: dict[str, str] | None = None
+
+    def has_property(self, name: str) -> bool:
+        if self._props is not None:
+            return name in self._props
+        text = self.properties_text
+        return text.startswith(name + "\x01") or f"\x02{name}\x01" in text
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The properties as a dict (parsed on first use; changes to it are what gets stored)."""
+        if self._props is None:
+            self._props = decode_properties(self.properties_text)
+        return self._props
+
+    def encoded_properties(self) -> str:
+        return self.properties_text if self._props is None else encode_properties(self._props)
 
 
 def parse_send_header(req: RemotingCommand) -> dict[str, str]:
@@ -80,8 +101,8 @@ def parse_send_header(req: RemotingCommand) -> dict[str, str]:
     return req.ext_fields
 
 
-def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[str, str]]]:
-    """(flag, body, properties) of each message in a batch body (MessageDecoder.encodeMessages)."""
+def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """(flag, body, properties text) of each message in a batch body (MessageDecoder.encodeMessages)."""
     out = []
     mv = memoryview(body)
     pos = 0
@@ -97,7 +118,7 @@ def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, dict[s
         p += blen
         (plen,) = struct.unpack_from(">h", mv, p)
         p += 2
-        props = decode_properties(bytes(mv[p : p + plen]).decode("utf-8")) if plen > 0 else {}
+        props = bytes(mv[p : p + plen]).decode("utf-8") if plen > 0 else ""
         out.append((flag, mbody, props))
         pos += total
     return out
@@ -162,27 +183,31 @@ class SendMessageProcessor:
         max_size = b.store_config.max_message_size
         born_host = host_bytes(conn.remote[0])
         born_port = conn.remote[1]
-        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") == "true"
+        # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
+        # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
+        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") in ("true", "1")
         if is_batch:
             if len(body) > max_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
             inners = []
             for mflag, mbody, props in decode_batch_body(body):
-                if mc.DELAY in props or mc.TIMER_DELIVER_MS in props or mc.TIMER_DELAY_SEC in props:
+                m = InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume)
+                if any(m.has_property(k) for k in (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)):
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
-                inners.append(InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume))
+                inners.append(m)
             if not inners:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         else:
             if len(body) > max_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-            props = decode_properties(h.get("properties", ""))
-            inners = [InnerMessage(topic, queue_id, body, flag, props, sysflag, born_ts, born_host, born_port, reconsume)]
-        for m in inners:
-            b.rewrite_before_store(m, h)
+            inners = [InnerMessage(topic, queue_id, body, flag, h.get("properties", ""), sysflag, born_ts, born_host,
+                                   born_port, reconsume)]
+        if b.rewrite_hooks:
+            for m in inners:
+                b.rewrite_before_store(m, h)
         records = [self._encode(m) for m in inners]
         first = inners[0]
-        wait = first.properties.get(mc.WAIT_STORE_MSG_OK, "true") != "false"
+        wait = not first.has_property(mc.WAIT_STORE_MSG_OK) or first.properties.get(mc.WAIT_STORE_MSG_OK) != "false"
         put = PutRequest(topic=first.topic, queue_id=first.queue_id, records=records)
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending.append((put, req, fut, wait))
@@ -198,7 +223,7 @@ class SendMessageProcessor:
                 topic=m.topic,
                 queue_id=m.queue_id,
                 body=m.body,
-                properties=encode_properties(m.properties),
+                properties=m.encoded_properties(),
                 flag=m.flag,
                 sysflag=m.sysflag,
                 born_timestamp=m.born_timestamp,

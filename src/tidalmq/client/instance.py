@@ -1,0 +1,322 @@
+"""ClientInstance (RocketMQ's MQClientInstance): the connections, NameServer failover, topic routes,
+heartbeats and the requests brokers send to clients, shared by one producer or consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from tidalmq.client import codec
+from tidalmq.client.errors import (
+    ACCESS_BROKER_TIMEOUT,
+    CONNECT_BROKER_EXCEPTION,
+    NO_NAME_SERVER_EXCEPTION,
+    NOT_FOUND_TOPIC_EXCEPTION,
+    MQBrokerError,
+    MQClientError,
+)
+from tidalmq.common import fastjson
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import (
+    Connection,
+    RemotingClient,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeout,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+_instance_seq = itertools.count(1)
+
+
+def resolve_namesrv(addr: str | None) -> list[str]:
+    """The NameServer list: the argument, else ``$NAMESRV_ADDR``, else 127.0.0.1:9876; ``;``-separated."""
+    value = addr or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+    addrs = [a.strip() for a in value.split(";") if a.strip()]
+    if not addrs:
+        raise MQClientError(NO_NAME_SERVER_EXCEPTION, f"no name server address in {value!r}")
+    return addrs
+
+
+class Member(Protocol):
+    """A producer or consumer registered with the instance."""
+
+    group: str
+
+
+class Backoff:
+    """Reconnect backoff per address: after a failed connect, wait 0.1 s, 0.2 s ... up to ``cap``."""
+
+    def __init__(self, base: float = 0.1, cap: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.base, self.cap, self._clock = base, cap, clock
+        self._state: dict[str, tuple[int, float]] = {}
+
+    def wait_left(self, addr: str) -> float:
+        st = self._state.get(addr)
+        return 0.0 if st is None else max(0.0, st[1] - self._clock())
+
+    def failed(self, addr: str) -> float:
+        n = self._state.get(addr, (0, 0.0))[0] + 1
+        delay = min(self.cap, self.base * (2 ** (n - 1)))
+        self._state[addr] = (n, self._clock() + delay)
+        return delay
+
+    def succeeded(self, addr: str) -> None:
+        self._state.pop(addr, None)
+
+
+class ClientInstance:
+    """One client's view of the cluster. Created and started by Producer / PushConsumer / PullConsumer."""
+
+    def __init__(self, namesrv_addr: str | None = None, *, instance_name: str | None = None,
+                 client_ip: str | None = None, request_timeout: float = 3.0,
+                 poll_name_server_interval: float = 30.0, heartbeat_broker_interval: float = 30.0) -> None:
+        self.namesrv_addrs = resolve_namesrv(namesrv_addr)
+        self._ns_index = random.randrange(len(self.namesrv_addrs))
+        self.client_ip = client_ip or codec.local_ip()
+        name = instance_name or f"{os.getpid()}#{time.monotonic_ns()}#{next(_instance_seq)}"
+        self.client_id = codec.make_client_id(self.client_ip, name)
+        self.request_timeout = request_timeout
+        self.poll_interval = poll_name_server_interval
+        self.heartbeat_interval = heartbeat_broker_interval
+        self.remoting = RemotingClient(self._dispatch)
+        self.backoff = Backoff()
+        self.routes: dict[str, codec.TopicRoute] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producers: dict[str, Any] = {}
+        self.consumers: dict[str, Any] = {}
+        self.request_handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._route_locks: dict[str, asyncio.Lock] = {}
+        self.started = False
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        self._tasks.append(asyncio.create_task(self._every(self.poll_interval, self.refresh_routes), name="routes"))
+        self._tasks.append(asyncio.create_task(self._every(self.heartbeat_interval, self.send_heartbeat),
+                                               name="heartbeat"))
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.remoting.close()
+        self.started = False
+
+    @staticmethod
+    async def _every(interval: float, fn: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception:
+                log.exception("periodic %s failed", getattr(fn, "__name__", fn))
+
+    # requests ---------------------------------------------------------------------------------
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Send a request and return the response; connection failures raise ``MQClientError``."""
+        left = self.backoff.wait_left(addr)
+        if left > 0:
+            raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently; next attempt in {left:.2f}s")
+        try:
+            conn = await self.remoting.connection(addr)
+        except RemotingConnectError as e:
+            self.backoff.failed(addr)
+            raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
+        self.backoff.succeeded(addr)
+        try:
+            return await conn.invoke(cmd, self.request_timeout if timeout is None else timeout)
+        except RemotingTimeout as e:
+            raise MQClientError(ACCESS_BROKER_TIMEOUT, e.remark) from None
+        except RemotingError as e:
+            raise MQClientError(e.code, e.remark) from None
+
+    async def invoke_ok(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+                        timeout: float | None = None, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext or {}, body=body), timeout)
+        if resp.code not in ok:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return resp
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        left = self.backoff.wait_left(addr)
+        if left > 0:
+            raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently")
+        try:
+            conn = await self.remoting.connection(addr)
+        except RemotingConnectError as e:
+            self.backoff.failed(addr)
+            raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
+        self.backoff.succeeded(addr)
+        if not conn.invoke_oneway(cmd):
+            raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connection to {addr} is closed")
+
+    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None,
+                             ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """Ask the current NameServer; on a connection failure move on to the next one (failover)."""
+        last: Exception | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            addr = self.namesrv_addrs[(self._ns_index + i) % n]
+            try:
+                resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext or {}))
+            except MQClientError as e:
+                last = e
+                continue
+            self._ns_index = (self._ns_index + i) % n
+            if resp.code not in ok:
+                raise MQBrokerError(resp.code, resp.remark, addr)
+            return resp
+        raise MQClientError(NO_NAME_SERVER_EXCEPTION,
+                            f"no name server of {';'.join(self.namesrv_addrs)} is reachable: {last}")
+
+    # routes -----------------------------------------------------------------------------------
+    async def fetch_route(self, topic: str) -> codec.TopicRoute | None:
+        """The route from the NameServer, or None if the topic does not exist."""
+        try:
+            resp = await self.invoke_namesrv(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        except MQBrokerError as e:
+            if e.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            raise
+        return codec.TopicRoute.parse(topic, resp.body_bytes())
+
+    async def update_route(self, topic: str) -> codec.TopicRoute | None:
+        lock = self._route_locks.setdefault(topic, asyncio.Lock())
+        async with lock:
+            route = await self.fetch_route(topic)
+            if route is not None:
+                self.routes[topic] = route
+                for name, addrs in route.broker_addrs.items():
+                    self.broker_addrs[name] = dict(addrs)
+            return route
+
+    async def route(self, topic: str, *, default_topic: bool = False) -> codec.TopicRoute:
+        """The cached route of ``topic``, fetched when missing. With ``default_topic``, a topic the
+        NameServer does not know yet is routed like TBW102 so the broker auto-creates it."""
+        route = self.routes.get(topic)
+        if route is not None:
+            return route
+        route = await self.update_route(topic)
+        if route is not None and route.queue_datas:
+            return route
+        if default_topic:
+            default = await self.fetch_route(codec.DEFAULT_TOPIC)
+            if default is not None and default.queue_datas:
+                for name, addrs in default.broker_addrs.items():
+                    self.broker_addrs.setdefault(name, dict(addrs))
+                return default.with_topic(topic)
+        raise MQClientError(NOT_FOUND_TOPIC_EXCEPTION,
+                            f"No route info of this topic: {topic}, see https://rocketmq.apache.org/docs/bestPractice/06FAQ")
+
+    async def refresh_routes(self) -> None:
+        topics = set(self.routes)
+        for c in self.consumers.values():
+            topics |= set(c.topics())
+        for p in self.producers.values():
+            topics |= set(p.topics())
+        for t in topics:
+            try:
+                await self.update_route(t)
+            except MQClientError as e:
+                log.warning("route refresh of %s failed: %s", t, e)
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(codec.MASTER_ID)
+
+    def any_broker_addr(self, broker_name: str) -> str | None:
+        addrs = self.broker_addrs.get(broker_name) or {}
+        return addrs.get(codec.MASTER_ID) or next(iter(addrs.values()), None)
+
+    def all_broker_addrs(self) -> list[str]:
+        return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})
+
+    # heartbeat --------------------------------------------------------------------------------
+    def heartbeat_body(self) -> bytes:
+        consumers = [c.consumer_data() for c in self.consumers.values()]
+        return codec.heartbeat_body(self.client_id, list(self.producers), consumers)
+
+    async def send_heartbeat(self) -> None:
+        """HEART_BEAT to every known broker (consumers register their subscriptions this way)."""
+        if not self.producers and not self.consumers:
+            return
+        body = self.heartbeat_body()
+        addrs = self.all_broker_addrs()
+
+        async def one(addr: str) -> None:
+            try:
+                await self.invoke_ok(addr, RC.HEART_BEAT, body=body)
+            except MQClientError as e:
+                log.warning("heartbeat to %s failed: %s", addr, e)
+
+        await asyncio.gather(*(one(a) for a in addrs))
+
+    async def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        ext = {"clientID": self.client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+
+        async def one(addr: str) -> None:
+            try:
+                await self.invoke_ok(addr, RC.UNREGISTER_CLIENT, ext, timeout=3.0)
+            except MQClientError as e:
+                log.info("unregister from %s failed: %s", addr, e)
+
+        await asyncio.gather(*(one(a) for a in self.all_broker_addrs()))
+
+    async def find_consumer_ids(self, topic: str, group: str) -> list[str]:
+        """GET_CONSUMER_LIST_BY_GROUP from one broker of the topic."""
+        route = self.routes.get(topic)
+        names = sorted(route.broker_addrs) if route else sorted(self.broker_addrs)
+        random.shuffle(names)
+        for name in names:
+            addr = self.any_broker_addr(name)
+            if addr is None:
+                continue
+            try:
+                resp = await self.invoke_ok(addr, RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+            except MQClientError as e:
+                log.info("consumer list of %s from %s failed: %s", group, addr, e)
+                continue
+            return list(fastjson.loads(resp.body_bytes() or b"{}").get("consumerIdList") or [])
+        return []
+
+    # requests from brokers --------------------------------------------------------------------
+    def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> Any:
+        handler = self.request_handlers.get(cmd.code)
+        if handler is not None:
+            return handler(conn, cmd)
+        if cmd.code == RC.NOTIFY_CONSUMER_IDS_CHANGED:
+            c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+            if c is not None:
+                c.rebalance_soon()
+            return None
+        if cmd.code == RC.CHECK_TRANSACTION_STATE:
+            for p in self.producers.values():
+                check = getattr(p, "on_check_transaction_state", None)
+                if check is not None:
+                    return check(conn, cmd)
+            return None
+        if cmd.code == RC.GET_CONSUMER_RUNNING_INFO:
+            c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+            if c is None:
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
+            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(c.running_info()))
+        return cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                 f"request code {cmd.code} not supported by the TidalMQ client")

@@ -1,0 +1,268 @@
+"""The client's message model: what a producer sends and what a consumer receives."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from tidalmq.common import message as mc
+from tidalmq.common.record import StoredMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class MessageQueue:
+    """One queue of a topic on one broker; ordered as RocketMQ orders them (topic, broker, queue id)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+
+class Message:
+    """A message to send. ``body`` is bytes (a ``str`` is encoded as UTF-8).
+
+    Tags, keys and user properties travel as message properties; so do the scheduling settings:
+    ``delay_level`` (RocketMQ 4 delay levels, 1..18 by default), ``deliver_time_ms`` (absolute epoch
+    milliseconds, RocketMQ 5's ``TIMER_DELIVER_MS``), ``delay_ms`` / ``delay_sec`` (relative, RocketMQ 5's
+    ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC``). Only one of them should be set.
+    """
+
+    __slots__ = ("topic", "body", "flag", "properties")
+
+    def __init__(self, topic: str, body: bytes | bytearray | memoryview | str = b"", *, tags: str | None = None,
+                 keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None, flag: int = 0,
+                 delay_level: int | None = None, deliver_time_ms: int | None = None, delay_ms: int | None = None,
+                 delay_sec: int | None = None, wait_store_msg_ok: bool = True) -> None:
+        self.topic = topic
+        self.body: bytes = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        self.flag = flag
+        self.properties: dict[str, str] = {}
+        if properties:
+            for k, v in properties.items():
+                self.properties[k] = str(v)
+        if tags is not None:
+            self.tags = tags
+        if keys is not None:
+            self.keys = [keys] if isinstance(keys, str) else list(keys)
+        if delay_level is not None:
+            self.delay_level = delay_level
+        if deliver_time_ms is not None:
+            self.deliver_time_ms = deliver_time_ms
+        if delay_ms is not None:
+            self.properties[mc.TIMER_DELAY_MS] = str(int(delay_ms))
+        if delay_sec is not None:
+            self.properties[mc.TIMER_DELAY_SEC] = str(int(delay_sec))
+        if not wait_store_msg_ok:
+            self.properties[mc.WAIT_STORE_MSG_OK] = "false"
+
+    # properties with meaning ------------------------------------------------------------------
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(mc.TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        if value is None:
+            self.properties.pop(mc.TAGS, None)
+        else:
+            self.properties[mc.TAGS] = value
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(mc.KEYS)
+        return [k for k in raw.split(mc.KEY_SEPARATOR) if k] if raw else []
+
+    @keys.setter
+    def keys(self, value: Iterable[str]) -> None:
+        joined = mc.KEY_SEPARATOR.join(k for k in value if k)
+        if joined:
+            self.properties[mc.KEYS] = joined
+        else:
+            self.properties.pop(mc.KEYS, None)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(mc.DELAY, "0") or 0)
+
+    @delay_level.setter
+    def delay_level(self, level: int) -> None:
+        self.properties[mc.DELAY] = str(int(level))
+
+    @property
+    def deliver_time_ms(self) -> int | None:
+        v = self.properties.get(mc.TIMER_DELIVER_MS)
+        return int(v) if v else None
+
+    @deliver_time_ms.setter
+    def deliver_time_ms(self, ms: int) -> None:
+        self.properties[mc.TIMER_DELIVER_MS] = str(int(ms))
+
+    @property
+    def uniq_key(self) -> str | None:
+        """The client message id (``UNIQ_KEY``), set by the producer when it sends."""
+        return self.properties.get(mc.UNIQ_KEY)
+
+    def put_user_property(self, name: str, value: str) -> None:
+        self.properties[name] = str(value)
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, body={len(self.body)} bytes, properties={self.properties!r})"
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A received message (RocketMQ's MessageExt). ``msg_id`` is the client id (``UNIQ_KEY``) when the
+    producer set one, else the offset id; ``offset_msg_id`` is always the broker's offset id."""
+
+    topic: str
+    body: bytes
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    properties: dict[str, str]
+    flag: int = 0
+    sysflag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("", 0)
+    reconsume_times: int = 0
+    offset_msg_id: str = ""
+    broker_name: str = ""
+    store_size: int = 0
+    prepared_transaction_offset: int = 0
+
+    @classmethod
+    def from_stored(cls, m: StoredMessage, body: bytes, broker_name: str = "") -> MessageExt:
+        return cls(topic=m.topic, body=body, queue_id=m.queue_id, queue_offset=m.queue_offset,
+                   commit_log_offset=m.commit_log_offset, properties=m.properties, flag=m.flag, sysflag=m.sysflag,
+                   born_timestamp=m.born_timestamp, born_host=m.born_host, store_timestamp=m.store_timestamp,
+                   store_host=m.store_host, reconsume_times=m.reconsume_times, offset_msg_id=m.msg_id,
+                   broker_name=broker_name, store_size=m.store_size,
+                   prepared_transaction_offset=m.prepared_transaction_offset)
+
+    @property
+    def msg_id(self) -> str:
+        return self.properties.get(mc.UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(mc.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(mc.KEYS)
+        return [k for k in raw.split(mc.KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+    def __repr__(self) -> str:
+        return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"msg_id={self.msg_id!r}, body={len(self.body)} bytes)")
+
+
+class SendStatus(str, Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What the broker answered: ``msg_id`` is the client id (UNIQ_KEY; for a batch, comma-separated),
+    ``offset_msg_id`` the broker's offset id."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    region_id: str = "DefaultRegion"
+    deliver_time_ms: int | None = None  # the scheduled time of a timer message (absolute), for cancel
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SendStatus.SEND_OK
+
+
+class PullStatus(str, Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+    suggest_which_broker_id: int = 0
+
+
+class ConsumeResult(str, Enum):
+    """What a listener returns. ``None`` counts as SUCCESS; an exception as RECONSUME_LATER (concurrent)
+    or SUSPEND_CURRENT_QUEUE_A_MOMENT (orderly)."""
+
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+class MessageModel(str, Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(str, Enum):
+    """Where a group without a committed offset starts (RocketMQ's ConsumeFromWhere)."""
+
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class TransactionState(str, Enum):
+    """A local transaction's outcome (LocalTransactionState)."""
+
+    COMMIT = "COMMIT_MESSAGE"
+    ROLLBACK = "ROLLBACK_MESSAGE"
+    UNKNOWN = "UNKNOW"
+
+
+@dataclass(slots=True)
+class TransactionSendResult:
+    send_result: SendResult
+    local_state: TransactionState
+
+    @property
+    def msg_id(self) -> str:
+        return self.send_result.msg_id
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self.send_result.transaction_id
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,108 @@
+"""Checks done before anything goes to the network (RocketMQ's Validators), with clear messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tidalmq.client.errors import ValidationError
+from tidalmq.client.message import Message, now_ms
+from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+DEFAULT_MAX_DELAY_LEVEL = 18  # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 24 * 3600  # timerMaxDelaySec of a RocketMQ 5 broker
+_TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
+
+
+def check_group(group: str | None) -> None:
+    try:
+        nm.check_group(group)
+    except nm.NameError_ as e:
+        raise ValidationError(str(e)) from None
+
+
+def check_topic(topic: str | None) -> None:
+    try:
+        nm.check_topic(topic)
+    except nm.NameError_ as e:
+        raise ValidationError(str(e)) from None
+
+
+def check_topic_sendable(topic: str | None) -> None:
+    check_topic(topic)
+    assert topic is not None
+    if topic in nm.NOT_ALLOWED_SEND_TOPICS:
+        raise ValidationError(f"Sending message to topic[{topic}] is forbidden.")
+
+
+def _int_prop(msg: Message, name: str) -> int:
+    raw = msg.properties[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationError(f"property {name} must be an integer, got {raw!r}") from None
+
+
+def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
+                timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC) -> None:
+    """Delay level within 1..max, timer properties positive and within the broker's horizon, one kind only."""
+    kinds = [p for p in _TIMER_PROPS if p in msg.properties]
+    if mc.DELAY in msg.properties:
+        level = _int_prop(msg, mc.DELAY)
+        if level < 0 or level > max_delay_level:
+            raise ValidationError(f"delay level {level} is out of range 1..{max_delay_level} (0 means no delay)")
+        if level > 0 and kinds:
+            raise ValidationError(f"set either a delay level or a delivery time ({kinds[0]}), not both")
+    if len(kinds) > 1:
+        raise ValidationError(f"set only one of {', '.join(_TIMER_PROPS)}; the message has {', '.join(kinds)}")
+    if not kinds:
+        return
+    kind = kinds[0]
+    value = _int_prop(msg, kind)
+    if kind == mc.TIMER_DELIVER_MS:
+        if value <= 0:
+            raise ValidationError(f"deliver time must be a positive epoch time in milliseconds, got {value}")
+        delay_ms = value - now_ms()
+    elif kind == mc.TIMER_DELAY_MS:
+        if value <= 0:
+            raise ValidationError(f"delay in milliseconds must be positive, got {value}")
+        delay_ms = value
+    else:
+        if value <= 0:
+            raise ValidationError(f"delay in seconds must be positive, got {value}")
+        delay_ms = value * 1000
+    if delay_ms > timer_max_delay_sec * 1000:
+        raise ValidationError(f"the delivery time is {delay_ms // 1000} s away, beyond the broker's maximum of "
+                              f"{timer_max_delay_sec} s (timerMaxDelaySec)")
+
+
+def check_message(msg: Message | None, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    if msg is None:
+        raise ValidationError("the message is null")
+    if not isinstance(msg, Message):
+        raise ValidationError(f"expected a tidalmq.client.Message, got {type(msg).__name__}")
+    check_topic_sendable(msg.topic)
+    if msg.body is None:
+        raise ValidationError("the message body is null")
+    if len(msg.body) == 0:
+        raise ValidationError("the message body length is zero")
+    if len(msg.body) > max_message_size:
+        raise ValidationError(f"the message body size over max value, MAX: {max_message_size}")
+
+
+def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    """All to one topic, none delayed or to a retry topic, WAIT alike (MessageBatch.generateFromList)."""
+    if not msgs:
+        raise ValidationError("the batch is empty")
+    first = msgs[0]
+    for m in msgs:
+        check_message(m, max_message_size)
+        if m.topic != first.topic:
+            raise ValidationError("The topic of the messages in one batch should be the same")
+        if m.topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
+            raise ValidationError("Retry Group is not supported for batching")
+        if m.delay_level > 0 or any(p in m.properties for p in _TIMER_PROPS):
+            raise ValidationError("TimeDelayLevel and delivery times are not supported for batching")
+        if m.properties.get(mc.WAIT_STORE_MSG_OK, "true") != first.properties.get(mc.WAIT_STORE_MSG_OK, "true"):
+            raise ValidationError("The waitStoreMsgOK of the messages in one batch should the same")

@@ -1,0 +1,457 @@
+"""TimerStore: RocketMQ 5's timer message store (TimerLog + TimerWheel + TimerCheckpoint), pure and synchronous.
+
+The caller (the broker's timer service) owns the CommitLog: it enqueues the index of every message it stored
+under ``rmq_sys_wheel_timer`` (and of every TIMER_DEL_UNIQKEY cancel), pops what fell due, re-stores those
+bodies in their real topic, then commits. The body is written to the CommitLog once; a delivery beyond the
+wheel's horizon "rolls" by moving only its 48-byte TimerLog record, never the message.
+
+Ordering: everything is delivered in (deliver_ms, CommitLog offset) order, the read cursor. A message enqueued
+with a deliver time the cursor has already passed is "late": it is filed at the cursor (deliver_ms raised to the
+cursor's time), so it goes out at once and after everything already delivered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tidalmq.schedule.entries import ENTRY_DTYPE, drop_cancelled, sort_dedup
+from tidalmq.schedule.timer_checkpoint import TimerCheckpoint
+from tidalmq.schedule.timer_log import (
+    MAGIC_BATCH,
+    MAGIC_DEFAULT,
+    MAGIC_DELETE,
+    MAGIC_ROLL,
+    MAGIC_SIGNATURE,
+    RECORD_DTYPE,
+    TimerLog,
+)
+from tidalmq.schedule.timer_wheel import TimerWheel
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+DAY_MS = 86_400_000
+_NO_LIMIT = 1 << 62
+
+
+def ms_now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class EnqueueResult:
+    accepted: int = 0  # records filed (messages and cancel markers)
+    duplicates: int = 0  # below the enqueue watermark or repeated in the batch: already indexed
+    late: int = 0  # deliver time already passed by the read cursor: filed to go out at once
+    rolled: int = 0  # beyond the wheel's horizon: filed to roll
+    cancels_too_late: int = 0  # delete markers for a time the cursor has passed: nothing left to cancel
+
+
+class TimerStore:
+    """The persistent timer index. Not thread-safe: one owner calls it (the broker runs it off the loop)."""
+
+    def __init__(
+        self,
+        root_dir: str,
+        precision_ms: int = 1000,
+        slot_ms: int = 1000,
+        wheel_slots: int | None = None,
+        max_delay_ms: int = 400 * DAY_MS,
+        clock: Callable[[], int] = ms_now,
+        records_per_segment: int = 1 << 20,
+    ) -> None:
+        if precision_ms < 1 or slot_ms % precision_ms:
+            raise ValueError("precision_ms must be >= 1 and divide slot_ms")
+        self.root = Path(root_dir)
+        self.precision_ms = precision_ms
+        self.slot_ms = slot_ms
+        # Default horizon: RocketMQ's TIMER_WHEEL_TTL_DAY, 7 days.
+        self.wheel_slots = wheel_slots if wheel_slots is not None else 7 * DAY_MS // slot_ms
+        if self.wheel_slots < 2:
+            raise ValueError("wheel_slots must be >= 2")
+        self.max_delay_ms = max_delay_ms
+        self.clock = clock
+        self.records_per_segment = records_per_segment
+        self._log: TimerLog | None = None
+        self._wheel: TimerWheel | None = None
+        # Records appended but not yet linked from their cells: cells move only once the batch is closed.
+        self._pending_cells: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._hint: int | None = None  # lowest slot after the cursor that may be live, when _hint_known
+        self._hint_known = False
+        self._buf = np.empty(0, ENTRY_DTYPE)  # the current slot's deliverable entries, sorted
+        self._bi = 0  # next of them to pop
+        self._cancels = np.empty(0, ENTRY_DTYPE)  # delete markers filed in the current slot
+        self._released = (0, -1)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Open (or create) the files and recover: cut a torn batch, revise the wheel from the TimerLog tail
+        past the last flush, and position the read cursor at the last commit."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        cp = TimerCheckpoint.read(self.root / "timercheck")
+        if cp is not None and (cp.slot_ms, cp.wheel_slots, cp.records_per_segment) != (
+            self.slot_ms,
+            self.wheel_slots,
+            self.records_per_segment,
+        ):
+            raise ValueError(
+                f"timer store at {self.root} was made with slot_ms={cp.slot_ms} wheel_slots={cp.wheel_slots} "
+                f"records_per_segment={cp.records_per_segment}"
+            )
+        log = self._log = TimerLog(self.root / "timerlog", self.records_per_segment)
+        self._wheel = TimerWheel(self.root / "timerwheel", self.wheel_slots)
+        if cp is None:
+            start = self.clock() // self.slot_ms * self.slot_ms
+            cp = TimerCheckpoint(self.slot_ms, self.wheel_slots, self.records_per_segment, read_ms=start)
+            segs = log.segments()
+            cp.flush_pos = segs[0] << log.shift if segs else 0
+        self._cp = cp
+        self._watermark = cp.enqueue_offset
+        self._seg_max: dict[int, int] = dict(cp.segment_max_slot)
+        self._commit = (cp.read_ms, cp.read_offset)
+        self._slot = cp.read_ms // self.slot_ms
+        self._recover_tail(cp.flush_pos)
+        # The commit slot was entered (and its rolls re-filed) before anything in it could be committed.
+        self._enter(self._slot, roll=False)
+        self._release_to(self._commit)
+        self.flush()
+
+    def close(self) -> None:
+        """Flush and release the files. Popped but uncommitted deliveries are delivered again after load()."""
+        if self._log is None:
+            return
+        self.flush()
+        assert self._wheel is not None
+        self._log.close()
+        self._wheel.close()
+        self._log = self._wheel = None
+
+    def flush(self) -> None:
+        """Make the TimerLog and wheel durable, then record it in the checkpoint (that order: the checkpoint
+        must never claim more than the files hold)."""
+        log, wheel = self._files()
+        log.flush()
+        wheel.flush()
+        cp = self._cp
+        cp.enqueue_offset = self._watermark
+        cp.flush_pos = log.write_pos
+        cp.read_ms, cp.read_offset = self._commit
+        cp.segment_max_slot = dict(self._seg_max)
+        cp.write(self.root / "timercheck")
+
+    # ------------------------------------------------------------------ enqueue
+
+    def enqueue(self, entries: np.ndarray, enqueue_commit_offset: int) -> EnqueueResult:
+        """Index a batch of timer messages read from the CommitLog, in CommitLog order.
+
+        ``enqueue_commit_offset`` is the CommitLog offset the caller has read up to (the end of this batch).
+        Entries whose offset is below the watermark left by earlier batches are dropped as already indexed,
+        so a caller may replay from ``enqueue_offset`` after a crash without double delivery."""
+        log, wheel = self._files()
+        e = np.asarray(entries, dtype=ENTRY_DTYPE)
+        res = EnqueueResult()
+        fresh = e["offset"] >= self._watermark
+        if len(e):
+            # Keep the first occurrence of each CommitLog offset (np.unique returns first indexes).
+            _, first = np.unique(e["offset"], return_index=True)
+            once = np.zeros(len(e), dtype=bool)
+            once[first] = True
+            fresh &= once
+        res.duplicates = int(len(e) - fresh.sum())
+        e = e[fresh]
+        if len(e):
+            horizon = self.clock() + self.max_delay_ms
+            if int(e["deliver_ms"].max()) > horizon:
+                raise ValueError(f"deliver time beyond max_delay_ms={self.max_delay_ms}")
+        self._file(e, res)
+        if res.accepted or enqueue_commit_offset > self._watermark:
+            self._watermark = max(self._watermark, enqueue_commit_offset)
+            self._append_marker()
+        return res
+
+    def cancel(self, deliver_ms: int, uniq_hash: int) -> bool:
+        """File a delete marker (TIMER_DEL_UNIQKEY) outside the CommitLog path. Every not-yet-delivered entry
+        with this deliver time and key hash is dropped. False when the cursor is already past deliver_ms.
+        A broker should prefer enqueueing the cancel message itself (flags=MAGIC_DELETE) so a replay
+        re-files it; this is for tools and tests."""
+        e = np.zeros(1, ENTRY_DTYPE)
+        e["deliver_ms"], e["uhash"], e["offset"], e["flags"] = deliver_ms, uniq_hash, -1, MAGIC_DELETE
+        res = EnqueueResult()
+        self._file(e, res)
+        self._append_marker()
+        return res.cancels_too_late == 0
+
+    def _file(self, e: np.ndarray, res: EnqueueResult) -> None:
+        if len(e) == 0:
+            return
+        is_del = (e["flags"] & MAGIC_DELETE) != 0
+        d = e["deliver_ms"].copy()
+        late = d < self._released[0]
+        too_late = late & is_del
+        res.cancels_too_late = int(too_late.sum())
+        res.late = int((late & ~is_del).sum())
+        if too_late.any():
+            e, d, is_del, late = e[~too_late], d[~too_late], is_del[~too_late], late[~too_late]
+        d[late] = self._released[0]
+        recs = np.zeros(len(e), RECORD_DTYPE)
+        recs["deliver_ms"] = d
+        recs["offset"] = e["offset"]
+        recs["uhash"] = e["uhash"]
+        recs["size"] = e["size"]
+        recs["magic"] = MAGIC_SIGNATURE | MAGIC_DEFAULT | np.where(is_del, MAGIC_DELETE, 0)
+        res.rolled = self._file_records(recs)
+        res.accepted = len(recs)
+
+    def _file_records(self, recs: np.ndarray) -> int:
+        """Choose each record's slot (its own, or the wheel's last slot to roll from), thread and append.
+        Returns how many were rolled."""
+        log, wheel = self._files()
+        if len(recs) == 0:
+            return 0
+        target = recs["deliver_ms"] // self.slot_ms
+        far = self._slot + self.wheel_slots - 1  # the last slot distinct from the cursor's in the ring
+        roll = target > far
+        recs["filed_slot"] = np.where(roll, far, target)
+        recs["magic"] = np.where(roll, recs["magic"] | MAGIC_ROLL, recs["magic"] & ~MAGIC_ROLL)
+        pos = np.arange(log.write_pos, log.write_pos + len(recs), dtype=np.int64)
+        recs["prev"] = wheel.link(recs["filed_slot"], pos, recs["magic"])
+        log.append(recs)
+        self._pending_cells.append((recs["filed_slot"], pos, recs["magic"]))
+        self._note_segments(recs["filed_slot"], pos)
+        here = recs["filed_slot"] == self._slot
+        if here.any():
+            self._merge_current(recs[here])
+        later = recs["filed_slot"][~here]
+        if len(later) and self._hint_known:
+            low = int(later.min())
+            self._hint = low if self._hint is None else min(self._hint, low)
+        return int(roll.sum())
+
+    def _append_marker(self) -> None:
+        """Close the batch: one BATCH record carrying the watermark, then point the cells at the batch."""
+        log, wheel = self._files()
+        m = np.zeros(1, RECORD_DTYPE)
+        m["deliver_ms"] = self.clock()
+        m["offset"] = self._watermark
+        m["prev"] = m["filed_slot"] = -1
+        m["magic"] = MAGIC_SIGNATURE | MAGIC_BATCH
+        log.append(m)
+        for filed, pos, magic in self._pending_cells:
+            wheel.commit(filed, pos, magic)
+        self._pending_cells.clear()
+
+    def _note_segments(self, filed: np.ndarray, pos: np.ndarray) -> None:
+        assert self._log is not None
+        segs = pos >> self._log.shift
+        for seg in np.unique(segs):
+            top = int(filed[segs == seg].max())
+            s = int(seg)
+            self._seg_max[s] = max(self._seg_max.get(s, -1), top)
+
+    # ------------------------------------------------------------------ dequeue
+
+    def pop_due(self, now_ms: int, limit: int = _NO_LIMIT) -> np.ndarray:
+        """Entries due at ``now_ms`` (deliver_ms rounded up to precision_ms <= now), in (deliver_ms, offset)
+        order, cancelled and duplicate entries removed. At most ``limit``. Advances the in-memory cursor only;
+        commit_delivered() makes it durable."""
+        self._files()
+        out: list[np.ndarray] = []
+        cutoff = now_ms // self.precision_ms * self.precision_ms
+        now_slot = now_ms // self.slot_ms
+        while limit > 0:
+            buf, i = self._buf, self._bi
+            if i < len(buf):
+                end = int(np.searchsorted(buf["deliver_ms"], cutoff, side="right"))
+                take = min(end - i, limit)
+                if take > 0:
+                    out.append(buf[i : i + take])
+                    self._bi = i = i + take
+                    limit -= take
+                    self._released = (int(buf["deliver_ms"][i - 1]), int(buf["offset"][i - 1]))
+                if i < len(buf):
+                    break  # the rest of this slot is not due yet, or the limit is reached
+            nxt = self._next_live(now_slot)
+            if nxt is not None:
+                self._enter(nxt, roll=True)
+            elif now_slot > self._slot:
+                # Nothing live up to now: move the cursor to now, so the filing window stays current.
+                self._enter(now_slot, roll=True)
+            else:
+                break
+        return np.concatenate(out) if out else np.empty(0, ENTRY_DTYPE)
+
+    def commit_delivered(self, upto: tuple[int, int] | None = None, sync: bool = True) -> None:
+        """Record that entries up to ``upto`` = (deliver_ms, offset) (default: all popped) were re-stored in
+        their real topics. Uncommitted pops are delivered again after a crash (at-least-once). With ``sync``
+        the checkpoint is written now and consumed TimerLog segments are deleted."""
+        key = self._released if upto is None else (int(upto[0]), int(upto[1]))
+        if key > self._released:
+            raise ValueError(f"cannot commit {key}: only popped up to {self._released}")
+        if key > self._commit:
+            self._commit = key
+        if sync:
+            self.flush()
+            self._delete_consumed()
+
+    def next_due_ms(self) -> int | None:
+        """When pop_due() next has work (a delivery or a roll), for the caller's timer; None if nothing pends."""
+        if self._bi < len(self._buf):
+            d = int(self._buf["deliver_ms"][self._bi])
+            return -(-d // self.precision_ms) * self.precision_ms
+        nxt = self._next_live(None)
+        return None if nxt is None else nxt * self.slot_ms
+
+    def _next_live(self, upto_slot: int | None) -> int | None:
+        if not self._hint_known or (self._hint is not None and self._hint <= self._slot):
+            assert self._wheel is not None
+            self._hint = self._wheel.next_live(self._slot)
+            self._hint_known = True
+        if self._hint is None or (upto_slot is not None and self._hint > upto_slot):
+            return None
+        return self._hint
+
+    def _enter(self, n: int, roll: bool) -> None:
+        """Make slot n the current one: load its chain, re-file its rolls further on (index records only),
+        keep its deliverable entries in memory, sorted, cancels applied, duplicates removed."""
+        log, wheel = self._files()
+        self._slot = n
+        self._released = (n * self.slot_ms, -1)
+        self._buf = np.empty(0, ENTRY_DTYPE)
+        self._bi = 0
+        self._cancels = np.empty(0, ENTRY_DTYPE)
+        if self._hint_known and self._hint is not None and self._hint <= n:
+            self._hint_known = False
+        head = wheel.head(n)
+        if head < 0:
+            return
+        recs = log.gather(log.chain(head))
+        magic = recs["magic"]
+        rolled = (magic & MAGIC_ROLL) != 0
+        if roll and rolled.any():
+            moved = recs[rolled].copy()
+            self._file_records(moved)
+            self._append_marker()
+        self._merge_current(recs[~rolled])
+
+    def _merge_current(self, recs: np.ndarray) -> None:
+        """Add records filed in the current slot to the in-memory due list."""
+        is_del = (recs["magic"] & MAGIC_DELETE) != 0
+        if is_del.any():
+            self._cancels = np.concatenate([self._cancels, _entries(recs[is_del])])
+        rest = self._buf[self._bi :]
+        new = _entries(recs[~is_del])
+        merged = np.concatenate([rest, new]) if len(new) else rest
+        merged = drop_cancelled(merged, self._cancels["deliver_ms"], self._cancels["uhash"])
+        self._buf = sort_dedup(merged)
+        self._bi = 0
+
+    def _release_to(self, key: tuple[int, int]) -> None:
+        """Skip the in-memory entries at or before ``key`` (delivered and committed before a restart)."""
+        buf = self._buf
+        done = (buf["deliver_ms"] < key[0]) | ((buf["deliver_ms"] == key[0]) & (buf["offset"] <= key[1]))
+        self._buf = buf[~done]
+        self._bi = 0
+        self._released = max(key, (self._slot * self.slot_ms, -1))
+
+    # ------------------------------------------------------------------ recovery and retention
+
+    def _recover_tail(self, flush_pos: int) -> None:
+        log, wheel = self._files()
+        self._pending_cells = []
+        self._hint, self._hint_known = None, False
+        tail = log.scan_tail(flush_pos)
+        is_batch = (tail["magic"] & MAGIC_BATCH) != 0
+        marks = np.flatnonzero(is_batch)
+        keep = int(marks[-1]) + 1 if len(marks) else 0
+        end = flush_pos + len(tail)
+        if keep < len(tail):
+            # A batch without its closing marker: cut it whole (the caller's replay re-enqueues it), and one
+            # record more in case a half-written record stopped the scan.
+            log.zero(flush_pos + keep, end + 1)
+        log.write_pos = flush_pos + keep
+        tail, is_batch = tail[:keep], is_batch[:keep]
+        if len(marks):
+            self._watermark = max(self._watermark, int(tail["offset"][marks[-1]]))
+        recs_pos = np.arange(flush_pos, flush_pos + keep, dtype=np.int64)[~is_batch]
+        recs = tail[~is_batch]
+        if len(recs):
+            live = recs["filed_slot"] >= self._slot
+            wheel.commit(recs["filed_slot"][live], recs_pos[live], recs["magic"][live])
+            self._note_segments(recs["filed_slot"], recs_pos)
+
+    def _delete_consumed(self) -> None:
+        """Delete TimerLog segments whose every record is filed in a slot before the committed cursor's:
+        those slots are delivered and their rolls re-filed. A record lives at most one horizon, so so does
+        a segment, however long the delays."""
+        log, _ = self._files()
+        commit_slot = self._commit[0] // self.slot_ms
+        flush_seg = log.write_pos >> log.shift
+        for seg in sorted(self._seg_max):
+            if seg >= flush_seg:
+                break
+            if self._seg_max[seg] < commit_slot:
+                log.delete_segment(seg)
+                del self._seg_max[seg]
+        # Segments holding only markers never entered _seg_max.
+        for seg in log.segments():
+            if seg < flush_seg and seg not in self._seg_max:
+                log.delete_segment(seg)
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def enqueue_offset(self) -> int:
+        """The CommitLog offset to replay timer messages from after load()."""
+        return self._watermark
+
+    @property
+    def read_cursor(self) -> tuple[int, int]:
+        """(deliver_ms, offset) of the last popped entry, or (slot start, -1); late entries are raised to it."""
+        return self._released
+
+    @property
+    def committed_cursor(self) -> tuple[int, int]:
+        return self._commit
+
+    def pending_count(self) -> int:
+        """Entries not yet popped: RocketMQ's per-slot counts (a cancel subtracts one), plus the current
+        slot's remaining entries. Exact unless a cancel matched nothing or an entry was indexed twice."""
+        _, wheel = self._files()
+        cells = wheel.live_cells(self._slot)
+        return max(0, len(self._buf) - self._bi + int(cells["num"].sum()) + int(cells["rolls"].sum()))
+
+    def histogram(self, now_ms: int) -> dict[str, int]:
+        """Pending entries by time to delivery: due, next minute, hour, day, later; 'rolled' counts those
+        beyond the wheel's horizon (their exact time is in their record, not in the wheel)."""
+        _, wheel = self._files()
+        bounds = np.array([0, 60_000, 3_600_000, DAY_MS], dtype=np.int64)
+        names = ["due", "minute", "hour", "day", "later"]
+        out = dict.fromkeys(names, 0)
+        rest = self._buf["deliver_ms"][self._bi :] - now_ms
+        for k, c in zip(
+            *np.unique(np.searchsorted(bounds, rest, side="left"), return_counts=True), strict=True
+        ):
+            out[names[int(k)]] += int(c)
+        cells = wheel.live_cells(self._slot)
+        ahead = cells["slot"] * self.slot_ms - now_ms
+        cls = np.searchsorted(bounds, ahead, side="left")
+        for k in range(len(names)):
+            out[names[k]] += int(cells["num"][cls == k].sum())
+        out["rolled"] = int(cells["rolls"].sum())
+        return out
+
+    def _files(self) -> tuple[TimerLog, TimerWheel]:
+        if self._log is None or self._wheel is None:
+            raise RuntimeError("TimerStore is not loaded")
+        return self._log, self._wheel
+
+
+def _entries(recs: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(recs), ENTRY_DTYPE)
+    for name in ("deliver_ms", "offset", "uhash", "size"):
+        out[name] = recs[name]
+    return out
