@@ -61,34 +61,37 @@ async def create_topic(c: RemotingClient, addr: str, topic: str) -> None:
 
 
 async def pipelined_sends(c: RemotingClient, addr: str, topic: str, n: int, window: int, batch: int = 1) -> float:
+    """Keep ``window`` sends in flight on one connection until ``n`` messages are acknowledged."""
     conn = await c.connection(addr)
-    sem = asyncio.Semaphore(window)
-    errors = 0
-    done = asyncio.Event()
-    remaining = n // batch
+    loop = asyncio.get_running_loop()
+    total = n // batch
+    state = {"sent": 0, "acked": 0, "errors": 0}
+    done = loop.create_future()
 
-    async def one(i: int) -> None:
-        nonlocal errors, remaining
-        try:
-            req = send_req(topic, i % QUEUES, i, batch=batch_body(batch, i * batch) if batch > 1 else None)
-            r = await conn.invoke(req, 30)
-            if r.code != ResponseCode.SUCCESS:
-                errors += 1
-        finally:
-            sem.release()
-            remaining -= 1
-            if remaining == 0:
-                done.set()
+    def on_response(fut: asyncio.Future[RemotingCommand]) -> None:
+        state["acked"] += 1
+        if fut.exception() is not None or fut.result().code != ResponseCode.SUCCESS:
+            state["errors"] += 1
+        if state["acked"] == total:
+            if not done.done():
+                done.set_result(None)
+        elif state["sent"] < total:
+            send_one()
+
+    def send_one() -> None:
+        i = state["sent"]
+        state["sent"] += 1
+        req = send_req(topic, i % QUEUES, i, batch=batch_body(batch, i * batch) if batch > 1 else None)
+        conn.request(req).add_done_callback(on_response)
 
     t0 = time.perf_counter()
-    for i in range(n // batch):
-        await sem.acquire()
-        asyncio.get_running_loop().create_task(one(i))
-    await done.wait()
+    for _ in range(min(window, total)):
+        send_one()
+    await asyncio.wait_for(done, 300)
     dt = time.perf_counter() - t0
-    if errors:
-        print(f"  !! {errors} sends failed")
-    return (n // batch) * batch / dt
+    if state["errors"]:
+        print(f"  !! {state['errors']} sends failed")
+    return total * batch / dt
 
 
 async def sync_latency(c: RemotingClient, addr: str, topic: str, n: int) -> tuple[float, float]:

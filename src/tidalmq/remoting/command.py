@@ -189,33 +189,35 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
 
 
 def _decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
+    raw = bytes(raw)
+    n = len(raw)
     try:
         code, language, version, opaque, flag = _RMQ_FIXED.unpack_from(raw, 0)
         pos = _RMQ_FIXED.size
-        (rlen,) = _INT.unpack_from(raw, pos)
+        rlen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
         pos += 4
-        if rlen < 0 or pos + rlen > len(raw):
+        if rlen < 0 or pos + rlen > n:
             raise FrameError("remark length out of range")
-        remark = bytes(raw[pos : pos + rlen]).decode("utf-8") if rlen else None
+        remark = raw[pos : pos + rlen].decode("utf-8") if rlen else None
         pos += rlen
-        (elen,) = _INT.unpack_from(raw, pos)
+        elen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
         pos += 4
         end = pos + elen
-        if elen < 0 or end > len(raw):
+        if elen < 0 or end > n:
             raise FrameError("extFields length out of range")
         ext: dict[str, str] = {}
         while pos < end:
-            (klen,) = _SHORT.unpack_from(raw, pos)
+            klen = (raw[pos] << 8) | raw[pos + 1]
             pos += 2
-            k = bytes(raw[pos : pos + klen]).decode("utf-8")
+            k = raw[pos : pos + klen].decode("utf-8")
             pos += klen
-            (vlen,) = _INT.unpack_from(raw, pos)
+            vlen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
             pos += 4
             if vlen < 0 or pos + vlen > end:
                 raise FrameError("extField value length out of range")
-            ext[k] = bytes(raw[pos : pos + vlen]).decode("utf-8")
+            ext[k] = raw[pos : pos + vlen].decode("utf-8")
             pos += vlen
-    except (struct.error, UnicodeDecodeError) as e:
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
         raise FrameError(f"bad ROCKETMQ header: {e}") from None
     return RemotingCommand(
         code=code,

@@ -84,6 +84,22 @@ class InnerMessage:
         text = self.properties_text
         return text.startswith(name + "\x01") or f"\x02{name}\x01" in text
 
+    def get_property(self, name: str) -> str | None:
+        """One property's value, without parsing the others."""
+        if self._props is not None:
+            return self._props.get(name)
+        text = self.properties_text
+        key = name + "\x01"
+        if text.startswith(key):
+            start = len(key)
+        else:
+            i = text.find("\x02" + key)
+            if i < 0:
+                return None
+            start = i + 1 + len(key)
+        end = text.find("\x02", start)
+        return text[start:end] if end >= 0 else text[start:]
+
     @property
     def properties(self) -> dict[str, str]:
         """The properties as a dict (parsed on first use; changes to it are what gets stored)."""
@@ -181,7 +197,9 @@ class SendMessageProcessor:
         if isinstance(body, list):
             body = b"".join(body)
         max_size = b.store_config.max_message_size
-        born_host = host_bytes(conn.remote[0])
+        born_host = conn.attributes.get("born_host")
+        if born_host is None:
+            born_host = conn.attributes["born_host"] = host_bytes(conn.remote[0])
         born_port = conn.remote[1]
         # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
@@ -207,7 +225,7 @@ class SendMessageProcessor:
                 b.rewrite_before_store(m, h)
         records = [self._encode(m) for m in inners]
         first = inners[0]
-        wait = not first.has_property(mc.WAIT_STORE_MSG_OK) or first.properties.get(mc.WAIT_STORE_MSG_OK) != "false"
+        wait = first.get_property(mc.WAIT_STORE_MSG_OK) != "false"
         put = PutRequest(topic=first.topic, queue_id=first.queue_id, records=records)
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending.append((put, req, fut, wait))
