@@ -107,3 +107,35 @@ def test_fastjson_integer_keys_both_ways() -> None:
     text = fastjson.dumps({"brokerAddrs": {0: "127.0.0.1:10911", 1: "x"}, "s": "a,1:b"})
     assert text == '{"brokerAddrs":{0:"127.0.0.1:10911",1:"x"},"s":"a,1:b"}'
     assert fastjson.loads(text) == {"brokerAddrs": {"0": "127.0.0.1:10911", "1": "x"}, "s": "a,1:b"}
+
+
+@given(st.lists(st.tuples(st.binary(max_size=300), st.dictionaries(prop_text, prop_text, max_size=3), st.integers(0, 7)),
+                min_size=1, max_size=8), st.booleans())
+def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[str, str], int]], v6: bool) -> None:
+    import struct
+
+    from tidalmq.common.record import encode_batch_records
+
+    host = bytes(16) if v6 else bytes([10, 0, 0, 2])
+    parts = []
+    for body, props, flag in items:
+        pb = encode_properties(props).encode()
+        parts.append(struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, flag, len(body)) + body
+                     + struct.pack(">h", len(pb)) + pb)
+    recs = encode_batch_records(b"".join(parts), topic="TB", queue_id=3, sysflag=0, born_timestamp=5, born_host=host,
+                                born_port=7, store_host=host, store_port=10911, reconsume_times=0)
+    expected = [encode_record(topic="TB", queue_id=3, body=body, properties=props, flag=flag, born_timestamp=5,
+                              born_host=host, born_port=7, store_host=host, store_port=10911)
+                for body, props, flag in items]
+    assert recs == expected
+
+
+def test_malformed_batch_body_raises() -> None:
+    from tidalmq.common.record import encode_batch_records
+
+    kw = dict(topic="T", queue_id=0, sysflag=0, born_timestamp=0, born_host=bytes(4), born_port=0,
+              store_host=bytes(4), store_port=0)
+    with pytest.raises(RecordError):
+        encode_batch_records(b"\x00\x00\x00\x30" + b"\x00" * 10, **kw)  # type: ignore[arg-type]
+    with pytest.raises(RecordError):
+        encode_batch_records(b"\x00\x00\x00\x16" + b"\x00" * 12 + b"\x00\x00\x00\x05" + b"\x00\x00", **kw)  # type: ignore[arg-type]

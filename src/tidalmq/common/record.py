@@ -264,3 +264,70 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
 def body_crc(body: bytes | memoryview) -> int:
     """RocketMQ stores CRC32 masked to a non-negative int (UtilAll.crc32 & 0x7FFFFFFF)."""
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+_BATCH_ITEM = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen (MessageDecoder.encodeMessages)
+_PREFIX = struct.Struct(">iiiiiqqiq")
+
+
+def encode_batch_records(
+    batch_body: bytes | memoryview,
+    *,
+    topic: str,
+    queue_id: int,
+    sysflag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+) -> list[bytearray]:
+    """Turn a SEND_BATCH_MESSAGE body into stored records in one pass.
+
+    Everything but the body, its CRC, the flag and the properties is the same for every message of
+    the batch, so that middle part is built once. Raises ``RecordError`` for a malformed body.
+    """
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 127:
+        raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+    sysflag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
+    if len(born_host) == 16:
+        sysflag |= sf.BORNHOST_V6_FLAG
+    if len(store_host) == 16:
+        sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
+    # born host+port | store timestamp (patched at append) | store host+port | reconsume | prepared offset
+    middle = (born_host + _I.pack(born_port) + _Q.pack(0) + store_host + _I.pack(store_port)
+              + _I.pack(reconsume_times) + _Q.pack(0))
+    topic_part = bytes([len(topic_b)]) + topic_b
+    fixed = 48 + len(middle) + 4 + len(topic_part) + 2
+    mv = memoryview(batch_body)
+    n = len(mv)
+    pos = 0
+    out: list[bytearray] = []
+    pack_prefix = _PREFIX.pack
+    crc32 = zlib.crc32
+    while pos < n:
+        if pos + 20 > n:
+            raise RecordError("batch body truncated")
+        total, _magic, _crc, flag, blen = _BATCH_ITEM.unpack_from(mv, pos)
+        if total < 22 or pos + total > n or blen < 0 or 20 + blen + 2 > total:
+            raise RecordError(f"batch message at {pos} has an illegal size")
+        b0 = pos + 20
+        body = mv[b0 : b0 + blen]
+        plen = (mv[b0 + blen] << 8) | mv[b0 + blen + 1]
+        props = mv[b0 + blen + 2 : b0 + blen + 2 + plen]
+        if 20 + blen + 2 + plen != total:
+            raise RecordError(f"batch message at {pos} has an illegal properties length")
+        size = fixed + blen + plen
+        rec = bytearray(pack_prefix(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0,
+                                    sysflag, born_timestamp))
+        rec += middle
+        rec += _I.pack(blen)
+        rec += body
+        rec += topic_part
+        rec += _H.pack(plen)
+        rec += props
+        out.append(rec)
+        pos += total
+    return out

@@ -18,7 +18,7 @@ from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.msgid import host_bytes
-from tidalmq.common.record import encode_record
+from tidalmq.common.record import RecordError, encode_batch_records, encode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -48,6 +48,13 @@ V2_FIELDS = {
 }
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen
+SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
+_SCHEDULE_MARKERS = tuple((k + "\x01").encode() for k in SCHEDULE_PROPERTIES)
+
+
+def _may_hold_schedule_property(body: bytes) -> bool:
+    """A cheap scan of the whole batch; a hit (possibly inside a body) sends it down the exact path."""
+    return any(marker in body for marker in _SCHEDULE_MARKERS)
 
 
 class SendError(Exception):
@@ -207,26 +214,50 @@ class SendMessageProcessor:
         if is_batch:
             if len(body) > max_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-            inners = []
-            for mflag, mbody, props in decode_batch_body(body):
-                m = InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume)
-                if any(m.has_property(k) for k in (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)):
-                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
-                inners.append(m)
-            if not inners:
+            if _may_hold_schedule_property(body):  # refused below unless the hit was inside a body
+                return self._process_batch_slow(req, h, topic, queue_id, body, sysflag, born_ts, born_host, born_port, reconsume)
+            try:
+                records = encode_batch_records(
+                    body, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=born_ts,
+                    born_host=born_host, born_port=born_port, store_host=b.store_host_bytes,
+                    store_port=b.config.listen_port, reconsume_times=reconsume,
+                )
+            except RecordError as e:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
+            if not records:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        else:
-            if len(body) > max_size:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-            inners = [InnerMessage(topic, queue_id, body, flag, h.get("properties", ""), sysflag, born_ts, born_host,
-                                   born_port, reconsume)]
+            return self._enqueue(req, PutRequest(topic=topic, queue_id=queue_id, records=records), True)
+        if len(body) > max_size:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
+        inners = [InnerMessage(topic, queue_id, body, flag, h.get("properties", ""), sysflag, born_ts, born_host,
+                               born_port, reconsume)]
+        return self._store(req, h, inners)
+
+    def _process_batch_slow(self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int, body: bytes,
+                            sysflag: int, born_ts: int, born_host: bytes, born_port: int,
+                            reconsume: int) -> asyncio.Future[RemotingCommand]:
+        """A batch that rewrites may touch: message by message."""
+        inners = []
+        for mflag, mbody, props in decode_batch_body(body):
+            m = InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume)
+            if any(m.has_property(k) for k in SCHEDULE_PROPERTIES):
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
+            inners.append(m)
+        if not inners:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        return self._store(req, h, inners)
+
+    def _store(self, req: RemotingCommand, h: dict[str, str], inners: list[InnerMessage]) -> asyncio.Future[RemotingCommand]:
+        b = self.broker
         if b.rewrite_hooks:
             for m in inners:
                 b.rewrite_before_store(m, h)
         records = [self._encode(m) for m in inners]
         first = inners[0]
         wait = first.get_property(mc.WAIT_STORE_MSG_OK) != "false"
-        put = PutRequest(topic=first.topic, queue_id=first.queue_id, records=records)
+        return self._enqueue(req, PutRequest(topic=first.topic, queue_id=first.queue_id, records=records), wait)
+
+    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool) -> asyncio.Future[RemotingCommand]:
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending.append((put, req, fut, wait))
         if not self._drain_scheduled:
