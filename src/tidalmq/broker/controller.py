@@ -22,6 +22,7 @@ from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
+from tidalmq.broker.schedule_hooks import DelayLevelRewrite
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.topic_config import TopicConfigManager
 from tidalmq.common import fastjson
@@ -30,7 +31,9 @@ from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
-from tidalmq.store.config import MessageStoreConfig
+from tidalmq.schedule.delay_level import ScheduleMessageService
+from tidalmq.schedule.stats import ScheduleStats
+from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
 
 log = logging.getLogger(__name__)
@@ -64,6 +67,11 @@ class BrokerController:
         self.get_counts: dict[str, int] = defaultdict(int)
         # Hooks the later layers (schedule, retry, filters, transactions) install.
         self.rewrite_hooks: list[Callable[[InnerMessage, dict[str, str]], None]] = []
+        # Scheduled delivery: RocketMQ 4 delay levels.
+        self.schedule_stats = ScheduleStats()
+        levels = parse_delay_levels(store_config.message_delay_level)
+        self.schedule = ScheduleMessageService(self.store, levels, cfg_dir / "delayOffset.json", self.schedule_stats)
+        self.rewrite_hooks.append(DelayLevelRewrite(max(levels) if levels else 0))
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
@@ -101,6 +109,7 @@ class BrokerController:
         s.register(RC.QUERY_TOPIC_CONSUME_BY_WHO, ap.query_topic_consume_by_who)
         s.register(RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         s.register(RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
+        s.register(RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------
@@ -112,7 +121,10 @@ class BrokerController:
         if not self.store.load():
             raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
         self.store.add_arrival_listener(self._on_arrival)
+        self.schedule.load()
+        self.store.add_arrival_listener(self.schedule.on_arrival)
         self.store.start()
+        self.schedule.start()
         self.topics.persist()
         await self.server.start()
         self.config.listen_port = self.server.port
@@ -133,6 +145,7 @@ class BrokerController:
         self.offsets.persist(force=True)
         self.groups.persist()
         self.topics.persist()
+        self.schedule.shutdown()
         self.store.shutdown()
 
     # NameServer registration ------------------------------------------------------------------
@@ -246,6 +259,10 @@ class BrokerController:
             "connectionCount": str(len(self.server.connections)),
             "pid": str(os.getpid()),
         }
+        for key, value in self.schedule_stats.snapshot().items():
+            info[f"schedule.{key}"] = str(value)
+        for level, n in self.schedule.pending().items():
+            info[f"schedule.pending.level{level}"] = str(n)
         try:
             info.update(self.store.runtime_info())
         except Exception:

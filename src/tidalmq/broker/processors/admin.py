@@ -122,6 +122,10 @@ class AdminProcessor:
             topics |= set(info.subscriptions)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": sorted(topics)}))
 
+    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        offsets = dict(sorted(self.broker.schedule.offsets.items()))
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))
+
     def trigger_delete_files(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         n = self.broker.store.clean_expired_now(force=True)
         return req.make_response(ResponseCode.SUCCESS, f"deleted {n} files")

@@ -1,0 +1,177 @@
+"""RocketMQ 4's delay levels (ScheduleMessageService).
+
+A message sent with ``DELAY`` = level is parked in ``SCHEDULE_TOPIC_XXXX``, queue level − 1; the
+ConsumeQueue entry's tag field holds its deliver time. One thread walks the 18 (or however many are
+configured) level queues in order; each queue is FIFO by deliver time because all its messages have
+the same delay, so a level only has to look at its head. Due messages are stored again in their real
+topic and queue; per-level progress is persisted to ``config/delayOffset.json`` after each round
+(at-least-once: a crash between the re-store and the persist re-delivers those messages).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tidalmq.common import fastjson
+from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.naming import SCHEDULE_TOPIC
+from tidalmq.schedule.restore import restore_record
+from tidalmq.schedule.stats import ScheduleStats
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 512
+IDLE_WAIT_S = 1.0
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ScheduleMessageService:
+    def __init__(self, store: DefaultMessageStore, levels: dict[int, int], offset_path: str | Path,
+                 stats: ScheduleStats | None = None, clock: Callable[[], int] = _ms) -> None:
+        self.store = store
+        self.levels = dict(sorted(levels.items()))
+        self.max_level = max(self.levels) if self.levels else 0
+        self.offset_path = Path(offset_path)
+        self.offsets: dict[int, int] = {}
+        self.stats = stats or ScheduleStats()
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._dirty = False
+
+    # lifecycle --------------------------------------------------------------------------------
+    def load(self) -> None:
+        raw = read_with_backup(self.offset_path)
+        if raw:
+            table = fastjson.loads(raw).get("offsetTable", {})
+            self.offsets = {int(k): int(v) for k, v in table.items()}
+
+    def persist(self) -> None:
+        atomic_write(self.offset_path, fastjson.dumpb({"offsetTable": dict(sorted(self.offsets.items()))}))
+        self._dirty = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._dirty:
+            self.persist()
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store arrival listener: a newly parked message may be due sooner than the current wait."""
+        if topic == SCHEDULE_TOPIC:
+            self._wake.set()
+
+    # the delivery loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                next_due = self.deliver_due()
+            except Exception:
+                log.exception("schedule delivery round failed")
+                next_due = self._clock() + 1000
+            wait = IDLE_WAIT_S if next_due is None else max(0.0, (next_due - self._clock()) / 1000.0)
+            if wait > 0:
+                self._wake.wait(min(wait, IDLE_WAIT_S))
+            self._wake.clear()
+
+    def deliver_due(self) -> int | None:
+        """One round over all levels; returns the earliest deliver time still pending, if any."""
+        earliest: int | None = None
+        for level, delay_ms in self.levels.items():
+            nxt = self._deliver_level(level, delay_ms)
+            if nxt is not None and (earliest is None or nxt < earliest):
+                earliest = nxt
+        if self._dirty:
+            self.persist()
+        return earliest
+
+    def _deliver_level(self, level: int, delay_ms: int) -> int | None:
+        cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
+        if cq is None:
+            return None
+        offset = max(self.offsets.get(level, 0), cq.min_offset_in_queue)
+        while not self._stop.is_set():
+            entries = cq.entries(offset, MAX_BATCH)
+            if entries is None or len(entries) == 0:
+                if entries is None and offset < cq.max_offset_in_queue:
+                    offset = cq.roll_next_file(offset)  # past the end of one ConsumeQueue file
+                    continue
+                return None
+            now = self._clock()
+            deliver = entries["tag"].astype("int64")
+            # A deliver time further out than the level's delay came from a clock that went back:
+            # correct it as RocketMQ's correctDeliverTimestamp does.
+            deliver = deliver.clip(max=now + delay_ms)
+            due = int((deliver <= now).sum()) if deliver[0] <= now else 0
+            # Entries are in deliver order within a level, but a corrected one may break that: stop
+            # at the first entry not yet due.
+            if due:
+                not_due = (deliver > now).nonzero()[0]
+                due = int(not_due[0]) if len(not_due) else len(deliver)
+            if due == 0:
+                return int(deliver[0])
+            delivered = self._restore(entries[:due], deliver[:due], now)
+            offset += delivered
+            self.offsets[level] = offset
+            self._dirty = True
+            if delivered < due:
+                return now + 1000  # the store refused: try again in a second
+        return None
+
+    def _restore(self, entries, deliver, now: int) -> int:  # type: ignore[no-untyped-def]
+        requests: list[PutRequest] = []
+        lateness: list[int] = []
+        for e, when in zip(entries.tolist(), deliver.tolist(), strict=True):
+            phys, size = int(e[0]), int(e[1])
+            msg = self.store.look_message_by_offset(phys, size)
+            if msg is None:
+                log.error("scheduled message at %d (size %d) cannot be read; skipped", phys, size)
+                requests.append(PutRequest("", -1, []))
+                continue
+            try:
+                topic, queue_id, record = restore_record(msg)
+            except ValueError as e:
+                log.error("%s; skipped", e)
+                requests.append(PutRequest("", -1, []))
+                continue
+            requests.append(PutRequest(topic, queue_id, [record]))
+            lateness.append(now - when)
+        real = [r for r in requests if r.records]
+        results = iter(self.store.put_messages(real)) if real else iter(())
+        delivered = 0
+        for req in requests:
+            if not req.records:
+                delivered += 1
+                continue
+            res = next(results)
+            if res.status != PutStatus.PUT_OK:
+                log.warning("re-storing a scheduled message into %s failed: %s", req.topic, res.status)
+                break
+            delivered += 1
+        self.stats.delivered(lateness[:delivered])
+        return delivered
+
+    # observability ----------------------------------------------------------------------------
+    def pending(self) -> dict[int, int]:
+        """Messages waiting per level."""
+        out = {}
+        for level in self.levels:
+            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
+            if cq is not None:
+                out[level] = max(0, cq.max_offset_in_queue - max(self.offsets.get(level, 0), cq.min_offset_in_queue))
+        return out
