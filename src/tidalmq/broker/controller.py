@@ -19,6 +19,7 @@ from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
+from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
@@ -54,7 +55,7 @@ class BrokerController:
         self.consumers = ConsumerManager(self._on_consumer_ids_changed)
         self.producers: dict[str, dict[Connection, str]] = {}
         self.pull_hold = PullRequestHoldService()
-        self.rebalance_locks = RebalanceLockManager()
+        self.locks = RebalanceLockManager()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
@@ -76,6 +77,7 @@ class BrokerController:
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)
+        self.consumer_manage_processor = ConsumerManageProcessor(self)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -83,13 +85,15 @@ class BrokerController:
         for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
             s.register(code, sp.process)
         s.register(RC.PULL_MESSAGE, pp.process)
+        cm = self.consumer_manage_processor
+        s.register(RC.CONSUMER_SEND_MSG_BACK, cm.send_msg_back)
+        s.register(RC.LOCK_BATCH_MQ, cm.lock_batch)
+        s.register(RC.UNLOCK_BATCH_MQ, cm.unlock_batch)
         s.register(RC.HEART_BEAT, cp.heartbeat)
         s.register(RC.UNREGISTER_CLIENT, cp.unregister_client)
         s.register(RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
         s.register(RC.QUERY_CONSUMER_OFFSET, cp.query_consumer_offset)
         s.register(RC.UPDATE_CONSUMER_OFFSET, cp.update_consumer_offset)
-        s.register(RC.LOCK_BATCH_MQ, self.rebalance_locks.lock_batch_mq)
-        s.register(RC.UNLOCK_BATCH_MQ, self.rebalance_locks.unlock_batch_mq)
         s.register(RC.GET_MAX_OFFSET, cp.get_max_offset)
         s.register(RC.GET_MIN_OFFSET, cp.get_min_offset)
         s.register(RC.SEARCH_OFFSET_BY_TIMESTAMP, cp.search_offset)
@@ -225,6 +229,11 @@ class BrokerController:
             conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}))
 
     def _on_connection_closed(self, conn: Connection) -> None:
+        client_id = conn.attributes.get("client_id")
+        if client_id:
+            for group, info in list(self.consumers.groups.items()):
+                if conn in info.channels:
+                    self.locks.unlock_client(group, client_id)
         self.consumers.connection_closed(conn)
         for members in self.producers.values():
             members.pop(conn, None)

@@ -43,8 +43,9 @@ class ClientProcessor:
             if not group:
                 continue
             sg = b.groups.find(group)
-            if sg is not None and sg.retry_queue_nums > 0:
+            if sg is not None and sg.retry_queue_nums > 0 and b.topics.get(nm.retry_topic(group)) is None:
                 b.topics.create_system_like(nm.retry_topic(group), sg.retry_queue_nums, 6)
+                b.register_soon()
             b.consumers.register(group, client_id, conn, req.language, req.version, consumer)
         for producer in data.get("producerDataSet") or []:
             group = producer.get("groupName")
@@ -55,6 +56,7 @@ class ClientProcessor:
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = req.ext_fields
         if h.get("consumerGroup"):
+            self.broker.locks.unlock_client(h["consumerGroup"], h.get("clientID", ""))
             self.broker.consumers.unregister(h["consumerGroup"], conn)
         if h.get("producerGroup"):
             self.broker.producers.get(h["producerGroup"], {}).pop(conn, None)

@@ -247,6 +247,10 @@ class SendMessageProcessor:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         return self._store(req, h, inners)
 
+    def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
+        """Store a message the broker built itself (send-back, re-send), through the same rewrites."""
+        return self._store(req, {}, [msg])
+
     def _store(self, req: RemotingCommand, h: dict[str, str], inners: list[InnerMessage]) -> asyncio.Future[RemotingCommand]:
         b = self.broker
         if b.rewrite_hooks:
