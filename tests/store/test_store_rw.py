@@ -94,9 +94,9 @@ def test_batch_never_spans_files(make_store) -> None:
 
 
 def test_illegal_requests(make_store) -> None:
-    store = make_store(max_message_size=2000)
+    store = make_store(max_message_size=2000, mapped_file_size_commit_log=1024 * 1024)
     good = rec("I")
-    bad_size = rec("I", body=b"x" * 3000)
+    bad_size = rec("I", body=b"x" * (2000 + 64 * 1024 + 1))  # beyond the body limit plus the record allowance
     corrupt = bytearray(rec("I"))
     corrupt[4:8] = b"\0\0\0\0"
     res = store.put_messages([PutRequest("I", 0, [bad_size]), PutRequest("I", 0, [corrupt]),
@@ -104,7 +104,7 @@ def test_illegal_requests(make_store) -> None:
     assert [r.status for r in res] == [PutStatus.MESSAGE_ILLEGAL] * 3 + [PutStatus.PUT_OK]
     assert res[-1].queue_offset == 0
     too_big_for_file = rec("I", body=b"x" * 1000)
-    store2_res = store.put_messages([PutRequest("I", 0, [too_big_for_file] * 17)])  # > one 16 KiB file
+    store2_res = store.put_messages([PutRequest("I", 0, [too_big_for_file] * 1100)])  # > one 1 MiB file
     assert store2_res[0].status is PutStatus.MESSAGE_ILLEGAL
 
 

@@ -85,6 +85,8 @@ class TimerStore:
         self._bi = 0  # next of them to pop
         self._cancels = np.empty(0, ENTRY_DTYPE)  # delete markers filed in the current slot
         self._released = (0, -1)
+        self._durable_slot = 0  # slot of the commit in the checkpoint on disk
+        self._uncommitted = False  # popped entries not yet committed
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,7 +115,8 @@ class TimerStore:
         self._watermark = cp.enqueue_offset
         self._seg_max: dict[int, int] = dict(cp.segment_max_slot)
         self._commit = (cp.read_ms, cp.read_offset)
-        self._slot = cp.read_ms // self.slot_ms
+        self._slot = self._durable_slot = cp.read_ms // self.slot_ms
+        self._uncommitted = False
         self._recover_tail(cp.flush_pos)
         # The commit slot was entered (and its rolls re-filed) before anything in it could be committed.
         self._enter(self._slot, roll=False)
@@ -142,6 +145,7 @@ class TimerStore:
         cp.read_ms, cp.read_offset = self._commit
         cp.segment_max_slot = dict(self._seg_max)
         cp.write(self.root / "timercheck")
+        self._durable_slot = self._commit[0] // self.slot_ms
 
     # ------------------------------------------------------------------ enqueue
 
@@ -213,7 +217,9 @@ class TimerStore:
         if len(recs) == 0:
             return 0
         target = recs["deliver_ms"] // self.slot_ms
-        far = self._slot + self.wheel_slots - 1  # the last slot distinct from the cursor's in the ring
+        # The last slot whose cell no live slot uses: the ring must stay valid from the durable commit on,
+        # where recovery would restart. _advance keeps the cursor below it.
+        far = self._durable_slot + self.wheel_slots - 1
         roll = target > far
         recs["filed_slot"] = np.where(roll, far, target)
         recs["magic"] = np.where(roll, recs["magic"] | MAGIC_ROLL, recs["magic"] & ~MAGIC_ROLL)
@@ -257,7 +263,11 @@ class TimerStore:
     def pop_due(self, now_ms: int, limit: int = _NO_LIMIT) -> np.ndarray:
         """Entries due at ``now_ms`` (deliver_ms rounded up to precision_ms <= now), in (deliver_ms, offset)
         order, cancelled and duplicate entries removed. At most ``limit``. Advances the in-memory cursor only;
-        commit_delivered() makes it durable."""
+        commit_delivered() makes it durable.
+
+        The cursor may run at most one wheel revolution (minus two slots) ahead of the last *durable* commit:
+        the ring's cells are reused every revolution, and recovery restarts from that commit. A caller that
+        pops without committing for that long gets a short answer until it commits."""
         self._files()
         out: list[np.ndarray] = []
         cutoff = now_ms // self.precision_ms * self.precision_ms
@@ -272,17 +282,44 @@ class TimerStore:
                     self._bi = i = i + take
                     limit -= take
                     self._released = (int(buf["deliver_ms"][i - 1]), int(buf["offset"][i - 1]))
+                    self._uncommitted = True
                 if i < len(buf):
                     break  # the rest of this slot is not due yet, or the limit is reached
-            nxt = self._next_live(now_slot)
-            if nxt is not None:
-                self._enter(nxt, roll=True)
-            elif now_slot > self._slot:
-                # Nothing live up to now: move the cursor to now, so the filing window stays current.
-                self._enter(now_slot, roll=True)
-            else:
+            if not self._advance(now_slot):
                 break
         return np.concatenate(out) if out else np.empty(0, ENTRY_DTYPE)
+
+    def _advance(self, now_slot: int) -> bool:
+        """Move the cursor to the next live slot due by ``now_slot`` or, when none, towards ``now_slot`` over
+        empty slots (so the filing window keeps up with time). False when it cannot move."""
+        bound = self._durable_slot + self.wheel_slots - 2
+        if (
+            bound <= self._slot
+            and not self._uncommitted
+            and self._commit[0] // self.slot_ms > self._durable_slot
+        ):
+            self.flush()  # everything popped is committed: make it durable, which moves the bound
+            bound = self._durable_slot + self.wheel_slots - 2
+        nxt = self._next_live(now_slot)
+        if nxt is None and not self._uncommitted and now_slot > bound and self._next_live(None) is None:
+            # The wheel is empty and nothing is outstanding: jump straight to now and make it durable.
+            self._enter(now_slot, roll=True)
+            self._commit = self._released
+            self.flush()
+            return True
+        if nxt is not None and nxt <= bound:
+            target = nxt
+        else:
+            # An empty slot: just before the next live one, or now, within the bound.
+            target = min(now_slot if nxt is None else nxt - 1, bound)
+        if target <= self._slot:
+            return False
+        self._enter(target, roll=True)
+        if not self._uncommitted:
+            self._commit = self._released  # nothing outstanding: the cursor is the commit
+            if target > self._durable_slot + self.wheel_slots // 2:
+                self.flush()
+        return True
 
     def commit_delivered(self, upto: tuple[int, int] | None = None, sync: bool = True) -> None:
         """Record that entries up to ``upto`` = (deliver_ms, offset) (default: all popped) were re-stored in
@@ -293,6 +330,8 @@ class TimerStore:
             raise ValueError(f"cannot commit {key}: only popped up to {self._released}")
         if key > self._commit:
             self._commit = key
+        if key == self._released:
+            self._uncommitted = False
         if sync:
             self.flush()
             self._delete_consumed()

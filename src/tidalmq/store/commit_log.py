@@ -56,6 +56,9 @@ BLANK = 0
 INVALID = -1
 
 
+RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
+
+
 class CommitLog:
     def __init__(self, config: MessageStoreConfig, clock: Callable[[], int],
                  store_host: tuple[str, int] = ("127.0.0.1", 10911)) -> None:
@@ -106,7 +109,9 @@ class CommitLog:
     def put(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
         """Append every request; one AppendResult each. Never raises for a bad request."""
         results: list[AppendResult] = []
-        max_size = self.config.max_message_size
+        # The body limit is the broker's to check; a record may add up to 64 KiB of header, topic
+        # and properties to a body of the maximum size (RocketMQ 5's messageSizeLimit rule).
+        max_size = self.config.max_message_size + RECORD_OVERHEAD_ALLOWANCE
         file_size = self.file_size
         table = self.topic_queue_table
         with self.put_lock:

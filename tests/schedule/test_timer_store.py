@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tidalmq.schedule import MAGIC_DELETE, TimerStore, make_entries, uniq_hash
+from tidalmq.schedule.timer_log import MAGIC_SIGNATURE, RECORD_DTYPE, TimerLog
+
+from .conftest import Clock
+
+Open = Callable[..., TimerStore]
+DAY = 86_400_000
+
+
+def offsets(a: np.ndarray) -> list[int]:
+    return [int(x) for x in a["offset"]]
+
+
+def drain(s: TimerStore, now: int) -> np.ndarray:
+    """Pop and commit until nothing more is due, as the broker's timer service does."""
+    parts = []
+    while len(got := s.pop_due(now)):
+        parts.append(got)
+        s.commit_delivered()
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def test_never_early_and_rounded_to_precision(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 1001, t + 1010], offset=[1, 2], size=9), 3)
+    assert len(s.pop_due(t + 1000)) == 0
+    assert s.next_due_ms() == t + 1010  # 1001 rounds up to the 10 ms tick
+    got = s.pop_due(t + 1010)
+    assert offsets(got) == [1, 2] and list(got["deliver_ms"]) == [t + 1001, t + 1010]
+    assert list(got["size"]) == [9, 9]
+
+
+def test_order_by_deliver_time_then_offset_within_a_tick(open_store: Open, clock: Clock) -> None:
+    s = open_store(precision_ms=100)
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 150, t + 120, t + 120, t + 101], offset=[1, 5, 3, 7]), 8)
+    got = s.pop_due(t + 200)
+    assert offsets(got) == [7, 3, 5, 1]
+
+
+def test_due_and_late_entries_go_out_at_once(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 50], offset=[1]), 2)
+    assert offsets(s.pop_due(t + 50)) == [1]
+    res = s.enqueue(make_entries(deliver_ms=[t - 10 * DAY, t + 20], offset=[2, 3]), 4)
+    assert res.late == 2  # both behind the read cursor (t + 50)
+    got = s.pop_due(t + 50)
+    assert offsets(got) == [2, 3] and set(got["deliver_ms"]) == {t + 50}
+
+
+def test_beyond_the_horizon_rolls_the_index_only(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    res = s.enqueue(make_entries(deliver_ms=[t + 7_777], offset=[42], size=100), 43)
+    assert res.rolled == 1
+    assert s.histogram(t)["rolled"] == 1
+    now = t
+    while now < t + 7_770:
+        assert len(s.pop_due(now)) == 0, now
+        now += 50
+    got = s.pop_due(t + 7_780)
+    assert offsets(got) == [42] and int(got["deliver_ms"][0]) == t + 7_777 and int(got["size"][0]) == 100
+    assert s.pending_count() == 0
+
+
+def test_range_10ms_to_400_days(tmp_path: Path, clock: Clock) -> None:
+    s = TimerStore(str(tmp_path / "t"), precision_ms=10, clock=clock)  # default geometry: 1 s slots, 7 days
+    s.load()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 10, t + 400 * DAY], offset=[1, 2]), 3)
+    with pytest.raises(ValueError):
+        s.enqueue(make_entries(deliver_ms=[t + 400 * DAY + 1], offset=[3]), 4)
+    assert offsets(s.pop_due(t + 10)) == [1]
+    assert s.histogram(t)["rolled"] == 1
+    assert s.next_due_ms() == (t // 1000 + 7 * 86_400 - 1) * 1000  # the roll slot at the horizon
+    s.close()
+
+
+def test_cancel(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    h1, h2 = uniq_hash("T+A"), uniq_hash("T+B")
+    s.enqueue(make_entries(deliver_ms=[t + 300, t + 300, t + 5_000], offset=[1, 2, 3], uhash=[h1, h2, h1]), 4)
+    assert s.cancel(t + 300, h1)
+    # The broker's way: the TIMER_DEL_UNIQKEY message itself, enqueued with the delete flag; beyond horizon.
+    s.enqueue(make_entries(deliver_ms=[t + 5_000], offset=[4], uhash=[h1], flags=MAGIC_DELETE), 5)
+    assert offsets(s.pop_due(t + 300)) == [2]
+    assert not s.cancel(t + 200, h2)  # the cursor is past it
+    assert len(s.pop_due(t + 6_000)) == 0
+    assert s.pending_count() == 0
+
+
+def test_cancel_in_the_current_slot(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now // 100 * 100
+    s.enqueue(make_entries(deliver_ms=[t + 10, t + 60], offset=[1, 2], uhash=[7, 8]), 3)
+    assert offsets(s.pop_due(t + 10)) == [1]
+    assert s.cancel(t + 60, 8)
+    assert len(s.pop_due(t + 100)) == 0
+
+
+def test_replay_below_watermark_is_ignored(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    batch = make_entries(deliver_ms=[t + 100, t + 200], offset=[10, 20])
+    s.enqueue(batch, 30)
+    res = s.enqueue(batch, 30)
+    assert res.duplicates == 2 and res.accepted == 0
+    res = s.enqueue(make_entries(deliver_ms=[t + 300, t + 300], offset=[30, 30]), 40)
+    assert res.duplicates == 1
+    assert offsets(s.pop_due(t + 1_000)) == [10, 20, 30]
+
+
+def test_reopen_redelivers_only_uncommitted(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 100, t + 200, t + 300, t + 3_000], offset=[1, 2, 3, 4]), 5)
+    got = s.pop_due(t + 300)
+    assert offsets(got) == [1, 2, 3]
+    s.commit_delivered((int(got["deliver_ms"][1]), int(got["offset"][1])))
+    s.close()
+    s.load()
+    assert s.enqueue_offset == 5
+    assert offsets(s.pop_due(t + 300)) == [3]
+    # Uncommitted pops hold the cursor within one revolution (2 s here) of the durable commit.
+    assert len(s.pop_due(t + 3_000)) == 0
+    s.commit_delivered()
+    assert offsets(s.pop_due(t + 3_000)) == [4]
+
+
+def test_torn_batch_is_cut_and_wheel_revised(tmp_path: Path, clock: Clock) -> None:
+    root = tmp_path / "timer"
+    s = TimerStore(
+        str(root), precision_ms=10, slot_ms=100, wheel_slots=20, clock=clock, records_per_segment=64
+    )
+    s.load()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=t + np.arange(100, 3_000, 25), offset=np.arange(1, 117)), 117)
+    s.close()
+    # Lose the wheel and the checkpoint's flush position: recovery rebuilds the cells from the TimerLog.
+    (root / "timerwheel").write_bytes(bytes((root / "timerwheel").stat().st_size))
+    cp = json.loads((root / "timercheck").read_text())
+    cp["flush_pos"] = 0
+    (root / "timercheck").write_text(json.dumps(cp))
+    # And a torn batch at the tail: two records with no closing marker.
+    log = TimerLog(root / "timerlog", 64)
+    log.write_pos = log.scan_tail(0).size
+    torn = np.zeros(2, RECORD_DTYPE)
+    torn["deliver_ms"], torn["offset"], torn["filed_slot"] = t + 150, [500, 501], (t + 150) // 100
+    torn["magic"], torn["prev"] = MAGIC_SIGNATURE | 1, -1
+    log.append(torn)
+    log.close()
+    s.load()
+    assert s.enqueue_offset == 117
+    got = drain(s, t + 10_000)
+    assert offsets(got) == list(range(1, 117))
+    s.close()
+
+
+def test_consumed_segments_are_deleted(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    for k in range(10):
+        s.enqueue(
+            make_entries(deliver_ms=t + 50 * k + np.arange(30), offset=k * 30 + np.arange(30)), (k + 1) * 30
+        )
+    log = s._log
+    assert log is not None and len(log.segments()) >= 5
+    assert len(s.pop_due(t + 1_000)) == 300
+    s.enqueue(np.zeros(0), 301)
+    s.pop_due(t + 2_000)
+    s.commit_delivered()
+    assert len(log.segments()) <= 1
+
+
+def test_many_in_one_slot_across_segments(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now // 100 * 100 + 100
+    n = 1_000  # ~16 segments of 64 records, one chain
+    rng = np.random.default_rng(1)
+    d = t + rng.integers(0, 100, n)
+    for part in np.array_split(np.arange(n), 7):
+        s.enqueue(make_entries(deliver_ms=d[part], offset=part), int(part[-1]) + 1)
+    got = s.pop_due(t + 100)
+    assert len(got) == n
+    assert np.all(np.diff(got["deliver_ms"]) >= 0)
+
+
+def test_geometry_mismatch_refused(tmp_path: Path, clock: Clock) -> None:
+    s = TimerStore(str(tmp_path / "t"), slot_ms=100, precision_ms=100, wheel_slots=20, clock=clock)
+    s.load()
+    s.close()
+    with pytest.raises(ValueError):
+        TimerStore(str(tmp_path / "t"), slot_ms=100, precision_ms=100, wheel_slots=30, clock=clock).load()
+
+
+def test_idle_for_weeks_then_resume(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    assert len(s.pop_due(t + 30 * DAY)) == 0  # empty wheel: one jump, not 26 000 slot steps
+    assert s.committed_cursor[0] == (t + 30 * DAY) // 100 * 100
+    clock.now = t + 30 * DAY
+    s.enqueue(make_entries(deliver_ms=[clock.now + 5_000, clock.now + 50], offset=[1, 2]), 3)
+    assert offsets(drain(s, clock.now + 5_000)) == [2, 1]
+
+
+def test_long_outage_with_rolled_entries(open_store: Open, clock: Clock) -> None:
+    s = open_store()
+    t = clock.now
+    d = t + np.arange(1, 200) * 997  # up to ~200 s: many rolls at a 2 s horizon
+    s.enqueue(make_entries(deliver_ms=d, offset=np.arange(199)), 199)
+    s.close()
+    s.load()
+    got = drain(s, t + 1_000_000)
+    assert offsets(got) == list(range(199)) and list(got["deliver_ms"]) == list(d)
+    assert s.pending_count() == 0 and s.next_due_ms() is None
