@@ -234,9 +234,17 @@ class Agent:
         if c.get("threads"):
             pc.set_thread_count(int(c["threads"]))
         props = list(c.get("props") or [])
+        fail_times = int(c.get("fail_times") or 0)
 
         def on_message(m: Any) -> None:
-            emit("E", describe(m, cid, props))
+            ev = describe(m, cid, props)
+            # A listener that fails the first ``fail_times`` deliveries of each message: the client
+            # answers RECONSUME_LATER and sends the message back to the broker.
+            failing = m.reconsume_times < fail_times
+            ev["failed"] = failing
+            emit("E", ev)
+            if failing:
+                raise RuntimeError(f"planned failure {m.reconsume_times + 1} of {fail_times}")
 
         pc.subscribe(c["topic"], on_message, c.get("expr", "*"))
         pc.start()

@@ -20,6 +20,7 @@ from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
+from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
@@ -78,6 +79,7 @@ class BrokerController:
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
+        self.offset_reset_processor = OffsetResetProcessor(self)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -89,6 +91,7 @@ class BrokerController:
         s.register(RC.CONSUMER_SEND_MSG_BACK, cm.send_msg_back)
         s.register(RC.LOCK_BATCH_MQ, cm.lock_batch)
         s.register(RC.UNLOCK_BATCH_MQ, cm.unlock_batch)
+        s.register(RC.INVOKE_BROKER_TO_RESET_OFFSET, self.offset_reset_processor.reset_offset)
         s.register(RC.HEART_BEAT, cp.heartbeat)
         s.register(RC.UNREGISTER_CLIENT, cp.unregister_client)
         s.register(RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
@@ -114,6 +117,7 @@ class BrokerController:
         s.register(RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         s.register(RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
         s.register(RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
+        s.register(RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------

@@ -122,6 +122,26 @@ class AdminProcessor:
             topics |= set(info.subscriptions)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": sorted(topics)}))
 
+    def query_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """Raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE): what the operator's tools use to
+        walk a queue that is not readable by subscription, such as a dead-letter queue."""
+        h = req.ext_fields
+        topic = h.get("topic", "")
+        try:
+            qid, index, count = int(h["queueId"]), int(h.get("index", "0")), min(int(h.get("count", "32")), 1024)
+        except (KeyError, ValueError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal QUERY_CONSUME_QUEUE header: {e}")
+        cq = self.broker.store.find_consume_queue(topic, qid)
+        if cq is None:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"{topic}, {qid} cq not found")
+        index = max(index, cq.min_offset_in_queue)
+        entries = cq.entries(index, count)
+        rows = [] if entries is None else [
+            {"physicOffset": int(e[0]), "physicSize": int(e[1]), "tagsCode": int(e[2])} for e in entries.tolist()
+        ]
+        body = {"queueData": rows, "minQueueIndex": cq.min_offset_in_queue, "maxQueueIndex": cq.max_offset_in_queue}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
+
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         offsets = dict(sorted(self.broker.schedule.offsets.items()))
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))

@@ -11,6 +11,7 @@ import logging
 import random
 import struct
 import time
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from tidalmq.common import naming as nm
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_batch_records, encode_record
+from tidalmq.common.sysflag import COMPRESSED_FLAG
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -212,6 +214,14 @@ class SendMessageProcessor:
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
         is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") in ("true", "1")
         if is_batch:
+            if sysflag & COMPRESSED_FLAG:
+                # The C++ client (1.2.x) zlib-compresses a whole batch body over compressMsgBodyOverHowmuch
+                # (Java never does): store its messages uncompressed, each without the flag.
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the compressed batch body does not inflate") from None
+                sysflag &= ~COMPRESSED_FLAG
             if len(body) > max_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
             if _may_hold_schedule_property(body):  # refused below unless the hit was inside a body

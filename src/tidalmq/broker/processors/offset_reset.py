@@ -1,0 +1,99 @@
+"""Rewind: INVOKE_BROKER_TO_RESET_OFFSET resets a group's offsets to a timestamp (the earliest, the
+latest) and pushes the new offsets to the group's live consumers (RESET_CONSUMER_CLIENT_OFFSET), so
+they replay without a restart (Broker2Client.resetOffset)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from tidalmq.common import fastjson
+from tidalmq.remoting.codes import LanguageCode, ResponseCode
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+TIMESTAMP_LATEST = -1
+
+
+def reset_body_for(language: int, table: list[tuple[str, str, int, int]]) -> bytes:
+    """ResetOffsetBody as each client family reads it: the C++ client a list of queue objects with
+    their offset; Java (fastjson) a map keyed by MessageQueue objects."""
+    if language == LanguageCode.CPP:
+        items = [{"brokerName": b, "queueId": q, "topic": t, "offset": o} for t, b, q, o in table]
+        return fastjson.dumpb({"offsetTable": items})
+    entries = [
+        "{" + f'"brokerName":{json.dumps(b)},"queueId":{q},"topic":{json.dumps(t)}' + "}:" + str(o)
+        for t, b, q, o in table
+    ]
+    return ("{\"offsetTable\":{" + ",".join(entries) + "}}").encode("utf-8")
+
+
+class OffsetResetProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        b = self.broker
+        h = req.ext_fields
+        group = h.get("group", "")
+        try:
+            timestamp = int(h.get("timestamp", str(TIMESTAMP_LATEST)))
+        except ValueError:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"timestamp is not an integer: {h.get('timestamp')!r}")
+        force = h.get("isForce", "true") != "false"
+        topic = h.get("topic", "")
+        known_topics = b.offsets.topics_of_group(group)
+        info = b.consumers.groups.get(group)
+        if info is not None:
+            known_topics |= set(info.subscriptions)
+        if not known_topics:
+            return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                     f"the consumer group[{group}] has no offsets and no consumer online: nothing to reset")
+        topics = [topic] if topic else sorted(t for t in known_topics if b.topics.get(t) is not None)
+        table: list[tuple[str, str, int, int]] = []
+        notes: list[str] = []
+        for t in topics:
+            tc = b.topics.get(t)
+            if tc is None:
+                return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"[reset-offset] topic config not exist: {t}")
+            for qid in range(tc.read_queue_nums):
+                current = b.offsets.query(group, t, qid)
+                mn = b.store.get_min_offset_in_queue(t, qid)
+                mx = b.store.get_max_offset_in_queue(t, qid)
+                if timestamp == TIMESTAMP_LATEST:
+                    target = mx
+                else:
+                    target = b.store.get_offset_in_queue_by_time(t, qid, timestamp)
+                    earliest = b.store.get_earliest_message_time(t, qid)
+                    if mx > mn and 0 < earliest and timestamp < earliest:
+                        notes.append(f"{t}:{qid} starts at its earliest retained message (offset {mn})")
+                target = min(max(target, mn), mx)
+                if force or current < 0 or target < current:
+                    b.offsets.commit(group, t, qid, target)
+                    table.append((t, b.config.broker_name, qid, target))
+        b.offsets.persist(force=True)
+        self._push_to_clients(group, table, timestamp, force)
+        remark = "; ".join(notes) if notes else None
+        body = fastjson.dumpb({"offsetTable": [{"topic": t, "brokerName": n, "queueId": q, "offset": o}
+                                               for t, n, q, o in table]})
+        return req.make_response(ResponseCode.SUCCESS, remark, body=body)
+
+    def _push_to_clients(self, group: str, table: list[tuple[str, str, int, int]], timestamp: int, force: bool) -> None:
+        info = self.broker.consumers.groups.get(group)
+        if info is None or not table:
+            return
+        by_topic: dict[str, list[tuple[str, str, int, int]]] = {}
+        for row in table:
+            by_topic.setdefault(row[0], []).append(row)
+        for conn, ch in list(info.channels.items()):
+            for t, rows in by_topic.items():
+                cmd = RemotingCommand(
+                    code=RC.RESET_CONSUMER_CLIENT_OFFSET,
+                    ext_fields={"topic": t, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
+                    body=reset_body_for(ch.language, rows),
+                )
+                conn.invoke_oneway(cmd)
