@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any
 
-from rocketmq.client import Message, Producer, PullConsumer, PushConsumer
+from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage, ffi_check
 from rocketmq.ffi import MessageModel, dll
 
 from tests.compat.bodies import body_from_spec, digest
@@ -89,6 +89,24 @@ def describe(m: Any, cid: str, props: list[str]) -> dict[str, Any]:
     if len(body) <= SMALL_BODY:
         d["body_b64"] = base64.b64encode(body).decode()
     return d
+
+
+def subscribe_with_status(pc: PushConsumer, topic: str, callback: Any, expression: str) -> None:
+    """Like ``PushConsumer.subscribe``, but a raising listener answers RECONSUME_LATER to the C++ core.
+
+    The wrapper re-raises the listener's exception inside the ctypes callback, so ctypes returns 0
+    (CONSUME_SUCCESS) and an orderly consumer skips the message instead of retrying it locally.
+    """
+
+    def _on_message(consumer: Any, cmsg: Any) -> int:
+        try:
+            callback(RecvMessage(cmsg))
+        except Exception:
+            return 1  # RECONSUME_LATER
+        return 0  # CONSUME_SUCCESS
+
+    ffi_check(dll.Subscribe(pc._handle, topic.encode(), expression.encode()))
+    pc._register_callback(_on_message)
 
 
 def result_dict(r: Any) -> dict[str, Any]:
@@ -235,18 +253,24 @@ class Agent:
             pc.set_thread_count(int(c["threads"]))
         props = list(c.get("props") or [])
         fail_times = int(c.get("fail_times") or 0)
+        fail_once = set(c.get("fail_once_keys") or [])  # keys whose first delivery fails
 
         def on_message(m: Any) -> None:
             ev = describe(m, cid, props)
             # A listener that fails the first ``fail_times`` deliveries of each message: the client
             # answers RECONSUME_LATER and sends the message back to the broker.
-            failing = m.reconsume_times < fail_times
+            key = _text(m.keys)
+            failing = m.reconsume_times < fail_times or key in fail_once
+            fail_once.discard(key)
             ev["failed"] = failing
             emit("E", ev)
             if failing:
                 raise RuntimeError(f"planned failure {m.reconsume_times + 1} of {fail_times}")
 
-        pc.subscribe(c["topic"], on_message, c.get("expr", "*"))
+        if fail_times or fail_once:
+            subscribe_with_status(pc, c["topic"], on_message, c.get("expr", "*"))
+        else:
+            pc.subscribe(c["topic"], on_message, c.get("expr", "*"))
         pc.start()
         self.consumers[cid] = pc
         return "started"

@@ -1,0 +1,44 @@
+"""Helpers of the client integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from tidalmq.client import Admin
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0) -> None:
+    """Create the topic and wait until the NameServer routes it."""
+    deadline = time.monotonic() + timeout
+    async with Admin(namesrv) as admin:
+        while True:
+            try:
+                await admin.create_topic(topic, queues)
+                route = await admin.route(topic)
+                if route.get("queueDatas"):
+                    return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the NameServer never routed {topic}")
+            await asyncio.sleep(0.05)
+
+
+async def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)

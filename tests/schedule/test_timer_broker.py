@@ -1,0 +1,258 @@
+"""RocketMQ 5 timer messages (arbitrary delivery time, cancel) end to end over raw remoting."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
+from tests.support import Standalone
+from tidalmq.client.admin import Admin, AdminError
+from tidalmq.common import fastjson
+from tidalmq.common.record import StoredMessage, decode_record
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+MAX_DELAY_SEC = 3600
+PRECISION_MS = 10
+SLACK_MS = 400  # how late a delivery may be on a loaded test machine
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    s = Standalone(tmp_path_factory.mktemp("timer") / "data",
+                   {"messageDelayLevel": "1s 2s", "timerPrecisionMs": str(PRECISION_MS),
+                    "timerMaxDelaySec": str(MAX_DELAY_SEC), "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
+    s.start()
+    yield s
+    s.stop()
+
+
+def uid() -> str:
+    return uuid.uuid4().hex.upper()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def decode_all(body: bytes) -> list[StoredMessage]:
+    out, pos = [], 0
+    while pos < len(body):
+        m = decode_record(body, pos)
+        out.append(m)
+        pos += m.store_size
+    return out
+
+
+async def pull_until(c: RemotingClient, addr: str, topic: str, qid: int, n: int, timeout: float) -> list[StoredMessage]:
+    got: list[StoredMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        r = await c.invoke(addr, pull_cmd(topic, qid, len(got), suspend_ms=500), 5)
+        if r.code == ResponseCode.SUCCESS:
+            got += decode_all(r.body_bytes())
+    return got
+
+
+async def max_offset(c: RemotingClient, addr: str, topic: str, qid: int = 0) -> int:
+    r = await c.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET,
+                                             ext_fields={"topic": topic, "queueId": str(qid)}), 5)
+    return int(r.ext_fields.get("offset", "0")) if r.code == ResponseCode.SUCCESS else 0
+
+
+def run(coro) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(asyncio.wait_for(coro, 40))
+
+
+def test_timer_message_arrives_in_its_window_never_before(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            base = now_ms()
+            cases = [("abs", {"TIMER_DELIVER_MS": str(base + 1200)}, base + 1200),
+                     ("sec", {"TIMER_DELAY_SEC": "1"}, None),
+                     ("ms", {"TIMER_DELAY_MS": "1500"}, None)]
+            expect: dict[bytes, int] = {}
+            for name, props, deliver in cases:
+                sent = now_ms()
+                u = uid()
+                r = await c.invoke(addr, send_cmd("TimerT", name.encode(), queue_id=1,
+                                                  props={**props, "UNIQ_KEY": u, "KEYS": name, "u": "v"}), 5)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                expect[name.encode()] = deliver or sent + (1000 if name == "sec" else 1500)
+            got = await pull_until(c, addr, "TimerT", 1, 3, 10)
+            assert sorted(m.body for m in got) == sorted(expect)
+            for m in got:
+                lateness = m.store_timestamp - expect[m.body]
+                # "sec"/"ms" are relative to the broker's receipt, a little after ``sent``
+                assert lateness >= 0, f"{m.body!r} delivered {-lateness} ms early"
+                assert lateness < SLACK_MS + 100, f"{m.body!r} delivered {lateness} ms late"
+                assert m.queue_id == 1 and m.properties["REAL_TOPIC"] == "TimerT" and m.properties["u"] == "v"
+                assert not any(k in m.properties for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                                                            "TIMER_OUT_MS"))
+            info = await runtime_info(c, addr)
+            assert int(info["timer.early"]) == 0 and int(info["timer.delivered"]) >= 3
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_past_deliver_time_is_immediate(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            for props in ({"TIMER_DELIVER_MS": str(now_ms() - 5000)}, {"TIMER_DELAY_MS": "0"},
+                          {"TIMER_DELIVER_MS": "0"}):
+                r = await c.invoke(addr, send_cmd("TimerPast", b"now", props=props), 5)
+                assert r.code == ResponseCode.SUCCESS, r.remark
+            got = await pull_until(c, addr, "TimerPast", 0, 3, 3)
+            assert len(got) == 3
+            for m in got:
+                assert "REAL_TOPIC" not in m.properties and "TIMER_DELIVER_MS" not in m.properties
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_beyond_max_and_bad_values_are_refused_and_nothing_stored(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            before = await max_offset(c, addr, "rmq_sys_wheel_timer")
+            far = now_ms() + (MAX_DELAY_SEC + 60) * 1000
+            r = await c.invoke(addr, send_cmd("TimerBad", b"far", props={"TIMER_DELIVER_MS": str(far)}), 5)
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max delay" in r.remark and "timerMaxDelaySec" in r.remark
+            r = await c.invoke(addr, send_cmd("TimerBad", b"far", props={"TIMER_DELAY_SEC": str(MAX_DELAY_SEC + 5)}), 5)
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL
+            for key, bad in (("TIMER_DELIVER_MS", "soon"), ("TIMER_DELAY_SEC", "-3"), ("TIMER_DELAY_MS", "1.5"),
+                             ("TIMER_DELAY_MS", ""), ("TIMER_DELIVER_MS", "99999999999999999999999")):
+                r = await c.invoke(addr, send_cmd("TimerBad", b"bad", props={key: bad}), 5)
+                assert r.code == ResponseCode.MESSAGE_ILLEGAL and key in (r.remark or ""), (key, bad, r.remark)
+            await asyncio.sleep(0.2)
+            assert await max_offset(c, addr, "rmq_sys_wheel_timer") == before
+            assert await max_offset(c, addr, "TimerBad") == 0
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_delay_level_wins_over_timer_properties(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            sent = now_ms()
+            r = await c.invoke(addr, send_cmd("TimerDelay", b"lvl", props={
+                "DELAY": "1", "TIMER_DELIVER_MS": str(sent + 2500)}), 5)
+            assert r.code == ResponseCode.SUCCESS
+            got = await pull_until(c, addr, "TimerDelay", 0, 1, 5)
+            assert len(got) == 1
+            assert 1000 - 5 <= got[0].store_timestamp - sent < 2000, "the delay level (1 s) applies, not the timer"
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_cancel_and_its_answers(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            keep, drop = uid(), uid()
+            deliver = now_ms() + 1500
+            for u, body in ((keep, b"keep"), (drop, b"drop")):
+                r = await c.invoke(addr, send_cmd("TimerCancel", body, props={
+                    "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": u}), 5)
+                assert r.code == ResponseCode.SUCCESS
+            # RocketMQ's form: TIMER_DEL_UNIQKEY = topic + "+" + uniq key, with the target's deliver time
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={
+                "TIMER_DEL_UNIQKEY": f"TimerCancel+{drop}", "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uid()}), 5)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={"TIMER_DEL_UNIQKEY": drop, "UNIQ_KEY": uid()}), 5)
+            assert r.code == ResponseCode.QUERY_NOT_FOUND and "already cancelled" in r.remark
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={"TIMER_DEL_UNIQKEY": uid()}), 5)
+            assert r.code == ResponseCode.QUERY_NOT_FOUND and "no scheduled message" in r.remark
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={
+                "TIMER_DEL_UNIQKEY": keep, "TIMER_DELIVER_MS": str(deliver + 60_000)}), 5)
+            assert r.code == ResponseCode.QUERY_NOT_FOUND and f"scheduled at {deliver}" in r.remark
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={"TIMER_DEL_UNIQKEY": "Other+" + keep}), 5)
+            assert r.code == ResponseCode.MESSAGE_ILLEGAL
+            got = await pull_until(c, addr, "TimerCancel", 0, 2, 4)
+            assert [m.body for m in got] == [b"keep"]
+            r = await c.invoke(addr, send_cmd("TimerCancel", b"x", props={"TIMER_DEL_UNIQKEY": keep}), 5)
+            assert r.code == ResponseCode.QUERY_NOT_FOUND and "already delivered" in r.remark
+            info = await runtime_info(c, addr)
+            assert int(info["timer.cancels"]) >= 1 and info["timer.cancelsTooLate"] == "0"
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_order_by_deliver_time_within_a_queue(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            base = now_ms() + 800
+            times = [base + random.randrange(0, 800) for _ in range(40)]
+            for i, t in enumerate(times):
+                r = await c.invoke(addr, send_cmd("TimerOrder", f"{t}:{i}".encode(), queue_id=2, props={
+                    "TIMER_DELIVER_MS": str(t), "UNIQ_KEY": uid()}), 5)
+                assert r.code == ResponseCode.SUCCESS
+            got = await pull_until(c, addr, "TimerOrder", 2, 40, 8)
+            seen = [tuple(int(x) for x in m.body.split(b":")) for m in got]
+            assert seen == sorted(seen), "not delivered in deliver-time order"
+            assert len(seen) == 40
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_admin_cancel_and_schedule_stats(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            u = uid()
+            for props in ({"TIMER_DELAY_SEC": "600", "UNIQ_KEY": u}, {"TIMER_DELAY_SEC": "30", "UNIQ_KEY": uid()},
+                          {"DELAY": "2", "UNIQ_KEY": uid()}):
+                r = await c.invoke(addr, send_cmd("TimerAdmin", b"later", props=props), 5)
+                assert r.code == ResponseCode.SUCCESS
+            await asyncio.sleep(0.3)
+            r = await c.invoke(addr, RemotingCommand(code=RequestCode.GET_TIMER_METRICS), 5)
+            rep = fastjson.loads(r.body_bytes())
+            t = rep["topics"]["TimerAdmin"]
+            assert t["timer"] == 2 and t["delayLevel"] == 1
+            assert t["histogram"]["minute"] + t["histogram"]["due"] == 2 and t["histogram"]["hour"] == 1
+            async with Admin(broker.namesrv_addr) as admin:
+                deadline = time.monotonic() + 10
+                while not (await admin.route("TimerAdmin")).get("queueDatas"):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.1)
+                assert await admin.cancel_scheduled("TimerAdmin", u)
+                with pytest.raises(AdminError) as e:
+                    await admin.cancel_scheduled("TimerAdmin", u)
+                assert e.value.code == ResponseCode.QUERY_NOT_FOUND
+            await asyncio.sleep(0.3)
+            info = await runtime_info(c, addr)
+            assert info["timer.pending.topic.TimerAdmin"] == "1"
+        finally:
+            await c.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 40))
+    cli = [sys.executable, "-m", "tidalmq.cli", "admin", "-n", broker.namesrv_addr, "schedule"]
+    out = subprocess.run([*cli, "stats"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "TimerAdmin" in out.stdout and "lateness" in out.stdout
+    out = subprocess.run([*cli, "cancel", "TimerAdmin", uid()], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "22" in out.stderr and "no scheduled message" in out.stderr
