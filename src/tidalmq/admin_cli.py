@@ -29,6 +29,13 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     g.add_argument("group")
     g.add_argument("-t", "--topic")
     asub.add_parser("cluster", help="brokers registered with the NameServer")
+    sc = asub.add_parser("schedule", help="scheduled messages (delay levels, timer)").add_subparsers(
+        dest="schedule_cmd", required=True)
+    sc.add_parser("stats", help="pending per real topic, deliver-time histogram, rates, lateness")
+    cc = sc.add_parser("cancel", help="cancel a timer message before it is due (TIMER_DEL_UNIQKEY)")
+    cc.add_argument("topic")
+    cc.add_argument("uniq_key", help="the message's client id (UNIQ_KEY)")
+    cc.add_argument("--deliver-ms", type=int, help="its deliver time (optional: the broker looks it up)")
 
 
 def _table(rows: list[list[object]], header: list[str]) -> str:
@@ -62,6 +69,8 @@ async def run_admin(args: argparse.Namespace) -> int:
                 print(_table([[r.topic, r.broker_name, r.queue_id, r.broker_offset, r.consumer_offset, r.lag]
                               for r in rows], ["topic", "broker", "queue", "brokerOffset", "consumerOffset", "lag"]))
                 print(f"total lag: {sum(r.lag for r in rows)}")
+            elif args.admin_cmd == "schedule":
+                return await _run_schedule(admin, args)
             elif args.admin_cmd == "cluster":
                 info = await admin.cluster_info()
                 rows = []
@@ -76,4 +85,32 @@ async def run_admin(args: argparse.Namespace) -> int:
         except NameError_ as e:
             print(f"tidalmq admin: {e}", file=sys.stderr)
             return 2
+    return 0
+
+
+async def _run_schedule(admin: Admin, args: argparse.Namespace) -> int:
+    if args.schedule_cmd == "cancel":
+        name = await admin.cancel_scheduled(args.topic, args.uniq_key, args.deliver_ms)
+        print(f"cancel {args.topic} {args.uniq_key} on {name}: success")
+        return 0
+    for name, rep in (await admin.schedule_stats()).items():
+        t = rep.get("timer") or {}
+        d = rep.get("delayLevel") or {}
+        print(f"broker {name}")
+        print(f"  timer: pending {t.get('pending', 0)}, enqueued {t.get('enqueued', 0)} ({t.get('enqueueTps', 0)}/s), "
+              f"delivered {t.get('delivered', 0)} ({t.get('deliverTps', 0)}/s), early {t.get('early', 0)}, "
+              f"lateness p50/p99/max {t.get('latenessP50Ms', 0)}/{t.get('latenessP99Ms', 0)}/{t.get('latenessMaxMs', 0)} ms, "
+              f"behind now {t.get('latenessNowMs', 0)} ms, precision {t.get('precisionMs', '-')} ms")
+        print(f"  timer: duplicates skipped {t.get('duplicatesSkipped', 0)}, redelivered {t.get('redelivered', 0)}, "
+              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)})")
+        print(f"  delay levels: delivered {d.get('delivered', 0)}, lateness p50/p99/max "
+              f"{d.get('latenessP50Ms', 0)}/{d.get('latenessP99Ms', 0)}/{d.get('latenessMaxMs', 0)} ms, "
+              f"pending by level {d.get('pending', {})}")
+        buckets = rep.get("histogramBuckets", ["due", "minute", "hour", "day", "beyond"])
+        rows = [[topic, v["pending"], v["delayLevel"], v["timer"], *(v["histogram"][b] for b in buckets)]
+                for topic, v in rep.get("topics", {}).items()]
+        if rows:
+            print(_table(rows, ["topic", "pending", "delayLevel", "timer", *buckets]))
+        if rep.get("delayLevelScanTruncated"):
+            print("  (delay-level counts truncated: too many pending to scan)")
     return 0

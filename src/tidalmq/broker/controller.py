@@ -24,7 +24,8 @@ from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
-from tidalmq.broker.schedule_hooks import DelayLevelRewrite
+from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
+from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.topic_config import TopicConfigManager
 from tidalmq.common import fastjson
@@ -35,6 +36,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
 from tidalmq.schedule.delay_level import ScheduleMessageService
 from tidalmq.schedule.stats import ScheduleStats
+from tidalmq.schedule.timer_service import TimerMessageService, check_precision, find_cancel_target
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
 
@@ -74,6 +76,18 @@ class BrokerController:
         levels = parse_delay_levels(store_config.message_delay_level)
         self.schedule = ScheduleMessageService(self.store, levels, cfg_dir / "delayOffset.json", self.schedule_stats)
         self.rewrite_hooks.append(DelayLevelRewrite(max(levels) if levels else 0))
+        # RocketMQ 5 timer messages: arbitrary delivery time and cancel, in <storePathRootDir>/timerwheel, timerlog/.
+        self.timer_stats = ScheduleStats()
+        self.timer: TimerMessageService | None = None
+        sc = store_config
+        check_precision(sc.timer_precision_ms)
+        if sc.timer_wheel_enable:
+            self.timer = TimerMessageService(self.store, root, precision_ms=sc.timer_precision_ms,
+                                             max_delay_ms=sc.timer_max_delay_sec * 1000, stats=self.timer_stats)
+        self.rewrite_hooks.append(TimerRewrite(
+            sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
+            lookup=lambda topic, uniq: find_cancel_target(self.store, topic, uniq, int(time.time() * 1000)),
+            enabled=sc.timer_wheel_enable))
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
@@ -117,6 +131,7 @@ class BrokerController:
         s.register(RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         s.register(RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
         s.register(RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
+        s.register(RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         s.register(RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         s.close_listeners.append(self._on_connection_closed)
 
@@ -131,8 +146,13 @@ class BrokerController:
         self.store.add_arrival_listener(self._on_arrival)
         self.schedule.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)
+        if self.timer is not None:
+            self.timer.load()
+            self.store.add_arrival_listener(self.timer.on_arrival)
         self.store.start()
         self.schedule.start()
+        if self.timer is not None:
+            self.timer.start()
         self.topics.persist()
         await self.server.start()
         self.config.listen_port = self.server.port
@@ -154,6 +174,8 @@ class BrokerController:
         self.groups.persist()
         self.topics.persist()
         self.schedule.shutdown()
+        if self.timer is not None:
+            self.timer.shutdown()
         self.store.shutdown()
 
     # NameServer registration ------------------------------------------------------------------
@@ -276,6 +298,10 @@ class BrokerController:
             info[f"schedule.{key}"] = str(value)
         for level, n in self.schedule.pending().items():
             info[f"schedule.pending.level{level}"] = str(n)
+        try:
+            info.update(timer_runtime_info(self))
+        except Exception:
+            log.exception("timer runtime info failed")
         try:
             info.update(self.store.runtime_info())
         except Exception:

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from tidalmq.broker.processors.send import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
-from tidalmq.common.naming import SCHEDULE_TOPIC
+from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.schedule.timer_service import CancelTarget
 
 
 def parse_delay_level(text: str) -> int:
@@ -44,3 +48,173 @@ class DelayLevelRewrite:
         props[mc.DELAY] = str(level)
         msg.topic = SCHEDULE_TOPIC
         msg.queue_id = level - 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RocketMQ 5: arbitrary delivery time and cancel (HookUtils.transformTimerMessage)
+
+TIMER_REQUEST_PROPERTIES = (mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_DELIVER_MS)
+# Properties only the broker writes; a client's copy is dropped so it cannot steer the timer.
+TIMER_BROKER_PROPERTIES = (mc.TIMER_OUT_MS, mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES)
+_INT64_MAX = (1 << 63) - 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _parse_ms(name: str, text: str) -> int:
+    t = text.strip()
+    if t.startswith("-") and t[1:].isdigit():
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal: {name} must not be negative, got {text!r}")
+    if not t.isdigit():
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                        f"timer message illegal: {name} must be a whole number of {'seconds' if name == mc.TIMER_DELAY_SEC else 'milliseconds'}, got {text!r}")
+    return min(int(t), _INT64_MAX)
+
+
+def requested_deliver_ms(msg: InnerMessage, now: int) -> tuple[int, str] | None:
+    """(deliver time, property it came from) in RocketMQ's order of precedence: TIMER_DELAY_SEC, then
+    TIMER_DELAY_MS (both relative to now), then TIMER_DELIVER_MS (absolute). None if it asks for none."""
+    text = msg.get_property(mc.TIMER_DELAY_SEC)
+    if text is not None:
+        return min(now + _parse_ms(mc.TIMER_DELAY_SEC, text) * 1000, _INT64_MAX), mc.TIMER_DELAY_SEC
+    text = msg.get_property(mc.TIMER_DELAY_MS)
+    if text is not None:
+        return min(now + _parse_ms(mc.TIMER_DELAY_MS, text), _INT64_MAX), mc.TIMER_DELAY_MS
+    text = msg.get_property(mc.TIMER_DELIVER_MS)
+    if text is not None:
+        return _parse_ms(mc.TIMER_DELIVER_MS, text), mc.TIMER_DELIVER_MS
+    return None
+
+
+def _delay_level_set(msg: InnerMessage) -> bool:
+    text = msg.get_property(mc.DELAY)
+    if text is None:
+        return False
+    try:
+        return int(text.strip()) > 0
+    except ValueError:
+        return True  # DelayLevelRewrite refuses it
+
+
+class TimerRewrite:
+    """TIMER_DELAY_SEC / TIMER_DELAY_MS / TIMER_DELIVER_MS park a message in rmq_sys_wheel_timer queue 0 with
+    REAL_TOPIC / REAL_QID and TIMER_OUT_MS = its exact deliver time; TIMER_DEL_UNIQKEY files a cancel.
+
+    Rules (RocketMQ 5's unless noted):
+    - DELAY > 0 wins: the timer properties are dropped and the delay level applies.
+    - a deliver time at or before now: stored at once in the real topic, timer properties dropped.
+    - more than ``max_delay_ms`` ahead, negative or non-numeric values: MESSAGE_ILLEGAL, nothing stored.
+    - TIMER_OUT_MS is the exact deliver time (RocketMQ floors it to the precision, which can deliver up to
+      one precision early; the timer store releases at ceil(deliver / precision) instead: never early).
+    - a cancel is checked against the store (``lookup``): unknown, delivered or already cancelled targets
+      are answered QUERY_NOT_FOUND and nothing is stored (RocketMQ stores the marker blindly).
+    """
+
+    def __init__(self, max_delay_ms: int, precision_ms: int,
+                 lookup: Callable[[str, str], CancelTarget] | None = None,
+                 clock: Callable[[], int] = _now_ms, enabled: bool = True) -> None:
+        self.max_delay_ms = max_delay_ms
+        self.precision_ms = precision_ms
+        self.lookup = lookup
+        self.clock = clock
+        self.enabled = enabled
+        # A cancel must reach the timer service before its target is released: refuse it when the target
+        # is due sooner than this (the service enqueues within milliseconds; this leaves a wide margin).
+        self.cancel_guard_ms = max(precision_ms, 200)
+
+    def __call__(self, msg: InnerMessage, header: dict[str, str]) -> None:
+        if msg.topic == TIMER_TOPIC:
+            return
+        is_cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
+        if not is_cancel and not any(msg.has_property(k) for k in TIMER_REQUEST_PROPERTIES):
+            return
+        ttype = sf.transaction_type(msg.sysflag)
+        if ttype not in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE):
+            return  # a half message is scheduled when it is committed
+        if not self.enabled:
+            raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
+        if is_cancel:
+            self._cancel(msg)
+            return
+        props = msg.properties
+        if _delay_level_set(msg):
+            for k in TIMER_REQUEST_PROPERTIES:
+                props.pop(k, None)
+            return
+        now = self.clock()
+        asked = requested_deliver_ms(msg, now)
+        assert asked is not None
+        deliver, source = asked
+        for k in TIMER_BROKER_PROPERTIES:
+            props.pop(k, None)
+        if deliver <= now:
+            for k in TIMER_REQUEST_PROPERTIES:
+                props.pop(k, None)
+            return  # due already: delivered at once, as an ordinary message
+        if deliver - now > self.max_delay_ms:
+            raise SendError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"timer message illegal: deliver time {deliver} ({source}) is {deliver - now} ms ahead, beyond the max delay "
+                f"of {self.max_delay_ms} ms (timerMaxDelaySec={self.max_delay_ms // 1000})",
+            )
+        props[mc.TIMER_OUT_MS] = str(deliver)
+        props[mc.REAL_TOPIC] = msg.topic
+        props[mc.REAL_QID] = str(msg.queue_id)
+        msg.topic = TIMER_TOPIC
+        msg.queue_id = 0
+
+    def _cancel(self, msg: InnerMessage) -> None:
+        props = msg.properties
+        raw = props.get(mc.TIMER_DEL_UNIQKEY, "").strip()
+        topic = msg.topic
+        # RocketMQ's value is buildDeleteKey(realTopic, uniqKey) = "topic+uniqKey"; a bare uniq key is
+        # accepted too (topics cannot contain '+', uniq keys are hex).
+        if "+" in raw:
+            key_topic, uniq = raw.split("+", 1)
+            if key_topic != topic:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                                f"cancel illegal: {mc.TIMER_DEL_UNIQKEY} names topic {key_topic!r}, the message is sent to {topic!r}")
+        else:
+            uniq = raw
+        if not uniq:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"cancel illegal: {mc.TIMER_DEL_UNIQKEY} is empty")
+        if _delay_level_set(msg):
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "cancel illegal: a TIMER_DEL_UNIQKEY message cannot carry DELAY")
+        now = self.clock()
+        asked = requested_deliver_ms(msg, now)
+        given = asked[0] if asked is not None else None
+        target = self.lookup(topic, uniq) if self.lookup is not None else CancelTarget("unchecked")
+        where = f"message {uniq} of topic {topic}"
+        if target.state == "unknown":
+            raise SendError(ResponseCode.QUERY_NOT_FOUND, f"cancel: no scheduled {where}")
+        if target.state == "cancelled":
+            raise SendError(ResponseCode.QUERY_NOT_FOUND, f"cancel: {where} is already cancelled")
+        if target.state == "delivered":
+            raise SendError(ResponseCode.QUERY_NOT_FOUND, f"cancel: {where} was already delivered")
+        if target.state == "pending":
+            if given is not None and abs(given - target.deliver_ms) >= self.precision_ms:
+                raise SendError(ResponseCode.QUERY_NOT_FOUND,
+                                f"cancel: {where} is scheduled at {target.deliver_ms}, not at {given}")
+            deliver = target.deliver_ms
+        else:  # no index to look in: trust the given time (RocketMQ's semantics)
+            if given is None:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                                f"cancel illegal: give the target's {mc.TIMER_DELIVER_MS} (the broker has no message index)")
+            deliver = given
+        if deliver - now < self.cancel_guard_ms:
+            raise SendError(ResponseCode.QUERY_NOT_FOUND,
+                            f"cancel: {where} is due at {deliver}, too late to cancel (already delivered or being delivered)")
+        for k in (*TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.DELAY):
+            props.pop(k, None)
+        props[mc.TIMER_DEL_UNIQKEY] = f"{topic}+{uniq}"
+        props[mc.TIMER_DELIVER_MS] = str(deliver)
+        props[mc.TIMER_OUT_MS] = str(deliver)
+        props[mc.REAL_TOPIC] = topic
+        props[mc.REAL_QID] = str(target.real_qid)
+        # Indexed under the target's uniq key too, so a second cancel finds this one.
+        keys = props.get(mc.KEYS)
+        props[mc.KEYS] = f"{keys} {uniq}" if keys else uniq
+        msg.topic = TIMER_TOPIC
+        msg.queue_id = 0

@@ -1,1 +1,39 @@
-"""TidalMQ's Python client for the remoting protocol."""
+"""TidalMQ's Python client for RocketMQ's remoting protocol: asyncio-native, with a thin synchronous
+facade in :mod:`tidalmq.client.sync`. See docs/client.md."""
+
+from tidalmq.client.admin import Admin, AdminError, QueueProgress, QueueStatus
+from tidalmq.client.allocate import AllocateByConfig, AllocateStrategy, allocate_averagely, allocate_by_circle
+from tidalmq.client.errors import (
+    IllegalStateError,
+    MQBrokerError,
+    MQClientError,
+    SendTimeoutError,
+    ValidationError,
+)
+from tidalmq.client.message import (
+    ConsumeFromWhere,
+    ConsumeResult,
+    Message,
+    MessageExt,
+    MessageModel,
+    MessageQueue,
+    PullResult,
+    PullStatus,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+    TransactionState,
+)
+from tidalmq.client.producer import Producer, SendCallback, TransactionListener, TransactionProducer
+from tidalmq.client.pull_consumer import PullConsumer
+from tidalmq.client.push_consumer import MessageListener, PushConsumer
+from tidalmq.client.selector import MessageQueueSelector, select_by_hash, select_by_random
+
+__all__ = [
+    "Admin", "AdminError", "AllocateByConfig", "AllocateStrategy", "ConsumeFromWhere", "ConsumeResult",
+    "IllegalStateError", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageListener",
+    "MessageModel", "MessageQueue", "MessageQueueSelector", "Producer", "PullConsumer", "PullResult", "PullStatus",
+    "PushConsumer", "QueueProgress", "QueueStatus", "SendCallback", "SendResult", "SendStatus", "SendTimeoutError",
+    "TransactionListener", "TransactionProducer", "TransactionSendResult", "TransactionState", "ValidationError",
+    "allocate_averagely", "allocate_by_circle", "select_by_hash", "select_by_random",
+]

@@ -1,12 +1,16 @@
-"""Admin: the operator's requests against a NameServer and its Brokers (used by ``tidalmq admin``)."""
+"""Admin: the operator's requests against a NameServer and its Brokers (used by ``tidalmq admin``):
+cluster and routes, topics, subscription groups, consumer offsets, progress and lag, messages by key or id."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+from tidalmq.client.codec import decode_messages
+from tidalmq.client.message import MessageExt, MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
+from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -19,6 +23,8 @@ class AdminError(RemotingError):
 
 @dataclass
 class QueueStatus:
+    """Offsets of one queue: the first message still stored and the offset after the last one."""
+
     broker_name: str
     queue_id: int
     min_offset: int
@@ -27,6 +33,8 @@ class QueueStatus:
 
 @dataclass
 class QueueProgress:
+    """A consumer group's position in one queue; ``lag`` is what it has yet to consume."""
+
     topic: str
     broker_name: str
     queue_id: int
@@ -44,6 +52,9 @@ def namesrv_from_env(addr: str | None) -> str:
 
 
 class Admin:
+    """The operator's client: ``async with Admin("127.0.0.1:9876") as admin: await admin.topic_list()``.
+    Errors raise ``AdminError`` with RocketMQ's response code and remark."""
+
     def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
         self.timeout = timeout
@@ -170,3 +181,184 @@ class Admin:
                     co = int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
                     out.append(QueueProgress(t, name, q, mx, co))
         return out
+
+    async def total_lag(self, group: str, topic: str | None = None) -> int:
+        """What the group has yet to consume, over all queues of its topics."""
+        return sum(p.lag for p in await self.consumer_progress(group, topic))
+
+    async def topic_config(self, topic: str) -> dict:
+        """The topic's configuration on each master broker (broker name -> TopicConfig JSON)."""
+        out = {}
+        for name, addr in (await self.master_addrs()).items():
+            resp = await self._call(addr, RC.GET_TOPIC_CONFIG, {"topic": topic},
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
+            if resp.code == ResponseCode.SUCCESS:
+                out[name] = fastjson.loads(resp.body_bytes()).get("topicConfig", {})
+        return out
+
+    async def topic_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of a topic, sorted."""
+        out = []
+        for name, _addr, nq in await self._masters_of(topic):
+            out += [MessageQueue(topic, name, q) for q in range(nq)]
+        return sorted(out)
+
+    async def _broker_of(self, mq: MessageQueue) -> str:
+        for name, addr, _ in await self._masters_of(mq.topic):
+            if name == mq.broker_name:
+                return addr
+        raise AdminError(ResponseCode.BROKER_NOT_EXIST, f"broker {mq.broker_name} does not serve topic {mq.topic}")
+
+    # subscription groups ------------------------------------------------------------------------
+    async def create_group(self, group: str, *, retry_max_times: int = 16, retry_queue_nums: int = 1,
+                           consume_broadcast_enable: bool = True, consume_enable: bool = True,
+                           cluster: str | None = None) -> list[str]:
+        """Create or update a subscription group on every master broker."""
+        nm.check_group(group)
+        body = fastjson.dumpb({
+            "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
+            "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        })
+        masters = await self.master_addrs(cluster)
+        for addr in masters.values():
+            await self._call(addr, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+        return sorted(masters)
+
+    async def delete_group(self, group: str, cluster: str | None = None) -> None:
+        for addr in (await self.master_addrs(cluster)).values():
+            await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": group},
+                             ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+
+    async def group_list(self) -> dict[str, dict]:
+        """Subscription groups of every master broker (group -> config JSON)."""
+        out: dict[str, dict] = {}
+        for addr in (await self.master_addrs()).values():
+            resp = await self._call(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            out.update(fastjson.loads(resp.body_bytes()).get("subscriptionGroupTable", {}))
+        return dict(sorted(out.items()))
+
+    async def consumer_connections(self, group: str) -> list[dict]:
+        """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""
+        out: list[dict] = []
+        for addr in (await self.master_addrs()).values():
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+            if resp.code == ResponseCode.SUCCESS:
+                out += fastjson.loads(resp.body_bytes()).get("connectionSet", [])
+        return out
+
+    async def groups_consuming(self, topic: str) -> list[str]:
+        """Groups that consume (or have offsets of) a topic (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        found: set[str] = set()
+        for _, addr, _ in await self._masters_of(topic):
+            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            found |= set(fastjson.loads(resp.body_bytes()).get("groupList", []))
+        return sorted(found)
+
+    # offsets ------------------------------------------------------------------------------------
+    async def query_offset(self, group: str, mq: MessageQueue) -> int:
+        """The group's committed offset of one queue (-1 if none)."""
+        addr = await self._broker_of(mq)
+        resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET,
+                                {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)},
+                                ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+
+    async def update_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Set the group's committed offset of one queue (consumers that are online may overwrite it)."""
+        addr = await self._broker_of(mq)
+        await self._call(addr, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
+                                                            "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        addr = await self._broker_of(mq)
+        resp = await self._call(addr, RC.SEARCH_OFFSET_BY_TIMESTAMP,
+                                {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)})
+        return int(resp.ext_fields["offset"])
+
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        """Move the group's offsets of every queue of ``topic`` to the first message at or after the time
+        (offline reset: stop the group's consumers first, as with RocketMQ's resetOffsetByTime)."""
+        out = {}
+        for mq in await self.topic_queues(topic):
+            off = await self.search_offset(mq, timestamp_ms)
+            await self.update_offset(group, mq, off)
+            out[mq] = off
+        return out
+
+    # messages -----------------------------------------------------------------------------------
+    async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                                    end_ms: int | None = None) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index."""
+        import time
+
+        end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
+        out: list[MessageExt] = []
+        for name, addr, _ in await self._masters_of(topic):
+            ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+                   "endTimestamp": str(end_ms)}
+            resp = await self._call(addr, RC.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if resp.code == ResponseCode.SUCCESS:
+                for m in decode_messages(resp.body_bytes(), name):
+                    if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
+                        out.append(m)
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """A message by id: the broker's offset id (decoded to host, port and CommitLog offset), or the
+        client id (UNIQ_KEY) looked up in the index of ``topic``."""
+        try:
+            host, port, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            host, port, offset = "", 0, 0
+        if host and 0 < port < 65536:  # a client id (UNIQ_KEY) has the same length but no port there
+            try:
+                resp = await self._call(f"{host}:{port}", RC.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+                msgs = decode_messages(resp.body_bytes())
+                if msgs and msgs[0].offset_msg_id == msg_id:
+                    return msgs[0]
+            except RemotingError:
+                if not topic:
+                    raise
+        if topic:
+            found = [m for m in await self.query_messages_by_key(topic, msg_id, 32)
+                     if m.properties.get("UNIQ_KEY") == msg_id]
+            if found:
+                return found[0]
+        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message with id {msg_id}"
+                         + ("" if topic else " (pass topic= to look a client id up in the index)"))
+
+    # scheduled messages -----------------------------------------------------------------------
+    async def schedule_stats(self) -> dict[str, dict]:
+        """Per master broker: scheduled messages (delay levels + timer) pending per real topic with their
+        deliver-time histogram, enqueue/delivery rates and lateness (GET_TIMER_METRICS)."""
+        return {name: fastjson.loads((await self._call(addr, RC.GET_TIMER_METRICS)).body_bytes())
+                for name, addr in sorted((await self.master_addrs()).items())}
+
+    async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None,
+                               group: str = "TOOLS_CANCEL_GROUP") -> str:
+        """Cancel a timer message before it is due (RocketMQ 5's TIMER_DEL_UNIQKEY): the broker holding it parks
+        a delete marker in its slot. ``deliver_ms`` is optional (the broker looks it up). Returns the broker
+        name; AdminError QUERY_NOT_FOUND (22) when no broker has it pending (unknown, delivered, cancelled)."""
+        import time
+
+        from tidalmq.common.message import encode_properties
+
+        props = {"TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}", "UNIQ_KEY": os.urandom(16).hex().upper()}
+        if deliver_ms is not None:
+            props["TIMER_DELIVER_MS"] = str(deliver_ms)
+        last: AdminError | None = None
+        for name, addr, _ in await self._masters_of(topic):
+            ext = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                   "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props), "j": "0", "k": "false"}
+            try:
+                await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=b"cancel")
+                return name
+            except AdminError as e:
+                if e.code != ResponseCode.QUERY_NOT_FOUND:
+                    raise
+                last = e
+        raise last or AdminError(ResponseCode.QUERY_NOT_FOUND, f"topic {topic} has no broker")

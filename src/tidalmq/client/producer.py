@@ -11,7 +11,13 @@ from typing import Any, Protocol
 
 from tidalmq.client import codec
 from tidalmq.client import validators as v
-from tidalmq.client.errors import IllegalStateError, MQBrokerError, MQClientError, SendTimeoutError, ValidationError
+from tidalmq.client.errors import (
+    IllegalStateError,
+    MQBrokerError,
+    MQClientError,
+    SendTimeoutError,
+    ValidationError,
+)
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import (
     Message,
@@ -283,7 +289,7 @@ class Producer:
             return result
         elapsed = int((time.monotonic() - begin) * 1000)
         if last_error is not None and elapsed < timeout * 1000:
-            if isinstance(last_error, MQClientError):
+            if isinstance(last_error, MQClientError) and not isinstance(last_error, MQBrokerError):
                 raise MQClientError(last_error.code, f"Send [{times}] times, still failed, cost [{elapsed}]ms, "
                                     f"Topic: {p.topic}: {last_error.remark}") from last_error
             raise last_error

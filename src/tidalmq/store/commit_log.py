@@ -40,6 +40,7 @@ from tidalmq.store.results import AppendResult, DispatchRequest, PutRequest, Put
 log = logging.getLogger("tidalmq.store")
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
@@ -315,6 +316,11 @@ class CommitLog:
                 level_text = props.get("DELAY")
                 if level_text is not None:
                     tags_code = self._deliver_timestamp(level_text, store_ts, tags_code)
+            elif topic == TIMER_TOPIC:
+                # The timer service enqueues straight from these entries: the tag is the deliver time.
+                out_ms = props.get("TIMER_OUT_MS")
+                if out_ms is not None and out_ms.lstrip("-").isdigit():
+                    tags_code = int(out_ms)
         return DispatchRequest(topic, queue_id, phys, total, tags_code, store_ts, queue_offset, keys, uniq,
                                sysflag, prepared)
 

@@ -62,6 +62,11 @@ class MessageStoreConfig:
     # Used to compute the ConsumeQueue tag code (deliver time) of SCHEDULE_TOPIC_XXXX records.
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
+    # RocketMQ 5's timer (arbitrary delivery time, rmq_sys_wheel_timer): see docs/scheduled-delivery.md.
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000  # release tick; must divide 1000 and be >= 10
+    timer_max_delay_sec: int = 400 * 86400  # RocketMQ's default is 3 days; ours 400
+
     @property
     def destroy_mapped_file_interval_forcibly(self) -> int:
         return self.destroy_maped_file_interval_forcibly

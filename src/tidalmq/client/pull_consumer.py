@@ -1,0 +1,200 @@
+"""PullConsumer with explicit offsets (DefaultLitePullConsumer's assign/seek mode, MQPullConsumer):
+the caller owns the positions — fetch queues, pull a range, seek by time, commit. What a Spark connector
+needs: deterministic ranges, nothing happening in the background."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tidalmq.client import codec
+from tidalmq.client import validators as v
+from tidalmq.client.errors import IllegalStateError, MQClientError
+from tidalmq.client.instance import ClientInstance
+from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus
+from tidalmq.client.offset_store import NOT_FOUND, RemoteBrokerOffsetStore
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.codes import ResponseCode
+
+_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+
+class PullConsumer:
+    """Pulls exactly the offsets asked for. Offsets committed with ``commit`` are stored on the broker
+    under the group (visible to ``Admin.consumer_progress``)."""
+
+    def __init__(self, group: str, namesrv_addr: str | None = None, *, pull_timeout: float = 10.0,
+                 instance_name: str | None = None, client_ip: str | None = None) -> None:
+        v.check_group(group)
+        self.group = group
+        self.pull_timeout = pull_timeout
+        self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip)
+        self._offsets = RemoteBrokerOffsetStore(self._instance, group)
+        self._state = "created"
+
+    @property
+    def client_id(self) -> str:
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        if self._state == "running":
+            return
+        if self._state != "created":
+            raise IllegalStateError(f"the pull consumer {self.group} has been shut down and cannot start again")
+        await self._instance.start()
+        self._state = "running"
+
+    async def shutdown(self) -> None:
+        if self._state == "running":
+            await self._instance.shutdown()
+        self._state = "shutdown"
+
+    async def __aenter__(self) -> PullConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            what = "not started: call start() first" if self._state == "created" else "shut down"
+            raise IllegalStateError(f"the pull consumer {self.group} is {what}")
+
+    async def _addr(self, mq: MessageQueue) -> str:
+        addr = self._instance.master_addr(mq.broker_name)
+        if addr is None:
+            await self._instance.update_route(mq.topic)
+            addr = self._instance.master_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(10003, f"The broker[{mq.broker_name}] not exist")
+        return addr
+
+    # queues and positions ---------------------------------------------------------------------
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The readable queues of ``topic``, sorted (fetchSubscribeMessageQueues)."""
+        self._check_running()
+        v.check_topic(topic)
+        route = await self._instance.update_route(topic)
+        if route is None or not route.queue_datas:
+            raise MQClientError(10005, f"Can not find Message Queue for this topic, {topic}")
+        return route.subscribe_queues()
+
+    async def _offset(self, mq: MessageQueue, code: int, extra: dict[str, str] | None = None) -> int:
+        self._check_running()
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
+        resp = await self._instance.invoke_ok(await self._addr(mq), code, ext)
+        return int(resp.ext_fields["offset"])
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._offset(mq, RC.GET_MIN_OFFSET)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        """The offset after the last message (where the next one will go)."""
+        return await self._offset(mq, RC.GET_MAX_OFFSET)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP: as RocketMQ, the offset of the message whose
+        store time is *nearest* to ``timestamp_ms`` (which may be just before it)."""
+        return await self._offset(mq, RC.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(int(timestamp_ms))})
+
+    async def seek_by_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The offset of the first message stored at or after ``timestamp_ms`` (the max offset if none):
+        the broker's nearest answer, corrected by looking at the store times around it."""
+        offset = await self.search_offset(mq, timestamp_ms)
+        lo = await self.min_offset(mq)
+        while offset > lo:  # step back while the previous message is not older than the time
+            prev = await self.pull(mq, offset - 1, 1)
+            if not prev.messages or prev.messages[0].store_timestamp < timestamp_ms:
+                break
+            offset -= 1
+        while True:  # step forward over messages stored before the time
+            res = await self.pull(mq, offset, 32)
+            if res.status != PullStatus.FOUND or not res.messages:
+                return offset
+            for m in res.messages:
+                if m.store_timestamp >= timestamp_ms:
+                    return m.queue_offset
+            offset = res.next_begin_offset
+
+    async def earliest_store_time(self, mq: MessageQueue) -> int:
+        self._check_running()
+        resp = await self._instance.invoke_ok(await self._addr(mq), RC.GET_EARLIEST_MSG_STORETIME,
+                                              {"topic": mq.topic, "queueId": str(mq.queue_id)})
+        return int(resp.ext_fields["timestamp"])
+
+    # pulling ----------------------------------------------------------------------------------
+    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*", *,
+                   block_timeout: float = 0.0) -> PullResult:
+        """Pull up to ``max_nums`` messages from ``offset``. With ``block_timeout`` > 0 the broker holds
+        the request until a message arrives or the time is up (long polling)."""
+        self._check_running()
+        if offset < 0:
+            raise v.ValidationError(f"offset must be >= 0, got {offset}")
+        if not 1 <= max_nums <= 1024:
+            raise v.ValidationError(f"max_nums must be within 1..1024, got {max_nums}")
+        sub = codec.Subscription.build(mq.topic, expression, 0)
+        sysflag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if block_timeout > 0 else 0)
+        ext = {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums), "sysFlag": str(sysflag), "commitOffset": "0",
+            "suspendTimeoutMillis": str(int(block_timeout * 1000)), "subscription": sub.expression,
+            "subVersion": "0", "expressionType": "TAG",
+        }
+        resp = await self._instance.invoke_ok(await self._addr(mq), RC.PULL_MESSAGE, ext,
+                                              timeout=self.pull_timeout + block_timeout, ok=tuple(_STATUS))
+        h = resp.ext_fields
+        msgs: list[MessageExt] = []
+        if resp.code == ResponseCode.SUCCESS:
+            msgs = codec.decode_messages(resp.body_bytes(), mq.broker_name)
+            if not sub.matches_all:
+                msgs = [m for m in msgs if sub.matches(m.tags)]
+        return PullResult(_STATUS[ResponseCode(resp.code)], int(h.get("nextBeginOffset", offset)),
+                          int(h.get("minOffset", 0)), int(h.get("maxOffset", 0)), msgs,
+                          int(h.get("suggestWhichBrokerId", 0)))
+
+    async def pull_range(self, mq: MessageQueue, start: int, end: int, expression: str = "*",
+                         batch: int = 32) -> list[MessageExt]:
+        """Every message with ``start <= queue_offset < end`` (filtered by ``expression``), pulled in batches;
+        stops early at the end of the queue."""
+        out: list[MessageExt] = []
+        offset = start
+        while offset < end:
+            res = await self.pull(mq, offset, min(batch, end - offset), expression)
+            if res.status == PullStatus.OFFSET_ILLEGAL:
+                if res.next_begin_offset > offset:  # messages before the queue's minimum are gone
+                    offset = res.next_begin_offset
+                    continue
+                break
+            out += [m for m in res.messages if m.queue_offset < end]
+            if res.next_begin_offset <= offset or res.status == PullStatus.NO_NEW_MSG:
+                break
+            offset = res.next_begin_offset
+        return out
+
+    # committed offsets --------------------------------------------------------------------------
+    async def commit(self, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` (the next one to read) as the group's position in ``mq`` on the broker."""
+        self._check_running()
+        await self._offsets.commit(mq, offset)
+
+    async def commit_all(self, offsets: dict[MessageQueue, int] | Iterable[tuple[MessageQueue, int]]) -> None:
+        items = offsets.items() if isinstance(offsets, dict) else offsets
+        for mq, off in items:
+            await self.commit(mq, off)
+
+    async def committed(self, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq``, None if it never committed."""
+        self._check_running()
+        off = await self._offsets.read(mq, from_store=True)
+        if off == NOT_FOUND:
+            return None
+        if off < 0:
+            raise MQClientError(10002, f"could not read the committed offset of {mq}")
+        return off

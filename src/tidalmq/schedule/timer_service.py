@@ -1,0 +1,529 @@
+"""TimerMessageService: RocketMQ 5's arbitrary delivery time on top of the TimerStore.
+
+The send path (broker/schedule_hooks.TimerRewrite) parks a timer message in ``rmq_sys_wheel_timer`` queue 0 with
+TIMER_OUT_MS = its deliver time; the CommitLog's dispatch copies that time into the ConsumeQueue entry's tag.
+One thread then:
+
+- **enqueues**: reads that ConsumeQueue from where the TimerStore's watermark says it stopped, reads each
+  message's properties (REAL_TOPIC + UNIQ_KEY make the cancel hash; TIMER_DEL_UNIQKEY makes a delete marker) and
+  hands the batch to ``TimerStore.enqueue`` — idempotent, so a replay after a crash files nothing twice;
+- **delivers**: sleeps until ``next_due_ms`` (woken early by the store's arrival listener), pops what fell due,
+  re-stores the bodies in their real topic and queue in (deliver time, CommitLog offset) order with one
+  ``put_messages`` call per batch, then commits.
+
+Exactly-once across SIGKILL: before each batch is re-stored its last key is written to a small journal
+(``timerdeliver``, pwrite, no fsync — SIGKILL keeps the page cache), and again once the store accepted it. After
+a restart the TimerStore re-pops from its last durable commit; entries at or below the journal's *done* key were
+delivered already and are skipped; entries in a batch that was in flight (*intent* > *done*) are looked up in the
+real topic's index by UNIQ_KEY and skipped when their copy is there. Whatever is delivered again without that
+proof is counted (``redelivered``). A power loss is only as safe as the flushes (at-least-once).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tidalmq.common import message as mc
+from tidalmq.common.fileutil import atomic_write
+from tidalmq.common.record import RecordError, decode_record
+from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
+from tidalmq.schedule.restore import restore_record
+from tidalmq.schedule.stats import ScheduleStats
+from tidalmq.schedule.timer_log import MAGIC_DELETE
+from tidalmq.schedule.timer_store import DAY_MS, TIMER_TOPIC, TimerStore, ms_now
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
+
+log = logging.getLogger(__name__)
+
+ENQUEUE_BATCH = 4096
+DELIVER_BATCH = 512
+IDLE_WAIT_S = 1.0
+SYNC_INTERVAL_MS = 1000  # how often the TimerStore's commit is made durable (bounds re-pops after a crash)
+SLOT_MS = 1000
+_JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
+_NONE_KEY = (-(1 << 62), -1)
+
+
+@dataclass
+class CancelTarget:
+    """What the broker knows of the message a cancel names (see find_cancel_target)."""
+
+    state: str  # "pending", "delivered", "cancelled", "unknown"; "unchecked" when there is no index
+    deliver_ms: int = 0
+    real_qid: int = 0
+
+
+def check_precision(precision_ms: int) -> int:
+    if precision_ms < 10 or SLOT_MS % precision_ms:
+        raise ValueError(f"timerPrecisionMs must be >= 10 and divide {SLOT_MS}, got {precision_ms}")
+    return precision_ms
+
+
+class RateMeter:
+    """Events per second over the last ``window_s`` seconds, from a counter sampled on read."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def rate(self, total: int) -> float:
+        now = time.monotonic()
+        s = self._samples
+        s.append((now, total))
+        while len(s) > 2 and now - s[1][0] >= self.window_s:
+            s.popleft()
+        t0, c0 = s[0]
+        return 0.0 if now - t0 <= 0 else (total - c0) / (now - t0)
+
+
+class TopicCounts:
+    """Pending timer messages per real topic, bucketed by deliver minute (RocketMQ's TimerMetrics, with times).
+
+    Kept in memory, persisted at each durable commit with the enqueue watermark it matches. Exact across clean
+    restarts; after a crash it can over-count the few messages committed between two snapshots (as RocketMQ's)."""
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, Counter[int]] = {}
+
+    def add(self, topic: str, deliver_ms: int, n: int) -> None:
+        c = self.by_topic.get(topic)
+        if c is None:
+            c = self.by_topic[topic] = Counter()
+        m = deliver_ms // 60_000
+        c[m] += n
+        if c[m] <= 0:
+            del c[m]
+            if not c:
+                del self.by_topic[topic]
+
+    def pending(self) -> dict[str, int]:
+        return {t: sum(c.values()) for t, c in self.by_topic.items()}
+
+    def histogram(self, topic: str, now_ms: int) -> dict[str, int]:
+        return histogram_of(self.by_topic.get(topic, Counter()), now_ms)
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {t: {str(k): v for k, v in c.items()} for t, c in self.by_topic.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, dict[str, int]]) -> TopicCounts:
+        out = cls()
+        for t, c in data.items():
+            out.by_topic[t] = Counter({int(k): int(v) for k, v in c.items() if int(v) > 0})
+        return out
+
+
+HISTOGRAM_BUCKETS = ("due", "minute", "hour", "day", "beyond")
+
+
+def histogram_of(minutes: Counter[int] | dict[int, int], now_ms: int) -> dict[str, int]:
+    """Counts by deliver minute -> due / next minute / hour / day / beyond."""
+    out = dict.fromkeys(HISTOGRAM_BUCKETS, 0)
+    for m, n in minutes.items():
+        # Minute granularity: "due" only when the whole minute has passed (never call a future message due);
+        # the other classes by the minute's start.
+        ahead = m * 60_000 - now_ms
+        if ahead + 59_999 < 0:
+            out["due"] += n
+        elif ahead <= 60_000:
+            out["minute"] += n
+        elif ahead <= 3_600_000:
+            out["hour"] += n
+        elif ahead <= DAY_MS:
+            out["day"] += n
+        else:
+            out["beyond"] += n
+    return out
+
+
+class TimerMessageService:
+    def __init__(self, store: DefaultMessageStore, root_dir: str | Path, *, precision_ms: int = 1000,
+                 max_delay_ms: int = 400 * DAY_MS, stats: ScheduleStats | None = None,
+                 clock: Callable[[], int] = ms_now, wheel_slots: int | None = None) -> None:
+        self.store = store
+        self.root = Path(root_dir)
+        self.precision_ms = check_precision(precision_ms)
+        self.timer = TimerStore(str(self.root), precision_ms=precision_ms, slot_ms=SLOT_MS, wheel_slots=wheel_slots,
+                                max_delay_ms=max_delay_ms, clock=clock)
+        self.stats = stats or ScheduleStats()
+        self.clock = clock
+        self.topics = TopicCounts()
+        self._metrics_path = self.root / "timermetrics"
+        self._metrics_mark = 0  # enqueue watermark the persisted TopicCounts matches
+        self._journal_fd = -1
+        self._journal_done = _NONE_KEY
+        self._journal_intent = _NONE_KEY
+        self._verify_upto = _NONE_KEY  # after a crash: entries up to here may already be in their real topic
+        self._retry = np.empty(0, ENTRY_DTYPE)  # popped, the store refused them: re-stored first next round
+        self._cq_offset = -1
+        self._load_watermark = 0  # everything delivered before a crash lies below this CommitLog offset
+        self._lock = threading.Lock()  # the TimerStore is single-owner: stats readers take this lock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sync = 0
+        self._dirty = False
+        self.counters = Counter[str]()
+        self._enq_rate = RateMeter()
+        self._del_rate = RateMeter()
+        self.last_lateness_ms = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> None:
+        self.timer.load()
+        self._load_watermark = self.timer.enqueue_offset
+        try:
+            data = json.loads(self._metrics_path.read_text())
+            self.topics = TopicCounts.from_json(data.get("topics", {}))
+            self._metrics_mark = int(data.get("enqueueOffset", 0))
+        except (OSError, ValueError):
+            self._metrics_mark = 0  # no snapshot: recount whatever the replay re-reads
+        self._metrics_mark = min(self._metrics_mark, self.timer.enqueue_offset)
+        path = self.root / "timerdeliver"
+        self._journal_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        raw = os.pread(self._journal_fd, _JOURNAL.size, 0)
+        if len(raw) == _JOURNAL.size:
+            i0, i1, d0, d1 = _JOURNAL.unpack(raw)
+            self._journal_intent, self._journal_done = (i0, i1), (d0, d1)
+            if self._journal_intent > self._journal_done:
+                self._verify_upto = self._journal_intent
+        else:
+            self._write_journal(_NONE_KEY, _NONE_KEY)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(15)
+        with self._lock:
+            try:
+                self._sync()
+            except Exception:
+                log.exception("timer store final commit failed")
+            self.timer.close()
+            if self._journal_fd >= 0:
+                os.close(self._journal_fd)
+                self._journal_fd = -1
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store arrival listener (reput thread): a timer message or cancel was dispatched."""
+        if topic == TIMER_TOPIC:
+            self._wake.set()
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        # Dispatch what the CommitLog holds first: the replay reads the ConsumeQueue and the post-crash check
+        # reads the index, both built by reput.
+        self.store.wait_reput(self.store.max_phy_offset, 30.0)
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                with self._lock:
+                    busy = self._enqueue_round()
+                    busy = self._deliver_round() or busy
+                    if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
+                        self._sync()
+                    nxt = self.timer.next_due_ms()
+            except Exception:
+                log.exception("timer round failed")
+                busy, nxt = False, self.clock() + 1000
+            if busy:
+                continue
+            wait = IDLE_WAIT_S if nxt is None else (nxt - self.clock()) / 1000.0
+            if wait > 0:
+                self._wake.wait(min(wait, IDLE_WAIT_S))
+
+    def _sync(self) -> None:
+        self.timer.commit_delivered(self.timer.committed_cursor, sync=True)
+        atomic_write(self._metrics_path, json.dumps(
+            {"enqueueOffset": self.timer.enqueue_offset, "topics": self.topics.to_json()}).encode())
+        self._metrics_mark = self.timer.enqueue_offset
+        self._last_sync = self.clock()
+        self._dirty = False
+
+    # ------------------------------------------------------------------ enqueue
+    def _start_offset(self, cq: Any) -> int:
+        """The first ConsumeQueue entry not yet counted (CommitLog offset >= the marks), by binary search."""
+        mark = min(self.timer.enqueue_offset, self._metrics_mark)
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is None or e[0] >= mark:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _enqueue_round(self) -> bool:
+        cq = self.store.find_consume_queue(TIMER_TOPIC, 0)
+        if cq is None:
+            return False
+        if self._cq_offset < 0:
+            self._cq_offset = self._start_offset(cq)
+        off = max(self._cq_offset, cq.min_offset_in_queue)
+        arr = cq.entries(off, ENQUEUE_BATCH)
+        if arr is None:
+            if off < cq.max_offset_in_queue:
+                self._cq_offset = cq.roll_next_file(off)
+                return True
+            return False
+        if len(arr) == 0:
+            return False
+        arr = arr.copy()
+        self._cq_offset = off + len(arr)
+        phys = arr["offset"].astype(np.int64)
+        sizes = arr["size"].astype(np.int32)
+        deliver = arr["tag"].astype(np.int64)
+        watermark = self.timer.enqueue_offset
+        new = phys >= min(watermark, self._metrics_mark)
+        cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
+        enqueued = 0
+        for p, s, d in zip(phys[new].tolist(), sizes[new].tolist(), deliver[new].tolist(), strict=True):
+            props = self._properties(p, s)
+            if props is None:
+                self.counters["unreadable"] += 1
+                continue
+            real = props.get(mc.REAL_TOPIC, "")
+            del_key = props.get(mc.TIMER_DEL_UNIQKEY)
+            if d <= 0:
+                d = _deliver_of(props, 0)
+            cols[0].append(d)
+            cols[1].append(p)
+            cols[2].append(s)
+            if del_key is not None:
+                cols[3].append(uniq_hash(del_key))
+                cols[4].append(MAGIC_DELETE)
+            else:
+                uniq = props.get(mc.UNIQ_KEY)
+                cols[3].append(uniq_hash(f"{real}+{uniq}") if uniq else 0)
+                cols[4].append(0)
+            if p >= self._metrics_mark:  # not in the persisted per-topic counts yet
+                if del_key is not None:
+                    self.topics.add(real, d, -1)
+                    self.counters["cancels"] += 1
+                else:
+                    self.topics.add(real, d, 1)
+            if p >= watermark and del_key is None:
+                enqueued += 1
+        entries = make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4])
+        end = int(phys[-1]) + int(sizes[-1])
+        res = self.timer.enqueue(entries, max(end, watermark))
+        self._dirty = True
+        self.stats.enqueued_n(enqueued)
+        if res.cancels_too_late:
+            self.counters["cancelsTooLate"] += res.cancels_too_late
+            log.warning("%d cancel(s) arrived after their target was released", res.cancels_too_late)
+        self._wake.set()  # an enqueued message may be due before the current wait ends
+        return True
+
+    def _properties(self, phys: int, size: int) -> dict[str, str] | None:
+        view = self.store.select_one_message_by_offset(phys, size)
+        if view is None:
+            log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
+            return None
+        try:
+            return decode_record(view, read_body=False).properties
+        except RecordError as e:
+            log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
+            return None
+
+    # ------------------------------------------------------------------ deliver
+    def _deliver_round(self) -> bool:
+        if len(self._retry):
+            due, self._retry = self._retry, np.empty(0, ENTRY_DTYPE)
+        else:
+            due = self.timer.pop_due(self.clock(), DELIVER_BATCH)
+            if len(due) == 0:
+                return False
+        now = self.clock()
+        requests: list[PutRequest] = []
+        owners: list[int] = []  # index in ``due`` of each request's last entry
+        lateness: list[int] = []
+        topics: list[tuple[str, int]] = []
+        skipped_keys: list[tuple[str, int]] = []
+        for i, e in enumerate(due.tolist()):
+            d, off, _uh, size, _fl = e
+            key = (d, off)
+            if key <= self._journal_done and off < self._load_watermark:
+                # Delivered before a crash; the TimerStore's durable commit had not caught up. (Only entries
+                # indexed before the crash can have been delivered: one replayed after it may be filed at a
+                # time before the journal's key, and must go out.)
+                self.counters["duplicatesSkipped"] += 1
+                props = self._properties(off, size)
+                if props is not None:
+                    skipped_keys.append((props.get(mc.REAL_TOPIC, ""), _deliver_of(props, d)))
+                continue
+            msg = self.store.look_message_by_offset(off, size)
+            if msg is None:
+                self.counters["unreadable"] += 1
+                log.error("timer message at %d (size %d) cannot be read; skipped", off, size)
+                continue
+            real_deliver = _deliver_of(msg.properties, d)
+            if key <= self._verify_upto and off < self._load_watermark:
+                if self._already_delivered(msg):
+                    self.counters["duplicatesSkipped"] += 1
+                    skipped_keys.append((msg.properties.get(mc.REAL_TOPIC, ""), real_deliver))
+                    continue
+                if self.store.index_service is None:
+                    self.counters["redelivered"] += 1
+            try:
+                topic, qid, record = restore_record(msg, {
+                    mc.TIMER_ENQUEUE_MS: str(msg.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)})
+            except ValueError as err:
+                self.counters["unreadable"] += 1
+                log.error("%s; skipped", err)
+                continue
+            if requests and requests[-1].topic == topic and requests[-1].queue_id == qid:
+                requests[-1].records.append(record)
+                owners[-1] = i
+            else:
+                requests.append(PutRequest(topic, qid, [record]))
+                owners.append(i)
+            lateness.append(now - real_deliver)
+            topics.append((topic, real_deliver))
+        for t, d in skipped_keys:
+            self.topics.add(t, d, -1)
+        last = (int(due["deliver_ms"][-1]), int(due["offset"][-1]))
+        done_upto = last
+        if requests:
+            self._write_journal(last, self._journal_done)
+            results = self.store.put_messages(requests)
+            ok = 0
+            for req, res in zip(requests, results, strict=True):
+                if res.status != PutStatus.PUT_OK:
+                    log.warning("re-storing timer messages into %s failed: %s; retrying", req.topic, res.status)
+                    break
+                ok += 1
+            if ok < len(requests):
+                first_failed = owners[ok - 1] + 1 if ok else 0
+                self._retry = due[first_failed:].copy()
+                done_upto = (int(due["deliver_ms"][first_failed - 1]), int(due["offset"][first_failed - 1])) \
+                    if first_failed else None
+            delivered = sum(len(r.records) for r in requests[:ok])
+            self.stats.delivered(lateness[:delivered])
+            for t, d in topics[:delivered]:
+                self.topics.add(t, d, -1)
+            if lateness[:delivered]:
+                self.last_lateness_ms = max(lateness[:delivered])
+            if done_upto is not None:
+                self._write_journal(done_upto, done_upto)
+        if done_upto is not None and done_upto <= self.timer.read_cursor:
+            if done_upto > self.timer.committed_cursor:
+                self.timer.commit_delivered(done_upto, sync=False)
+        self._dirty = True
+        if self._retry.size:
+            time.sleep(0.05)  # the store is refusing writes (disk full, shutting down): do not spin
+        return True
+
+    def _already_delivered(self, msg: Any) -> bool:
+        """After a crash mid-batch: is this message's copy in its real topic already?"""
+        uniq = msg.properties.get(mc.UNIQ_KEY)
+        real = msg.properties.get(mc.REAL_TOPIC)
+        if not uniq or not real or self.store.index_service is None:
+            return False
+        for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
+            try:
+                m = decode_record(view, read_body=False)
+            except RecordError:
+                continue
+            if m.properties.get(mc.REAL_TOPIC) == real and mc.TIMER_DEQUEUE_MS in m.properties:
+                return True
+        return False
+
+    def _write_journal(self, intent: tuple[int, int], done: tuple[int, int]) -> None:
+        self._journal_intent, self._journal_done = intent, done
+        os.pwrite(self._journal_fd, _JOURNAL.pack(intent[0], intent[1], done[0], done[1]), 0)
+
+    # ------------------------------------------------------------------ observability
+    def topic_minutes(self) -> dict[str, Counter[int]]:
+        """Pending timer messages per real topic by deliver minute (a copy)."""
+        with self._lock:
+            return {t: Counter(c) for t, c in self.topics.by_topic.items()}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters, rates, lateness and the pending histogram (callable from any thread)."""
+        now = self.clock()
+        with self._lock:
+            pending = self.timer.pending_count()
+            hist = self.timer.histogram(now)
+            nxt = self.timer.next_due_ms()
+        s = self.stats.snapshot()
+        out: dict[str, Any] = {
+            "pending": pending,
+            "enqueued": s["enqueued"],
+            "delivered": s["delivered"],
+            "early": s["early"],
+            "enqueueTps": round(self._enq_rate.rate(s["enqueued"]), 1),
+            "deliverTps": round(self._del_rate.rate(s["delivered"]), 1),
+            "latenessP50Ms": s["latenessP50Ms"],
+            "latenessP99Ms": s["latenessP99Ms"],
+            "latenessMaxMs": s["latenessMaxMs"],
+            "latenessLastBatchMs": self.last_lateness_ms,
+            # How far behind the service is now: the oldest due entry not yet delivered.
+            "latenessNowMs": max(0, now - nxt) if nxt is not None and nxt <= now else 0,
+            "nextDueMs": nxt if nxt is not None else -1,
+            "precisionMs": self.precision_ms,
+            "enqueueOffset": self.timer.enqueue_offset,
+        }
+        for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"):
+            out[k] = self.counters[k]
+        out["histogram"] = {"due": hist["due"], "minute": hist["minute"], "hour": hist["hour"],
+                            "day": hist["day"], "beyond": hist["later"] + hist["rolled"]}
+        return out
+
+
+def _deliver_of(props: dict[str, str], default: int) -> int:
+    try:
+        return int(props.get(mc.TIMER_OUT_MS, default))
+    except ValueError:
+        return default
+
+
+def find_cancel_target(store: DefaultMessageStore, topic: str, uniq: str, now_ms: int,
+                       wait_reput_s: float = 0.5) -> CancelTarget:
+    """Look the target of a cancel up in the store's index: parked in rmq_sys_wheel_timer (pending), a cancel
+    marker for it there (cancelled), or its copy in the real topic (delivered). "unchecked" without an index."""
+    if store.index_service is None:
+        return CancelTarget("unchecked")
+    # A cancel sent right after its target: let reput index the target first (usually already done).
+    store.wait_reput(store.max_phy_offset, wait_reput_s)
+    found: CancelTarget | None = None
+    for view in store.query_message(TIMER_TOPIC, uniq, 64, 0, 1 << 62):
+        try:
+            props = decode_record(view, read_body=False).properties
+        except RecordError:
+            continue
+        if props.get(mc.REAL_TOPIC) != topic:
+            continue
+        if mc.TIMER_DEL_UNIQKEY in props:
+            if props[mc.TIMER_DEL_UNIQKEY] == f"{topic}+{uniq}":
+                return CancelTarget("cancelled")
+            continue
+        if props.get(mc.UNIQ_KEY) == uniq:
+            try:
+                found = CancelTarget("pending", int(props.get(mc.TIMER_OUT_MS, "0")),
+                                     int(props.get(mc.REAL_QID, "0")))
+            except ValueError:
+                continue
+    if found is not None:
+        return CancelTarget("delivered") if found.deliver_ms <= now_ms else found
+    if store.query_message(topic, uniq, 1, 0, 1 << 62):
+        return CancelTarget("delivered")
+    return CancelTarget("unknown")
