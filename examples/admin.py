@@ -1,5 +1,7 @@
 """Admin: cluster, topics, groups, consumer progress and lag, and finding a message by key."""
 
+import asyncio
+
 from _common import NAMESRV, ensure_topic, main, unique
 
 from tidalmq.client import Admin, Message, Producer
@@ -17,6 +19,11 @@ async def run() -> bool:
         await admin.reset_offset_by_time(group, topic, 0)
         print("lag of", group, "=", await admin.total_lag(group, topic))
         found = await admin.query_messages_by_key(topic, "invoice-7")
+        for _ in range(100):  # the index entry follows the append by a moment (reput)
+            if found:
+                break
+            await asyncio.sleep(0.05)
+            found = await admin.query_messages_by_key(topic, "invoice-7")
         print("by key:", [m.body.decode() for m in found])
         by_id = await admin.view_message(sent.offset_msg_id)
         print("by id:", by_id.body.decode())

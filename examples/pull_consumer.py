@@ -21,7 +21,11 @@ async def run() -> bool:
             await producer.send(Message(topic, f"second half {i}"))
     total = 0
     async with PullConsumer(unique("ExamplePullGroup"), NAMESRV) as consumer:
-        for queue in await consumer.fetch_queues(topic):
+        queues = await consumer.fetch_queues(topic)
+        # A send is acknowledged once stored; its ConsumeQueue entry follows a moment later (reput).
+        while sum([await consumer.max_offset(q) for q in queues]) < 20:
+            await asyncio.sleep(0.01)
+        for queue in queues:
             lo, hi = await consumer.min_offset(queue), await consumer.max_offset(queue)
             start = await consumer.seek_by_timestamp(queue, middle)
             msgs = await consumer.pull_range(queue, start, hi)
