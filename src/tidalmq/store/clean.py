@@ -10,7 +10,7 @@ below it.
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -24,14 +24,18 @@ log = logging.getLogger("tidalmq.store")
 
 
 def disk_partition_space_used_percent(path: str) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: (total - free) / total, -1 when unknown."""
+    """UtilAll.getDiskPartitionSpaceUsedPercent: (total - free) / total, -1 when unknown.
+
+    "free" is the filesystem's unallocated space (Java's File.getFreeSpace, statvfs f_bfree), as
+    RocketMQ measures it; blocks reserved for root or held back by the host are not counted as used.
+    """
     try:
-        usage = shutil.disk_usage(path)
+        st = os.statvfs(path)
     except OSError:
         return -1.0
-    if usage.total <= 0:
+    if st.f_blocks <= 0:
         return -1.0
-    return (usage.total - usage.free) / usage.total
+    return (st.f_blocks - st.f_bfree) / st.f_blocks
 
 
 def is_time_to_delete(delete_when: str, now_ms: int) -> bool:
