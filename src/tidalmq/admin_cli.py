@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from tidalmq.client.admin import Admin, AdminError
+from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_
 from tidalmq.remoting.transport import RemotingError
 
@@ -29,6 +30,32 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     g.add_argument("group")
     g.add_argument("-t", "--topic")
     asub.add_parser("cluster", help="brokers registered with the NameServer")
+    rw = asub.add_parser("rewind", help="reset a group's offsets to a time (live consumers replay at once)")
+    rw.add_argument("group")
+    rw.add_argument("-t", "--topic", help="one topic (default: every topic the group consumes)")
+    when = rw.add_mutually_exclusive_group(required=True)
+    when.add_argument("--timestamp", type=int, help="milliseconds since the epoch")
+    when.add_argument("--time", help="ISO 8601 local time, e.g. 2026-11-21T10:00:00")
+    when.add_argument("--earliest", action="store_true")
+    when.add_argument("--latest", action="store_true")
+    dl = asub.add_parser("dlq", help="dead letters of a group").add_subparsers(dest="dlq_cmd", required=True)
+    dls = dl.add_parser("list")
+    dls.add_argument("group")
+    dls.add_argument("-n", "--max", type=int, default=100)
+    dlr = dl.add_parser("resend", help="send dead letters back to their original topic")
+    dlr.add_argument("group")
+    dlr.add_argument("ids", nargs="*", help="message ids (client id or offset id); none with --all")
+    dlr.add_argument("--all", action="store_true")
+    q = asub.add_parser("query", help="find messages").add_subparsers(dest="query_cmd", required=True)
+    qk = q.add_parser("key", help="by key (or client id) within a time range, from the index")
+    qk.add_argument("topic")
+    qk.add_argument("key")
+    qk.add_argument("--begin", type=int, default=0, help="ms since the epoch (default 0)")
+    qk.add_argument("--end", type=int, help="ms since the epoch (default now)")
+    qk.add_argument("-n", "--max", type=int, default=32)
+    qi = q.add_parser("id", help="by message id (offset id, or client id with --topic), and who consumed it")
+    qi.add_argument("msg_id")
+    qi.add_argument("-t", "--topic")
     sc = asub.add_parser("schedule", help="scheduled messages (delay levels, timer)").add_subparsers(
         dest="schedule_cmd", required=True)
     sc.add_parser("stats", help="pending per real topic, deliver-time histogram, rates, lateness")
@@ -71,6 +98,12 @@ async def run_admin(args: argparse.Namespace) -> int:
                 print(f"total lag: {sum(r.lag for r in rows)}")
             elif args.admin_cmd == "schedule":
                 return await _run_schedule(admin, args)
+            elif args.admin_cmd == "rewind":
+                return await _run_rewind(admin, args)
+            elif args.admin_cmd == "dlq":
+                return await _run_dlq(admin, args)
+            elif args.admin_cmd == "query":
+                return await _run_query(admin, args)
             elif args.admin_cmd == "cluster":
                 info = await admin.cluster_info()
                 rows = []
@@ -113,4 +146,76 @@ async def _run_schedule(admin: Admin, args: argparse.Namespace) -> int:
             print(_table(rows, ["topic", "pending", "delayLevel", "timer", *buckets]))
         if rep.get("delayLevelScanTruncated"):
             print("  (delay-level counts truncated: too many pending to scan)")
+    return 0
+
+
+def _describe(m: MessageExt) -> list[object]:
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.store_timestamp / 1000))
+    return [m.properties.get("UNIQ_KEY") or m.offset_msg_id, m.topic, m.queue_id, m.queue_offset,
+            m.properties.get("TAGS", ""), m.properties.get("KEYS", ""), when, len(m.body)]
+
+
+_MSG_HEADER = ["msgId", "topic", "queue", "queueOffset", "tags", "keys", "stored", "bodyBytes"]
+
+
+async def _run_rewind(admin: Admin, args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    if args.latest:
+        ts = -1
+    elif args.earliest:
+        ts = 0
+    elif args.time:
+        try:
+            ts = int(datetime.fromisoformat(args.time).timestamp() * 1000)
+        except ValueError:
+            print(f"tidalmq admin: --time {args.time!r} is not an ISO 8601 time", file=sys.stderr)
+            return 2
+    else:
+        ts = args.timestamp
+    res = await admin.rewind(args.group, ts, args.topic)
+    print(_table([[mq.topic, mq.broker_name, mq.queue_id, off] for mq, off in sorted(res.offsets.items())],
+                 ["topic", "broker", "queue", "newOffset"]))
+    for note in res.notes:
+        print(f"note: {note}")
+    for name, remark in res.refused.items():
+        print(f"broker {name}: {remark}", file=sys.stderr)
+    return 0
+
+
+async def _run_dlq(admin: Admin, args: argparse.Namespace) -> int:
+    if args.dlq_cmd == "list":
+        letters = await admin.dead_letters(args.group, args.max)
+        if not letters:
+            print(f"group {args.group} has no dead letters")
+            return 0
+        rows = [[*_describe(m)[:1], m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC", ""),
+                 m.reconsume_times, *_describe(m)[4:]] for m in letters]
+        print(_table(rows, ["msgId", "originTopic", "reconsumeTimes", "tags", "keys", "stored", "bodyBytes"]))
+        return 0
+    if not args.ids and not args.all:
+        print("tidalmq admin: name the ids to re-send, or --all", file=sys.stderr)
+        return 2
+    sent = await admin.resend_dead_letters(args.group, None if args.all else args.ids)
+    for old, new in sent:
+        print(f"re-sent {old} as {new}")
+    print(f"{len(sent)} dead letters re-sent")
+    return 0
+
+
+async def _run_query(admin: Admin, args: argparse.Namespace) -> int:
+    if args.query_cmd == "key":
+        found = await admin.query_messages_by_key(args.topic, args.key, args.max, args.begin, args.end)
+        if not found:
+            print(f"no message with key {args.key} in {args.topic} in that time range", file=sys.stderr)
+            return 1
+        print(_table([_describe(m) for m in found], _MSG_HEADER))
+        return 0
+    m = await admin.view_message(args.msg_id, args.topic)
+    print(_table([_describe(m)], _MSG_HEADER))
+    print("properties: " + ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items())))
+    for group, done in sorted((await admin.consumed_by(m)).items()):
+        print(f"group {group}: {'consumed' if done else 'not consumed yet'}")
     return 0

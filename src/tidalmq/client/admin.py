@@ -4,7 +4,7 @@ cluster and routes, topics, subscription groups, consumer offsets, progress and 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidalmq.client.codec import decode_messages
 from tidalmq.client.message import MessageExt, MessageQueue
@@ -362,3 +362,115 @@ class Admin:
                     raise
                 last = e
         raise last or AdminError(ResponseCode.QUERY_NOT_FOUND, f"topic {topic} has no broker")
+
+    # rewind -------------------------------------------------------------------------------------
+    async def rewind(self, group: str, timestamp_ms: int, topic: str | None = None) -> RewindResult:
+        """Reset ``group``'s offsets to the first message stored at or after ``timestamp_ms`` (``-1``: the
+        latest, ``0``: the earliest) on every master, for one topic or all the group consumes. Live
+        consumers are told at once (RESET_CONSUMER_CLIENT_OFFSET) and replay without a restart."""
+        result = RewindResult()
+        for name, addr in sorted((await self.master_addrs()).items()):
+            resp = await self._call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, {
+                "topic": topic or "", "group": group, "timestamp": str(timestamp_ms), "isForce": "true"},
+                ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.TOPIC_NOT_EXIST))
+            if resp.code != ResponseCode.SUCCESS:
+                result.refused[name] = resp.remark or str(resp.code)
+                continue
+            for e in fastjson.loads(resp.body_bytes()).get("offsetTable") or []:
+                result.offsets[MessageQueue(e["topic"], e["brokerName"], int(e["queueId"]))] = int(e["offset"])
+            if resp.remark:
+                result.notes.append(f"{name}: {resp.remark}")
+        if not result.offsets:
+            reasons = "; ".join(f"{n}: {r}" for n, r in result.refused.items()) or "no broker answered"
+            raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"nothing to rewind for group {group}: {reasons}")
+        return result
+
+    # dead letters -------------------------------------------------------------------------------
+    async def dead_letters(self, group: str, max_num: int = 1000) -> list[MessageExt]:
+        """The messages in ``%DLQ%<group>`` on every master, oldest first. The dead-letter queue is not
+        readable by subscription; this walks it with QUERY_CONSUME_QUEUE and VIEW_MESSAGE_BY_ID."""
+        topic = nm.dlq_topic(group)
+        out: list[MessageExt] = []
+        for name, addr in sorted((await self.master_addrs()).items()):
+            index = 0
+            while len(out) < max_num:
+                resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
+                    "topic": topic, "queueId": "0", "index": str(index), "count": "64", "consumerGroup": group},
+                    ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+                if resp.code != ResponseCode.SUCCESS:
+                    break  # this broker has no dead letters for the group
+                data = fastjson.loads(resp.body_bytes())
+                rows = data.get("queueData") or []
+                if not rows:
+                    break
+                for row in rows:
+                    view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(row["physicOffset"])},
+                                            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+                    if view.code == ResponseCode.SUCCESS:  # a file already deleted by retention is skipped
+                        out.extend(decode_messages(view.body_bytes(), name))
+                index = max(index, int(data.get("minQueueIndex", 0))) + len(rows)
+        return out[:max_num]
+
+    async def resend_dead_letters(self, group: str, ids: list[str] | None = None) -> list[tuple[str, str]]:
+        """Send dead letters of ``group`` back to their original topic: the ones whose client id (UNIQ_KEY)
+        or offset id is in ``ids``, or all of them when ``ids`` is None. Returns (id, new offset id) pairs.
+        An id that is not a dead letter of the group raises AdminError before anything is sent."""
+        import time
+
+        from tidalmq.common.message import encode_properties
+
+        letters = await self.dead_letters(group)
+        by_id = {}
+        for m in letters:
+            by_id.setdefault(m.properties.get("UNIQ_KEY") or m.offset_msg_id, m)
+            by_id.setdefault(m.offset_msg_id, m)
+        if ids is None:
+            chosen = list({id(m): m for m in letters}.values())
+        else:
+            missing = [i for i in ids if i not in by_id]
+            if missing:
+                raise AdminError(ResponseCode.QUERY_NOT_FOUND,
+                                 f"not dead letters of group {group}: {', '.join(missing)}; nothing was re-sent")
+            chosen = list({id(by_id[i]): by_id[i] for i in ids}.values())
+        sent: list[tuple[str, str]] = []
+        for m in chosen:
+            props = dict(m.properties)
+            target = props.get("DLQ_ORIGIN_TOPIC") or props.get("RETRY_TOPIC")
+            if not target:
+                raise AdminError(ResponseCode.MESSAGE_ILLEGAL, f"dead letter {m.offset_msg_id} has no original topic")
+            for key in ("DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "MAX_OFFSET", "MIN_OFFSET"):
+                props.pop(key, None)
+            masters = await self._masters_of(target)
+            if not masters:
+                raise AdminError(ResponseCode.TOPIC_NOT_EXIST, f"original topic {target} has no route")
+            _, addr, nq = masters[0]
+            ext = {"a": "TOOLS_DLQ_RESEND", "b": target, "c": "TBW102", "d": str(nq), "e": str(m.queue_id % nq),
+                   "f": "0", "g": str(int(time.time() * 1000)), "h": str(m.flag),
+                   "i": encode_properties(props), "j": "0", "k": "false"}
+            resp = await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=m.body)  # m.body is inflated
+            sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, resp.ext_fields.get("msgId", "")))
+        return sent
+
+    # who consumed a message ---------------------------------------------------------------------
+    async def consumed_by(self, msg: MessageExt) -> dict[str, bool]:
+        """For each group that consumes the message's topic: has it consumed the message (its committed
+        offset on the message's queue is past the message's queue offset)?"""
+        out: dict[str, bool] = {}
+        for name, addr, _ in await self._masters_of(msg.topic):
+            if msg.broker_name and name != msg.broker_name:
+                continue
+            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": msg.topic})
+            for group in fastjson.loads(resp.body_bytes()).get("groupList") or []:
+                r = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, {
+                    "consumerGroup": group, "topic": msg.topic, "queueId": str(msg.queue_id)},
+                    ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+                offset = int(r.ext_fields.get("offset", "-1")) if r.code == ResponseCode.SUCCESS else -1
+                out[group] = offset > msg.queue_offset
+        return out
+
+
+@dataclass
+class RewindResult:
+    offsets: dict[MessageQueue, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. "starts at its earliest retained message"
+    refused: dict[str, str] = field(default_factory=dict)  # broker name -> remark

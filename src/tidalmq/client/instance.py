@@ -21,6 +21,7 @@ from tidalmq.client.errors import (
     MQBrokerError,
     MQClientError,
 )
+from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -91,6 +92,7 @@ class ClientInstance:
         self.heartbeat_interval = heartbeat_broker_interval
         self.remoting = RemotingClient(self._dispatch)
         self.backoff = Backoff()
+        self._background: set[asyncio.Future[Any]] = set()  # tasks started by broker requests
         self.routes: dict[str, codec.TopicRoute] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producers: dict[str, Any] = {}
@@ -306,6 +308,17 @@ class ClientInstance:
             c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
             if c is not None:
                 c.rebalance_soon()
+            return None
+        if cmd.code == RC.RESET_CONSUMER_CLIENT_OFFSET:
+            c = self.consumers.get(cmd.ext_fields.get("group", ""))
+            reset = getattr(c, "reset_offsets", None)
+            if reset is not None:
+                table = {}
+                for e in fastjson.loads(cmd.body_bytes() or b"{}").get("offsetTable") or []:
+                    table[MessageQueue(e["topic"], e["brokerName"], int(e["queueId"]))] = int(e["offset"])
+                task = asyncio.ensure_future(reset(table))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
             return None
         if cmd.code == RC.CHECK_TRANSACTION_STATE:
             for p in self.producers.values():

@@ -399,6 +399,24 @@ class PushConsumer:
             self._orderly_tasks[mq] = asyncio.create_task(self._orderly_loop(mq, pq), name=f"orderly-{mq}")
         log.info("%s: pulling %s from offset %d", self.group, mq, offset)
 
+    async def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (a rewind by the operator): drop the queues without committing
+        what this client had, then pull them again from the offsets the broker now holds."""
+        for mq in table:
+            pq = self._pqs.pop(mq, None)
+            if pq is not None:
+                pq.dropped = True
+            for tasks in (self._pull_tasks, self._orderly_tasks):
+                task = tasks.pop(mq, None)
+                if task is not None:
+                    task.cancel()
+            ev = self._orderly_wake.pop(mq, None)
+            if ev is not None:
+                ev.set()
+            self.offset_store.remove(mq)
+        log.info("%s: offsets reset by the broker for %d queues", self.group, len(table))
+        self.rebalance_soon()
+
     async def _remove_queue(self, mq: MessageQueue) -> None:
         pq = self._pqs.pop(mq, None)
         if pq is None:

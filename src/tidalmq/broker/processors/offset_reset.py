@@ -20,9 +20,9 @@ TIMESTAMP_LATEST = -1
 
 
 def reset_body_for(language: int, table: list[tuple[str, str, int, int]]) -> bytes:
-    """ResetOffsetBody as each client family reads it: the C++ client a list of queue objects with
-    their offset; Java (fastjson) a map keyed by MessageQueue objects."""
-    if language == LanguageCode.CPP:
+    """ResetOffsetBody as each client family reads it: Java (fastjson) a map keyed by MessageQueue
+    objects; the C++ client (and TidalMQ's own) a list of queue objects with their offset."""
+    if language != LanguageCode.JAVA:
         items = [{"brokerName": b, "queueId": q, "topic": t, "offset": o} for t, b, q, o in table]
         return fastjson.dumpb({"offsetTable": items})
     entries = [
