@@ -22,11 +22,14 @@ def send_cmd(topic: str, body: bytes, *, queue_id: int = 0, props: dict[str, str
 
 
 def pull_cmd(topic: str, queue_id: int, offset: int, *, group: str = "CG", max_nums: int = 32,
-             suspend_ms: int = 0, sub: str = "*") -> RemotingCommand:
+             suspend_ms: int = 0, sub: str = "*", expression_type: str = "TAG",
+             with_subscription: bool = True, sub_version: int = 0) -> RemotingCommand:
+    flags = (4 if with_subscription else 0) | (2 if suspend_ms else 0)
     ext = {
         "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-        "maxMsgNums": str(max_nums), "sysFlag": str(4 | (2 if suspend_ms else 0)), "commitOffset": "0",
-        "suspendTimeoutMillis": str(suspend_ms), "subscription": sub, "subVersion": "0", "expressionType": "TAG",
+        "maxMsgNums": str(max_nums), "sysFlag": str(flags), "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms), "subscription": sub, "subVersion": str(sub_version),
+        "expressionType": expression_type,
     }
     return RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
 

@@ -140,3 +140,27 @@ def test_malformed_and_oversized_frames_close_only_that_connection(broker: Stand
             await c.close()
 
     run(scenario())
+
+
+def test_batch_with_a_delay_property_is_refused(broker: Standalone) -> None:
+    from tidalmq.common.message import encode_properties
+
+    def item(body: bytes, props: dict[str, str]) -> bytes:
+        pb = encode_properties(props).encode()
+        return struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
+
+    async def scenario() -> None:
+        c = RemotingClient()
+        try:
+            for props, ok in (({"MYDELAY": "3"}, True), ({"DELAY": "3"}, False), ({"TIMER_DELAY_SEC": "9"}, False)):
+                req = send_cmd("BatchDelay", item(b"a", {"KEYS": "x"}) + item(b"b", props))
+                req.ext_fields["m"] = "true"
+                r = await c.invoke(broker.broker_addr, req, 5)
+                if ok:
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                else:
+                    assert r.code == ResponseCode.MESSAGE_ILLEGAL and "not supported for batched" in (r.remark or "")
+        finally:
+            await c.close()
+
+    run(scenario())

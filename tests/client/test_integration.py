@@ -517,8 +517,6 @@ def test_cancel_scheduled_message_end_to_end(shared_standalone: Standalone) -> N
     run(body)
 
 
-@pytest.mark.skip(reason="the broker does not implement transactions yet (END_TRANSACTION, half topic, "
-                         "CHECK_TRANSACTION_STATE); the client side is tested against a fake in test_fake_broker.py")
 def test_transaction_end_to_end(shared_standalone: Standalone) -> None:
     from tidalmq.client import TransactionProducer, TransactionState
 

@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from tidalmq.broker.processors.send import decode_batch_body, parse_send_header
+from tidalmq.broker.processors.send import parse_send_header
 from tidalmq.client import (
     IllegalStateError,
     Message,
@@ -32,7 +32,7 @@ from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.selector import FaultStrategy, RoundRobin, java_hash, not_available_duration
 from tidalmq.common import sysflag as sf
 from tidalmq.common.message import decode_properties
-from tidalmq.common.record import encode_record
+from tidalmq.common.record import decode_record, encode_batch_records, encode_record
 from tidalmq.remoting.codes import RequestCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType, decode_frame_body, encode_frame
 
@@ -142,11 +142,12 @@ def test_batch_body_is_what_the_broker_decodes() -> None:
     for i, m in enumerate(msgs):
         m.properties["UNIQ_KEY"] = f"U{i}"
     body = codec.encode_batch(msgs)
-    decoded = decode_batch_body(body)
-    assert [(f, b) for f, b, _ in decoded] == [(i, f"body-{i}".encode()) for i in range(5)]
-    props = [d[2] if isinstance(d[2], dict) else decode_properties(d[2]) for d in decoded]
-    assert props[2] == {"TAGS": "A", "KEYS": "k2", "p": "2", "UNIQ_KEY": "U2"}
-    assert codec.decode_batch(body) == [(f, b, p) for (f, b, _), p in zip(decoded, props, strict=True)]
+    records = encode_batch_records(body, topic="T", queue_id=0, sysflag=0, born_timestamp=0, born_host=bytes(4),
+                                   born_port=0, store_host=bytes(4), store_port=0)
+    decoded = [decode_record(r) for r in records]
+    assert [(m.flag, m.body) for m in decoded] == [(i, f"body-{i}".encode()) for i in range(5)]
+    assert decoded[2].properties == {"TAGS": "A", "KEYS": "k2", "p": "2", "UNIQ_KEY": "U2"}
+    assert codec.decode_batch(body) == [(m.flag, m.body, m.properties) for m in decoded]
 
 
 def test_compression_threshold_and_pull_decode() -> None:

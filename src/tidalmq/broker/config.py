@@ -37,6 +37,12 @@ class BrokerConfig:
     max_error_rate_of_bloom_filter: int = 20
     enable_property_filter: bool = False
     notify_consumer_ids_changed_enable: bool = True
+    # Transactions (docs/transactions.md): a half message unresolved this long is checked back, every
+    # transactionCheckInterval, at most transactionCheckMax times, then rolled back.
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60000
+    reject_transaction_message: bool = False
 
     @property
     def broker_addr(self) -> str:

@@ -42,6 +42,9 @@ class SubscriptionData:
         return self.expression_type == "TAG" and (self.sub_string == SUB_ALL or not self.tags_set)
 
     def tag_codes(self) -> set[int] | None:
+        """The ConsumeQueue-level tag-hash filter; None (everything) for SQL92, filtered by the record."""
+        if self.expression_type != "TAG":
+            return None
         return None if self.matches_all else self.code_set
 
     def matches_tags(self, tags: str | None) -> bool:

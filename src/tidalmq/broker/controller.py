@@ -20,6 +20,7 @@ from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
+from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
 from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
@@ -28,8 +29,11 @@ from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
 from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.topic_config import TopicConfigManager
+from tidalmq.broker.transaction.check_service import TransactionCheckService
+from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
 from tidalmq.common.msgid import host_bytes
+from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -59,6 +63,8 @@ class BrokerController:
         self.producers: dict[str, dict[Connection, str]] = {}
         self.pull_hold = PullRequestHoldService()
         self.locks = RebalanceLockManager()
+        # SQL92 subscriptions compiled once per expression (enablePropertyFilter; docs/filtering.md).
+        self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
@@ -88,12 +94,18 @@ class BrokerController:
             sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
             lookup=lambda topic, uniq: find_cancel_target(self.store, topic, uniq, int(time.time() * 1000)),
             enabled=sc.timer_wheel_enable))
+        # Transactions: half messages, END_TRANSACTION and check-back (docs/transactions.md). Its hook
+        # goes first, so that the schedule hooks never see a half message.
+        self.transactions = TransactionalMessageService(self, cfg_dir / "transactionState.json")
+        self.rewrite_hooks.insert(0, self.transactions.rewrite)
+        self.transaction_check = TransactionCheckService(self.transactions, config)
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.offset_reset_processor = OffsetResetProcessor(self)
+        self.end_transaction_processor = EndTransactionProcessor(self)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -107,6 +119,7 @@ class BrokerController:
         s.register(RC.UNLOCK_BATCH_MQ, cm.unlock_batch)
         s.register(RC.INVOKE_BROKER_TO_RESET_OFFSET, self.offset_reset_processor.reset_offset)
         s.register(RC.HEART_BEAT, cp.heartbeat)
+        s.register(RC.CHECK_CLIENT_CONFIG, cp.check_client_config)
         s.register(RC.UNREGISTER_CLIENT, cp.unregister_client)
         s.register(RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
         s.register(RC.QUERY_CONSUMER_OFFSET, cp.query_consumer_offset)
@@ -133,6 +146,7 @@ class BrokerController:
         s.register(RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
         s.register(RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         s.register(RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
+        s.register(RC.END_TRANSACTION, self.end_transaction_processor.process)
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------
@@ -145,6 +159,7 @@ class BrokerController:
             raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
         self.store.add_arrival_listener(self._on_arrival)
         self.schedule.load()
+        self.transactions.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)
         if self.timer is not None:
             self.timer.load()
@@ -159,6 +174,7 @@ class BrokerController:
         self._register_event = asyncio.Event()
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
+        self._tasks.append(self._loop.create_task(self.transaction_check.run()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
     async def stop(self) -> None:
@@ -176,6 +192,10 @@ class BrokerController:
         self.schedule.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
+        try:
+            self.transactions.persist()
+        except OSError:
+            log.exception("persisting the transaction state failed")
         self.store.shutdown()
 
     # NameServer registration ------------------------------------------------------------------
@@ -270,10 +290,26 @@ class BrokerController:
             hook(msg, header)
 
     def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
-        return None
+        """The CommitLog-level filter of a subscription: SQL92 evaluated on each candidate record's
+        properties, so unmatched messages never leave the broker. None for tag subscriptions (the
+        ConsumeQueue tag-hash filter does those) and when enablePropertyFilter is off."""
+        if sub.expression_type in ("", "TAG") or not self.config.enable_property_filter:
+            return None
+        try:
+            return self.filters.get(sub.expression_type, sub.sub_string).record_filter
+        except FilterSyntaxError:
+            # check_expression refuses the pull before any read; were it skipped, deliver nothing, not all
+            return lambda tags_code, record: False
 
     def check_expression(self, sub: SubscriptionData) -> str | None:
-        return f"expression type {sub.expression_type} is not supported by this broker (enablePropertyFilter=false)"
+        """Why a non-TAG subscription cannot be served (position and reason), or None if it can."""
+        if not self.config.enable_property_filter:
+            return f"The broker does not support consumer to filter message by {sub.expression_type}"
+        try:
+            self.filters.get(sub.expression_type, sub.sub_string)
+        except FilterSyntaxError as e:
+            return str(e)
+        return None
 
     def stats_put(self, topic: str, count: int, res: AppendResult) -> None:
         if res.status == PutStatus.PUT_OK:
@@ -302,6 +338,7 @@ class BrokerController:
             info.update(timer_runtime_info(self))
         except Exception:
             log.exception("timer runtime info failed")
+        info.update(self.transactions.runtime_info())
         try:
             info.update(self.store.runtime_info())
         except Exception:

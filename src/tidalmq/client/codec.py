@@ -178,17 +178,28 @@ class TopicRoute:
 
 # ---- heartbeat and subscriptions --------------------------------------------------------------------
 
+EXPRESSION_TYPES = ("TAG", "SQL92")
+
+
 @dataclass
 class Subscription:
-    """SubscriptionData: a topic and its tag expression (``TagA || TagB`` or ``*``)."""
+    """SubscriptionData: a topic and its tag expression (``TagA || TagB`` or ``*``), or a SQL92
+    selector over the message's properties (``expression_type="SQL92"``, filtered by the broker)."""
 
     topic: str
     expression: str = SUB_ALL
     version: int = 0
     tags: set[str] = field(default_factory=set)
+    expression_type: str = "TAG"
 
     @classmethod
-    def build(cls, topic: str, expression: str | None, version: int) -> Subscription:
+    def build(cls, topic: str, expression: str | None, version: int, expression_type: str = "TAG") -> Subscription:
+        if expression_type != "TAG":
+            if expression_type not in EXPRESSION_TYPES:
+                raise ValueError(f"expression type must be one of {EXPRESSION_TYPES}, got {expression_type!r}")
+            if not (expression or "").strip():
+                raise ValueError("a SQL92 subscription needs an expression")
+            return cls(topic, expression.strip(), version, set(), expression_type)  # type: ignore[union-attr]
         expr = (expression or "").strip() or SUB_ALL
         tags: set[str] = set()
         if expr != SUB_ALL:
@@ -207,7 +218,7 @@ class Subscription:
         return {
             "classFilterMode": False,
             "codeSet": sorted(tags_hash_code(t) for t in self.tags),
-            "expressionType": "TAG",
+            "expressionType": self.expression_type,
             "subString": self.expression,
             "subVersion": self.version,
             "tagsSet": sorted(self.tags),

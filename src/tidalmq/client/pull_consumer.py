@@ -5,6 +5,7 @@ needs: deterministic ranges, nothing happening in the background."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from tidalmq.client import codec
 from tidalmq.client import validators as v
@@ -23,6 +24,19 @@ _STATUS = {
 }
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+MAX_PULL_NUMS = 65536  # the broker caps a pull anyway (maxTransferCountOnMessageInMemory, bytes)
+
+
+@dataclass(slots=True)
+class RawPullResult:
+    """A pull's answer with the records undecoded: ``body`` is the concatenated stored records."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes
+    suggest_which_broker_id: int = 0
 
 
 class PullConsumer:
@@ -131,33 +145,50 @@ class PullConsumer:
 
     # pulling ----------------------------------------------------------------------------------
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*", *,
-                   block_timeout: float = 0.0) -> PullResult:
+                   block_timeout: float = 0.0, expression_type: str = "TAG") -> PullResult:
         """Pull up to ``max_nums`` messages from ``offset``. With ``block_timeout`` > 0 the broker holds
         the request until a message arrives or the time is up (long polling)."""
         self._check_running()
-        if offset < 0:
-            raise v.ValidationError(f"offset must be >= 0, got {offset}")
         if not 1 <= max_nums <= 1024:
             raise v.ValidationError(f"max_nums must be within 1..1024, got {max_nums}")
-        sub = codec.Subscription.build(mq.topic, expression, 0)
+        raw = await self.pull_raw(mq, offset, max_nums, expression, block_timeout=block_timeout,
+                                  expression_type=expression_type)
+        msgs: list[MessageExt] = []
+        if raw.body:
+            msgs = codec.decode_messages(raw.body, mq.broker_name)
+            sub = codec.Subscription.build(mq.topic, expression, 0)
+            if expression_type == "TAG" and not sub.matches_all:  # SQL92: the broker filtered
+                msgs = [m for m in msgs if sub.matches(m.tags)]
+        return PullResult(raw.status, raw.next_begin_offset, raw.min_offset, raw.max_offset, msgs,
+                          raw.suggest_which_broker_id)
+
+    async def pull_raw(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*", *,
+                       block_timeout: float = 0.0, expression_type: str = "TAG", max_bytes: int = 0) -> RawPullResult:
+        """``pull`` without decoding: the response body is the broker's stored records as they are (for
+        columnar decoders such as the Spark source). The records are filtered by the broker only (tag hash
+        or SQL92); the exact tag check is the caller's."""
+        self._check_running()
+        if offset < 0:
+            raise v.ValidationError(f"offset must be >= 0, got {offset}")
+        if not 1 <= max_nums <= MAX_PULL_NUMS:
+            raise v.ValidationError(f"max_nums must be within 1..{MAX_PULL_NUMS}, got {max_nums}")
+        expr = codec.Subscription.build(mq.topic, expression, 0).expression if expression_type == "TAG" else expression
         sysflag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if block_timeout > 0 else 0)
         ext = {
             "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
             "maxMsgNums": str(max_nums), "sysFlag": str(sysflag), "commitOffset": "0",
-            "suspendTimeoutMillis": str(int(block_timeout * 1000)), "subscription": sub.expression,
-            "subVersion": "0", "expressionType": "TAG",
+            "suspendTimeoutMillis": str(int(block_timeout * 1000)), "subscription": expr,
+            "subVersion": "0", "expressionType": expression_type,
         }
+        if max_bytes > 0:
+            ext["maxMsgBytes"] = str(max_bytes)
         resp = await self._instance.invoke_ok(await self._addr(mq), RC.PULL_MESSAGE, ext,
                                               timeout=self.pull_timeout + block_timeout, ok=tuple(_STATUS))
         h = resp.ext_fields
-        msgs: list[MessageExt] = []
-        if resp.code == ResponseCode.SUCCESS:
-            msgs = codec.decode_messages(resp.body_bytes(), mq.broker_name)
-            if not sub.matches_all:
-                msgs = [m for m in msgs if sub.matches(m.tags)]
-        return PullResult(_STATUS[ResponseCode(resp.code)], int(h.get("nextBeginOffset", offset)),
-                          int(h.get("minOffset", 0)), int(h.get("maxOffset", 0)), msgs,
-                          int(h.get("suggestWhichBrokerId", 0)))
+        body = resp.body_bytes() if resp.code == ResponseCode.SUCCESS else b""
+        return RawPullResult(_STATUS[ResponseCode(resp.code)], int(h.get("nextBeginOffset", offset)),
+                             int(h.get("minOffset", 0)), int(h.get("maxOffset", 0)), body or b"",
+                             int(h.get("suggestWhichBrokerId", 0)))
 
     async def pull_range(self, mq: MessageQueue, start: int, end: int, expression: str = "*",
                          batch: int = 32) -> list[MessageExt]:

@@ -161,12 +161,17 @@ class PushConsumer:
     def instance(self) -> ClientInstance:
         return self._instance
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Subscribe to ``topic`` with a tag expression (``*`` or ``TagA || TagB``)."""
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        """Subscribe to ``topic`` with a tag expression (``*`` or ``TagA || TagB``), or with
+        ``expression_type="SQL92"`` a SQL92 selector over message properties (``a > 5 AND TAGS IN
+        ('x')``; the broker needs enablePropertyFilter=true and filters; see docs/filtering.md)."""
         v.check_topic(topic)
         if self._state in ("stopping", "shutdown"):
             raise IllegalStateError(f"the consumer {self.group} is shut down")
-        self._subs[topic] = codec.Subscription.build(topic, expression, now_ms())
+        try:
+            self._subs[topic] = codec.Subscription.build(topic, expression, now_ms(), expression_type)
+        except ValueError as e:
+            raise v.ValidationError(str(e)) from None
         if self._state == "running":
             asyncio.ensure_future(self._after_subscription_change())
 
@@ -242,6 +247,14 @@ class PushConsumer:
                 await inst.update_route(t)
             except MQClientError as e:
                 log.warning("route of %s: %s", t, e)
+        try:
+            await self._check_client_in_broker()
+        except MQClientError:
+            inst.consumers.pop(self.group, None)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False)
+                self._executor = None
+            raise  # still "created": fix the subscription and start again
         self._state = "running"
         if not self.orderly:
             self._workers = [asyncio.create_task(self._worker(), name=f"consume-{i}")
@@ -258,6 +271,26 @@ class PushConsumer:
         self._tasks.append(asyncio.create_task(self._persist_loop(), name="persist-offsets"))
         if self.orderly and self.message_model == MessageModel.CLUSTERING:
             self._tasks.append(asyncio.create_task(self._lock_loop(), name="lock-queues"))
+
+    async def _check_client_in_broker(self) -> None:
+        """MQClientInstance.checkClientInBroker: a SQL92 subscription is sent to the topic's brokers
+        (CHECK_CLIENT_CONFIG) before the first heartbeat, so a bad expression fails ``start()`` with
+        the broker's position and reason, and a broker without enablePropertyFilter says so."""
+        inst = self._instance
+        for sub in self._subs.values():
+            if sub.expression_type == "TAG":
+                continue
+            route = inst.routes.get(sub.topic)
+            addrs = sorted({a for a in (route.master_addr(qd["brokerName"]) for qd in route.queue_datas) if a}) \
+                if route is not None else []
+            body = fastjson.dumpb({"clientId": self.client_id, "group": self.group,
+                                   "subscriptionData": sub.to_json()})
+            for addr in addrs:
+                try:
+                    await inst.invoke_ok(addr, RC.CHECK_CLIENT_CONFIG, body=body)
+                except MQBrokerError as e:
+                    raise MQBrokerError(e.code, f"the broker {addr} refused the {sub.expression_type} subscription "
+                                                f"of {sub.topic}: {e.remark}", addr) from None
 
     async def shutdown(self) -> None:
         """Stop pulling, let the listener calls in progress finish, commit offsets, unregister."""
@@ -558,7 +591,8 @@ class PushConsumer:
                 "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id),
                 "queueOffset": str(next_offset), "maxMsgNums": str(self.pull_batch_size), "sysFlag": str(sysflag),
                 "commitOffset": str(max(commit, 0)), "suspendTimeoutMillis": str(int(self.suspend_timeout * 1000)),
-                "subscription": sub.expression, "subVersion": str(sub.version), "expressionType": "TAG",
+                "subscription": sub.expression, "subVersion": str(sub.version),
+                "expressionType": sub.expression_type,
             }
             try:
                 addr = await self._addr(mq)

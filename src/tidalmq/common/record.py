@@ -282,12 +282,15 @@ def encode_batch_records(
     store_host: bytes,
     store_port: int,
     reconsume_times: int = 0,
+    forbidden_properties: tuple[str, ...] = (),
 ) -> list[bytearray]:
     """Turn a SEND_BATCH_MESSAGE body into stored records in one pass.
 
     Everything but the body, its CRC, the flag and the properties is the same for every message of
-    the batch, so that middle part is built once. Raises ``RecordError`` for a malformed body.
+    the batch, so that middle part is built once. Raises ``RecordError`` for a malformed body, or for a
+    message carrying one of ``forbidden_properties`` (the error names it).
     """
+    forbidden = [(name, (name + "\x01").encode(), ("\x02" + name + "\x01").encode()) for name in forbidden_properties]
     topic_b = topic.encode("utf-8")
     if len(topic_b) > 127:
         raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
@@ -319,6 +322,11 @@ def encode_batch_records(
         props = mv[b0 + blen + 2 : b0 + blen + 2 + plen]
         if 20 + blen + 2 + plen != total:
             raise RecordError(f"batch message at {pos} has an illegal properties length")
+        if forbidden:
+            pb = bytes(props)
+            for name, first, inner in forbidden:
+                if pb.startswith(first) or inner in pb:
+                    raise RecordError(f"the property {name} is not supported for batched messages")
         size = fixed + blen + plen
         rec = bytearray(pack_prefix(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0,
                                     sysflag, born_timestamp))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import decode_offset_msg_id
@@ -51,6 +52,27 @@ class ClientProcessor:
             group = producer.get("groupName")
             if group:
                 b.producers.setdefault(group, {})[conn] = client_id
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (ClientManageProcessor.checkClientConfig): a consumer starting with a
+        SQL92 subscription asks whether this broker can serve it; the remark of a refusal says where
+        the expression is wrong and why."""
+        try:
+            data = fastjson.loads(req.body_bytes() or b"{}")
+        except ValueError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"check client body is not JSON: {e}")
+        sd = data.get("subscriptionData") if isinstance(data, dict) else None
+        if isinstance(sd, dict):
+            expression_type = sd.get("expressionType") or "TAG"
+            if expression_type != "TAG":
+                sub = SubscriptionData(str(sd.get("topic") or ""), str(sd.get("subString") or ""),
+                                       sub_version=int(sd.get("subVersion") or 0), expression_type=expression_type)
+                refused = self.broker.check_expression(sub)
+                if refused is not None:
+                    code = (ResponseCode.SYSTEM_ERROR if not self.broker.config.enable_property_filter
+                            else ResponseCode.SUBSCRIPTION_PARSE_FAILED)
+                    return req.make_response(code, refused)
         return req.make_response(ResponseCode.SUCCESS)
 
     def unregister_client(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

@@ -62,17 +62,28 @@ class PullMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.addr}]",
             )
-        if sysflag & FLAG_SUBSCRIPTION:
+        flagged = bool(sysflag & FLAG_SUBSCRIPTION)
+        if flagged:
             sub = SubscriptionData.build(topic, h.get("subscription"), sub_version, h.get("expressionType") or "TAG")
-            if sub.expression_type != "TAG":
-                checked = b.check_expression(sub)
-                if checked is not None:
-                    return req.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, checked)
         else:
             sub = b.consumers.find_subscription(group, topic)
             if sub is None:
                 return req.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                          f"the consumer's subscription not exist, group: {group} topic: {topic}")
+        if sub.expression_type != "TAG":  # SQL92 (docs/filtering.md)
+            if not b.config.enable_property_filter:
+                return req.make_response(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"The broker does not support consumer to filter message by {sub.expression_type}")
+            checked = b.check_expression(sub)
+            if checked is not None:
+                # The subscription came with the pull: it does not parse. From the heartbeat: the broker
+                # has no usable filter data for it (RocketMQ's ConsumerFilterManager would hold none).
+                code = ResponseCode.SUBSCRIPTION_PARSE_FAILED if flagged else ResponseCode.FILTER_DATA_NOT_EXIST
+                return req.make_response(code, checked)
+            if not flagged and sub.sub_version < sub_version:
+                return req.make_response(ResponseCode.FILTER_DATA_NOT_LATEST,
+                                         "the consumer's consumer filter data not latest")
         has_suspend = bool(sysflag & FLAG_SUSPEND)
 
         def attempt(suspend_ok: bool) -> RemotingCommand | None:

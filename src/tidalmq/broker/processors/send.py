@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 import time
 import zlib
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from tidalmq.common import naming as nm
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_batch_records, encode_record
-from tidalmq.common.sysflag import COMPRESSED_FLAG
+from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -49,14 +48,7 @@ V2_FIELDS = {
     "n": "brokerName",
 }
 
-_BATCH_HEAD = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen
 SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
-_SCHEDULE_MARKERS = tuple((k + "\x01").encode() for k in SCHEDULE_PROPERTIES)
-
-
-def _may_hold_schedule_property(body: bytes) -> bool:
-    """A cheap scan of the whole batch; a hit (possibly inside a body) sends it down the exact path."""
-    return any(marker in body for marker in _SCHEDULE_MARKERS)
 
 
 class SendError(Exception):
@@ -126,28 +118,6 @@ def parse_send_header(req: RemotingCommand) -> dict[str, str]:
     return req.ext_fields
 
 
-def decode_batch_body(body: bytes | memoryview) -> list[tuple[int, bytes, str]]:
-    """(flag, body, properties text) of each message in a batch body (MessageDecoder.encodeMessages)."""
-    out = []
-    mv = memoryview(body)
-    pos = 0
-    n = len(mv)
-    while pos < n:
-        if pos + _BATCH_HEAD.size > n:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "batch body truncated")
-        total, _magic, _crc, flag, blen = _BATCH_HEAD.unpack_from(mv, pos)
-        if total < _BATCH_HEAD.size + 2 or pos + total > n or blen < 0 or _BATCH_HEAD.size + blen + 2 > total:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"batch message at {pos} has an illegal size")
-        p = pos + _BATCH_HEAD.size
-        mbody = bytes(mv[p : p + blen])
-        p += blen
-        (plen,) = struct.unpack_from(">h", mv, p)
-        p += 2
-        props = bytes(mv[p : p + plen]).decode("utf-8") if plen > 0 else ""
-        out.append((flag, mbody, props))
-        pos += total
-    return out
-
 
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
@@ -214,6 +184,8 @@ class SendMessageProcessor:
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
         is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") in ("true", "1")
         if is_batch:
+            if sysflag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be batched (RocketMQ's rule)")
             if sysflag & COMPRESSED_FLAG:
                 # The C++ client (1.2.x) zlib-compresses a whole batch body over compressMsgBodyOverHowmuch
                 # (Java never does): store its messages uncompressed, each without the flag.
@@ -224,13 +196,12 @@ class SendMessageProcessor:
                 sysflag &= ~COMPRESSED_FLAG
             if len(body) > max_size:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-            if _may_hold_schedule_property(body):  # refused below unless the hit was inside a body
-                return self._process_batch_slow(req, h, topic, queue_id, body, sysflag, born_ts, born_host, born_port, reconsume)
             try:
                 records = encode_batch_records(
                     body, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=born_ts,
                     born_host=born_host, born_port=born_port, store_host=b.store_host_bytes,
                     store_port=b.config.listen_port, reconsume_times=reconsume,
+                    forbidden_properties=SCHEDULE_PROPERTIES,  # delays are not supported in batches
                 )
             except RecordError as e:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
@@ -241,20 +212,6 @@ class SendMessageProcessor:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
         inners = [InnerMessage(topic, queue_id, body, flag, h.get("properties", ""), sysflag, born_ts, born_host,
                                born_port, reconsume)]
-        return self._store(req, h, inners)
-
-    def _process_batch_slow(self, req: RemotingCommand, h: dict[str, str], topic: str, queue_id: int, body: bytes,
-                            sysflag: int, born_ts: int, born_host: bytes, born_port: int,
-                            reconsume: int) -> asyncio.Future[RemotingCommand]:
-        """A batch that rewrites may touch: message by message."""
-        inners = []
-        for mflag, mbody, props in decode_batch_body(body):
-            m = InnerMessage(topic, queue_id, mbody, mflag, props, sysflag, born_ts, born_host, born_port, reconsume)
-            if any(m.has_property(k) for k in SCHEDULE_PROPERTIES):
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batched messages")
-            inners.append(m)
-        if not inners:
-            raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
         return self._store(req, h, inners)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:

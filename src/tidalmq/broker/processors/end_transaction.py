@@ -1,0 +1,62 @@
+"""END_TRANSACTION (EndTransactionProcessor): a producer's commit or rollback of a half message, after its
+local transaction or in answer to CHECK_TRANSACTION_STATE (``fromTransactionCheck``).
+
+Official clients send it oneway, so its answer only reaches a caller that asked for one; every refusal
+still changes nothing and is logged with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from tidalmq.broker.transaction.half_service import COMMIT, ROLLBACK
+from tidalmq.common import sysflag as sf
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+_DECISIONS = {sf.TRANSACTION_COMMIT_TYPE: COMMIT, sf.TRANSACTION_ROLLBACK_TYPE: ROLLBACK}
+
+
+def _flag(text: str | None) -> bool:
+    # Java writes "true"/"false"; the C++ client writes its bool through an ostream: "1"/"0".
+    return (text or "").strip().lower() in ("true", "1")
+
+
+class EndTransactionProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        b = self.broker
+        h = req.ext_fields
+        if b.config.broker_role.upper() == "SLAVE":
+            return req.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave: end transaction is forbidden")
+        try:
+            group = h["producerGroup"]
+            tso = int(h["tranStateTableOffset"])
+            clo = int(h["commitLogOffset"])
+            kind = int(h["commitOrRollback"])
+        except (KeyError, ValueError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal END_TRANSACTION header: {e!r}")
+        from_check = _flag(h.get("fromTransactionCheck"))
+        if kind == sf.TRANSACTION_NOT_TYPE:
+            # UNKNOW: the producer does not know yet; the check service will ask again.
+            log.debug("END_TRANSACTION UNKNOW from %s for %s (fromTransactionCheck=%s)", conn.addr, clo, from_check)
+            return req.make_response(ResponseCode.SUCCESS, "transaction state UNKNOW: nothing changed, the broker will check back")
+        decision = _DECISIONS.get(kind)
+        if decision is None:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal commitOrRollback {kind}: expected 8 (commit) or 12 (rollback)")
+        resp = b.transactions.end_transaction(conn, req, group=group, tran_state_table_offset=tso, commit_log_offset=clo,
+                                              decision=decision, from_check=from_check)
+        if isinstance(resp, RemotingCommand) and resp.code != ResponseCode.SUCCESS:
+            log.warning("END_TRANSACTION %s from %s (group %s, fromTransactionCheck=%s) refused: %s",
+                        decision, conn.addr, group, from_check, resp.remark)
+        return resp

@@ -1,0 +1,337 @@
+"""Talking to TidalMQ for the Spark source: no pyspark here.
+
+- ``Catalog`` (driver): topics (a list or a pattern), their queues, min/max offsets, offsets by time,
+  committing a group's offsets. Blocking calls over the client's sync facade.
+- ``read_range`` (executors): the records of one queue's offset range [start, end), pulled in large
+  pipelined windows on a connection of its own (one per partition) by an event loop in a helper thread,
+  decoded into Arrow record batches by the calling thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tidalmq.client.errors import MQBrokerError, MQClientError
+from tidalmq.client.message import MessageQueue, PullStatus
+from tidalmq.client.pull_consumer import PullConsumer
+from tidalmq.client.sync import run as run_sync
+from tidalmq.common import naming as nm
+from tidalmq.spark.options import EARLIEST, LATEST, ReadOptions, StartSpec, TidalMQOptionError
+
+QueueKey = tuple[str, str, int]  # topic, broker, queue id
+
+
+class TidalMQSourceError(RuntimeError):
+    """A failure of the tidalmq source that is not about an option (connection, data loss, broker)."""
+
+
+def qkey_str(broker: str, qid: int) -> str:
+    return f"{broker}:{qid}"
+
+
+def parse_qkey(text: str) -> tuple[str, int]:
+    broker, _, qid = text.rpartition(":")
+    return broker, int(qid)
+
+
+def offsets_to_dict(offsets: dict[QueueKey, int]) -> dict[str, dict[str, int]]:
+    """The offset JSON Spark checkpoints: ``{topic: {"broker:qid": offset}}``."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, broker, qid), off in sorted(offsets.items()):
+        out.setdefault(topic, {})[qkey_str(broker, qid)] = int(off)
+    return out
+
+
+def offsets_from_dict(d: dict[str, dict[str, int]] | None) -> dict[QueueKey, int]:
+    out: dict[QueueKey, int] = {}
+    for topic, per in (d or {}).items():
+        for k, off in per.items():
+            broker, qid = parse_qkey(k)
+            out[(topic, broker, qid)] = int(off)
+    return out
+
+
+# ---- driver side ------------------------------------------------------------------------------------------
+
+class Catalog:
+    """Queues and offsets of the topics a query reads (driver side; blocking)."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._consumer = PullConsumer(opts.pull_group, opts.nameserver, pull_timeout=opts.pull_timeout_s)
+        self._consumer._instance.request_timeout = opts.request_timeout_s
+        self._started = False
+
+    def _run(self, coro):  # type: ignore[no-untyped-def]
+        return run_sync(coro, timeout=max(30.0, self.opts.request_timeout_s * 6))
+
+    def start(self) -> Catalog:
+        if not self._started:
+            self._run(self._consumer.start())
+            self._started = True
+        return self
+
+    def close(self) -> None:
+        if self._started:
+            self._started = False
+            try:
+                self._run(self._consumer.shutdown())
+            except Exception:  # closing is best effort
+                pass
+
+    def __enter__(self) -> Catalog:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # topics and queues --------------------------------------------------------------------------------
+    def check_nameserver(self) -> None:
+        """Fail with a clear message when no NameServer answers."""
+        from tidalmq.remoting.codes import RequestCode as RC
+
+        try:
+            self._run(self._consumer._instance.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        except (MQClientError, TimeoutError) as e:
+            raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
+                                     f"{e}") from None
+
+    def topics(self) -> list[str]:
+        if self.opts.topics:
+            return list(self.opts.topics)
+        return self._matching_topics()
+
+    def _matching_topics(self) -> list[str]:
+        from tidalmq.common import fastjson
+        from tidalmq.remoting.codes import RequestCode as RC
+
+        try:
+            resp = self._run(self._consumer._instance.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        except (MQClientError, TimeoutError) as e:
+            raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
+                                     f"{e}") from None
+        names = fastjson.loads(resp.body_bytes()).get("topicList", [])
+        pat = re.compile(self.opts.topic_pattern or "")
+        return sorted(t for t in names if pat.fullmatch(t) and not nm.is_system_topic(t)
+                      and not t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        try:
+            route = self._run(self._consumer._instance.update_route(topic))
+        except (MQClientError, TimeoutError) as e:
+            raise TidalMQSourceError(f"option 'nameserver': could not ask {self.opts.nameserver} for topic "
+                                     f"{topic!r}: {e}") from None
+        if route is None or not route.queue_datas:
+            raise TidalMQOptionError(f"topic {topic!r} does not exist on the NameServer {self.opts.nameserver} "
+                                     "(create it with `tidalmq admin topic create` or write to it first)")
+        return route.subscribe_queues()
+
+    def all_queues(self, *, strict: bool = True) -> list[MessageQueue]:
+        """The queues of every topic read. ``strict``: a missing topic of a ``topic`` list raises (a pattern
+        just matches nothing yet)."""
+        out: list[MessageQueue] = []
+        for t in self.topics():
+            try:
+                out += self.queues(t)
+            except TidalMQOptionError:
+                if strict and self.opts.topics:
+                    raise
+        return out
+
+    # offsets ------------------------------------------------------------------------------------------
+    def _gather(self, coros: list) -> list:  # type: ignore[type-arg]
+        async def go() -> list:  # type: ignore[type-arg]
+            return list(await asyncio.gather(*coros))
+
+        try:
+            return self._run(go())
+        except (MQClientError, TimeoutError) as e:
+            raise TidalMQSourceError(f"could not read queue offsets from the broker: {e}") from None
+
+    def min_max(self, queues: list[MessageQueue]) -> dict[QueueKey, tuple[int, int]]:
+        c = self._consumer
+        mins = self._gather([c.min_offset(q) for q in queues])
+        maxs = self._gather([c.max_offset(q) for q in queues])
+        return {(q.topic, q.broker_name, q.queue_id): (lo, hi) for q, lo, hi in zip(queues, mins, maxs, strict=True)}
+
+    def by_timestamp(self, queues: list[MessageQueue], ts_ms: int) -> dict[QueueKey, int]:
+        offs = self._gather([self._consumer.seek_by_timestamp(q, ts_ms) for q in queues])
+        return {(q.topic, q.broker_name, q.queue_id): o for q, o in zip(queues, offs, strict=True)}
+
+    def resolve(self, spec: StartSpec, queues: list[MessageQueue], bounds: dict[QueueKey, tuple[int, int]],
+                option: str) -> dict[QueueKey, int]:
+        """Concrete offsets of every queue for ``spec`` (JSON entries not given: ``default_for_missing``)."""
+        if spec.kind == "earliest":
+            return {k: lo for k, (lo, _hi) in bounds.items()}
+        if spec.kind == "latest":
+            return {k: hi for k, (_lo, hi) in bounds.items()}
+        if spec.kind == "timestamp":
+            return self.by_timestamp(queues, spec.timestamp_ms)
+        out: dict[QueueKey, int] = {}
+        known = {(q.topic, q.broker_name, q.queue_id) for q in queues}
+        for topic, per in spec.queues.items():
+            for qk, off in per.items():
+                matches = [k for k in known if k[0] == topic and
+                           (qkey_str(k[1], k[2]) == qk or (qk.isdigit() and k[2] == int(qk)))]
+                if not matches:
+                    raise TidalMQOptionError(f"option {option!r}: topic {topic!r} has no queue {qk!r} (queues: "
+                                             f"{sorted(qkey_str(k[1], k[2]) for k in known if k[0] == topic)})")
+                for k in matches:
+                    lo, hi = bounds[k]
+                    out[k] = lo if off == EARLIEST else hi if off == LATEST else off
+        for k, (lo, hi) in bounds.items():  # queues the JSON does not name: earliest for a start, latest for an end
+            out.setdefault(k, lo if option == "startingOffsets" else hi)
+        return out
+
+    def commit(self, offsets: dict[QueueKey, int]) -> None:
+        c = self._consumer
+        self._gather([c.commit(MessageQueue(t, b, q), off) for (t, b, q), off in offsets.items()])
+
+
+# ---- executor side ------------------------------------------------------------------------------------------
+
+@dataclass
+class RangeSpec:
+    topic: str
+    broker: str
+    queue_id: int
+    start: int
+    end: int
+    new_queue: bool = False  # a queue that appeared mid-stream: skipping to its minimum is not data loss
+
+
+_DONE = object()
+
+
+def read_range(opts: ReadOptions, spec: RangeSpec, *, rows_per_batch: int = 8192,
+               schema=None) -> Iterator:  # type: ignore[no-untyped-def]
+    """Arrow record batches of the records with ``start <= queueOffset < end`` of one queue."""
+    from tidalmq.spark.records import Columns
+
+    if spec.end <= spec.start:
+        return
+    out: queue.Queue = queue.Queue(maxsize=max(2, opts.pull_pipeline * 2))
+    stop = threading.Event()
+    t = threading.Thread(target=_pump_thread, args=(opts, spec, out, stop), name="tidalmq-spark-pull", daemon=True)
+    t.start()
+    cols = Columns(spec.broker, schema)
+    tag_set = opts.tag_set
+    try:
+        while True:
+            item = out.get()
+            if item is _DONE:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            body, lo, hi = item
+            cols.add_body(body, lo, hi, tag_set)
+            if len(cols) >= rows_per_batch:
+                yield cols.take()
+        if len(cols):
+            yield cols.take()
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a pump waiting on a full queue
+            try:
+                out.get_nowait()
+            except queue.Empty:
+                t.join(0.05)
+
+
+def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: threading.Event) -> None:  # type: ignore[type-arg]
+    def put(item: object) -> None:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    try:
+        asyncio.run(_pump(opts, spec, put, stop))
+        put(_DONE)
+    except BaseException as e:  # noqa: BLE001 - handed to the reading thread
+        put(e)
+
+
+async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    consumer = PullConsumer(opts.pull_group, opts.nameserver, pull_timeout=opts.pull_timeout_s)
+    consumer._instance.request_timeout = opts.request_timeout_s
+    await consumer.start()
+    mq = MessageQueue(spec.topic, spec.broker, spec.queue_id)
+    try:
+        window = opts.pull_batch_size
+        pending: deque[asyncio.Task] = deque()  # type: ignore[type-arg]
+        nxt = spec.start
+        while (nxt < spec.end or pending) and not stop.is_set():
+            while nxt < spec.end and len(pending) < opts.pull_pipeline:
+                hi = min(spec.end, nxt + window)
+                pending.append(asyncio.ensure_future(_window(consumer, opts, spec, mq, nxt, hi)))
+                nxt = hi
+            bodies = await pending.popleft()
+            for item in bodies:
+                put(item)  # blocks this loop when the reader is behind: that is the back-pressure
+        for p in pending:
+            p.cancel()
+    finally:
+        await consumer.shutdown()
+
+
+async def _window(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, mq: MessageQueue, lo: int,
+                  hi: int) -> list[tuple[bytes, int, int]]:
+    """Pull [lo, hi) completely (several pulls when the broker caps one), in order."""
+    out: list[tuple[bytes, int, int]] = []
+    off = lo
+    stalls = 0
+    deadline = time.monotonic() + opts.pull_timeout_s * 3
+    while off < hi:
+        try:
+            res = await consumer.pull_raw(mq, off, hi - off, opts.sub_expression,
+                                          expression_type=opts.sub_expression_type)
+        except MQBrokerError as e:
+            raise TidalMQSourceError(f"pulling {spec.topic} {spec.broker}:{spec.queue_id} at offset {off} failed: "
+                                     f"broker answered {e.code}: {e.remark}") from None
+        except MQClientError as e:
+            raise TidalMQSourceError(f"pulling {spec.topic} {spec.broker}:{spec.queue_id} at offset {off} failed: "
+                                     f"{e}") from None
+        if res.status == PullStatus.FOUND:
+            out.append((res.body, off, hi))
+        elif res.status == PullStatus.OFFSET_ILLEGAL:
+            if off < res.min_offset:  # retention deleted what we were to read
+                if opts.fail_on_data_loss and not spec.new_queue:
+                    raise TidalMQSourceError(
+                        f"data loss: offsets {off}..{min(hi, res.min_offset) - 1} of topic {spec.topic} queue "
+                        f"{spec.broker}:{spec.queue_id} were deleted by retention (the queue now starts at "
+                        f"{res.min_offset}); set failOnDataLoss=false to skip them")
+                off = min(hi, res.min_offset)
+                continue
+            if opts.fail_on_data_loss:
+                raise TidalMQSourceError(
+                    f"data loss: offset {off} of topic {spec.topic} queue {spec.broker}:{spec.queue_id} is beyond the "
+                    f"queue's end ({res.max_offset}); was the topic deleted and re-created? set failOnDataLoss=false "
+                    "to skip")
+            return out
+        nb = res.next_begin_offset
+        if nb > off:
+            off = nb
+            stalls = 0
+            continue
+        # Nothing readable at ``off`` although it was below the queue's end when planned: a ConsumeQueue entry
+        # being written; wait a little.
+        stalls += 1
+        if time.monotonic() > deadline:
+            if opts.fail_on_data_loss:
+                raise TidalMQSourceError(
+                    f"offset {off} of topic {spec.topic} queue {spec.broker}:{spec.queue_id} is not readable "
+                    f"(status {res.status.value}, queue {res.min_offset}..{res.max_offset}); set "
+                    "failOnDataLoss=false to skip")
+            return out
+        await asyncio.sleep(min(0.2, 0.005 * stalls))
+    return out

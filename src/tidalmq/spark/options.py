@@ -1,0 +1,315 @@
+"""Options of the ``tidalmq`` Spark source and sink: parsed and checked up front, pure Python.
+
+Everything here runs on the driver when a query is defined (``load()``, ``save()``/``start()``), so a
+misspelt or malformed option fails there, naming the option, before any task is scheduled. Spark hands the
+options in lower case (``CaseInsensitiveDict``); the error messages use the documented spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from tidalmq.common import naming as nm
+
+EARLIEST = -2  # per-queue JSON: as Kafka's source, -2 = earliest, -1 = latest
+LATEST = -1
+DEFAULT_READ_GROUP = "TIDALMQ_SPARK_READER"
+DEFAULT_WRITE_GROUP = "TIDALMQ_SPARK_WRITER"
+
+READ_OPTIONS = (
+    "nameserver", "topic", "topicPattern", "subExpression", "subExpressionType", "startingOffsets",
+    "endingOffsets", "maxMessagesPerTrigger", "failOnDataLoss", "consumerGroup", "maxRecordsPerPartition",
+    "minPartitions", "pullBatchSize", "pullPipeline", "pullTimeoutMs", "requestTimeoutMs",
+)
+WRITE_OPTIONS = (
+    "nameserver", "topic", "producerGroup", "batchSize", "maxInflight", "sendTimeoutMs", "retries",
+    "requestTimeoutMs",
+)
+# Options Spark itself (or a Spark-level convention) puts into a source's or sink's option map.
+_SPARK_OPTIONS = {"checkpointlocation", "queryname", "path"}
+
+
+class TidalMQOptionError(ValueError):
+    """A missing, unknown or malformed option of the tidalmq source or sink."""
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Where reading starts or ends: ``kind`` is earliest, latest, timestamp or queues (per-queue JSON)."""
+
+    kind: str
+    timestamp_ms: int = 0
+    queues: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # topic -> "broker:qid"|"qid" -> offset
+
+    def describe(self) -> str:
+        if self.kind == "timestamp":
+            return f"timestamp:{self.timestamp_ms}"
+        if self.kind == "queues":
+            return json.dumps(self.queues, sort_keys=True)
+        return self.kind
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    nameserver: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    sub_expression: str = "*"
+    sub_expression_type: str = "TAG"
+    starting: StartSpec = StartSpec("earliest")
+    ending: StartSpec = StartSpec("latest")
+    max_messages_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    consumer_group: str | None = None
+    max_records_per_partition: int = 500_000
+    min_partitions: int = 0
+    pull_batch_size: int = 1024
+    pull_pipeline: int = 4
+    pull_timeout_s: float = 10.0
+    request_timeout_s: float = 5.0
+
+    @property
+    def pull_group(self) -> str:
+        return self.consumer_group or DEFAULT_READ_GROUP
+
+    @property
+    def tag_set(self) -> frozenset[str] | None:
+        """The exact tags to keep (None: all), for the check after the broker's tag-hash filter."""
+        if self.sub_expression_type != "TAG":
+            return None
+        expr = self.sub_expression.strip()
+        if not expr or expr == "*":
+            return None
+        return frozenset(t.strip() for t in expr.split("||") if t.strip())
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    nameserver: str
+    topic: str | None = None
+    producer_group: str = DEFAULT_WRITE_GROUP
+    batch_size: int = 256
+    max_inflight: int = 32
+    send_timeout_s: float = 10.0
+    retries: int = 2
+    request_timeout_s: float = 5.0
+
+
+# ---- helpers -----------------------------------------------------------------------------------------
+
+def _canonical(known: tuple[str, ...]) -> dict[str, str]:
+    return {k.lower(): k for k in known}
+
+
+def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) -> dict[str, str]:
+    """The options keyed by their documented spelling; unknown ones raise."""
+    canon = _canonical(known)
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        k = key.lower()
+        if k in _SPARK_OPTIONS:
+            if k == "path" and value:
+                raise TidalMQOptionError(
+                    f"the tidalmq {what} takes no path (got {value!r}): name the topic with option 'topic'")
+            continue
+        if k not in canon:
+            close = [c for c in known if c.lower().startswith(k[:4])]
+            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+            raise TidalMQOptionError(f"unknown option {key!r} of the tidalmq {what}{hint}; "
+                                     f"known options: {', '.join(known)}")
+        out[canon[k]] = value if value is None else str(value)
+    return out
+
+
+def _int(opts: dict[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
+    raw = opts.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise TidalMQOptionError(f"option {name!r} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise TidalMQOptionError(f"option {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise TidalMQOptionError(f"option {name!r} must be true or false, got {raw!r}")
+
+
+def _nameserver(opts: dict[str, str], what: str) -> str:
+    ns = (opts.get("nameserver") or os.environ.get("NAMESRV_ADDR") or "").strip()
+    if not ns:
+        raise TidalMQOptionError(f"option 'nameserver' is required by the tidalmq {what} (host:port[;host:port])")
+    for addr in ns.split(";"):
+        host, sep, port = addr.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise TidalMQOptionError(f"option 'nameserver' must be host:port[;host:port...], got {ns!r}")
+    return ns
+
+
+def _topic_name(name: str, option: str) -> str:
+    try:
+        nm.check_topic(name)
+    except nm.NameError_ as e:
+        raise TidalMQOptionError(f"option {option!r}: {e}") from None
+    return name
+
+
+def parse_timestamp(text: str, option: str) -> int:
+    """Epoch milliseconds from ``<ms>`` or an ISO-8601 time (UTC unless it says otherwise)."""
+    t = text.strip()
+    if re.fullmatch(r"\d+", t):
+        return int(t)
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise TidalMQOptionError(f"option {option!r}: {text!r} is neither epoch milliseconds nor an ISO-8601 "
+                                 "time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def parse_offsets(raw: str | None, option: str, default: str, *, allow_earliest: bool = True) -> StartSpec:
+    """``earliest`` | ``latest`` | ``timestamp:<ms or ISO-8601>`` | per-queue JSON
+    ``{"Topic": {"broker-a:0": 42, "1": -2}}`` (a bare queue id means that id on every broker)."""
+    text = (raw if raw is not None else default).strip()
+    low = text.lower()
+    if low in ("earliest", "latest"):
+        if low == "earliest" and not allow_earliest:
+            raise TidalMQOptionError(f"option {option!r} cannot be 'earliest'")
+        return StartSpec(low)
+    if low.startswith("timestamp:"):
+        return StartSpec("timestamp", timestamp_ms=parse_timestamp(text.split(":", 1)[1], option))
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TidalMQOptionError(f"option {option!r} is not valid JSON: {e}") from None
+        queues: dict[str, dict[str, int]] = {}
+        if not isinstance(obj, dict) or not obj:
+            raise TidalMQOptionError(f"option {option!r} must be a JSON object topic -> {{queue: offset}}")
+        for topic, per_queue in obj.items():
+            _topic_name(topic, option)
+            if not isinstance(per_queue, dict):
+                raise TidalMQOptionError(f"option {option!r}: the value of topic {topic!r} must be an object "
+                                         "{\"brokerName:queueId\": offset}")
+            qs: dict[str, int] = {}
+            for qkey, off in per_queue.items():
+                if not re.fullmatch(r"(?:[^:]+:)?\d+", str(qkey)):
+                    raise TidalMQOptionError(f"option {option!r}: queue key {qkey!r} of topic {topic!r} must be "
+                                             "'brokerName:queueId' or 'queueId'")
+                if isinstance(off, bool) or not isinstance(off, int) or off < -2:
+                    raise TidalMQOptionError(f"option {option!r}: offset of {topic}/{qkey} must be an integer >= 0 "
+                                             f"(or -2 earliest, -1 latest), got {off!r}")
+                if off == EARLIEST and not allow_earliest:
+                    raise TidalMQOptionError(f"option {option!r}: -2 (earliest) is not allowed here")
+                qs[str(qkey)] = off
+            queues[topic] = qs
+        return StartSpec("queues", queues=queues)
+    raise TidalMQOptionError(f"option {option!r} must be 'earliest', 'latest', 'timestamp:<epoch ms or ISO-8601>' "
+                             f"or per-queue JSON, got {text!r}")
+
+
+# ---- the source ----------------------------------------------------------------------------------------
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    what = "streaming source" if streaming else "source"
+    opts = _check_known(options, READ_OPTIONS, what)
+    ns = _nameserver(opts, what)
+    topic_raw = (opts.get("topic") or "").strip()
+    pattern = (opts.get("topicPattern") or "").strip() or None
+    if bool(topic_raw) == bool(pattern):
+        raise TidalMQOptionError("the tidalmq source needs exactly one of the options 'topic' (a name or a comma "
+                                 "list) and 'topicPattern' (a regular expression)")
+    topics: tuple[str, ...] = ()
+    if topic_raw:
+        topics = tuple(dict.fromkeys(_topic_name(t.strip(), "topic") for t in topic_raw.split(",") if t.strip()))
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise TidalMQOptionError(f"option 'topicPattern' is not a valid regular expression: {e}") from None
+    expr_type = (opts.get("subExpressionType") or "TAG").strip().upper()
+    if expr_type not in ("TAG", "SQL92"):
+        raise TidalMQOptionError(f"option 'subExpressionType' must be TAG or SQL92, got {expr_type!r}")
+    expr = (opts.get("subExpression") or "*").strip() or "*"
+    starting = parse_offsets(opts.get("startingOffsets"), "startingOffsets", "latest" if streaming else "earliest")
+    if streaming and "endingOffsets" in opts:
+        raise TidalMQOptionError("option 'endingOffsets' is for batch queries (spark.read); a streaming query runs "
+                                 "until stopped (use Trigger.AvailableNow to stop at the current end)")
+    ending = parse_offsets(opts.get("endingOffsets"), "endingOffsets", "latest", allow_earliest=False)
+    if not streaming and "maxMessagesPerTrigger" in opts:
+        raise TidalMQOptionError("option 'maxMessagesPerTrigger' is for streaming queries (spark.readStream)")
+    if starting.kind == "queues" and topics:
+        extra = set(starting.queues) - set(topics)
+        if extra:
+            raise TidalMQOptionError(f"option 'startingOffsets' names topics that are not read: {sorted(extra)}")
+    group = (opts.get("consumerGroup") or "").strip() or None
+    if group is not None:
+        try:
+            nm.check_group(group)
+        except nm.NameError_ as e:
+            raise TidalMQOptionError(f"option 'consumerGroup': {e}") from None
+    return ReadOptions(
+        nameserver=ns,
+        topics=topics,
+        topic_pattern=pattern,
+        sub_expression=expr,
+        sub_expression_type=expr_type,
+        starting=starting,
+        ending=ending,
+        max_messages_per_trigger=_int(opts, "maxMessagesPerTrigger", None),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        consumer_group=group,
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", 500_000) or 500_000,
+        min_partitions=_int(opts, "minPartitions", 0, minimum=0) or 0,
+        pull_batch_size=_int(opts, "pullBatchSize", 1024) or 1024,
+        pull_pipeline=_int(opts, "pullPipeline", 4) or 4,
+        pull_timeout_s=(_int(opts, "pullTimeoutMs", 10_000) or 10_000) / 1000.0,
+        request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
+    )
+
+
+# ---- the sink -------------------------------------------------------------------------------------------
+
+def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> WriteOptions:
+    what = "streaming sink" if streaming else "sink"
+    opts = _check_known(options, WRITE_OPTIONS, what)
+    ns = _nameserver(opts, what)
+    topic = (opts.get("topic") or "").strip() or None
+    if topic is not None:
+        try:
+            nm.check_topic_sendable(topic)
+        except nm.NameError_ as e:
+            raise TidalMQOptionError(f"option 'topic': {e}") from None
+    group = (opts.get("producerGroup") or DEFAULT_WRITE_GROUP).strip()
+    try:
+        nm.check_group(group)
+    except nm.NameError_ as e:
+        raise TidalMQOptionError(f"option 'producerGroup': {e}") from None
+    return WriteOptions(
+        nameserver=ns,
+        topic=topic,
+        producer_group=group,
+        batch_size=_int(opts, "batchSize", 256) or 256,
+        max_inflight=_int(opts, "maxInflight", 32) or 32,
+        send_timeout_s=(_int(opts, "sendTimeoutMs", 10_000) or 10_000) / 1000.0,
+        retries=_int(opts, "retries", 2, minimum=0) or 0,
+        request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
+    )

@@ -1,0 +1,334 @@
+"""The ``tidalmq`` sink: ``df.write.format("tidalmq")`` and ``df.writeStream.format("tidalmq")``.
+
+Columns: ``body`` (required, string or binary) and optional ``topic``, ``tags``, ``keys`` (string or
+array<string>), ``properties`` (map<string,string>), ``delayLevel`` (integer, RocketMQ 4 delay level),
+``deliverTime`` (timestamp, or epoch milliseconds as a long: a RocketMQ 5 scheduled message) and
+``shardingKey`` (string or integer: the queue is chosen by the key's hash, so one key's messages stay in
+order). The schema is checked on the driver when the write is planned.
+
+Each task sends with one asyncio ``Producer``: plain rows as batches (``SEND_BATCH_MESSAGE``, round-robin
+over the queues), scheduled rows one by one (batches cannot carry a schedule), many requests in flight
+(``maxInflight``); rows with a sharding key go to their queue with at most one request in flight per queue,
+so their order holds. Every send is awaited before the task ends: at-least-once (a retried task sends its
+rows again). A refused send fails the task with the broker's code and remark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from tidalmq.spark.options import TidalMQOptionError, WriteOptions, parse_write_options
+
+DELIVER_MS_PROPERTY = "TIDALMQ_DELIVER_MS"  # the requested deliver time, kept on delivery (lateness reports)
+_INTS = (ByteType, ShortType, IntegerType, LongType)
+_ACCEPTED: dict[str, tuple[str, tuple[type[DataType], ...]]] = {
+    "body": ("string or binary", (StringType, BinaryType)),
+    "topic": ("string", (StringType,)),
+    "tags": ("string", (StringType,)),
+    "keys": ("string or array<string>", (StringType, ArrayType)),
+    "properties": ("map<string,string>", (MapType,)),
+    "delayLevel": ("an integer type", _INTS),
+    "deliverTime": ("timestamp or long (epoch ms)", (TimestampType, TimestampNTZType, LongType)),
+    "shardingKey": ("string or an integer type", (StringType, *_INTS)),
+}
+
+
+class TidalMQSchemaError(ValueError):
+    """A DataFrame the sink cannot write: a missing or unknown column, or a column of the wrong type."""
+
+
+class TidalMQSinkError(RuntimeError):
+    """A send the broker (or the network) refused; fails the task."""
+
+
+def check_sink_schema(schema: StructType, opts: WriteOptions) -> dict[str, str]:
+    """Column name (as documented) -> name in the DataFrame; raises ``TidalMQSchemaError``."""
+    cols: dict[str, str] = {}
+    canon = {k.lower(): k for k in _ACCEPTED}
+    for f in schema.fields:
+        key = canon.get(f.name.lower())
+        if key is None:
+            raise TidalMQSchemaError(f"column {f.name!r} is not a column the tidalmq sink writes; the columns are "
+                                     f"{', '.join(_ACCEPTED)} (select or rename the DataFrame's columns)")
+        what, types = _ACCEPTED[key]
+        dt = f.dataType
+        ok = isinstance(dt, types)
+        if ok and key == "keys" and isinstance(dt, ArrayType):
+            ok = isinstance(dt.elementType, StringType)
+        if ok and key == "properties":
+            ok = isinstance(dt, MapType) and isinstance(dt.keyType, StringType) and isinstance(dt.valueType, StringType)
+        if not ok:
+            raise TidalMQSchemaError(f"column {f.name!r} must be {what} for the tidalmq sink, but it is "
+                                     f"{dt.simpleString()}")
+        cols[key] = f.name
+    if "body" not in cols:
+        raise TidalMQSchemaError(f"the tidalmq sink needs a 'body' column (string or binary); the DataFrame has "
+                                 f"{', '.join(schema.fieldNames()) or 'no columns'}")
+    if "topic" not in cols and not opts.topic:
+        raise TidalMQSchemaError("the tidalmq sink needs a 'topic' column or the option 'topic'")
+    if "delayLevel" in cols and "deliverTime" in cols:
+        pass  # allowed; a row may set one or the other, not both (checked per row)
+    return cols
+
+
+def _check_nameserver(opts: WriteOptions) -> None:
+    from tidalmq.client.errors import MQClientError
+    from tidalmq.client.instance import ClientInstance
+    from tidalmq.client.sync import run
+    from tidalmq.remoting.codes import RequestCode as RC
+
+    async def ping() -> None:
+        inst = ClientInstance(opts.nameserver, request_timeout=opts.request_timeout_s)
+        try:
+            await inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        finally:
+            await inst.remoting.close()
+
+    try:
+        run(ping(), timeout=opts.request_timeout_s * 4 + 5)
+    except (MQClientError, TimeoutError) as e:
+        raise TidalMQOptionError(f"option 'nameserver': no TidalMQ NameServer answers at {opts.nameserver}: {e}") \
+            from None
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    rows: int
+    scheduled: int
+
+
+class _WriterBase:
+    def __init__(self, options: Any, schema: StructType, *, streaming: bool) -> None:
+        self.opts = parse_write_options(options, streaming=streaming)
+        self.columns = check_sink_schema(schema, self.opts)
+        _check_nameserver(self.opts)
+
+    def _write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        return asyncio.run(_send_all(self.opts, self.columns, iterator))
+
+
+class TidalMQBatchWriter(_WriterBase, DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:  # type: ignore[override]
+        return self._write(iterator)
+
+
+class TidalMQStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:  # type: ignore[override]
+        return self._write(iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
+        pass
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        pass
+
+
+# ---- the sending (executors) ---------------------------------------------------------------------------
+
+def _column(rb: Any, name: str | None) -> list[Any] | None:
+    if name is None:
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = rb.column(rb.schema.get_field_index(name))
+    if pa.types.is_timestamp(col.type):
+        return pc.cast(col, pa.int64()).to_pylist()  # microseconds since the epoch
+    return col.to_pylist()
+
+
+def _is_timestamp(rb: Any, name: str | None) -> bool:
+    import pyarrow as pa
+
+    return name is not None and pa.types.is_timestamp(rb.schema.field(name).type)
+
+
+class _Sender:
+    def __init__(self, producer: Any, opts: WriteOptions, columns: dict[str, str]) -> None:
+        self.p = producer
+        self.opts = opts
+        self.cols = columns
+        self.inflight: set[asyncio.Future[Any]] = set()
+        self.queue_tail: dict[Any, asyncio.Future[Any]] = {}  # ordered sends: the last request per queue
+        self.rows = 0
+        self.scheduled = 0
+        self.error: BaseException | None = None
+        self.deliver_is_ts = False
+
+    def _spawn(self, coro: Any, what: str) -> asyncio.Future[Any]:
+        fut = asyncio.ensure_future(self._guard(coro, what))
+        self.inflight.add(fut)
+        fut.add_done_callback(self.inflight.discard)
+        return fut
+
+    async def _guard(self, coro: Any, what: str) -> None:
+        try:
+            await coro
+        except BaseException as e:  # noqa: BLE001 - remembered, raised by the task
+            if self.error is None:
+                code = getattr(e, "code", None)
+                remark = getattr(e, "remark", None) or str(e)
+                detail = f"broker answered {code}: {remark}" if code is not None else remark
+                self.error = TidalMQSinkError(f"tidalmq sink: {what} failed: {detail}")
+                self.error.__cause__ = e
+
+    async def _after(self, prev: asyncio.Future[Any] | None, coro_fn: Any) -> None:
+        if prev is not None:
+            await asyncio.shield(prev)
+        if self.error is None:
+            await coro_fn()
+
+    async def add(self, rb: Any) -> None:
+        from tidalmq.client.message import Message
+        from tidalmq.client.selector import select_by_hash
+
+        c = self.cols
+        n = rb.num_rows
+        bodies = _column(rb, c["body"])
+        topics = _column(rb, c.get("topic"))
+        tags = _column(rb, c.get("tags"))
+        keys = _column(rb, c.get("keys"))
+        props = _column(rb, c.get("properties"))
+        levels = _column(rb, c.get("delayLevel"))
+        delivers = _column(rb, c.get("deliverTime"))
+        deliver_us = _is_timestamp(rb, c.get("deliverTime"))  # timestamps come as microseconds, longs are ms
+        shards = _column(rb, c.get("shardingKey"))
+        default_topic = self.opts.topic
+        plain: dict[str, list[Message]] = {}
+        ordered: dict[Any, list[Message]] = {}
+        for i in range(n):
+            body = bodies[i]  # type: ignore[index]
+            if body is None:
+                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i} has a null 'body' column")
+            topic = (topics[i] if topics is not None else None) or default_topic
+            if not topic:
+                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i} has a null 'topic' and there is no "
+                                       "option 'topic'")
+            level = levels[i] if levels is not None else None
+            deliver = delivers[i] if delivers is not None else None
+            kw: dict[str, Any] = {}
+            if tags is not None and tags[i] is not None:
+                kw["tags"] = tags[i]
+            if keys is not None and keys[i] is not None:
+                kw["keys"] = keys[i]
+            p = dict(props[i]) if props is not None and props[i] else None
+            if deliver is not None:
+                ms = deliver // 1000 if deliver_us else deliver
+                kw["deliver_time_ms"] = ms
+                p = p or {}
+                p[DELIVER_MS_PROPERTY] = str(ms)
+            if level is not None and level > 0:
+                kw["delay_level"] = level
+            try:
+                msg = Message(topic, body, properties=p, **kw)
+            except (ValueError, TypeError) as e:
+                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i}: {e}") from None
+            shard = shards[i] if shards is not None else None
+            scheduled = deliver is not None or (level is not None and level > 0)
+            if shard is not None:
+                queues = await self.p.fetch_publish_queues(topic)
+                mq = select_by_hash(queues, msg, str(shard))
+                if scheduled:
+                    self.scheduled += 1
+                    self._ordered_send(mq, [msg])
+                else:
+                    ordered.setdefault(mq, []).append(msg)
+            elif scheduled:
+                self.scheduled += 1
+                self._spawn(self.p.send(msg), f"sending a scheduled message to topic {topic}")
+            else:
+                plain.setdefault(topic, []).append(msg)
+            if len(self.inflight) >= self.opts.max_inflight:
+                await self._wait_some()
+        self.rows += n
+        size = self.opts.batch_size
+        for topic, msgs in plain.items():
+            for chunk in _chunks(msgs, size):
+                self._spawn(self.p.send_batch(chunk), f"sending a batch of {len(chunk)} messages to topic {topic}")
+                if len(self.inflight) >= self.opts.max_inflight:
+                    await self._wait_some()
+        for mq, msgs in ordered.items():
+            for chunk in _chunks(msgs, size):
+                self._ordered_send(mq, chunk)
+                if len(self.inflight) >= self.opts.max_inflight:
+                    await self._wait_some()
+        self._raise()
+
+    def _ordered_send(self, mq: Any, msgs: list[Any]) -> None:
+        prev = self.queue_tail.get(mq)
+        if len(msgs) == 1:
+            def fn() -> Any:
+                return self.p.send(msgs[0], queue=mq)
+        else:
+            def fn() -> Any:
+                return self.p.send_batch(msgs, queue=mq)
+        what = f"sending {len(msgs)} ordered message(s) to {mq.topic} queue {mq.broker_name}:{mq.queue_id}"
+        self.queue_tail[mq] = self._spawn(self._after(prev, fn), what)
+
+    async def _wait_some(self) -> None:
+        if self.inflight:
+            await asyncio.wait(set(self.inflight), return_when=asyncio.FIRST_COMPLETED)
+        self._raise()
+
+    async def flush(self) -> None:
+        while self.inflight:
+            await asyncio.wait(set(self.inflight))
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _chunks(msgs: list[Any], size: int) -> Iterator[list[Any]]:
+    """Batches of at most ``size`` messages and about 1 MiB (the broker's limit is 4 MiB a request)."""
+    chunk: list[Any] = []
+    nbytes = 0
+    for m in msgs:
+        b = len(m.body) + 200
+        if chunk and (len(chunk) >= size or nbytes + b > 1 << 20):
+            yield chunk
+            chunk, nbytes = [], 0
+        chunk.append(m)
+        nbytes += b
+    if chunk:
+        yield chunk
+
+
+async def _send_all(opts: WriteOptions, columns: dict[str, str], iterator: Iterator[Any]) -> SinkCommitMessage:
+    from tidalmq.client.producer import Producer
+
+    producer = Producer(opts.producer_group, opts.nameserver, send_timeout=opts.send_timeout_s,
+                        retry_times_when_send_failed=opts.retries)
+    producer.instance.request_timeout = opts.request_timeout_s
+    await producer.start()
+    sender = _Sender(producer, opts, columns)
+    try:
+        for rb in iterator:
+            await sender.add(rb)
+            await asyncio.sleep(0)
+        await sender.flush()
+    finally:
+        for f in list(sender.inflight):
+            f.cancel()
+        await producer.shutdown()
+    return SinkCommitMessage(sender.rows, sender.scheduled)

@@ -1,0 +1,242 @@
+"""The ``tidalmq`` Python data source (PySpark 4's Data Source API): batch and streaming reads, and the
+hooks of the sink (``tidalmq.spark.sink``).
+
+Where each piece runs: ``schema()`` on load (a Python worker of the driver), ``reader().partitions()`` and
+the stream reader's offset calls on the driver's Python workers, ``read(partition)`` in the executors'
+Python workers. Readers are pickled to the executors, so they hold options only; connections are opened
+where they are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from tidalmq.spark import fetch
+from tidalmq.spark.options import ReadOptions, TidalMQOptionError, parse_read_options
+from tidalmq.spark.plan import rate_limit, split_ranges
+
+NAME = "tidalmq"
+
+SCHEMA = StructType([
+    StructField("topic", StringType(), False),
+    StructField("broker", StringType(), False),
+    StructField("queueId", IntegerType(), False),
+    StructField("queueOffset", LongType(), False),
+    StructField("msgId", StringType(), False),
+    StructField("tags", StringType(), True),
+    StructField("keys", StringType(), True),
+    StructField("properties", MapType(StringType(), StringType(), True), True),
+    StructField("body", BinaryType(), True),
+    StructField("bornTimestamp", TimestampType(), True),
+    StructField("storeTimestamp", TimestampType(), True),
+    StructField("reconsumeTimes", IntegerType(), False),
+])
+
+
+class QueueRangePartition(InputPartition):
+    """[start, end) of one message queue (a large backlog is cut into several of these)."""
+
+    def __init__(self, topic: str, broker: str, queue_id: int, start: int, end: int, new_queue: bool = False) -> None:
+        super().__init__((topic, broker, queue_id, start, end))
+        self.topic, self.broker, self.queue_id = topic, broker, queue_id
+        self.start, self.end, self.new_queue = start, end, new_queue
+
+    def __repr__(self) -> str:
+        return f"QueueRangePartition({self.topic} {self.broker}:{self.queue_id} [{self.start}, {self.end}))"
+
+
+def _check_schema(schema: StructType | None) -> None:
+    if schema is not None and [(f.name, f.dataType) for f in schema.fields] != \
+            [(f.name, f.dataType) for f in SCHEMA.fields]:
+        raise TidalMQOptionError(f"the tidalmq source has a fixed schema and does not take a user schema; "
+                                 f"it is {SCHEMA.simpleString()}")
+
+
+def _validate(opts: ReadOptions) -> None:
+    """At load(): the NameServer answers and each named topic exists (a pattern may match nothing yet)."""
+    with fetch.Catalog(opts) as cat:
+        cat.check_nameserver()
+        for t in opts.topics:
+            cat.queues(t)
+
+
+def _read_partition(opts: ReadOptions, p: QueueRangePartition) -> Iterator[Any]:
+    from tidalmq.spark.records import ARROW_SCHEMA
+
+    spec = fetch.RangeSpec(p.topic, p.broker, p.queue_id, p.start, p.end, p.new_queue)
+    yield from fetch.read_range(opts, spec, schema=ARROW_SCHEMA)
+
+
+def _partitions(ranges: dict[fetch.QueueKey, tuple[int, int]], opts: ReadOptions,
+                new_queues: set[fetch.QueueKey] | None = None) -> list[QueueRangePartition]:
+    new_queues = new_queues or set()
+    return [QueueRangePartition(k[0], k[1], k[2], lo, hi, k in new_queues)
+            for k, lo, hi in split_ranges(ranges, opts.max_records_per_partition, opts.min_partitions)]
+
+
+class TidalMQDataSource(DataSource):
+    """``spark.read.format("tidalmq")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        opts = parse_read_options(self.options, streaming=False)
+        _validate(opts)
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
+        opts = parse_read_options(self.options, streaming=False)
+        return TidalMQBatchReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_schema(schema)
+        opts = parse_read_options(self.options, streaming=True)
+        return TidalMQStreamReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+        from tidalmq.spark.sink import TidalMQBatchWriter
+
+        return TidalMQBatchWriter(self.options, schema, streaming=False)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+        from tidalmq.spark.sink import TidalMQStreamWriter
+
+        return TidalMQStreamWriter(self.options, schema, streaming=True)
+
+
+class TidalMQBatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[QueueRangePartition]:  # type: ignore[override]
+        opts = self.opts
+        with fetch.Catalog(opts) as cat:
+            queues = cat.all_queues()
+            bounds = cat.min_max(queues)
+            start = cat.resolve(opts.starting, queues, bounds, "startingOffsets")
+            end = cat.resolve(opts.ending, queues, bounds, "endingOffsets")
+        ranges: dict[fetch.QueueKey, tuple[int, int]] = {}
+        for k, (lo, hi) in bounds.items():
+            s, e = start[k], min(end[k], hi)
+            if opts.starting.kind == "queues" and s > e and opts.ending.kind != "timestamp":
+                raise TidalMQOptionError(f"option 'startingOffsets': offset {s} of {k[0]} {k[1]}:{k[2]} is after "
+                                         f"the end offset {e}")
+            if s < lo and not opts.fail_on_data_loss:
+                s = lo
+            ranges[k] = (s, max(s, e))
+        return _partitions(ranges, opts)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QueueRangePartition)
+        return _read_partition(self.opts, partition)
+
+
+class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{topic: {"broker:queueId": next offset}}``; a micro-batch reads [start, end) of each
+    queue, exactly the same records whenever it is replayed, which with Spark's checkpoint and an
+    idempotent sink gives exactly-once."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._catalog: fetch.Catalog | None = None
+        self._available_now: dict[fetch.QueueKey, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_catalog"] = None
+        return state
+
+    @property
+    def catalog(self) -> fetch.Catalog:
+        if self._catalog is None:
+            self._catalog = fetch.Catalog(self.opts).start()
+        return self._catalog
+
+    def _bounds(self) -> tuple[list[Any], dict[fetch.QueueKey, tuple[int, int]]]:
+        queues = self.catalog.all_queues()
+        return queues, self.catalog.min_max(queues)
+
+    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+        queues, bounds = self._bounds()
+        start = self.catalog.resolve(self.opts.starting, queues, bounds, "startingOffsets")
+        return fetch.offsets_to_dict(start)
+
+    def _latest(self) -> dict[fetch.QueueKey, int]:
+        _queues, bounds = self._bounds()
+        latest = {k: hi for k, (_lo, hi) in bounds.items()}
+        if self._available_now is not None:
+            cap = self._available_now
+            latest = {k: min(v, cap[k]) if k in cap else v for k, v in latest.items() if k in cap}
+        return latest
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _queues, bounds = self._bounds()
+        self._available_now = {k: hi for k, (_lo, hi) in bounds.items()}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_messages_per_trigger:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # type: ignore[type-arg]
+        latest = self._latest()
+        begin = fetch.offsets_from_dict(start)
+        for k, v in begin.items():  # a queue never moves backwards (one that vanished keeps its offset)
+            latest[k] = max(latest.get(k, v), v)
+        if isinstance(limit, ReadMaxRows):
+            _q, bounds = self._bounds()
+            base = {k: begin.get(k, bounds.get(k, (0, 0))[0]) for k in latest}
+            latest = rate_limit(base, latest, limit.max_rows)
+        return fetch.offsets_to_dict(latest)
+
+    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+        try:
+            return fetch.offsets_to_dict(self._latest())
+        except Exception:
+            return None
+
+    def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:  # type: ignore[override, type-arg]
+        s = fetch.offsets_from_dict(start)
+        e = fetch.offsets_from_dict(end)
+        ranges = {k: (s.get(k, 0), hi) for k, hi in e.items()}
+        return _partitions(ranges, self.opts, {k for k in e if k not in s})
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, QueueRangePartition)
+        return _read_partition(self.opts, partition)
+
+    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+        if self.opts.consumer_group:
+            self.catalog.commit(fetch.offsets_from_dict(end))
+
+    def stop(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None

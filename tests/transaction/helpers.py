@@ -1,0 +1,77 @@
+"""Shared pieces of the transaction tests: a recording listener, a collecting consumer, raw requests."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidalmq.client import ConsumeFromWhere, MessageExt, PushConsumer, TransactionState
+from tidalmq.common import fastjson
+from tidalmq.common.msgid import decode_offset_msg_id
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+# Small timings so every path runs in about a second (docs/transactions.md has the defaults).
+FAST = {
+    "transactionTimeOut": "300",
+    "transactionCheckInterval": "100",
+    "transactionCheckMax": "3",
+    "mappedFileSizeCommitLog": str(64 * 1024 * 1024),
+}
+
+COMMIT, ROLLBACK, NOT_TYPE = 8, 12, 0
+
+
+@dataclass
+class Listener:
+    """execute_local_transaction answers ``execute`` (or the send's arg); check answers ``check``."""
+
+    execute: TransactionState | None = None
+    check: TransactionState = TransactionState.COMMIT
+    checks: list[tuple[float, MessageExt]] = field(default_factory=list)
+
+    def execute_local_transaction(self, msg: Any, arg: Any) -> TransactionState:
+        return self.execute if self.execute is not None else TransactionState(arg)
+
+    def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+        self.checks.append((time.monotonic(), msg))
+        return self.check
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.msgs: list[MessageExt] = []
+        self.at: list[float] = []
+
+    async def __call__(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            self.msgs.append(m)
+            self.at.append(time.monotonic())
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return [m.body for m in self.msgs]
+
+
+async def consumer(ns: str, group: str, topic: str) -> tuple[PushConsumer, Collector]:
+    got = Collector()
+    c = PushConsumer(group, ns, listener=got, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe(topic)
+    await c.start()
+    return c, got
+
+
+async def runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:
+    resp = await client.invoke(addr, RemotingCommand(code=RC.GET_BROKER_RUNTIME_INFO), 5)
+    return fastjson.loads(resp.body_bytes())["table"]
+
+
+async def end_transaction(client: RemotingClient, addr: str, *, group: str, offset_msg_id: str, queue_offset: int,
+                          kind: int, from_check: bool = False, **extra: str) -> RemotingCommand:
+    """END_TRANSACTION as a request (official clients send it oneway), to read the broker's answer."""
+    _, _, clo = decode_offset_msg_id(offset_msg_id)
+    ext = {"producerGroup": group, "tranStateTableOffset": str(queue_offset), "commitLogOffset": str(clo),
+           "commitOrRollback": str(kind), "fromTransactionCheck": "true" if from_check else "false", **extra}
+    return await client.invoke(addr, RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext), 5)
