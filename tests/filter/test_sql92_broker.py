@@ -12,7 +12,15 @@ import pytest
 from tests.broker.rawclient import pull_cmd, send_cmd, wait_max_offset
 from tests.client.helpers import create_topic, uniq, wait_until
 from tests.support import Standalone
-from tidalmq.client import ConsumeFromWhere, Message, MessageExt, MessageQueue, Producer, PullConsumer, PushConsumer
+from tidalmq.client import (
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
 from tidalmq.client.errors import MQBrokerError, ValidationError
 from tidalmq.common import fastjson
 from tidalmq.common.record import decode_record
@@ -202,6 +210,10 @@ def test_client_pull_consumer_with_sql92(sql_standalone: Standalone) -> None:
         await produce(ns, topic, 30)
         async with PullConsumer(uniq("PullG"), ns) as pc:
             mq = MessageQueue(topic, (await pc.fetch_queues(topic))[0].broker_name, 0)
+            deadline = asyncio.get_running_loop().time() + 10
+            while (await pc.pull(mq, 0, 32)).max_offset < 30:  # wait for the dispatch
+                assert asyncio.get_running_loop().time() < deadline, "messages never dispatched"
+                await asyncio.sleep(0.02)
             got: list[int] = []
             offset = 0
             while offset < 30:
@@ -240,13 +252,13 @@ def test_push_consumer_subscribes_with_sql92(sql_standalone: Standalone, tmp_pat
             await c.shutdown()
 
         bad = PushConsumer(uniq("BadG"), ns, listener=lambda msgs: None)
+        with pytest.raises(ValidationError):
+            bad.subscribe(topic, "a > 1", expression_type="SQL")
         bad.subscribe(topic, "price > 10 AND", expression_type="SQL92")
         with pytest.raises(MQBrokerError) as info:
-            await bad.start()
+            await bad.start()  # refused when it subscribes: CHECK_CLIENT_CONFIG before the first heartbeat
         assert info.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         assert "position 14" in str(info.value) and "expected" in str(info.value)
         await bad.shutdown()
-        with pytest.raises(ValidationError):
-            bad.subscribe(topic, "a > 1", expression_type="SQL")
 
     run(scenario())

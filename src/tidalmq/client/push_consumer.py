@@ -249,12 +249,14 @@ class PushConsumer:
                 log.warning("route of %s: %s", t, e)
         try:
             await self._check_client_in_broker()
-        except MQClientError:
+        except MQClientError:  # like Java's START_FAILED: this consumer is done, make a new one
             inst.consumers.pop(self.group, None)
+            await inst.shutdown()
             if self._executor is not None:
                 self._executor.shutdown(wait=False)
                 self._executor = None
-            raise  # still "created": fix the subscription and start again
+            self._state = "shutdown"
+            raise
         self._state = "running"
         if not self.orderly:
             self._workers = [asyncio.create_task(self._worker(), name=f"consume-{i}")

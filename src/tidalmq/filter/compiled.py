@@ -9,11 +9,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from tidalmq.filter.errors import FilterSyntaxError
-from tidalmq.filter.evaluator import matcher
+from tidalmq.filter.errors import EvaluationError, FilterSyntaxError
+from tidalmq.filter.evaluator import build, matcher
 from tidalmq.filter.nodes import Node, properties_of, render
 from tidalmq.filter.parser import parse
-from tidalmq.filter.properties import decode_all, lookup, properties_bytes
+from tidalmq.filter.properties import decode_all, properties_bytes
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +40,32 @@ def compile_sql92(expression: str) -> CompiledFilter:
     tree = parse(expression)
     names = frozenset(properties_of(tree))
     matches = matcher(tree)
+    evaluate = build(tree)
     if not names:
         verdict = matches({})
 
         def record_filter(tags_code: int, record: memoryview) -> bool:
             return verdict
     elif len(names) <= _LOOKUP_LIMIT:
-        keys = tuple((n, (n + "\x01").encode()) for n in sorted(names))
+        keys = tuple((n, f"\x02{n}\x01", len(n) + 2) for n in sorted(names))
 
         def record_filter(tags_code: int, record: memoryview) -> bool:
-            raw = properties_bytes(record)
+            # A leading separator makes every name start right after one: a search for
+            # "\x02name\x01" cannot land inside a longer name. From the end: the last duplicate wins.
+            text = "\x02" + properties_bytes(record).decode("utf-8", "replace")
             props = {}
-            for name, key in keys:
-                v = lookup(raw, key)
-                if v is not None:
-                    props[name] = v
-            return matches(props)
+            for name, key, klen in keys:
+                i = text.rfind(key)
+                if i >= 0:
+                    i += klen
+                    j = text.find("\x02", i)
+                    value = text[i:j] if j >= 0 else text[i:]
+                    if value:  # Java's decoder drops empty values
+                        props[name] = value
+            try:
+                return evaluate(props) is True
+            except EvaluationError:
+                return False
     else:
         def record_filter(tags_code: int, record: memoryview) -> bool:
             return matches(decode_all(properties_bytes(record)))

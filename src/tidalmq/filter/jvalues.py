@@ -58,7 +58,7 @@ def jtype(v: object) -> str:
 
 def parse_int(s: str) -> int:
     """Integer.valueOf."""
-    if _INTEGER.fullmatch(s):
+    if s.isdecimal() or _INTEGER.fullmatch(s):
         v = int(s)
         if INT_MIN <= v <= INT_MAX:
             return v
@@ -67,7 +67,7 @@ def parse_int(s: str) -> int:
 
 def parse_long(s: str) -> JLong:
     """Long.valueOf."""
-    if _INTEGER.fullmatch(s):
+    if s.isdecimal() or _INTEGER.fullmatch(s):
         v = int(s)
         if LONG_MIN <= v <= LONG_MAX:
             return JLong(v)
@@ -86,6 +86,8 @@ def _java_trim(s: str) -> str:
 def parse_double(s: str) -> float:
     """Double.valueOf: surrounding control characters and blanks are ignored, ``NaN``, ``Infinity``,
     hex floats and a trailing type letter (``1.5f``, ``2d``) are accepted."""
+    if s.isascii() and s.isdigit():  # the common case, and the same value in both languages
+        return float(s)
     t = _java_trim(s)
     if not _DOUBLE.fullmatch(t):
         raise EvaluationError(f'For input string: "{s}" (not a double)')
