@@ -14,7 +14,6 @@ from tests.support import Standalone
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
-NEEDS_TIMER = {"deliver_time.py"}  # exit 3: the broker delivered at once (no RocketMQ 5 timer yet)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +34,4 @@ def example_results(shared_standalone: Standalone) -> dict[str, subprocess.Compl
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_example(name: str, example_results: dict[str, subprocess.CompletedProcess[str]]) -> None:
     r = example_results[name]
-    if name in NEEDS_TIMER and r.returncode == 3:
-        pytest.xfail(f"{name}: the broker does not schedule by delivery time yet\n{r.stdout}")
     assert r.returncode == 0, f"{name} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr[-3000:]}"
