@@ -69,9 +69,18 @@ async def runtime_info(client: RemotingClient, addr: str) -> dict[str, str]:
 
 
 async def end_transaction(client: RemotingClient, addr: str, *, group: str, offset_msg_id: str, queue_offset: int,
-                          kind: int, from_check: bool = False, **extra: str) -> RemotingCommand:
-    """END_TRANSACTION as a request (official clients send it oneway), to read the broker's answer."""
+                          kind: int, from_check: bool = False, shift: int = 0, **extra: str) -> RemotingCommand:
+    """END_TRANSACTION as a request (official clients send it oneway), to read the broker's answer;
+    ``shift`` moves the commitLogOffset off the message's."""
     _, _, clo = decode_offset_msg_id(offset_msg_id)
+    clo += shift
     ext = {"producerGroup": group, "tranStateTableOffset": str(queue_offset), "commitLogOffset": str(clo),
            "commitOrRollback": str(kind), "fromTransactionCheck": "true" if from_check else "false", **extra}
     return await client.invoke(addr, RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext), 5)
+
+
+async def register(producer: Any, topic: str) -> None:
+    """Heartbeat now: a producer is a check-back target once the broker has its heartbeat, and clients
+    send the first one only after heartbeatBrokerInterval (30 s)."""
+    await producer.instance.update_route(topic)
+    await producer.instance.send_heartbeat()

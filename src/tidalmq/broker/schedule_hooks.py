@@ -37,7 +37,7 @@ class DelayLevelRewrite:
             return
         ttype = sf.transaction_type(msg.sysflag)
         if ttype not in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE):
-            return  # a half message is delayed when it is committed, not now (RocketMQ's rule)
+            return  # half messages never get here: transactions drop schedule properties (docs/transactions.md)
         level = parse_delay_level(text)
         if level == 0 or self.max_level == 0:
             return

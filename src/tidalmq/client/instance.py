@@ -321,11 +321,19 @@ class ClientInstance:
                 task.add_done_callback(self._background.discard)
             return None
         if cmd.code == RC.CHECK_TRANSACTION_STATE:
-            for p in self.producers.values():
-                check = getattr(p, "on_check_transaction_state", None)
-                if check is not None:
-                    return check(conn, cmd)
-            return None
+            # The producer of the message's group answers (several transactional producers may share
+            # this client instance); the group travels in the message's PGROUP property.
+            group = None
+            try:
+                msgs = codec.decode_messages(cmd.body_bytes())
+                group = msgs[0].properties.get("PGROUP") if msgs else None
+            except Exception:
+                log.warning("CHECK_TRANSACTION_STATE with an undecodable message body")
+            checkers = [p for p in self.producers.values() if getattr(p, "on_check_transaction_state", None)]
+            chosen = next((p for p in checkers if getattr(p, "group", None) == group), None)
+            if chosen is None and checkers and group is None:
+                chosen = checkers[0]
+            return chosen.on_check_transaction_state(conn, cmd) if chosen is not None else None
         if cmd.code == RC.GET_CONSUMER_RUNNING_INFO:
             c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
             if c is None:

@@ -1,0 +1,84 @@
+"""The official client (rocketmq==0.4.4, C++ core) and transactions.
+
+Its Python wrapper has no transactional producer (its librocketmq.so exports no CreateTransactionProducer /
+SendMessageTransaction), so the official producer sends the half message as its TransactionMQProducer would
+(TRAN_MSG=true, PGROUP) through its plain send path, our client answers the check-back as the producer of
+that group, and the official push consumer must receive the committed message, and only that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.compat.harness import create_topic, msg, uniq
+from tests.support import Standalone
+from tests.transaction.helpers import FAST, Listener, register
+from tidalmq.client import TransactionProducer, TransactionState
+
+pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+from tests.compat.conftest import agents  # noqa: E402,F401  (the fixture)
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Standalone]:
+    s = Standalone(tmp_path / "data", FAST)
+    s.start()
+    try:
+        yield s
+    finally:
+        try:
+            s.stop()
+        except RuntimeError:
+            pass
+
+
+def test_official_half_message_committed_on_check_back(agents: Any, broker: Standalone) -> None:  # noqa: F811
+    topic, tx_group = uniq("TxOfficial"), uniq("TPG")
+    create_topic(broker.namesrv_addr, topic, 2)
+    consumer = agents.new("consumer")
+    consumer.call("consumer_start", cid="c", group=uniq("CG"), topic=topic, namesrv=broker.namesrv_addr,
+                  props=["PGROUP", "TRAN_MSG", "REAL_TOPIC", "UNIQ_KEY"])
+    producer = agents.new("producer")
+    producer.call("producer_start", group=uniq("PG"), namesrv=broker.namesrv_addr)
+    props = {"TRAN_MSG": "true", "PGROUP": tx_group}
+    sent = producer.call("send", mode="sync", messages=[
+        msg(topic, "commit me", keys="k-commit", props=props),
+        msg(topic, "roll me back", keys="k-rollback", props=props),
+        msg(topic, "plain", keys="k-plain"),
+    ])
+    assert [r["status"] for r in sent] == ["OK"] * 3, sent
+    consumer.wait_messages(lambda ms: any(m["keys"] == "k-plain" for m in ms), 30, "the plain message", cid="c")
+
+    class Decide(Listener):
+        def check_local_transaction(self, m: Any) -> TransactionState:
+            self.checks.append((0.0, m))
+            return TransactionState.COMMIT if m.keys == ["k-commit"] else TransactionState.ROLLBACK
+
+    listener = Decide()
+
+    async def answer() -> None:
+        async with TransactionProducer(tx_group, listener, broker.namesrv_addr) as p:
+            await register(p, topic)
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(listener.checks) < 2:
+                assert asyncio.get_running_loop().time() < deadline, "no check-back"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+
+    asyncio.run(answer())
+    got = consumer.wait_messages(lambda ms: any(m["keys"] == "k-commit" for m in ms), 30, "the committed message",
+                                 cid="c")
+    consumer.settle(1.0)
+    got = consumer.messages("c")
+    assert sorted(m["keys"] for m in got) == ["k-commit", "k-plain"]
+    committed = next(m for m in got if m["keys"] == "k-commit")
+    assert committed["props"]["PGROUP"] == tx_group
+    assert not committed["props"]["TRAN_MSG"] and not committed["props"]["REAL_TOPIC"]  # "" when absent
+    assert committed["props"]["UNIQ_KEY"] == sent[0]["msg_id"]
