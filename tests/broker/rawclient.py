@@ -53,3 +53,22 @@ async def wait_max_offset(client: RemotingClient, addr: str, topic: str, queue_i
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{topic}:{queue_id} did not reach offset {expected} within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+def run(coro, timeout: float = 60):  # type: ignore[no-untyped-def]
+    """Run one scenario coroutine with a bound on its time."""
+    import asyncio
+
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def records(body: bytes) -> list:  # type: ignore[type-arg]
+    """Every stored record in a PULL_MESSAGE / QUERY_MESSAGE body, decoded."""
+    from tidalmq.common.record import decode_record
+
+    out, pos = [], 0
+    while pos < len(body):
+        m = decode_record(body, pos)
+        out.append(m)
+        pos += m.store_size
+    return out

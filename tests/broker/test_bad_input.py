@@ -8,16 +8,12 @@ import struct
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd, wait_max_offset
+from tests.broker.rawclient import pull_cmd, run, runtime_info, send_cmd, wait_max_offset
 from tests.support import Standalone
 from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import FrameDecoder, RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 60))
 
 
 @pytest.fixture(scope="module")

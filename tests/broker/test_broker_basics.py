@@ -9,26 +9,13 @@ import time
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, send_cmd, wait_max_offset
+from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
 from tests.support import Standalone
 from tidalmq.common import fastjson
 from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-def records(body: bytes) -> list:  # type: ignore[type-arg]
-    out, pos = [], 0
-    while pos < len(body):
-        m = decode_record(body, pos)
-        out.append(m)
-        pos += m.store_size
-    return out
 
 
 def test_long_polling_answers_when_a_message_arrives(shared_standalone: Standalone) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, send_cmd, wait_max_offset
+from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
 from tests.client.helpers import create_topic, uniq, wait_until
 from tests.support import Standalone
 from tidalmq.client import (
@@ -23,7 +23,6 @@ from tidalmq.client import (
 )
 from tidalmq.client.errors import MQBrokerError, ValidationError
 from tidalmq.common import fastjson
-from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
@@ -33,29 +32,10 @@ pytestmark = pytest.mark.timeout(90)
 
 @pytest.fixture(scope="module")
 def sql_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("sql92") / "data",
-                   {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "enablePropertyFilter": "true"})
-    s.start()
-    try:
+    with Standalone(tmp_path_factory.mktemp("sql92") / "data",
+                   {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "enablePropertyFilter": "true"}) as s:  # stopped (SIGTERM) on exit
         yield s
-    finally:
-        try:
-            s.stop()
-        except RuntimeError:
-            pass
 
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-def records(body: bytes) -> list:  # type: ignore[type-arg]
-    out, pos = [], 0
-    while pos < len(body):
-        m = decode_record(body, pos)
-        out.append(m)
-        pos += m.store_size
-    return out
 
 
 async def fill(c: RemotingClient, addr: str, topic: str, n: int = 20) -> None:

@@ -28,15 +28,8 @@ pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Standalone]:
-    s = Standalone(tmp_path / "data", FAST)
-    s.start()
-    try:
+    with Standalone(tmp_path / "data", FAST) as s:  # stopped (SIGTERM) on exit
         yield s
-    finally:
-        try:
-            s.stop()
-        except RuntimeError:
-            pass
 
 
 def test_official_half_message_committed_on_check_back(agents: Any, broker: Standalone) -> None:  # noqa: F811

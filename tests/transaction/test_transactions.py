@@ -53,15 +53,8 @@ def run(coro_fn: Callable[[], Awaitable[None]], timeout: float = 45) -> None:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("tx") / "data", FAST)
-    s.start()
-    try:
+    with Standalone(tmp_path_factory.mktemp("tx") / "data", FAST) as s:  # stopped (SIGTERM) on exit
         yield s
-    finally:
-        try:
-            s.stop()
-        except RuntimeError:
-            pass
 
 
 def half(topic: str, group: str, body: bytes, **props: str) -> Message:
