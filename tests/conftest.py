@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
-        if "spark" in item.keywords and not run_spark:
+        if item.get_closest_marker("spark") is not None and not run_spark:
             item.add_marker(skip_spark)
 
 

@@ -228,7 +228,9 @@ def parse_offsets(raw: str | None, option: str, default: str, *, allow_earliest:
 
 # ---- the source ----------------------------------------------------------------------------------------
 
-def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) -> ReadOptions:
+    """``streaming`` None: at load(), when Spark has not said yet whether the query is batch or streaming
+    (``DataSource.schema``): every check but the batch-only/streaming-only ones."""
     what = "streaming source" if streaming else "source"
     opts = _check_known(options, READ_OPTIONS, what)
     ns = _nameserver(opts, what)
@@ -250,11 +252,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         raise TidalMQOptionError(f"option 'subExpressionType' must be TAG or SQL92, got {expr_type!r}")
     expr = (opts.get("subExpression") or "*").strip() or "*"
     starting = parse_offsets(opts.get("startingOffsets"), "startingOffsets", "latest" if streaming else "earliest")
-    if streaming and "endingOffsets" in opts:
+    if streaming is True and "endingOffsets" in opts:
         raise TidalMQOptionError("option 'endingOffsets' is for batch queries (spark.read); a streaming query runs "
                                  "until stopped (use Trigger.AvailableNow to stop at the current end)")
     ending = parse_offsets(opts.get("endingOffsets"), "endingOffsets", "latest", allow_earliest=False)
-    if not streaming and "maxMessagesPerTrigger" in opts:
+    if streaming is False and "maxMessagesPerTrigger" in opts:
         raise TidalMQOptionError("option 'maxMessagesPerTrigger' is for streaming queries (spark.readStream)")
     if starting.kind == "queues" and topics:
         extra = set(starting.queues) - set(topics)

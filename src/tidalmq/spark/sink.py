@@ -144,7 +144,7 @@ class TidalMQStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
 # ---- the sending (executors) ---------------------------------------------------------------------------
 
-def _column(rb: Any, name: str | None) -> list[Any] | None:
+def _column(rb: Any, name: str | None, *, body: bool = False) -> list[Any] | None:
     if name is None:
         return None
     import pyarrow as pa
@@ -153,6 +153,8 @@ def _column(rb: Any, name: str | None) -> list[Any] | None:
     col = rb.column(rb.schema.get_field_index(name))
     if pa.types.is_timestamp(col.type):
         return pc.cast(col, pa.int64()).to_pylist()  # microseconds since the epoch
+    if body and pa.types.is_string(col.type):
+        return pc.cast(col, pa.binary()).to_pylist()  # UTF-8 bytes without a Python str per row
     return col.to_pylist()
 
 
@@ -172,7 +174,7 @@ class _Sender:
         self.rows = 0
         self.scheduled = 0
         self.error: BaseException | None = None
-        self.deliver_is_ts = False
+        self.checked_topics: set[str] = set()
 
     def _spawn(self, coro: Any, what: str) -> asyncio.Future[Any]:
         fut = asyncio.ensure_future(self._guard(coro, what))
@@ -200,10 +202,11 @@ class _Sender:
     async def add(self, rb: Any) -> None:
         from tidalmq.client.message import Message
         from tidalmq.client.selector import select_by_hash
+        from tidalmq.client.validators import ValidationError, check_topic_sendable
 
         c = self.cols
         n = rb.num_rows
-        bodies = _column(rb, c["body"])
+        bodies = _column(rb, c["body"], body=True)
         topics = _column(rb, c.get("topic"))
         tags = _column(rb, c.get("tags"))
         keys = _column(rb, c.get("keys"))
@@ -213,18 +216,39 @@ class _Sender:
         deliver_us = _is_timestamp(rb, c.get("deliverTime"))  # timestamps come as microseconds, longs are ms
         shards = _column(rb, c.get("shardingKey"))
         default_topic = self.opts.topic
-        plain: dict[str, list[Message]] = {}
+        plain: dict[str, list[tuple[bytes, str]]] = {}  # topic -> [(body, properties without UNIQ_KEY)]
         ordered: dict[Any, list[Message]] = {}
+        checked = self.checked_topics
+        max_size = self.p.max_message_size
         for i in range(n):
             body = bodies[i]  # type: ignore[index]
-            if body is None:
-                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i} has a null 'body' column")
+            if not body or len(body) > max_size:
+                what = "null" if body is None else "empty" if not body else f"{len(body)} bytes, over {max_size}"
+                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i}: the 'body' column is {what}")
             topic = (topics[i] if topics is not None else None) or default_topic
-            if not topic:
-                raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i} has a null 'topic' and there is no "
-                                       "option 'topic'")
+            if topic not in checked:
+                if not topic:
+                    raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i} has a null 'topic' and there is no "
+                                           "option 'topic'")
+                try:
+                    check_topic_sendable(topic)
+                except ValidationError as e:
+                    raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i}: topic {topic!r}: {e}") from None
+                checked.add(topic)
             level = levels[i] if levels is not None else None
             deliver = delivers[i] if delivers is not None else None
+            shard = shards[i] if shards is not None else None
+            if deliver is None and not level and shard is None:  # the fast path: a batch entry, encoded here
+                parts = []
+                if tags is not None and tags[i] is not None:
+                    parts.append(f"TAGS\x01{tags[i]}\x02")
+                if keys is not None and keys[i]:
+                    k = keys[i]
+                    parts.append(f"KEYS\x01{k if isinstance(k, str) else ' '.join(x for x in k if x)}\x02")
+                if props is not None and props[i]:
+                    parts.extend(f"{pk}\x01{pv}\x02" for pk, pv in props[i] if pv is not None)
+                plain.setdefault(topic, []).append((body, "".join(parts)))
+                continue
             kw: dict[str, Any] = {}
             if tags is not None and tags[i] is not None:
                 kw["tags"] = tags[i]
@@ -242,7 +266,6 @@ class _Sender:
                 msg = Message(topic, body, properties=p, **kw)
             except (ValueError, TypeError) as e:
                 raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i}: {e}") from None
-            shard = shards[i] if shards is not None else None
             scheduled = deliver is not None or (level is not None and level > 0)
             if shard is not None:
                 queues = await self.p.fetch_publish_queues(topic)
@@ -252,18 +275,17 @@ class _Sender:
                     self._ordered_send(mq, [msg])
                 else:
                     ordered.setdefault(mq, []).append(msg)
-            elif scheduled:
+            else:
                 self.scheduled += 1
                 self._spawn(self.p.send(msg), f"sending a scheduled message to topic {topic}")
-            else:
-                plain.setdefault(topic, []).append(msg)
             if len(self.inflight) >= self.opts.max_inflight:
                 await self._wait_some()
         self.rows += n
         size = self.opts.batch_size
-        for topic, msgs in plain.items():
-            for chunk in _chunks(msgs, size):
-                self._spawn(self.p.send_batch(chunk), f"sending a batch of {len(chunk)} messages to topic {topic}")
+        for topic, entries in plain.items():
+            for chunk in _entry_chunks(entries, size):
+                self._spawn(self.p.send_encoded_batch(topic, chunk),
+                            f"sending a batch of {len(chunk)} messages to topic {topic}")
                 if len(self.inflight) >= self.opts.max_inflight:
                     await self._wait_some()
         for mq, msgs in ordered.items():
@@ -299,6 +321,77 @@ class _Sender:
             raise self.error
 
 
+def _entry_chunks(entries: list[tuple[bytes, str]], size: int) -> Iterator[list[tuple[bytes, str]]]:
+    chunk: list[tuple[bytes, str]] = []
+    nbytes = 0
+    for e in entries:
+        b = len(e[0]) + len(e[1]) + 64
+        if chunk and (len(chunk) >= size or nbytes + b > 1 << 20):
+            yield chunk
+            chunk, nbytes = [], 0
+        chunk.append(e)
+        nbytes += b
+    if chunk:
+        yield chunk
+
+
+def _sink_producer_class() -> type:
+    """A Producer that sends batches the sink encoded itself (``MessageDecoder.encodeMessages`` layout), with
+    the producer's routing, retries and latency-fault avoidance: the per-row ``Message`` objects and their
+    checks are what a high-rate sink cannot afford."""
+    import struct
+    import threading
+    import time
+
+    from tidalmq.client import producer as _p
+    from tidalmq.common import message as mc
+    from tidalmq.common.msgid import UniqIdGenerator, host_bytes
+
+    head = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen
+    short = struct.Struct(">h")
+    wait_props = mc.encode_properties({mc.WAIT_STORE_MSG_OK: "true"})
+
+    class BulkIds(UniqIdGenerator):
+        """UNIQ_KEYs as ``UniqIdGenerator`` makes them, n at a time under one lock."""
+
+        def __init__(self, ip: bytes) -> None:
+            super().__init__(ip)
+            self._bulk_lock = threading.Lock()
+
+        def next_ids(self, n: int) -> list[str]:
+            now = int(time.time() * 1000)
+            with self._lock:
+                if now >= self._next_start_ms:
+                    self._set_start(now)
+                diff = max(0, now - self._start_ms) & 0xFFFFFFFF
+                c0 = self._counter
+                self._counter = (c0 + n) & 0xFFFF
+            prefix = f"{self._prefix}{diff:08X}"
+            return [f"{prefix}{(c0 + i) & 0xFFFF:04X}" for i in range(1, n + 1)]
+
+    class SinkProducer(_p.Producer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._bulk = BulkIds(host_bytes(self.instance.client_ip))
+
+        async def send_encoded_batch(self, topic: str, entries: list[tuple[bytes, str]], *,
+                                     queue: Any = None) -> Any:
+            ids = self._bulk.next_ids(len(entries))
+            parts: list[bytes] = []
+            for (body, props), uid in zip(entries, ids, strict=True):
+                pb = f"{props}UNIQ_KEY\x01{uid}\x02".encode()
+                parts.append(head.pack(20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)))
+                parts.append(body)
+                parts.append(short.pack(len(pb)))
+                parts.append(pb)
+            prepared = _p._Prepared(topic, b"".join(parts), 0, 0, wait_props, ",".join(ids), True, None)
+            if queue is not None:
+                return await self._send_to(prepared, queue, None)
+            return await self._send_default(prepared, _p._MODE_SYNC, None)
+
+    return SinkProducer
+
+
 def _chunks(msgs: list[Any], size: int) -> Iterator[list[Any]]:
     """Batches of at most ``size`` messages and about 1 MiB (the broker's limit is 4 MiB a request)."""
     chunk: list[Any] = []
@@ -315,9 +408,7 @@ def _chunks(msgs: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 async def _send_all(opts: WriteOptions, columns: dict[str, str], iterator: Iterator[Any]) -> SinkCommitMessage:
-    from tidalmq.client.producer import Producer
-
-    producer = Producer(opts.producer_group, opts.nameserver, send_timeout=opts.send_timeout_s,
+    producer = _sink_producer_class()(opts.producer_group, opts.nameserver, send_timeout=opts.send_timeout_s,
                         retry_times_when_send_failed=opts.retries)
     producer.instance.request_timeout = opts.request_timeout_s
     await producer.start()

@@ -106,7 +106,7 @@ class TidalMQDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        opts = parse_read_options(self.options, streaming=False)
+        opts = parse_read_options(self.options, streaming=None)
         _validate(opts)
         return SCHEMA
 
@@ -154,7 +154,8 @@ class TidalMQBatchReader(DataSourceReader):
         return _partitions(ranges, opts)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, QueueRangePartition)
+        if not isinstance(partition, QueueRangePartition):  # Spark's placeholder when there is nothing to read
+            return iter(())
         return _read_partition(self.opts, partition)
 
 
@@ -229,7 +230,8 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _partitions(ranges, self.opts, {k for k in e if k not in s})
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, QueueRangePartition)
+        if not isinstance(partition, QueueRangePartition):  # Spark's placeholder when there is nothing to read
+            return iter(())
         return _read_partition(self.opts, partition)
 
     def commit(self, end: dict) -> None:  # type: ignore[type-arg]
