@@ -178,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"tidalmq: configuration error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of our output went away (`tidalmq admin topic list | head`): not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as e:
         print(f"tidalmq: {e}", file=sys.stderr)
         return 1

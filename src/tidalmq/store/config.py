@@ -64,7 +64,9 @@ class MessageStoreConfig:
 
     # RocketMQ 5's timer (arbitrary delivery time, rmq_sys_wheel_timer): see docs/scheduled-delivery.md.
     timer_wheel_enable: bool = True
-    timer_precision_ms: int = 1000  # release tick; must divide 1000 and be >= 10
+    # Release tick; must divide 1000 and be >= 10. RocketMQ 5 defaults to 1000; 100 keeps lateness
+    # under a tenth of a second out of the box at the cost of ten wake-ups a second when busy.
+    timer_precision_ms: int = 100
     timer_max_delay_sec: int = 400 * 86400  # RocketMQ's default is 3 days; ours 400
 
     @property
