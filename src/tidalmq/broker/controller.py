@@ -32,6 +32,7 @@ from tidalmq.broker.topic_config import TopicConfigManager
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
+from tidalmq.common import sysflag as sf
 from tidalmq.common.msgid import host_bytes
 from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.remoting.codes import RequestCode as RC
@@ -286,8 +287,15 @@ class BrokerController:
 
     # hooks for processors ---------------------------------------------------------------------
     def rewrite_before_store(self, msg: InnerMessage, header: dict[str, str]) -> None:
+        """Run the rewrite hooks that concern ``msg``. Most messages concern none: a hook declaring
+        ``markers`` is skipped when none of them occurs in the message's properties text (a message whose
+        properties were already parsed, or whose sysflag has a transaction type, meets every hook)."""
+        text = msg.properties_text
+        parsed = msg.is_parsed or sf.transaction_type(msg.sysflag) != sf.TRANSACTION_NOT_TYPE
         for hook in self.rewrite_hooks:
-            hook(msg, header)
+            markers = getattr(hook, "markers", None)
+            if markers is None or parsed or any(m in text for m in markers):
+                hook(msg, header)
 
     def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
         """The CommitLog-level filter of a subscription: SQL92 evaluated on each candidate record's

@@ -28,6 +28,9 @@ class DelayLevelRewrite:
     """A message with ``DELAY`` = level > 0 goes to SCHEDULE_TOPIC_XXXX, queue level − 1, its real
     topic and queue kept in REAL_TOPIC / REAL_QID; a level above the maximum counts as the maximum."""
 
+    # Properties-text markers that make this hook relevant (see BrokerController.rewrite_before_store).
+    markers = (mc.DELAY + "\x01",)
+
     def __init__(self, max_level: int) -> None:
         self.max_level = max_level
 
@@ -99,6 +102,7 @@ def _delay_level_set(msg: InnerMessage) -> bool:
 
 
 class TimerRewrite:
+    markers = ("TIMER_",)  # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DEL_UNIQKEY ...
     """TIMER_DELAY_SEC / TIMER_DELAY_MS / TIMER_DELIVER_MS park a message in rmq_sys_wheel_timer queue 0 with
     REAL_TOPIC / REAL_QID and TIMER_OUT_MS = its exact deliver time; TIMER_DEL_UNIQKEY files a cancel.
 

@@ -85,6 +85,11 @@ class InnerMessage:
         text = self.properties_text
         return text.startswith(name + "\x01") or f"\x02{name}\x01" in text
 
+    @property
+    def is_parsed(self) -> bool:
+        """True once the properties were parsed (or built) as a dict."""
+        return self._props is not None
+
     def get_property(self, name: str) -> str | None:
         """One property's value, without parsing the others."""
         if self._props is not None:
