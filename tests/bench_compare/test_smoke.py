@@ -1,0 +1,42 @@
+"""Smoke test of bench/compare against TidalMQ alone (no peer installed): W1 --quick end to end, and the
+report with every kind of cell (measured, unsupported, not installed, failed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("psutil")
+
+from bench.compare import report, workloads  # noqa: E402
+from bench.compare.peers.tidalmq import Server  # noqa: E402
+
+
+def test_w1_quick_and_report(tmp_path: Path) -> None:
+    s = Server(tmp_path / "tidalmq")
+    s.start()
+    try:
+        w1 = workloads.w1(s, "tidalmq", quick=True)
+        rss = s.rss()
+    finally:
+        s.stop()
+    assert w1["received"] == w1["n"] and w1["paced_received"] == w1["paced_n"]
+    assert w1["produced_per_s"] > 0 and w1["consumed_per_s"] > 0 and w1["lat_p50_ms"] >= 0
+    assert rss > 0
+    results = {
+        "quick": True, "started": "now", "elapsed_s": 1.0, "workloads": ["W1", "W2", "W3", "W4", "W5"],
+        "peers": {
+            "tidalmq": {"version": Server.version(), "settings": s.settings(), "settings_durable": {},
+                        "workloads": {"W1": w1, "W2": {"error": "RuntimeError: boom"}}},
+            "nats": {"version": "x", "settings": {}, "workloads": {"W1": w1, "W2": {"unsupported": "no delays"}}},
+            "beanstalkd": {"unavailable": "not installed (beanstalkd): run bench/compare/install.sh", "workloads": {}},
+        },
+    }
+    out = tmp_path / "RESULTS.md"
+    report.write(results, out, tmp_path / "raw.json")
+    text = out.read_text()
+    assert "not available from Debian here" in text
+    assert "cannot: no delays" in text
+    assert "error: RuntimeError: boom" in text
+    assert "| TidalMQ |" in text
