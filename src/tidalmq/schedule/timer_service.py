@@ -47,7 +47,10 @@ from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStat
 
 log = logging.getLogger(__name__)
 
-ENQUEUE_BATCH = 4096
+# Enqueue in modest batches and drain what is due between them, so a burst of sends does not keep due
+# messages waiting behind the indexing of newer ones.
+ENQUEUE_BATCH = 1024
+MAX_DELIVER_ROUNDS = 16
 DELIVER_BATCH = 512
 IDLE_WAIT_S = 1.0
 SYNC_INTERVAL_MS = 1000  # how often the TimerStore's commit is made durable (bounds re-pops after a crash)
@@ -236,7 +239,10 @@ class TimerMessageService:
             try:
                 with self._lock:
                     busy = self._enqueue_round()
-                    busy = self._deliver_round() or busy
+                    for _ in range(MAX_DELIVER_ROUNDS):
+                        if not self._deliver_round():
+                            break
+                        busy = True
                     if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
                         self._sync()
                     nxt = self.timer.next_due_ms()
