@@ -305,11 +305,16 @@ class PushConsumer:
         self._later.clear()
         for t in self._tasks:
             t.cancel()
-        for t in self._pull_tasks.values():
-            t.cancel()
-        await asyncio.gather(*self._tasks, *self._pull_tasks.values(), return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        self._pull_tasks.clear()
+        # A rebalance that was under way when we stopped may still have started pulls: cancel until
+        # none is left.
+        while self._pull_tasks:
+            pulls = list(self._pull_tasks.values())
+            self._pull_tasks.clear()
+            for t in pulls:
+                t.cancel()
+            await asyncio.gather(*pulls, return_exceptions=True)
         # finish in-flight listener calls; what is still queued is not committed and comes again later
         if self._work is not None:
             while not self._work.empty():
@@ -419,7 +424,11 @@ class PushConsumer:
             await self._add_queue(mq, mq in locked)
 
     async def _add_queue(self, mq: MessageQueue, locked: bool) -> None:
+        if self._state != "running":
+            return
         offset = await self._compute_pull_from_where(mq)
+        if self._state != "running":
+            return  # stopped while we asked the broker where to start
         if offset < 0:
             log.warning("rebalance %s: cannot find where to consume %s from, will try again", self.group, mq)
             return
