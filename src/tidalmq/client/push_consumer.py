@@ -437,6 +437,9 @@ class PushConsumer:
         pq.last_lock_ts = time.monotonic()
         self._pqs[mq] = pq
         self.offset_store.update(mq, offset)
+        old = self._pull_tasks.get(mq)
+        if old is not None:  # two rebalances raced for the same queue: one pull loop per queue
+            old.cancel()
         self._pull_tasks[mq] = asyncio.create_task(self._pull_loop(mq, pq, offset), name=f"pull-{mq}")
         if self.orderly:
             self._orderly_wake[mq] = asyncio.Event()
