@@ -4,12 +4,14 @@ cluster and routes, topics, subscription groups, consumer offsets, progress and 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from tidalmq.client.codec import decode_messages
 from tidalmq.client.message import MessageExt, MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
+from tidalmq.common.message import encode_properties
 from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -87,6 +89,14 @@ class Admin:
             except RemotingError as e:  # unreachable: try the next NameServer
                 last = e
         raise last or AdminError(-1002, "no name server address")
+
+    async def _send(self, addr: str, group: str, topic: str, props: dict[str, str], body: bytes, *,
+                    queue_id: int = 0, queue_nums: int = 4, flag: int = 0) -> RemotingCommand:
+        """One SEND_MESSAGE_V2 the operator's tools make themselves (cancel, dead-letter re-send)."""
+        ext = {"a": group, "b": topic, "c": "TBW102", "d": str(queue_nums), "e": str(queue_id), "f": "0",
+               "g": str(int(time.time() * 1000)), "h": str(flag), "i": encode_properties(props), "j": "0",
+               "k": "false"}
+        return await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=body)
 
     # cluster and routes -----------------------------------------------------------------------
     async def cluster_info(self) -> dict:
@@ -292,8 +302,6 @@ class Admin:
     async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                                     end_ms: int | None = None) -> list[MessageExt]:
         """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index."""
-        import time
-
         end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
         out: list[MessageExt] = []
         for name, addr, _ in await self._masters_of(topic):
@@ -343,19 +351,15 @@ class Admin:
         """Cancel a timer message before it is due (RocketMQ 5's TIMER_DEL_UNIQKEY): the broker holding it parks
         a delete marker in its slot. ``deliver_ms`` is optional (the broker looks it up). Returns the broker
         name; AdminError QUERY_NOT_FOUND (22) when no broker has it pending (unknown, delivered, cancelled)."""
-        import time
 
-        from tidalmq.common.message import encode_properties
 
         props = {"TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}", "UNIQ_KEY": os.urandom(16).hex().upper()}
         if deliver_ms is not None:
             props["TIMER_DELIVER_MS"] = str(deliver_ms)
         last: AdminError | None = None
         for name, addr, _ in await self._masters_of(topic):
-            ext = {"a": group, "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
-                   "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(props), "j": "0", "k": "false"}
             try:
-                await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=b"cancel")
+                await self._send(addr, group, topic, props, b"cancel")
                 return name
             except AdminError as e:
                 if e.code != ResponseCode.QUERY_NOT_FOUND:
@@ -415,9 +419,7 @@ class Admin:
         """Send dead letters of ``group`` back to their original topic: the ones whose client id (UNIQ_KEY)
         or offset id is in ``ids``, or all of them when ``ids`` is None. Returns (id, new offset id) pairs.
         An id that is not a dead letter of the group raises AdminError before anything is sent."""
-        import time
 
-        from tidalmq.common.message import encode_properties
 
         letters = await self.dead_letters(group)
         by_id = {}
@@ -444,10 +446,8 @@ class Admin:
             if not masters:
                 raise AdminError(ResponseCode.TOPIC_NOT_EXIST, f"original topic {target} has no route")
             _, addr, nq = masters[0]
-            ext = {"a": "TOOLS_DLQ_RESEND", "b": target, "c": "TBW102", "d": str(nq), "e": str(m.queue_id % nq),
-                   "f": "0", "g": str(int(time.time() * 1000)), "h": str(m.flag),
-                   "i": encode_properties(props), "j": "0", "k": "false"}
-            resp = await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=m.body)  # m.body is inflated
+            resp = await self._send(addr, "TOOLS_DLQ_RESEND", target, props, m.body,  # m.body is inflated
+                                    queue_id=m.queue_id % nq, queue_nums=nq, flag=m.flag)
             sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, resp.ext_fields.get("msgId", "")))
         return sent
 

@@ -188,10 +188,8 @@ class ClientProcessor:
         except ValueError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         topic, key = h.get("topic", ""), h.get("key", "")
-        max_num = min(max_num, self.broker.store_config.default_query_max_num) if hasattr(
-            self.broker.store_config, "default_query_max_num") else max_num
         found = self.broker.store.query_message(topic, key, max_num, begin, end)
         ext = {"indexLastUpdateTimestamp": str(end), "indexLastUpdatePhyoffset": str(self.broker.store.max_phy_offset)}
         if not found:
             return req.make_response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
-        return req.make_response(ResponseCode.SUCCESS, None, ext, [memoryview(bytes(r)) for r in found])
+        return req.make_response(ResponseCode.SUCCESS, None, ext, list(found))  # mapped-file slices, no copy
