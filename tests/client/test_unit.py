@@ -144,7 +144,7 @@ def test_batch_body_is_what_the_broker_decodes() -> None:
     body = codec.encode_batch(msgs)
     records = encode_batch_records(body, topic="T", queue_id=0, sysflag=0, born_timestamp=0, born_host=bytes(4),
                                    born_port=0, store_host=bytes(4), store_port=0)
-    decoded = [decode_record(r) for r in records]
+    decoded = [decode_record(r) for r in records.records()]
     assert [(m.flag, m.body) for m in decoded] == [(i, f"body-{i}".encode()) for i in range(5)]
     assert decoded[2].properties == {"TAGS": "A", "KEYS": "k2", "p": "2", "UNIQ_KEY": "U2"}
     assert codec.decode_batch(body) == [(m.flag, m.body, m.properties) for m in decoded]

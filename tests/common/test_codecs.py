@@ -127,7 +127,8 @@ def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[s
     expected = [encode_record(topic="TB", queue_id=3, body=body, properties=props, flag=flag, born_timestamp=5,
                               born_host=host, born_port=7, store_host=host, store_port=10911)
                 for body, props, flag in items]
-    assert recs == expected
+    assert recs.records() == expected
+    assert recs.sizes.tolist() == [len(r) for r in expected]
 
 
 def test_malformed_batch_body_raises() -> None:

@@ -35,10 +35,10 @@ class FakeIndex:
         self.loaded.append(last_exit_ok)
         return True
 
-    def build_index(self, topic: str, keys: list[str], uniq_key: str | None, commit_log_offset: int,
-                    store_timestamp: int) -> None:
-        for k in ([uniq_key] if uniq_key else []) + list(keys):
-            self.entries.append((f"{topic}#{k}", commit_log_offset, store_timestamp))
+    def build_index_batch(self, items: list[tuple[str, str | None, str | None, int, int]]) -> None:
+        for topic, keys, uniq_key, commit_log_offset, store_timestamp in items:
+            for k in ([uniq_key] if uniq_key else []) + [k for k in (keys or "").split(" ") if k]:
+                self.entries.append((f"{topic}#{k}", commit_log_offset, store_timestamp))
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         out = [o for k, o, ts in self.entries if k == f"{topic}#{key}" and begin_ts <= ts <= end_ts]

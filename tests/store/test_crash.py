@@ -68,7 +68,8 @@ def verify(root: str, acked: list[str]) -> tuple[int, int]:
         cl: CommitLog = store.commit_log
         stored = []
         off = cl.min_offset
-        reqs, end, stalled = cl.read_dispatch_requests(off, 1 << 40)
+        batch, end, stalled = cl.read_dispatch_requests(off, 1 << 40)
+        reqs = batch.rows()
         assert not stalled and end == store.max_phy_offset
         stored = {r.commit_log_offset for r in reqs if r.topic == "CRASH"}
         assert stored == in_cq

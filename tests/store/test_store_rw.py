@@ -311,3 +311,101 @@ def test_sync_flush_timeout(make_store, monkeypatch) -> None:
     store.request_flush(r.wrote_offset + r.wrote_bytes, lambda ok: (got.append(ok), ev.set()))
     assert ev.wait(5)
     assert got == [False]
+
+
+def _batch(topic: str, queue_id: int, bodies: list[bytes], props: list[dict[str, str]],
+           sysflag: int = 0, born_host: bytes = bytes([10, 0, 0, 7])):  # noqa: ANN202
+    """A SEND_BATCH_MESSAGE body encoded by the broker's batch encoder."""
+    from tidalmq.common.message import encode_properties
+    from tidalmq.common.record import encode_batch_records
+
+    items = []
+    for i, (body, p) in enumerate(zip(bodies, props, strict=True)):
+        pb = encode_properties(p).encode()
+        items.append(struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, i, len(body)) + body
+                     + struct.pack(">h", len(pb)) + pb)
+    return encode_batch_records(b"".join(items), topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=7,
+                                born_host=born_host, born_port=99, store_host=bytes([127, 0, 0, 1]),
+                                store_port=10911)
+
+
+@pytest.mark.parametrize("born_host", [bytes([10, 0, 0, 7]), bytes(range(16))], ids=["ipv4", "ipv6"])
+def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born_host) -> None:
+    idx = FakeIndex()
+    store = make_store(index=idx)
+    put_one(store, "EB", 2)
+    n = 6
+    batch = _batch("EB", 2, [b"body-%d" % i for i in range(n)],
+                   [{"UNIQ_KEY": f"U{i}", "TAGS": f"t{i % 2}", "KEYS": f"k{i} shared"} for i in range(n)],
+                   born_host=born_host)
+    res = store.put_messages([PutRequest("EB", 2, batch), PutRequest("EB", 3, [rec("EB", 3)])])
+    assert [r.status for r in res] == [PutStatus.PUT_OK] * 2
+    assert (res[0].queue_offset, res[0].msg_num, res[0].wrote_bytes) == (1, n, len(batch.data))
+    assert store.wait_reput(store.max_phy_offset, 5)
+    got = store.get_message("g", "EB", 2, 1, 32)
+    msgs = [decode_record(b, check_crc=True) for b in got.buffers]
+    assert [m.body for m in msgs] == [b"body-%d" % i for i in range(n)]
+    assert [m.queue_offset for m in msgs] == got.queue_offsets == list(range(1, n + 1))
+    assert [m.flag for m in msgs] == list(range(n))
+    assert all(m.store_timestamp == clock.now and m.born_host[1] == 99 for m in msgs)
+    ids = res[0].msg_id.split(",")
+    assert [decode_offset_msg_id(i)[2] for i in ids] == [m.commit_log_offset for m in msgs]
+    assert msgs[0].commit_log_offset == res[0].wrote_offset
+    # tag hash codes in the ConsumeQueue, keys and UNIQ_KEY in the index
+    cq = store.find_consume_queue("EB", 2)
+    assert [cq.entry(i)[2] for i in range(1, n + 1)] == [tags_hash_code(f"t{i % 2}") for i in range(n)]
+    assert [o for k, o, _ in idx.entries if k == "EB#U3"] == [msgs[3].commit_log_offset]
+    assert len([o for k, o, _ in idx.entries if k == "EB#shared"]) == n
+    assert store.get_max_offset_in_queue("EB", 3) == 1
+
+
+def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_path) -> None:
+    store = make_store()
+    size = store.config.mapped_file_size_commit_log
+    results = [store.put_messages([PutRequest("ER", 0, _batch("ER", 0, [b"%d" % k * 700] * 4, [{"UNIQ_KEY": f"{k}"}] * 4))])[0]
+               for k in range(12)]
+    assert all(r.status is PutStatus.PUT_OK for r in results)
+    assert all(r.wrote_offset // size == (r.wrote_offset + r.wrote_bytes - 1) // size for r in results)
+    assert len({r.wrote_offset // size for r in results}) >= 3
+    assert store.wait_reput(store.max_phy_offset, 5)
+    root = store.config.store_path_root_dir
+    store.shutdown()
+    os.unlink(os.path.join(root, "consumequeue", "ER", "0", os.listdir(os.path.join(root, "consumequeue", "ER", "0"))[-1]))
+    open(os.path.join(root, "abort"), "wb").close()  # as after a crash: rebuild what the queue lost
+    again = make_store(root=root)
+    assert again.get_max_offset_in_queue("ER", 0) == 48
+    got = []
+    off = 0
+    while off < 48:
+        r = again.get_message("g", "ER", 0, off, 32)
+        got.extend(decode_record(b).body for b in r.buffers)
+        off = r.next_begin_offset
+    assert got == [b"%d" % k * 700 for k in range(12) for _ in range(4)]
+
+
+def test_tampered_encoded_batch_is_refused_and_nothing_written(make_store) -> None:
+    store = make_store()
+    batch = _batch("ET", 0, [b"a", b"b"], [{}, {}])
+    batch.sizes[0] += 1  # sizes no longer tile the buffer
+    before = store.max_phy_offset
+    r = store.put_messages([PutRequest("ET", 0, batch)])[0]
+    assert r.status is PutStatus.MESSAGE_ILLEGAL and store.max_phy_offset == before
+    other = _batch("ET", 0, [b"a", b"b"], [{}, {}])
+    other.data[other.starts[1] + 4] ^= 0xFF  # the second record's MAGICCODE
+    assert store.put_messages([PutRequest("ET", 0, other)])[0].status is PutStatus.MESSAGE_ILLEGAL
+    assert store.max_phy_offset == before
+
+
+def test_dispatch_reads_only_the_properties_it_needs(make_store) -> None:
+    store = make_store()
+    raw = rec("DP", props={"TAGS": "first"})
+    # a repeated name (the last wins, as in Java's properties map) and a value that is not UTF-8
+    props = b"TAGS\x01first\x02X\x01\xff\xfe\x02TAGS\x01second\x02KEYS\x01\xc3\x28 ok\x02"
+    body_end = len(raw) - 2 - len(b"TAGS\x01first\x02")
+    tampered = bytearray(raw[:body_end]) + struct.pack(">H", len(props)) + props
+    struct.pack_into(">i", tampered, 0, len(tampered))
+    assert store.put_messages([PutRequest("DP", 0, [tampered])])[0].status is PutStatus.PUT_OK
+    put_one(store, "DP", tags="after")
+    assert store.wait_reput(store.max_phy_offset, 5)  # the odd record does not stall dispatch
+    cq = store.find_consume_queue("DP", 0)
+    assert cq.entry(0)[2] == tags_hash_code("second") and cq.entry(1)[2] == tags_hash_code("after")

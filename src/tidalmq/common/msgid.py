@@ -8,6 +8,8 @@ import struct
 import threading
 import time
 
+import numpy as np
+
 _IPV4 = struct.Struct(">4siq")
 _IPV6 = struct.Struct(">16siq")
 
@@ -16,6 +18,25 @@ def encode_offset_msg_id(host: bytes, port: int, commit_offset: int) -> str:
     """``host`` is the 4- or 16-byte address; the id is upper-case hex as RocketMQ prints it."""
     packer = _IPV4 if len(host) == 4 else _IPV6
     return packer.pack(host, port, commit_offset).hex().upper()
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+
+
+def joined_offset_msg_ids(prefix: str, offsets: np.ndarray) -> str:
+    """``prefix`` (the hex of store host and port) and each CommitLog offset as 16 hex digits, joined
+    by commas: a batch's msgIds as RocketMQ answers them. One numpy pass instead of a format per id."""
+    n = len(offsets)
+    if n == 0:
+        return ""
+    p = len(prefix)
+    out = np.empty((n, p + 17), dtype=np.uint8)
+    out[:, :p] = np.frombuffer(prefix.encode("ascii"), dtype=np.uint8)
+    raw = offsets.astype(">u8").view(np.uint8).reshape(n, 8)
+    out[:, p : p + 16 : 2] = _HEX_DIGITS[raw >> 4]
+    out[:, p + 1 : p + 16 : 2] = _HEX_DIGITS[raw & 0x0F]
+    out[:, p + 16] = ord(",")
+    return out.tobytes()[:-1].decode("ascii")
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

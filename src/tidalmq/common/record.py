@@ -14,9 +14,13 @@ The queue offset, physical offset and store timestamp are only known at append t
 
 from __future__ import annotations
 
+import functools
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tidalmq.common import sysflag as sf
 from tidalmq.common.message import decode_properties, encode_properties
@@ -267,7 +271,31 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 _BATCH_ITEM = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen (MessageDecoder.encodeMessages)
-_PREFIX = struct.Struct(">iiiiiqqiq")
+
+
+@functools.lru_cache(maxsize=16)
+def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
+    """Matches any of ``names`` as a property name in a stored properties string."""
+    alternatives = b"|".join(re.escape(n.encode()) for n in names)
+    return re.compile(rb"(?:^|\x02)(" + alternatives + rb")\x01")
+
+
+@dataclass(slots=True)
+class RecordBatch:
+    """Records laid end to end in one buffer: a SEND_BATCH_MESSAGE once encoded. The CommitLog
+    patches the fields known at append time for all of them at once and writes the buffer whole."""
+
+    data: bytearray
+    starts: np.ndarray  # int64: where each record begins in ``data``
+    sizes: np.ndarray  # int64: each record's length; they tile ``data``
+    sysflag: int  # the same for every record (so are the host address lengths)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def records(self) -> list[bytearray]:
+        """One buffer per record (copies; for tools and tests)."""
+        return [self.data[a : a + n] for a, n in zip(self.starts.tolist(), self.sizes.tolist(), strict=True)]
 
 
 def encode_batch_records(
@@ -283,14 +311,15 @@ def encode_batch_records(
     store_port: int,
     reconsume_times: int = 0,
     forbidden_properties: tuple[str, ...] = (),
-) -> list[bytearray]:
+) -> RecordBatch:
     """Turn a SEND_BATCH_MESSAGE body into stored records in one pass.
 
     Everything but the body, its CRC, the flag and the properties is the same for every message of
-    the batch, so that middle part is built once. Raises ``RecordError`` for a malformed body, or for a
-    message carrying one of ``forbidden_properties`` (the error names it).
+    the batch, so that part is built once; each record is then its own 48-byte prefix, the shared
+    part, and slices of the request body, joined into one buffer. Raises ``RecordError`` for a
+    malformed body, or for a message carrying one of ``forbidden_properties`` (the error names it).
     """
-    forbidden = [(name, (name + "\x01").encode(), ("\x02" + name + "\x01").encode()) for name in forbidden_properties]
+    forbidden = _property_names_pattern(forbidden_properties) if forbidden_properties else None
     topic_b = topic.encode("utf-8")
     if len(topic_b) > 127:
         raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
@@ -303,39 +332,42 @@ def encode_batch_records(
     middle = (born_host + _I.pack(born_port) + _Q.pack(0) + store_host + _I.pack(store_port)
               + _I.pack(reconsume_times) + _Q.pack(0))
     topic_part = bytes([len(topic_b)]) + topic_b
-    fixed = 48 + len(middle) + 4 + len(topic_part) + 2
+    # A batch item is TOTALSIZE MAGIC BODYCRC FLAG | BODYLEN BODY | PROPLEN PROPERTIES; a record takes
+    # the item from BODYLEN on, with the topic inserted before PROPLEN.
+    fixed = 48 + len(middle) + len(topic_part) - 16
     mv = memoryview(batch_body)
     n = len(mv)
     pos = 0
-    out: list[bytearray] = []
-    pack_prefix = _PREFIX.pack
+    pieces: list[bytes | memoryview] = []
+    add = pieces.append
+    sizes: list[int] = []
+    unpack_item = _BATCH_ITEM.unpack_from
+    pack_prefix = _HEAD.pack
     crc32 = zlib.crc32
     while pos < n:
         if pos + 20 > n:
             raise RecordError("batch body truncated")
-        total, _magic, _crc, flag, blen = _BATCH_ITEM.unpack_from(mv, pos)
+        total, _magic, _crc, flag, blen = unpack_item(mv, pos)
         if total < 22 or pos + total > n or blen < 0 or 20 + blen + 2 > total:
             raise RecordError(f"batch message at {pos} has an illegal size")
-        b0 = pos + 20
-        body = mv[b0 : b0 + blen]
-        plen = (mv[b0 + blen] << 8) | mv[b0 + blen + 1]
-        props = mv[b0 + blen + 2 : b0 + blen + 2 + plen]
-        if 20 + blen + 2 + plen != total:
+        pe = pos + 20 + blen
+        plen = (mv[pe] << 8) | mv[pe + 1]
+        end = pos + total
+        if pe + 2 + plen != end:
             raise RecordError(f"batch message at {pos} has an illegal properties length")
-        if forbidden:
-            pb = bytes(props)
-            for name, first, inner in forbidden:
-                if pb.startswith(first) or inner in pb:
-                    raise RecordError(f"the property {name} is not supported for batched messages")
-        size = fixed + blen + plen
-        rec = bytearray(pack_prefix(size, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, 0, 0,
-                                    sysflag, born_timestamp))
-        rec += middle
-        rec += _I.pack(blen)
-        rec += body
-        rec += topic_part
-        rec += _H.pack(plen)
-        rec += props
-        out.append(rec)
-        pos += total
-    return out
+        if forbidden is not None:
+            found = forbidden.search(mv[pe + 2 : end])
+            if found is not None:
+                name = found.group(1).decode()
+                raise RecordError(f"the property {name} is not supported for batched messages")
+        size = fixed + total
+        add(pack_prefix(size, MESSAGE_MAGIC_CODE, crc32(mv[pos + 20 : pe]) & 0x7FFFFFFF, queue_id, flag, 0, 0,
+                        sysflag, born_timestamp))
+        add(middle)
+        add(mv[pos + 16 : pe])
+        add(topic_part)
+        add(mv[pe:end])
+        sizes.append(size)
+        pos = end
+    size_arr = np.array(sizes, dtype=np.int64)
+    return RecordBatch(bytearray().join(pieces), np.cumsum(size_arr) - size_arr, size_arr, sysflag)

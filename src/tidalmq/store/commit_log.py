@@ -14,28 +14,36 @@ zero: new files are preallocated, and recovery zeroes what follows the last vali
 from __future__ import annotations
 
 import logging
+import mmap
+import re
 import struct
 import threading
 import zlib
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
 
 from tidalmq.common import sysflag as sf
-from tidalmq.common.message import decode_properties
-from tidalmq.common.msgid import host_bytes
+from tidalmq.common.columns import as_bytes_array, gather_be
+from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    POS_BORNHOST,
+    POS_QUEUEOFFSET,
     POS_SYSFLAG,
+    RecordBatch,
     encode_blank,
     patch_for_append,
     store_timestamp_pos,
 )
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
-from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
-from tidalmq.store.results import AppendResult, DispatchRequest, PutRequest, PutStatus
+from tidalmq.store.mapped_file import MappedFile, MappedFileQueue, pwrite_all
+from tidalmq.store.results import AppendResult, DispatchBatch, PutRequest, PutStatus
 
 log = logging.getLogger("tidalmq.store")
 
@@ -52,12 +60,37 @@ _MIN_RECORD = 48 + 8 + 8 + 8 + 12 + 4 + 1 + 2
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
-# check_record verdicts besides a DispatchRequest
+# How a scan of records ended: at its limit or budget, at a BLANK record (end of file), at a bad record.
+END = 1
 BLANK = 0
 INVALID = -1
+# Records per scan_records call (bounds the numpy index arrays of one call).
+SCAN_MAX_RECORDS = 1 << 16
+
+_AR48 = np.arange(48, dtype=np.int64)
+_AR16 = np.arange(16, dtype=np.int64)
+_HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+                        ("queue_offset", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8")])
+_TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
+# The properties dispatch looks at (scanned with a \x02 in front, so a name always follows one).
+_DISPATCH_PROPS = re.compile(rb"\x02(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
+
+
+class Scan(NamedTuple):
+    """The result of ``scan_records``."""
+
+    batch: DispatchBatch  # the records that checked out
+    end: int  # file position after the last of them
+    verdict: int  # END, BLANK or INVALID: what stopped the scan
+    last_store_timestamp: int  # of the last record (0 if none)
 
 
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
+
+# Byte positions, relative to a record's start, of QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP
+# (after an IPv4 or an IPv6 born host).
+_PATCH_V4 = np.r_[np.arange(POS_QUEUEOFFSET, POS_QUEUEOFFSET + 16), np.arange(POS_BORNHOST + 8, POS_BORNHOST + 16)]
+_PATCH_V6 = np.r_[np.arange(POS_QUEUEOFFSET, POS_QUEUEOFFSET + 16), np.arange(POS_BORNHOST + 20, POS_BORNHOST + 28)]
 
 
 class CommitLog:
@@ -79,7 +112,10 @@ class CommitLog:
         self._msg_id_prefix = (raw + _I.pack(store_host[1])).hex().upper()
         self._delay_levels = parse_delay_levels(config.message_delay_level)
         self._max_delay_level = max(self._delay_levels) if self._delay_levels else 0
-        self._tag_codes: dict[str, int] = {}
+        self._tag_codes: dict[bytes, int] = {}
+        # Topics seen by scans, by their stored bytes: DispatchBatch carries ids into _topic_names.
+        self._topic_ids: dict[bytes, int] = {}
+        self._topic_names: list[str] = []
         self.on_written: Callable[[], None] = lambda: None
         self._recovered_store_ts = 0
 
@@ -130,13 +166,18 @@ class CommitLog:
                 if mf is None:  # creating the next file failed earlier in this call
                     results.append(AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED, msg_num=len(recs)))
                     continue
-                status = self._validate(recs, max_size)
+                is_batch = recs.__class__ is RecordBatch
+                if is_batch:
+                    status = self._validate_batch(recs, max_size)  # type: ignore[arg-type]
+                    total = len(recs.data)  # type: ignore[union-attr]
+                else:
+                    status = self._validate(recs, max_size)  # type: ignore[arg-type]
+                    total = 0
+                    for rec in recs:
+                        total += len(rec)
                 if status is not None:
                     results.append(AppendResult(status, store_timestamp=ts, msg_num=len(recs)))
                     continue
-                total = 0
-                for rec in recs:
-                    total += len(rec)
                 if total + END_FILE_MIN_BLANK_LENGTH > file_size:
                     results.append(AppendResult(PutStatus.MESSAGE_ILLEGAL, store_timestamp=ts, msg_num=len(recs)))
                     continue
@@ -155,27 +196,28 @@ class CommitLog:
                         continue
                     wpos = run_start = 0
                 key = (req.topic, req.queue_id)
-                qoff = table.get(key, 0)
-                first_qoff = qoff
-                phys = mf.file_from_offset + wpos
-                first_phys = phys
-                ids = []
-                for rec in recs:
-                    if (_I.unpack_from(rec, POS_SYSFLAG)[0] & sf.TRANSACTION_TYPE_MASK) in _NOT_TX:
-                        patch_for_append(rec, 0, qoff, phys, ts)
-                        qoff += 1
-                    else:
-                        # Prepared / rolled-back half messages take no queue offset (RocketMQ stores 0).
-                        patch_for_append(rec, 0, 0, phys, ts)
-                    if len(recs) > 1:
+                qoff = first_qoff = table.get(key, 0)
+                first_phys = mf.file_from_offset + wpos
+                if is_batch:
+                    table[key], msg_id = self._patch_batch(recs, qoff, first_phys, ts)  # type: ignore[arg-type]
+                    run.append(recs.data)  # type: ignore[union-attr]
+                else:
+                    phys = first_phys
+                    ids = []
+                    for rec in recs:
+                        if (_I.unpack_from(rec, POS_SYSFLAG)[0] & sf.TRANSACTION_TYPE_MASK) in _NOT_TX:
+                            patch_for_append(rec, 0, qoff, phys, ts)
+                            qoff += 1
+                        else:
+                            # Prepared / rolled-back half messages take no queue offset (RocketMQ stores 0).
+                            patch_for_append(rec, 0, 0, phys, ts)
                         ids.append(self.msg_id(phys))
-                    phys += len(rec)
-                table[key] = qoff
-                run.extend(recs)
+                        phys += len(rec)
+                    table[key] = qoff
+                    msg_id = ",".join(ids)
+                    run.extend(recs)  # type: ignore[arg-type]
                 wpos += total
-                results.append(AppendResult(
-                    PutStatus.PUT_OK, first_phys, total,
-                    ",".join(ids) if ids else self.msg_id(first_phys), first_qoff, ts, len(recs)))
+                results.append(AppendResult(PutStatus.PUT_OK, first_phys, total, msg_id, first_qoff, ts, len(recs)))
             if mf is not None:
                 self._write_run(mf, run_start, run)
             self.written = (self.mfq.max_offset(), ts)
@@ -196,16 +238,50 @@ class CommitLog:
         return None
 
     @staticmethod
+    def _validate_batch(batch: RecordBatch, max_size: int) -> PutStatus | None:
+        n = len(batch.starts)
+        if n == 0:
+            return PutStatus.MESSAGE_ILLEGAL
+        sizes = batch.sizes
+        if int(sizes.min()) < _MIN_RECORD or int(sizes.max()) > max_size or int(sizes.sum()) != len(batch.data) \
+                or not np.array_equal(batch.starts, np.cumsum(sizes) - sizes):
+            return PutStatus.MESSAGE_ILLEGAL
+        size_magic = gather_be(as_bytes_array(batch.data), batch.starts, 8)  # TOTALSIZE << 32 | MAGICCODE
+        expected = (sizes << 32) | (MESSAGE_MAGIC_CODE & 0xFFFFFFFF)
+        if not np.array_equal(size_magic, expected):
+            return PutStatus.MESSAGE_ILLEGAL
+        return None
+
+    def _patch_batch(self, batch: RecordBatch, qoff: int, first_phys: int, ts: int) -> tuple[int, str]:
+        """``patch_for_append`` for every record of the batch in one numpy store. Returns the next queue
+        offset and the batch's msgIds joined by commas."""
+        n = len(batch.starts)
+        # QUEUEOFFSET and PHYSICALOFFSET are adjacent; STORETIMESTAMP follows the born host.
+        rel = _PATCH_V6 if batch.sysflag & sf.BORNHOST_V6_FLAG else _PATCH_V4
+        phys = batch.starts + first_phys
+        values = np.empty((n, 3), dtype=">i8")
+        if (batch.sysflag & sf.TRANSACTION_TYPE_MASK) in _NOT_TX:
+            values[:, 0] = np.arange(qoff, qoff + n, dtype=np.int64)
+            qoff += n
+        else:  # prepared / rolled-back half messages take no queue offset (RocketMQ stores 0)
+            values[:, 0] = 0
+        values[:, 1] = phys
+        values[:, 2] = ts
+        as_bytes_array(batch.data)[batch.starts[:, None] + rel] = values.view(np.uint8)
+        return qoff, joined_offset_msg_ids(self._msg_id_prefix, phys)
+
+    @staticmethod
     def _write_run(mf: MappedFile, start: int, run: list[bytearray]) -> None:
+        """Write a run of records at ``start`` with pwrite (the copy into the page cache, and the page
+        allocation that comes with it, happen outside the GIL; the mapping sees the same pages)."""
         if not run:
             return
-        data = run[0] if len(run) == 1 else b"".join(run)
-        n = len(data)
-        mm = mf.mm
-        view = memoryview(data)
-        mm[start + 8 : start + n] = view[8:]
-        mm[start : start + 8] = view[:8]  # last: makes the run visible to scans (see module doc)
-        view.release()
+        n = sum(map(len, run))
+        fd = mf.fd
+        first = memoryview(run[0])
+        pwrite_all(fd, [first[8:], *run[1:]], start + 8)
+        pwrite_all(fd, [first[:8]], start)  # last: makes the run visible to scans (see module doc)
+        first.release()
         mf.wrote_position = start + n
 
     # ------------------------------------------------------------------ flush
@@ -251,80 +327,157 @@ class CommitLog:
         return _Q.unpack_from(mf.mm, pos + store_timestamp_pos(sysflag))[0]
 
     # ------------------------------------------------------------------ record check (reput/recovery)
-    def tags_code_of(self, tags: str) -> int:
+    def tags_code_of(self, tags: bytes) -> int:
+        """The ConsumeQueue tag hash code of a stored TAGS value (cached: tags repeat)."""
         code = self._tag_codes.get(tags)
         if code is None:
             if len(self._tag_codes) > 65536:
                 self._tag_codes.clear()
-            code = self._tag_codes[tags] = tags_hash_code(tags)
+            code = self._tag_codes[tags] = tags_hash_code(tags.decode("utf-8", "replace"))
         return code
 
-    def check_record(self, buf: memoryview, pos: int, limit: int, check_crc: bool,
-                     file_from: int) -> DispatchRequest | int:
-        """RocketMQ's checkMessageAndReturnSize: a DispatchRequest, BLANK (end of file) or INVALID."""
-        if pos + 8 > limit:
-            return INVALID
-        total, magic = _II.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC_CODE:
-            return BLANK
-        if (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2) or total < _MIN_RECORD \
-                or pos + total > limit:
-            return INVALID
-        end = pos + total
-        try:
-            _, _, crc, queue_id, _flag, queue_offset, phys, sysflag, _born = _HEAD.unpack_from(buf, pos)
-            p = pos + (68 if sysflag & sf.BORNHOST_V6_FLAG else 56)
-            store_ts = _Q.unpack_from(buf, p)[0]
-            p += 28 if sysflag & sf.STOREHOSTADDRESS_V6_FLAG else 16
-            _reconsume, prepared = _IQ.unpack_from(buf, p)
-            body_len = _I.unpack_from(buf, p + 12)[0]
-            p += 16
-            if body_len < 0 or p + body_len > end:
-                return INVALID
-            if check_crc and body_len > 0 and (zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
-                log.warning("CRC check failed at %d", file_from + pos)
-                return INVALID
-            p += body_len
-            if magic == MESSAGE_MAGIC_CODE_V2:
-                tlen = _H.unpack_from(buf, p)[0]
-                p += 2
-            else:
-                tlen = buf[p]
-                p += 1
-            topic = str(buf[p : p + tlen], "utf-8")
-            p += tlen
-            plen = _H.unpack_from(buf, p)[0]
-            p += 2
-            props = decode_properties(str(buf[p : p + plen], "utf-8")) if plen else {}
-            p += plen
-        except (struct.error, UnicodeDecodeError, IndexError, ValueError):
-            return INVALID
-        if p != end:
-            return INVALID
-        # A record's own PHYSICALOFFSET must be where it lies: catches stale bytes that merely parse.
-        if phys != file_from + pos:
-            return INVALID
-        tags_code = 0
-        keys = uniq = None
-        if props:
-            tags = props.get("TAGS")
-            if tags:
-                tags_code = self.tags_code_of(tags)
-            keys = props.get("KEYS")
-            uniq = props.get("UNIQ_KEY")
-            if topic == SCHEDULE_TOPIC:
-                level_text = props.get("DELAY")
-                if level_text is not None:
-                    tags_code = self._deliver_timestamp(level_text, store_ts, tags_code)
-            elif topic == TIMER_TOPIC:
-                # The timer service enqueues straight from these entries: the tag is the deliver time.
-                out_ms = props.get("TIMER_OUT_MS")
-                if out_ms is not None and out_ms.lstrip("-").isdigit():
-                    tags_code = int(out_ms)
-        return DispatchRequest(topic, queue_id, phys, total, tags_code, store_ts, queue_offset, keys, uniq,
-                               sysflag, prepared)
+    def scan_records(self, mf: MappedFile, pos: int, limit: int, *, check_crc: bool = False,
+                     max_bytes: int = 1 << 62, max_records: int = SCAN_MAX_RECORDS) -> Scan:
+        """RocketMQ's checkMessageAndReturnSize over a run of records of one file, from ``pos``: walk the
+        TOTALSIZE chain (records starting before ``pos + max_bytes``, at most ``max_records``), then
+        read and check every record's fields with numpy, then look up the properties dispatch needs.
 
-    def _deliver_timestamp(self, level_text: str, store_ts: int, default: int) -> int:
+        The run stops at ``limit``, at a BLANK record (end of file) or at the first record that does not
+        check out (torn, corrupt, CRC mismatch, or lying about its own PHYSICALOFFSET)."""
+        mm = mf.mm
+        file_from = mf.file_from_offset
+        starts: list[int] = []
+        add = starts.append
+        p = pos
+        stop = min(limit, pos + max_bytes)
+        unpack = _II.unpack_from
+        verdict = END
+        while p < stop:
+            if len(starts) >= max_records:
+                break
+            if p + 8 > limit:
+                verdict = INVALID
+                break
+            total, magic = unpack(mm, p)
+            if magic == BLANK_MAGIC_CODE:
+                verdict = BLANK
+                break
+            if total < _MIN_RECORD or p + total > limit or (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2):
+                verdict = INVALID
+                break
+            add(p)
+            p += total
+        if not starts:
+            return Scan(self._empty_batch(), pos, verdict, 0)
+        u8 = mf.numpy(np.uint8)
+        s = np.array(starts, dtype=np.int64)
+        head = u8[s[:, None] + _AR48].view(_HEAD_DTYPE).ravel()
+        total = head["total"].astype(np.int64)
+        end = s + total
+        sysflag = head["sysflag"].astype(np.int64)
+        p_store = s + np.where(sysflag & sf.BORNHOST_V6_FLAG, 68, 56)
+        store_ts = gather_be(u8, p_store, 8)
+        p_tail = p_store + np.where(sysflag & sf.STOREHOSTADDRESS_V6_FLAG, 28, 16)
+        tail = u8[p_tail[:, None] + _AR16].view(_TAIL_DTYPE).ravel()  # reconsume, prepared, body length
+        body_len = tail["body_len"].astype(np.int64)
+        # A bad length must not send a gather outside the record: clamp, and let the checks below fail.
+        p_topic = np.minimum(p_tail + 16 + np.maximum(body_len, 0), end - 2)
+        v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
+        topic_len = np.where(v2, gather_be(u8, p_topic, 2, signed=False), u8[p_topic].astype(np.int64))
+        topic_at = p_topic + np.where(v2, 2, 1)
+        p_props = np.minimum(topic_at + topic_len, end - 2)
+        props_len = gather_be(u8, p_props, 2, signed=False)
+        props_at = p_props + 2
+        ok = (body_len >= 0) & (p_tail + 16 + body_len <= end) & (props_at + props_len == end) \
+            & (head["phys"] == s + file_from)  # a record's own offset catches stale bytes that merely parse
+        n = len(starts)
+        if not ok.all():
+            n = int(np.argmin(ok))
+            log.warning("undecodable record at %d", file_from + starts[n])
+            verdict = INVALID
+        if check_crc:
+            view = mf.view
+            crc32 = zlib.crc32
+            for i, (b0, bl, crc) in enumerate(zip((p_tail[:n] + 16).tolist(), body_len[:n].tolist(),
+                                                  head["crc"][:n].tolist(), strict=True)):
+                if bl > 0 and (crc32(view[b0 : b0 + bl]) & 0x7FFFFFFF) != crc:
+                    log.warning("CRC check failed at %d", file_from + starts[i])
+                    n, verdict = i, INVALID
+                    break
+        if n == 0:
+            return Scan(self._empty_batch(), pos, verdict, 0)
+        topic_ids, tags_codes, keys, uniq = self._read_properties(
+            mm, topic_at[:n].tolist(), topic_len[:n].tolist(), props_at[:n].tolist(), props_len[:n].tolist(),
+            store_ts[:n].tolist())
+        batch = DispatchBatch(
+            self._topic_names, np.array(topic_ids, dtype=np.int64), head["queue_id"][:n].astype(np.int64),
+            s[:n] + file_from, total[:n], np.array(tags_codes, dtype=np.int64), store_ts[:n],
+            head["queue_offset"][:n].astype(np.int64), sysflag[:n], tail["prepared"][:n].astype(np.int64), keys, uniq)
+        return Scan(batch, int(end[n - 1]), verdict if n == len(starts) else INVALID, int(store_ts[n - 1]))
+
+    def _read_properties(self, mm: mmap.mmap, topic_at: list[int], topic_len: list[int], props_at: list[int],
+                         props_len: list[int], store_ts: list[int]
+                         ) -> tuple[list[int], list[int], list[str | None], list[str | None]]:
+        """Per record: the topic's id, the tag hash code (for SCHEDULE_TOPIC_XXXX and the timer topic, the
+        deliver time), KEYS and UNIQ_KEY. Only the properties dispatch needs are looked at."""
+        topic_ids: list[int] = []
+        tags_codes: list[int] = []
+        keys_l: list[str | None] = []
+        uniq_l: list[str | None] = []
+        ids = self._topic_ids
+        find_props = _DISPATCH_PROPS.findall
+        schedule_id = self._topic_id(SCHEDULE_TOPIC.encode())
+        timer_id = self._topic_id(TIMER_TOPIC.encode())
+        tag_codes = self._tag_codes
+        for i in range(len(topic_at)):
+            t0 = topic_at[i]
+            tb = mm[t0 : t0 + topic_len[i]]
+            tid = ids.get(tb)
+            if tid is None:
+                tid = self._topic_id(tb)
+            topic_ids.append(tid)
+            p0 = props_at[i]
+            pn = props_len[i]
+            if not pn:
+                tags_codes.append(0)
+                keys_l.append(None)
+                uniq_l.append(None)
+                continue
+            props = dict(find_props(b"\x02" + mm[p0 : p0 + pn]))  # the last of a repeated name wins, as in Java
+            code = 0
+            tags = props.get(b"TAGS")
+            if tags:
+                code = tag_codes.get(tags)  # type: ignore[assignment]
+                if code is None:
+                    code = self.tags_code_of(tags)
+            if tid == schedule_id:
+                level = props.get(b"DELAY")
+                if level is not None:
+                    code = self._deliver_timestamp(level, store_ts[i], code)
+            elif tid == timer_id:
+                # The timer service enqueues straight from these entries: the tag is the deliver time.
+                out_ms = props.get(b"TIMER_OUT_MS")
+                if out_ms is not None and out_ms.lstrip(b"-").isdigit():
+                    code = int(out_ms)
+            tags_codes.append(code)
+            k = props.get(b"KEYS")
+            keys_l.append(k.decode("utf-8", "replace") if k is not None else None)
+            u = props.get(b"UNIQ_KEY")
+            uniq_l.append(u.decode("utf-8", "replace") if u is not None else None)
+        return topic_ids, tags_codes, keys_l, uniq_l
+
+    def _topic_id(self, raw: bytes) -> int:
+        tid = self._topic_ids.get(raw)
+        if tid is None:
+            tid = self._topic_ids[raw] = len(self._topic_names)
+            self._topic_names.append(raw.decode("utf-8", "replace"))
+        return tid
+
+    def _empty_batch(self) -> DispatchBatch:
+        empty = np.zeros(0, dtype=np.int64)
+        return DispatchBatch(self._topic_names, empty, empty, empty, empty, empty, empty, empty, empty, empty, [], [])
+
+    def _deliver_timestamp(self, level_text: bytes, store_ts: int, default: int) -> int:
         """For SCHEDULE_TOPIC_XXXX the ConsumeQueue tag field holds the deliver time
         (DefaultMessageStore.computeDeliverTimestamp)."""
         try:
@@ -337,14 +490,13 @@ class CommitLog:
         delay = self._delay_levels.get(level)
         return store_ts + delay if delay is not None else store_ts + 1000
 
-    def read_dispatch_requests(self, start: int, max_bytes: int) -> tuple[list[DispatchRequest], int, bool]:
-        """Records from ``start`` up to what is written (about ``max_bytes``). Returns the requests, the
-        offset after them and whether an undecodable record stopped the read."""
-        out: list[DispatchRequest] = []
+    def read_dispatch_requests(self, start: int, max_bytes: int) -> tuple[DispatchBatch, int, bool]:
+        """Records from ``start`` up to what is written (about ``max_bytes``). Returns them, the offset
+        after them and whether an undecodable record stopped the read."""
+        parts: list[DispatchBatch] = []
         end_all = self.written[0]
         offset = start
         budget_end = start + max_bytes
-        check = self.check_record
         while offset < end_all and offset < budget_end:
             mf = self.mfq.find_mapped_file_by_offset(offset)
             if mf is None:
@@ -352,40 +504,36 @@ class CommitLog:
                 if 0 <= offset < min_off:
                     offset = min_off  # files were deleted under us: skip ahead
                     continue
-                return out, offset, True
+                return DispatchBatch.concat(parts), offset, True
             base = mf.file_from_offset
-            pos = offset - base
             wrote = mf.wrote_position
-            view = mf.view
-            while pos < wrote and base + pos < budget_end:
-                r = check(view, pos, wrote, False, base)
-                if r.__class__ is int:
-                    if r == BLANK:
-                        pos = self.file_size
-                        break
-                    log.error("reput: undecodable record at %d, stopping dispatch", base + pos)
-                    return out, base + pos, True
-                out.append(r)
-                pos += r.msg_size
-            offset = base + pos
-            if pos < self.file_size and pos >= wrote:
+            scan = self.scan_records(mf, offset - base, wrote, max_bytes=budget_end - offset)
+            if len(scan.batch):
+                parts.append(scan.batch)
+            if scan.verdict == INVALID:
+                log.error("reput: undecodable record at %d, stopping dispatch", base + scan.end)
+                return DispatchBatch.concat(parts), base + scan.end, True
+            if scan.verdict == BLANK:
+                offset = base + self.file_size
+                continue
+            offset = base + scan.end
+            if scan.end >= wrote and wrote < self.file_size:
                 break  # caught up with the writer in this file
-        return out, offset, False
+        return DispatchBatch.concat(parts), offset, False
 
     # ------------------------------------------------------------------ recovery
     def _scan_file(self, mf: MappedFile, check_crc: bool) -> tuple[int, bool]:
         """Walk the records of one file. Returns (end position of the last valid record, reached BLANK)."""
         pos = 0
-        view = mf.view
-        size = self.file_size
-        base = mf.file_from_offset
-        while pos < size:
-            r = self.check_record(view, pos, size, check_crc, base)
-            if r.__class__ is int:
-                return pos, r == BLANK
-            pos += r.msg_size
-            self._recovered_store_ts = r.store_timestamp
-        return pos, True
+        while True:
+            scan = self.scan_records(mf, pos, self.file_size, check_crc=check_crc)
+            if scan.last_store_timestamp:
+                self._recovered_store_ts = scan.last_store_timestamp
+            pos = scan.end
+            if scan.verdict != END:
+                return pos, scan.verdict == BLANK
+            if pos >= self.file_size:
+                return pos, True
 
     def _recover_from(self, index: int, check_crc: bool) -> int:
         files = self.mfq.files
@@ -422,9 +570,10 @@ class CommitLog:
             return 0, 0
         index = 0
         for i in range(len(files) - 1, -1, -1):
-            r = self.check_record(files[i].view, 0, self.file_size, self.config.check_crc_on_recover,
-                                  files[i].file_from_offset)
-            if r.__class__ is not int and r.store_timestamp != 0 and r.store_timestamp <= min_timestamp:
+            first = self.scan_records(files[i], 0, self.file_size, check_crc=self.config.check_crc_on_recover,
+                                      max_records=1)
+            ts = first.last_store_timestamp
+            if len(first.batch) and ts != 0 and ts <= min_timestamp:
                 index = i
                 break
         rebuild_from = files[index].file_from_offset

@@ -77,19 +77,18 @@ class ConsumeQueue:
         return offset + self.per_file - offset % self.per_file
 
     # ------------------------------------------------------------------ write (reput thread)
-    def put_entries(self, queue_offsets: list[int], phys: list[int], sizes: list[int], tags: list[int]) -> int:
-        """Append entries for consecutive dispatched records of this queue. Entries the queue already
-        holds (re-dispatch after recovery) are skipped. Returns the new max offset."""
+    def put_entries(self, queue_offsets: np.ndarray, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray) -> int:
+        """Append entries (int64 arrays, in CommitLog order) for dispatched records of this queue.
+        Entries the queue already holds (re-dispatch after recovery) are skipped. Returns the new max
+        offset."""
         with self.write_lock:
             max_off = self.max_offset_in_queue
-            i = 0
-            n = len(queue_offsets)
             # Skip what is already there (RocketMQ: "build consume queue repeatedly").
-            while i < n and (queue_offsets[i] < max_off or phys[i] + sizes[i] <= self.max_physic_offset):
-                i += 1
-            if i == n:
+            held = (queue_offsets < max_off) | (phys + sizes <= self.max_physic_offset)
+            i = int(np.argmin(held)) if len(held) else 0
+            if i == len(held) or held[i]:
                 return max_off
-            first = queue_offsets[i]
+            first = int(queue_offsets[i])
             if self.mfq.last is None or (max_off == self.min_offset_in_queue and self.mfq.max_offset() == 0):
                 self._start_at(first)
             elif first > max_off:
@@ -97,22 +96,20 @@ class ConsumeQueue:
                           self.topic, self.queue_id, max_off, first)
                 self._fill_blank(max_off, first)
             # Entries must be consecutive from here; a break in the sequence is written at its own offset.
-            start = i
-            while start < n:
-                end = start + 1
-                while end < n and queue_offsets[end] == queue_offsets[end - 1] + 1:
-                    end += 1
+            qoffs = queue_offsets[i:]
+            breaks = (np.flatnonzero(np.diff(qoffs) != 1) + 1).tolist()
+            for start, end in zip([0, *breaks], [*breaks, len(qoffs)], strict=True):
+                run_first = int(qoffs[start])
                 cur_max = self.max_offset_in_queue
-                if queue_offsets[start] > cur_max:
-                    self._fill_blank(cur_max, queue_offsets[start])
-                if queue_offsets[start] >= cur_max:
+                if run_first > cur_max:
+                    self._fill_blank(cur_max, run_first)
+                if run_first >= cur_max:
                     arr = np.empty(end - start, CQ_DTYPE)
-                    arr["offset"] = phys[start:end]
-                    arr["size"] = sizes[start:end]
-                    arr["tag"] = tags[start:end]
+                    arr["offset"] = phys[i + start : i + end]
+                    arr["size"] = sizes[i + start : i + end]
+                    arr["tag"] = tags[i + start : i + end]
                     self._append(arr)
-                    self.max_physic_offset = phys[end - 1] + sizes[end - 1]
-                start = end
+                    self.max_physic_offset = int(phys[i + end - 1] + sizes[i + end - 1])
             return self.max_offset_in_queue
 
     def _append(self, arr: np.ndarray) -> None:

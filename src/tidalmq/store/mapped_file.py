@@ -29,6 +29,30 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+# Buffers per pwritev call (Linux's IOV_MAX).
+_IOV_MAX = 1024
+
+
+def pwrite_all(fd: int, buffers: list[bytes | bytearray | memoryview], offset: int) -> None:
+    """Write ``buffers`` back to back at ``offset``, looping over short writes and IOV_MAX."""
+    pending = [memoryview(b).cast("B") for b in buffers if len(b)]
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        n = os.pwritev(fd, chunk, offset)
+        if n <= 0:
+            raise OSError(f"pwritev wrote {n} bytes")
+        offset += n
+        done = 0
+        for b in chunk:
+            if n < len(b):
+                break
+            n -= len(b)
+            done += 1
+        if n:
+            pending[done] = pending[done][n:]
+        del pending[:done]
+
+
 def fsync_dir(path: str) -> None:
     """Make a created/removed directory entry durable."""
     try:

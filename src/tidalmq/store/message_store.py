@@ -31,7 +31,7 @@ from tidalmq.store.mapped_file import fsync_dir
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
     AppendResult,
-    DispatchRequest,
+    DispatchBatch,
     GetMessageResult,
     GetStatus,
     PutRequest,
@@ -61,8 +61,7 @@ _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
 class IndexServiceLike(Protocol):
     def load(self, last_exit_ok: bool) -> bool: ...
-    def build_index(self, topic: str, keys: list[str], uniq_key: str | None, commit_log_offset: int,
-                    store_timestamp: int) -> None: ...
+    def build_index_batch(self, items: list[tuple[str, str | None, str | None, int, int]]) -> None: ...
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
     def flush(self) -> None: ...
     def delete_expired(self, min_commit_log_offset: int) -> Any: ...
@@ -359,38 +358,46 @@ class DefaultMessageStore:
                     self._cqs[key] = cq
         return cq
 
-    def _dispatch(self, reqs: list[DispatchRequest]) -> dict[tuple[str, int], int]:
+    def _dispatch(self, batch: DispatchBatch) -> dict[tuple[str, int], int]:
         """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for one round."""
-        per_queue: dict[tuple[str, int], tuple[list[int], list[int], list[int], list[int]]] = {}
-        index = self.index_service
-        items: list[tuple[str, list[str], str | None, int, int]] = []
-        for r in reqs:
-            tx = r.sysflag & sf.TRANSACTION_TYPE_MASK
-            if tx in _NOT_TX:
-                lists = per_queue.get((r.topic, r.queue_id))
-                if lists is None:
-                    lists = per_queue[(r.topic, r.queue_id)] = ([], [], [], [])
-                lists[0].append(r.queue_offset)
-                lists[1].append(r.commit_log_offset)
-                lists[2].append(r.msg_size)
-                lists[3].append(r.tags_code)
-            if index is not None and tx != sf.TRANSACTION_ROLLBACK_TYPE and (r.keys or r.uniq_key):
-                keys = [k for k in r.keys.split(KEY_SEPARATOR) if k] if r.keys else []
-                items.append((r.topic, keys, r.uniq_key, r.commit_log_offset, r.store_timestamp))
+        tx = batch.sysflags & sf.TRANSACTION_TYPE_MASK
+        names = batch.topic_names
         touched: dict[tuple[str, int], int] = {}
-        for key, (qoffs, phys, sizes, tags) in per_queue.items():
-            cq = self._find_or_create_cq(*key)
-            touched[key] = cq.put_entries(qoffs, phys, sizes, tags)
-        if items and index is not None:
-            try:
-                batch = getattr(index, "build_index_batch", None)
-                if batch is not None:
-                    batch(items)
-                else:
-                    for it in items:
-                        index.build_index(*it)
-            except Exception:
-                log.exception("build index failed")
+        in_queue = np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if len(in_queue):
+            # One group per (topic, queue), CommitLog order kept inside each.
+            group_keys = (batch.topic_ids[in_queue] << 32) | (batch.queue_ids[in_queue] & 0xFFFFFFFF)
+            if (group_keys == group_keys[0]).all():
+                groups = [(int(group_keys[0]), in_queue)]
+            else:
+                order = np.argsort(group_keys, kind="stable")
+                sorted_keys = group_keys[order]
+                cuts = (np.flatnonzero(np.diff(sorted_keys)) + 1).tolist()
+                groups = [(int(sorted_keys[a]), in_queue[order[a:b]])
+                          for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True)]
+            for key, idx in groups:
+                queue_id = key & 0xFFFFFFFF
+                if queue_id >= 1 << 31:
+                    queue_id -= 1 << 32
+                topic = names[key >> 32]
+                cq = self._find_or_create_cq(topic, queue_id)
+                touched[(topic, queue_id)] = cq.put_entries(
+                    batch.queue_offsets[idx], batch.commit_log_offsets[idx], batch.sizes[idx], batch.tags_codes[idx])
+        index = self.index_service
+        if index is not None:
+            items: list[tuple[str, str | None, str | None, int, int]] = []
+            offsets = batch.commit_log_offsets.tolist()
+            times = batch.store_timestamps.tolist()
+            topic_ids = batch.topic_ids.tolist()
+            rolled_back = (tx == sf.TRANSACTION_ROLLBACK_TYPE).tolist()
+            for i, (keys, uniq) in enumerate(zip(batch.keys, batch.uniq_keys, strict=True)):
+                if (keys or uniq) and not rolled_back[i]:
+                    items.append((names[topic_ids[i]], keys, uniq, offsets[i], times[i]))
+            if items:
+                try:
+                    index.build_index_batch(items)
+                except Exception:
+                    log.exception("build index failed")
         return touched
 
     # ================================================================== read

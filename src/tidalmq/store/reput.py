@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from tidalmq.store.commit_log import CommitLog
 from tidalmq.store.flush import ServiceThread
-from tidalmq.store.results import DispatchRequest
+from tidalmq.store.results import DispatchBatch
 
 log = logging.getLogger("tidalmq.store")
 
@@ -23,7 +23,7 @@ ROUND_BYTES = 4 * 1024 * 1024
 
 class ReputMessageService(ServiceThread):
     def __init__(self, commit_log: CommitLog,
-                 dispatch: Callable[[list[DispatchRequest]], dict[tuple[str, int], int]],
+                 dispatch: Callable[[DispatchBatch], dict[tuple[str, int], int]],
                  listeners: list[Callable[[str, int, int], None]]) -> None:
         super().__init__("ReputMessageService")
         self.commit_log = commit_log
@@ -41,10 +41,10 @@ class ReputMessageService(ServiceThread):
         """Dispatch everything written so far. Returns False if an undecodable record blocked it."""
         while self.reput_from_offset < self.commit_log.max_offset:
             prev = self.reput_from_offset
-            reqs, next_offset, stalled = self.commit_log.read_dispatch_requests(prev, ROUND_BYTES)
-            touched = self.dispatch(reqs) if reqs else {}
-            if reqs:
-                self.last_dispatched_store_timestamp = reqs[-1].store_timestamp
+            batch, next_offset, stalled = self.commit_log.read_dispatch_requests(prev, ROUND_BYTES)
+            touched = self.dispatch(batch) if len(batch) else {}
+            if len(batch):
+                self.last_dispatched_store_timestamp = int(batch.store_timestamps[-1])
             with self._progress:
                 self.reput_from_offset = next_offset
                 self._progress.notify_all()

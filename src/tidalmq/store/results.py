@@ -6,6 +6,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
+from tidalmq.common.record import RecordBatch
+
 
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
@@ -32,13 +36,14 @@ class GetStatus(enum.Enum):
 
 @dataclass(slots=True)
 class PutRequest:
-    """Records already encoded by ``record.encode_record`` for one (topic, queue). Several records form
-    a batch (SEND_BATCH_MESSAGE): they get consecutive queue offsets and are never split across files.
-    The records are patched in place (queue offset, physical offset, store timestamp)."""
+    """Records already encoded by ``record.encode_record`` for one (topic, queue), or a ``RecordBatch``
+    from ``record.encode_batch_records``. Several records form a batch (SEND_BATCH_MESSAGE): they get
+    consecutive queue offsets and are never split across files. The records are patched in place
+    (queue offset, physical offset, store timestamp)."""
 
     topic: str
     queue_id: int
-    records: list[bytearray]
+    records: list[bytearray] | RecordBatch
 
 
 @dataclass(slots=True)
@@ -80,3 +85,53 @@ class DispatchRequest(NamedTuple):
     uniq_key: str | None
     sysflag: int
     prepared_transaction_offset: int
+
+
+@dataclass(slots=True)
+class DispatchBatch:
+    """What reput needs from a run of CommitLog records, a column per field and a row per record
+    (RocketMQ's DispatchRequest, for many records at once)."""
+
+    topic_names: list[str]  # topic_ids index this list
+    topic_ids: np.ndarray
+    queue_ids: np.ndarray
+    commit_log_offsets: np.ndarray
+    sizes: np.ndarray
+    tags_codes: np.ndarray
+    store_timestamps: np.ndarray
+    queue_offsets: np.ndarray
+    sysflags: np.ndarray
+    prepared_offsets: np.ndarray
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.commit_log_offsets)
+
+    def rows(self) -> list[DispatchRequest]:
+        """One DispatchRequest per record (for tools and tests)."""
+        names = self.topic_names
+        return [
+            DispatchRequest(names[t], q, off, size, tag, ts, qoff, keys, uniq, flag, prep)
+            for t, q, off, size, tag, ts, qoff, keys, uniq, flag, prep in zip(
+                self.topic_ids.tolist(), self.queue_ids.tolist(), self.commit_log_offsets.tolist(),
+                self.sizes.tolist(), self.tags_codes.tolist(), self.store_timestamps.tolist(),
+                self.queue_offsets.tolist(), self.keys, self.uniq_keys, self.sysflags.tolist(),
+                self.prepared_offsets.tolist(), strict=True)
+        ]
+
+    @staticmethod
+    def concat(parts: list[DispatchBatch]) -> DispatchBatch:
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return DispatchBatch([], *(np.zeros(0, dtype=np.int64) for _ in range(9)), [], [])
+        names = parts[-1].topic_names  # the name table only grows, so the last one covers all ids
+        cols = [np.concatenate([getattr(p, f) for p in parts]) for f in _ARRAY_FIELDS]
+        keys = [k for p in parts for k in p.keys]
+        uniq = [u for p in parts for u in p.uniq_keys]
+        return DispatchBatch(names, *cols, keys, uniq)
+
+
+_ARRAY_FIELDS = ("topic_ids", "queue_ids", "commit_log_offsets", "sizes", "tags_codes", "store_timestamps",
+                 "queue_offsets", "sysflags", "prepared_offsets")
