@@ -77,7 +77,7 @@ class BrokerController:
         self.put_counts: dict[str, int] = defaultdict(int)
         self.get_counts: dict[str, int] = defaultdict(int)
         # Hooks the later layers (schedule, retry, filters, transactions) install.
-        self.rewrite_hooks: list[Callable[[InnerMessage, dict[str, str]], None]] = []
+        self.rewrite_hooks: list[Callable[[InnerMessage], None]] = []
         # Scheduled delivery: RocketMQ 4 delay levels.
         self.schedule_stats = ScheduleStats()
         levels = parse_delay_levels(store_config.message_delay_level)
@@ -286,7 +286,7 @@ class BrokerController:
             members.pop(conn, None)
 
     # hooks for processors ---------------------------------------------------------------------
-    def rewrite_before_store(self, msg: InnerMessage, header: dict[str, str]) -> None:
+    def rewrite_before_store(self, msg: InnerMessage) -> None:
         """Run the rewrite hooks that concern ``msg``. Most messages concern none: a hook declaring
         ``markers`` is skipped when none of them occurs in the message's properties text (a message whose
         properties were already parsed, or whose sysflag has a transaction type, meets every hook)."""
@@ -295,7 +295,7 @@ class BrokerController:
         for hook in self.rewrite_hooks:
             markers = getattr(hook, "markers", None)
             if markers is None or parsed or any(m in text for m in markers):
-                hook(msg, header)
+                hook(msg)
 
     def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
         """The CommitLog-level filter of a subscription: SQL92 evaluated on each candidate record's

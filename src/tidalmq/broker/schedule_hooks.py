@@ -34,7 +34,7 @@ class DelayLevelRewrite:
     def __init__(self, max_level: int) -> None:
         self.max_level = max_level
 
-    def __call__(self, msg: InnerMessage, header: dict[str, str]) -> None:
+    def __call__(self, msg: InnerMessage) -> None:
         text = msg.get_property(mc.DELAY)
         if text is None:
             return
@@ -128,7 +128,7 @@ class TimerRewrite:
         # is due sooner than this (the service enqueues within milliseconds; this leaves a wide margin).
         self.cancel_guard_ms = max(precision_ms, 200)
 
-    def __call__(self, msg: InnerMessage, header: dict[str, str]) -> None:
+    def __call__(self, msg: InnerMessage) -> None:
         if msg.topic == TIMER_TOPIC:
             return
         is_cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)

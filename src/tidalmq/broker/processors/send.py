@@ -11,8 +11,9 @@ import logging
 import random
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
@@ -30,23 +31,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# SEND_MESSAGE_V2 abbreviates its header fields to single letters.
-V2_FIELDS = {
-    "a": "producerGroup",
-    "b": "topic",
-    "c": "defaultTopic",
-    "d": "defaultTopicQueueNums",
-    "e": "queueId",
-    "f": "sysFlag",
-    "g": "bornTimestamp",
-    "h": "flag",
-    "i": "properties",
-    "j": "reconsumeTimes",
-    "k": "unitMode",
-    "l": "maxReconsumeTimes",
-    "m": "batch",
-    "n": "brokerName",
-}
+class SendHeaderKeys(NamedTuple):
+    """The extFields names of SendMessageRequestHeader."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: str
+    queue_id: str
+    sys_flag: str
+    born_timestamp: str
+    flag: str
+    properties: str
+    reconsume_times: str
+    unit_mode: str
+    max_reconsume_times: str
+    batch: str
+    broker_name: str
+
+
+SEND_HEADER = SendHeaderKeys("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                             "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+                             "batch", "brokerName")
+# SEND_MESSAGE_V2 (SendMessageRequestHeaderV2) abbreviates the same fields to single letters.
+SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n")
+
+# A reply to one send: sends the response to the client (or completes a broker-internal future).
+Reply = Callable[[RemotingCommand], object]
 
 SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
 
@@ -117,30 +128,39 @@ class InnerMessage:
         return self.properties_text if self._props is None else encode_properties(self._props)
 
 
-def parse_send_header(req: RemotingCommand) -> dict[str, str]:
+def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
+    """The header names this send request uses (the C++ client sends batches with the V2 letters)."""
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in req.ext_fields):
-        return {V2_FIELDS.get(k, k): v for k, v in req.ext_fields.items()}
-    return req.ext_fields
+        return SEND_HEADER_V2
+    return SEND_HEADER
+
+
+def _no_reply(_: RemotingCommand) -> None:
+    """Oneway sends get no response."""
 
 
 
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._pending: list[tuple[PutRequest, RemotingCommand, asyncio.Future[RemotingCommand], bool]] = []
+        self._pending: list[tuple[PutRequest, RemotingCommand, Reply, bool]] = []
         self._drain_scheduled = False
 
     # entry point ------------------------------------------------------------------------------
-    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        """Answers bad requests at once; a stored message is answered by the group commit, which sends
+        the response itself (no future per message)."""
         try:
-            return self._process(conn, req)
+            self._process(conn, req)
         except SendError as e:
             return req.make_response(e.code, e.remark)
+        return None
 
-    def _process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    def _process(self, conn: Connection, req: RemotingCommand) -> None:
         b = self.broker
-        h = parse_send_header(req)
-        topic = h.get("topic", "")
+        h = req.ext_fields
+        k = send_header_keys(req)
+        topic = h.get(k.topic, "")
         if not (b.config.broker_permission & 0x2):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
         try:
@@ -150,17 +170,17 @@ class SendMessageProcessor:
         if topic in nm.NOT_ALLOWED_SEND_TOPICS:
             raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         try:
-            queue_id = int(h.get("queueId", "-1"))
-            sysflag = int(h.get("sysFlag", "0"))
-            born_ts = int(h.get("bornTimestamp", "0"))
-            flag = int(h.get("flag", "0"))
-            reconsume = int(h.get("reconsumeTimes") or 0)
-            default_qnums = int(h.get("defaultTopicQueueNums") or b.config.default_topic_queue_nums)
+            queue_id = int(h.get(k.queue_id, "-1"))
+            sysflag = int(h.get(k.sys_flag, "0"))
+            born_ts = int(h.get(k.born_timestamp, "0"))
+            flag = int(h.get(k.flag, "0"))
+            reconsume = int(h.get(k.reconsume_times) or 0)
+            default_qnums = int(h.get(k.default_topic_queue_nums) or b.config.default_topic_queue_nums)
         except ValueError as e:
             raise SendError(ResponseCode.SYSTEM_ERROR, f"illegal send header: {e}") from None
         tc = b.topics.get(topic)
         if tc is None:
-            default_topic = h.get("defaultTopic") or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
+            default_topic = h.get(k.default_topic) or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
             if topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
                 tc = b.topics.create_system_like(topic, 1, 6)
             else:
@@ -187,7 +207,8 @@ class SendMessageProcessor:
         born_port = conn.remote[1]
         # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
-        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get("batch") in ("true", "1")
+        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get(k.batch) in ("true", "1")
+        reply: Reply = _no_reply if req.is_oneway else conn.send
         if is_batch:
             if sysflag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be batched (RocketMQ's rule)")
@@ -212,34 +233,40 @@ class SendMessageProcessor:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
             if not records:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-            return self._enqueue(req, PutRequest(topic=topic, queue_id=queue_id, records=records), True)
+            self._enqueue(req, PutRequest(topic=topic, queue_id=queue_id, records=records), True, reply)
+            return
         if len(body) > max_size:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-        inners = [InnerMessage(topic, queue_id, body, flag, h.get("properties", ""), sysflag, born_ts, born_host,
-                               born_port, reconsume)]
-        return self._store(req, h, inners)
+        msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
+                           born_port, reconsume)
+        self._store(req, msg, reply)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
         """Store a message the broker built itself (send-back, re-send), through the same rewrites."""
-        return self._store(req, {}, [msg])
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
 
-    def _store(self, req: RemotingCommand, h: dict[str, str], inners: list[InnerMessage]) -> asyncio.Future[RemotingCommand]:
+        def reply(resp: RemotingCommand) -> None:
+            if not fut.done():
+                fut.set_result(resp)
+
+        try:
+            self._store(req, msg, reply)
+        except SendError as e:
+            reply(req.make_response(e.code, e.remark))
+        return fut
+
+    def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Reply) -> None:
         b = self.broker
         if b.rewrite_hooks:
-            for m in inners:
-                b.rewrite_before_store(m, h)
-        records = [self._encode(m) for m in inners]
-        first = inners[0]
-        wait = first.get_property(mc.WAIT_STORE_MSG_OK) != "false"
-        return self._enqueue(req, PutRequest(topic=first.topic, queue_id=first.queue_id, records=records), wait)
+            b.rewrite_before_store(msg)
+        wait = msg.get_property(mc.WAIT_STORE_MSG_OK) != "false"
+        self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply)
 
-    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool) -> asyncio.Future[RemotingCommand]:
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending.append((put, req, fut, wait))
+    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Reply) -> None:
+        self._pending.append((put, req, reply, wait))
         if not self._drain_scheduled:
             self._drain_scheduled = True
             asyncio.get_running_loop().call_soon(self._drain)
-        return fut
 
     def _encode(self, m: InnerMessage) -> bytearray:
         b = self.broker
@@ -273,22 +300,21 @@ class SendMessageProcessor:
             results = b.store.put_messages([p[0] for p in batch])
         except Exception as e:  # the store refused the whole batch: answer each sender
             log.exception("put_messages failed")
-            for _, req, fut, _ in batch:
-                if not fut.done():
-                    fut.set_result(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
+            for _, req, reply, _ in batch:
+                reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
             return
         sync = b.store_config.flush_disk_type == "SYNC_FLUSH"
         loop = asyncio.get_running_loop()
         max_end = 0
-        waiters: list[tuple[asyncio.Future[RemotingCommand], RemotingCommand]] = []
-        for (put, req, fut, wait), res in zip(batch, results, strict=True):
+        waiters: list[tuple[Reply, RemotingCommand]] = []
+        for (put, req, reply, wait), res in zip(batch, results, strict=True):
             resp = self._response(req, put, res)
             b.stats_put(put.topic, len(put.records), res)
             if sync and wait and res.status == PutStatus.PUT_OK:
                 max_end = max(max_end, res.wrote_offset + res.wrote_bytes)
-                waiters.append((fut, resp))
-            elif not fut.done():
-                fut.set_result(resp)
+                waiters.append((reply, resp))
+            else:
+                reply(resp)
         if waiters:
             def flushed(ok: bool) -> None:
                 loop.call_soon_threadsafe(self._complete_flush, waiters, ok)
@@ -296,13 +322,12 @@ class SendMessageProcessor:
             b.store.request_flush(max_end, flushed)
 
     @staticmethod
-    def _complete_flush(waiters: list[tuple[asyncio.Future[RemotingCommand], RemotingCommand]], ok: bool) -> None:
-        for fut, resp in waiters:
+    def _complete_flush(waiters: list[tuple[Reply, RemotingCommand]], ok: bool) -> None:
+        for reply, resp in waiters:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
-            if not fut.done():
-                fut.set_result(resp)
+            reply(resp)
 
     def _response(self, req: RemotingCommand, put: PutRequest, res: AppendResult) -> RemotingCommand:
         status = res.status

@@ -92,7 +92,7 @@ class HalfMessageRewrite:
     def __init__(self, service: TransactionalMessageService) -> None:
         self.service = service
 
-    def __call__(self, msg: InnerMessage, header: dict[str, str]) -> None:
+    def __call__(self, msg: InnerMessage) -> None:
         if not is_half_message(msg):
             if sf.transaction_type(msg.sysflag) == sf.TRANSACTION_PREPARED_TYPE:
                 # It would be stored in its topic but never enter the ConsumeQueue: invisible for ever.
