@@ -127,3 +127,94 @@ def test_body_as_buffer_list_is_sent_without_joining() -> None:
     cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, body=parts)
     out = roundtrip(cmd)
     assert out.body == b"abcde"
+
+
+def test_rocketmq_non_ascii_and_long_fields_round_trip() -> None:
+    # Non-ASCII keys and values, and lengths whose low byte is not ASCII (>= 128): the slow path.
+    ext = {"ключ": "значение", "k": "v" * 200, "emoji": "\U0001f600" * 3, "a": "", "é": "x" * 130}
+    for e in (ext, {"k": "v" * 200, "ascii": "only"}):
+        cmd = RemotingCommand(code=310, remark="réponse", ext_fields=e, serialize_type=SerializeType.ROCKETMQ)
+        out = roundtrip(cmd)
+        assert out.ext_fields == e and list(out.ext_fields) == list(e)
+        assert out.remark == "réponse"
+
+
+def test_rocketmq_ext_values_are_stringified_like_json() -> None:
+    ext = {"n": 3, "t": True, "f": False, "none": None, "s": "x"}
+    for st_ in SerializeType:
+        out = roundtrip(RemotingCommand(code=1, ext_fields=ext, serialize_type=st_))  # type: ignore[arg-type]
+        assert out.ext_fields == {"n": "3", "t": "true", "f": "false", "s": "x"}
+
+
+def test_key_prefix_cache_is_bounded() -> None:
+    from tidalmq.remoting import command
+
+    for i in range(command._KEY_PREFIXES_MAX + 10):
+        cmd = RemotingCommand(code=1, ext_fields={f"key{i}": "v", "long" * 40: "w"},
+                              serialize_type=SerializeType.ROCKETMQ)
+        assert roundtrip(cmd).ext_fields == cmd.ext_fields
+    assert 0 < len(command._KEY_PREFIXES) <= command._KEY_PREFIXES_MAX
+    assert "long" * 40 not in command._KEY_PREFIXES
+
+
+def _rmq_frame(payload: bytes) -> bytes:
+    """A frame without its leading length, around a ROCKETMQ header and no body."""
+    return struct.pack(">I", (1 << 24) | len(payload)) + payload
+
+
+_FIXED = struct.pack(">hbhii", 11, 0, 1, 9, 0)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (_FIXED[:5], "bad ROCKETMQ header"),
+        (_FIXED + b"\x00\x00", "remark length out of range"),
+        (_FIXED + struct.pack(">i", 5) + b"ab", "remark length out of range"),
+        (_FIXED + struct.pack(">i", 1) + b"\xff" + struct.pack(">i", 0), "bad ROCKETMQ header"),
+        (_FIXED + struct.pack(">i", 0) + b"\x00\x00", "extFields length out of range"),
+        (_FIXED + struct.pack(">ii", 0, 50) + b"\x00\x01a", "extFields length out of range"),
+        (_FIXED + struct.pack(">ii", 0, 1) + b"\x00", "bad ROCKETMQ header: index out of range"),
+        (_FIXED + struct.pack(">ii", 0, 5) + b"\x00\x01a\x00\x00", "extField value length out of range"),
+        (_FIXED + struct.pack(">ii", 0, 8) + b"\x00\x01a\x00\x00\x00\x02v", "extField value length out of range"),
+        (_FIXED + struct.pack(">ii", 0, 8) + b"\x00\x01a\xff\xff\xff\xffv", "extField value length out of range"),
+        (_FIXED + struct.pack(">ii", 0, 8) + b"\x00\x01\xff\x00\x00\x00\x01v", "bad ROCKETMQ header"),
+        (_FIXED + struct.pack(">ii", 0, 8) + b"\x00\x01k\x00\x00\x00\x01\xc3", "bad ROCKETMQ header"),
+    ],
+)
+def test_malformed_rocketmq_headers_say_what_is_wrong(payload: bytes, message: str) -> None:
+    frame = _rmq_frame(payload)
+    with pytest.raises(FrameError, match=message):
+        decode_frame_body(frame)
+    dec = FrameDecoder()
+    dec.feed(struct.pack(">I", len(frame)) + frame)
+    with pytest.raises(FrameError, match=message):
+        list(dec.commands())
+    assert dec.buffered == 0  # the bad frame is dropped, and the buffer is not pinned by a view
+    dec.feed(b"\x00")
+    assert dec.buffered == 1
+
+
+def test_decoded_bodies_are_bytes_and_large_ones_survive_the_incremental_decoder() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB
+    cmds = [RemotingCommand(code=i, opaque=i, body=body[: 1000 * i + 1], serialize_type=SerializeType.ROCKETMQ)
+            for i in range(1, 4)] + [RemotingCommand(code=9, opaque=9, body=body)]
+    data = b"".join(encode_frame(c) for c in cmds)
+    assert type(decode_frame_body(memoryview(data)[4:]).body) is bytes
+    dec = FrameDecoder()
+    out: list[RemotingCommand] = []
+    step = 65536
+    chunks = [data[i : i + step] for i in range(0, len(data), step)]
+    dec.feed(chunks.pop(0))
+    while True:
+        for c in dec.commands():
+            out.append(c)
+            if chunks:
+                dec.feed(chunks.pop(0))  # the buffer can still grow while commands are taken out
+        if not chunks:
+            out.extend(dec.commands())
+            break
+        dec.feed(chunks.pop(0))
+    assert [c.opaque for c in out] == [c.opaque for c in cmds]
+    assert all(type(c.body) is bytes and c.body == o.body for c, o in zip(out, cmds, strict=True))
+    assert dec.buffered == 0

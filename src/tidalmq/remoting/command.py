@@ -34,14 +34,27 @@ DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 _LEN = struct.Struct(">I")
 _PREFIX = struct.Struct(">II")
 _RMQ_FIXED = struct.Struct(">hbhii")
+_RMQ_HEAD = struct.Struct(">hbhiii")  # the fixed part and the remark length, in one go
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
 _CURRENT_VERSION = 399  # a 4.9-era version number, what older clients expect to see
+
+# Encoded extFields key prefixes (2-byte length + utf-8 key), by key: the keys a broker and its
+# clients send are a small fixed set. Bounded in count and key length; cleared when full.
+_KEY_PREFIXES: dict[str, bytes] = {}
+_KEY_PREFIXES_MAX = 1024
+_KEY_PREFIX_MAX_LEN = 64
 
 
 class SerializeType(IntEnum):
     JSON = 0
     ROCKETMQ = 1
+
+
+_JSON = int(SerializeType.JSON)
+_ROCKETMQ = int(SerializeType.ROCKETMQ)
+_ST_JSON = SerializeType.JSON
+_ST_ROCKETMQ = SerializeType.ROCKETMQ
 
 
 class FrameError(ValueError):
@@ -104,6 +117,17 @@ def _str_fields(ext: dict[str, object]) -> dict[str, str]:
     return out
 
 
+def _all_str(ext: dict[str, object]) -> bool:
+    for v in ext.values():
+        if type(v) is not str:
+            return False
+    return True
+
+
+_LANGUAGE_NAMES = {int(m): m.name for m in LanguageCode}
+_LANGUAGE_BY_NAME = dict(LanguageCode.__members__)
+
+
 def _language_name(code: int) -> str:
     try:
         return LanguageCode(code).name
@@ -111,23 +135,52 @@ def _language_name(code: int) -> str:
         return "OTHER"
 
 
+def _key_prefix(k: str) -> bytes:
+    kb = k.encode("utf-8")
+    kp = _SHORT.pack(len(kb)) + kb
+    if type(k) is str and len(kb) <= _KEY_PREFIX_MAX_LEN:
+        if len(_KEY_PREFIXES) >= _KEY_PREFIXES_MAX:
+            _KEY_PREFIXES.clear()
+        _KEY_PREFIXES[k] = kp
+    return kp
+
+
+def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark
+    rb = remark.encode("utf-8") if remark else b""
+    kv = bytearray()
+    prefixes = _KEY_PREFIXES
+    pack_int = _INT.pack
+    for k, v in cmd.ext_fields.items():
+        if type(v) is not str:  # what _str_fields does, in line
+            if v is None:
+                continue
+            v = ("true" if v else "false") if isinstance(v, bool) else str(v)
+        vb = v.encode("utf-8")
+        kv += prefixes.get(k) or _key_prefix(k)
+        kv += pack_int(len(vb))
+        kv += vb
+    head = _RMQ_HEAD.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag, len(rb))
+    return b"".join((head, rb, pack_int(len(kv)), kv))
+
+
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def encode_header(cmd: RemotingCommand) -> bytes:
-    ext = _str_fields(cmd.ext_fields)
-    if cmd.serialize_type == SerializeType.ROCKETMQ:
-        parts = [_RMQ_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)]
-        remark = (cmd.remark or "").encode("utf-8")
-        parts.append(_INT.pack(len(remark)))
-        parts.append(remark)
-        kv = bytearray()
-        for k, v in ext.items():
-            kb, vb = k.encode("utf-8"), v.encode("utf-8")
-            kv += _SHORT.pack(len(kb)) + kb + _INT.pack(len(vb)) + vb
-        parts.append(_INT.pack(len(kv)))
-        parts.append(bytes(kv))
-        return b"".join(parts)
+    if cmd.serialize_type == _ROCKETMQ:
+        return _encode_rocketmq_header(cmd)
+    ext = cmd.ext_fields
+    if not _all_str(ext):
+        ext = _str_fields(ext)
+    language = cmd.language
+    try:
+        language_name = _LANGUAGE_NAMES[language]
+    except (KeyError, TypeError):
+        language_name = _language_name(language)
     obj: dict[str, object] = {
         "code": cmd.code,
-        "language": _language_name(cmd.language),
+        "language": language_name,
         "version": cmd.version,
         "opaque": cmd.opaque,
         "flag": cmd.flag,
@@ -136,22 +189,22 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         obj["remark"] = cmd.remark
     obj["extFields"] = ext
     obj["serializeTypeCurrentRPC"] = "JSON"
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_ENCODER.encode(obj).encode("utf-8")
 
 
 def encode_frame_parts(cmd: RemotingCommand) -> list[bytes | memoryview]:
     """The frame as a list of buffers, so large bodies (mapped-file slices) go out without a copy."""
     header = encode_header(cmd)
+    hlen = len(header)
     body = cmd.body
     if body is None:
-        bodies: list[bytes | memoryview] = []
-    elif isinstance(body, list):
-        bodies = body
-    else:
-        bodies = [body]
-    body_len = sum(len(b) for b in bodies)
-    prefix = _PREFIX.pack(4 + len(header) + body_len, (int(cmd.serialize_type) << 24) | len(header))
-    return [prefix + header, *bodies]
+        return [_PREFIX.pack(4 + hlen, (int(cmd.serialize_type) << 24) | hlen) + header]
+    if isinstance(body, list):
+        body_len = 0
+        for b in body:
+            body_len += len(b)
+        return [_PREFIX.pack(4 + hlen + body_len, (int(cmd.serialize_type) << 24) | hlen) + header, *body]
+    return [_PREFIX.pack(4 + hlen + len(body), (int(cmd.serialize_type) << 24) | hlen) + header, body]
 
 
 def encode_frame(cmd: RemotingCommand) -> bytes:
@@ -160,14 +213,14 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
 
 def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(bytes(raw))
+        obj = json.loads(raw if type(raw) is bytes else bytes(raw))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise FrameError(f"header is not valid JSON: {e}") from None
     if not isinstance(obj, dict) or "code" not in obj:
         raise FrameError("JSON header lacks a code")
     lang = obj.get("language", "JAVA")
     try:
-        language = LanguageCode[lang] if isinstance(lang, str) else int(lang)
+        language = _LANGUAGE_BY_NAME[lang] if isinstance(lang, str) else int(lang)
     except KeyError:
         language = LanguageCode.OTHER
     ext = obj.get("extFields") or {}
@@ -175,81 +228,125 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
         raise FrameError("extFields is not an object")
     try:
         return RemotingCommand(
-            code=int(obj["code"]),
-            opaque=int(obj.get("opaque", 0)),
-            flag=int(obj.get("flag", 0)),
-            remark=obj.get("remark"),
-            ext_fields=_str_fields(ext),
-            language=language,
-            version=int(obj.get("version", 0)),
-            serialize_type=SerializeType.JSON,
+            int(obj["code"]),
+            int(obj.get("opaque", 0)),
+            int(obj.get("flag", 0)),
+            obj.get("remark"),
+            ext if _all_str(ext) else _str_fields(ext),  # a fresh dict from json: no need to copy it
+            None,
+            language,
+            int(obj.get("version", 0)),
+            _ST_JSON,
         )
     except (TypeError, ValueError) as e:
         raise FrameError(f"bad header field: {e}") from None
 
 
 def _decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
-    raw = bytes(raw)
+    if type(raw) is not bytes:
+        raw = bytes(raw)
     n = len(raw)
-    try:
-        code, language, version, opaque, flag = _RMQ_FIXED.unpack_from(raw, 0)
-        pos = _RMQ_FIXED.size
-        rlen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
-        pos += 4
-        if rlen < 0 or pos + rlen > n:
-            raise FrameError("remark length out of range")
-        remark = raw[pos : pos + rlen].decode("utf-8") if rlen else None
+    if n < 17:  # no room for the fixed part and the remark length
+        try:
+            _RMQ_FIXED.unpack_from(raw, 0)
+        except struct.error as e:
+            raise FrameError(f"bad ROCKETMQ header: {e}") from None
+        raise FrameError("remark length out of range")
+    code, language, version, opaque, flag, rlen = _RMQ_HEAD.unpack_from(raw, 0)
+    pos = 17
+    if rlen < 0 or pos + rlen > n:
+        raise FrameError("remark length out of range")
+    if rlen:
+        try:
+            remark: str | None = raw[pos : pos + rlen].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FrameError(f"bad ROCKETMQ header: {e}") from None
         pos += rlen
-        elen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
-        pos += 4
-        end = pos + elen
-        if elen < 0 or end > n:
-            raise FrameError("extFields length out of range")
-        ext: dict[str, str] = {}
-        while pos < end:
-            klen = (raw[pos] << 8) | raw[pos + 1]
-            pos += 2
-            k = raw[pos : pos + klen].decode("utf-8")
-            pos += klen
-            vlen = int.from_bytes(raw[pos : pos + 4], "big", signed=True)
-            pos += 4
-            if vlen < 0 or pos + vlen > end:
-                raise FrameError("extField value length out of range")
-            ext[k] = raw[pos : pos + vlen].decode("utf-8")
-            pos += vlen
-    except (struct.error, UnicodeDecodeError, IndexError) as e:
-        raise FrameError(f"bad ROCKETMQ header: {e}") from None
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=ext,
-        language=language,
-        version=version,
-        serialize_type=SerializeType.ROCKETMQ,
-    )
+    else:
+        remark = None
+    if pos + 4 > n:
+        raise FrameError("extFields length out of range")
+    (end,) = _INT.unpack_from(raw, pos)  # the extFields length, then their end in x below
+    pos += 4
+    if end < 0 or pos + end > n:
+        raise FrameError("extFields length out of range")
+    ext: dict[str, str] = {}
+    if end:
+        # x runs from the extFields to the end of the header. Lengths are read from x and strings are
+        # sliced out of its latin-1 decoding s, where byte and character offsets agree: an ASCII slice
+        # of s is what utf-8 would have decoded; anything else is decoded again as utf-8.
+        x = raw[pos:]
+        s = x.decode("latin-1")
+        unpack_int = _INT.unpack_from
+        p = 0
+        try:
+            if s.isascii():
+                while p < end:
+                    k0 = p + 2  # key from k0 to k1, value length, value from v0 to p
+                    k1 = k0 + ((x[p] << 8) | x[p + 1])
+                    v0 = k1 + 4
+                    (vlen,) = unpack_int(x, k1)
+                    p = v0 + vlen
+                    if vlen < 0 or p > end:
+                        raise FrameError("extField value length out of range")
+                    ext[s[k0:k1]] = s[v0:p]
+            else:
+                while p < end:
+                    k0 = p + 2
+                    k1 = k0 + ((x[p] << 8) | x[p + 1])
+                    k = s[k0:k1]
+                    if not k.isascii():
+                        k = x[k0:k1].decode("utf-8")
+                    v0 = k1 + 4
+                    (vlen,) = unpack_int(x, k1)
+                    p = v0 + vlen
+                    if vlen < 0 or p > end:
+                        raise FrameError("extField value length out of range")
+                    v = s[v0:p]
+                    ext[k] = v if v.isascii() else x[v0:p].decode("utf-8")
+        except struct.error:  # a value length cut off by the end of the header
+            raise FrameError("extField value length out of range") from None
+        except (UnicodeDecodeError, IndexError) as e:
+            raise FrameError(f"bad ROCKETMQ header: {e}") from None
+    return RemotingCommand(code, opaque, flag, remark, ext, None, language, version, _ST_ROCKETMQ)
+
+
+def _copy(buf: bytes | bytearray | memoryview, start: int, end: int) -> bytes:
+    """``bytes(buf[start:end])`` in a single copy, leaving no view of ``buf`` behind."""
+    if type(buf) is bytes:
+        return buf[start:end]
+    if type(buf) is memoryview or end - start <= 4096:  # one copy; or, from a bytearray, two small ones
+        return bytes(buf[start:end])
+    with memoryview(buf) as mv:
+        return mv[start:end].tobytes()
+
+
+def _decode_frame(buf: bytes | bytearray | memoryview, start: int, end: int) -> RemotingCommand:
+    """Decode the frame at ``buf[start:end]`` (without its leading 4-byte length)."""
+    flen = end - start
+    if flen < 4:
+        raise FrameError("frame shorter than its header-length field")
+    (mark,) = _LEN.unpack_from(buf, start)
+    stype = (mark >> 24) & 0xFF
+    hlen = mark & 0xFFFFFF
+    if 4 + hlen > flen:
+        raise FrameError(f"header length {hlen} exceeds frame length {flen - 4}")
+    hstart = start + 4
+    hend = hstart + hlen
+    if stype == _ROCKETMQ:
+        cmd = _decode_rocketmq_header(_copy(buf, hstart, hend))
+    elif stype == _JSON:
+        cmd = _decode_json_header(_copy(buf, hstart, hend))
+    else:
+        raise FrameError(f"unknown header serialization {stype}")
+    if hend < end:
+        cmd.body = _copy(buf, hend, end)
+    return cmd
 
 
 def decode_frame_body(frame: bytes | memoryview) -> RemotingCommand:
     """Decode one frame without its leading 4-byte length."""
-    if len(frame) < 4:
-        raise FrameError("frame shorter than its header-length field")
-    (mark,) = _LEN.unpack_from(frame, 0)
-    stype = (mark >> 24) & 0xFF
-    hlen = mark & 0xFFFFFF
-    if 4 + hlen > len(frame):
-        raise FrameError(f"header length {hlen} exceeds frame length {len(frame) - 4}")
-    header = memoryview(frame)[4 : 4 + hlen]
-    if stype == SerializeType.JSON:
-        cmd = _decode_json_header(header)
-    elif stype == SerializeType.ROCKETMQ:
-        cmd = _decode_rocketmq_header(header)
-    else:
-        raise FrameError(f"unknown header serialization {stype}")
-    body = frame[4 + hlen :]
-    cmd.body = bytes(body) if len(body) else None
-    return cmd
+    return _decode_frame(frame, 0, len(frame))
 
 
 class FrameDecoder:
@@ -278,9 +375,10 @@ class FrameDecoder:
                     raise FrameError(f"frame length {length} is too short")
                 if len(buf) - pos - 4 < length:
                     break
-                frame = bytes(buf[pos + 4 : pos + 4 + length])
-                pos += 4 + length
-                yield decode_frame_body(frame)
+                start = pos + 4
+                pos = start + length
+                # Straight out of the buffer: no view of it outlives the call, so it can still grow.
+                yield _decode_frame(buf, start, pos)
         finally:
             if pos:
                 del buf[:pos]
