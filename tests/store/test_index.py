@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import struct
 import threading
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidalmq.common.taghash import java_string_hash
-from tidalmq.store.index_file import IndexFile, index_file_size, index_key_hash, index_key_hashes
+from tidalmq.store import index_file
+from tidalmq.store.index_file import (
+    IndexFile,
+    index_file_size,
+    index_hashes_with_prefix,
+    index_key_hash,
+    index_key_hashes,
+    prefix_hash,
+    string_hashes,
+)
 from tidalmq.store.index_service import IndexService
 
 T0 = 1_700_000_000_000  # a store timestamp (ms), multiple of 1000
@@ -57,6 +68,96 @@ def test_key_hash_matches_java_including_min_value():
     expected = [java_abs_hash(k) for k in keys]
     assert [index_key_hash(k) for k in keys] == expected
     assert index_key_hashes(keys).tolist() == expected
+
+
+UNIQ = [f"7F00000100002A9F{i:016X}" for i in range(40)]  # 32 ASCII chars, like RocketMQ's unique keys
+
+# (name, prefix, keys): each row goes through string_hashes' matrix path (ASCII, one length) or its
+# prefix-sum path (anything else), and through index_hashes_with_prefix with a shared prefix
+VECTOR_HASH_CASES = [
+    ("ascii one length", "TopicTest#", UNIQ),
+    ("ascii one length, empty prefix", "", UNIQ),
+    ("ascii one char", "T#", list("abcdefghij")),
+    ("ascii mixed lengths", "TopicTest#", [f"order-{i}" for i in range(0, 5000, 37)]),
+    ("ascii mixed lengths, empty prefix", "", ["a", "bb", "ccc", "Aa", "BB", "x" * 70, "polygenelubricants"]),
+    ("min value after the prefix", "polygene", ["lubricants", "lubricants", "x"]),
+    ("min value, empty prefix", "", ["polygenelubricants"] * 3),
+    ("empty keys", "TopicTest#", ["", "", ""]),
+    ("empty keys among others", "T#", ["", "k", "", "key", ""]),
+    ("empty keys, empty prefix", "", ["", ""]),
+    ("no keys", "T#", []),
+    ("NUL and DEL chars", "T#", ["\x00", "a\x00", "\x00a", "\x7f\x7f"]),
+    ("latin-1", "T#", ["é", "ü-ß", "ÿÿÿ"]),
+    ("BMP, one length", "T#", ["订单一", "订单二", "€€€"]),
+    ("BMP mixed lengths", "TopicTest#", ["订单-1", "é€", "a", "\uffff", "\ud7ff中"]),
+    ("non-ASCII prefix", "主题#", ["k1", "k22", "k333"]),
+    ("non-BMP keys", "T#", ["😀", "😀x", "x😀", "😀😀😀", "𝄞"]),
+    ("non-BMP mixed with ASCII and BMP", "TopicTest#", ["a", "😀", "é", "", "order-7", "x😀€y"]),
+    ("non-BMP prefix", "😀#", ["k", "😀", "é"]),
+    ("non-BMP prefix, ASCII keys of one length", "😀#", UNIQ[:5]),
+    ("long ASCII keys of one length", "T#", [c * 300 for c in "abcdef"]),
+    ("ASCII keys, many lengths", "T#", [f"{i}-" + "z" * (i % 97) for i in range(500)]),
+]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "keys"), [c[1:] for c in VECTOR_HASH_CASES], ids=[c[0] for c in VECTOR_HASH_CASES]
+)
+def test_vectorised_hashes_match_scalar(prefix, keys):
+    expected = [java_abs_hash(prefix + k) for k in keys]
+    assert [index_key_hash(prefix + k) for k in keys] == expected
+    assert index_key_hashes(keys, prefix).tolist() == expected
+    assert index_key_hashes([prefix + k for k in keys]).tolist() == expected
+    # per-key prefixes (rounds with several topics) give the same as one shared prefix
+    h, lengths = string_hashes(keys)
+    per_key = np.full(len(keys), prefix_hash(prefix), dtype=np.uint32)
+    assert index_hashes_with_prefix(per_key, h, lengths).tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("prefix", "keys"), [c[1:] for c in VECTOR_HASH_CASES], ids=[c[0] for c in VECTOR_HASH_CASES]
+)
+def test_string_hashes_are_java_hash_codes_and_utf16_lengths(prefix, keys):
+    h, lengths = string_hashes(keys)
+    assert h.dtype == np.uint32
+    assert h.tolist() == [java_string_hash(k) & 0xFFFFFFFF for k in keys]
+    units = [len(k.encode("utf-16-be")) // 2 for k in keys]
+    if isinstance(lengths, int):  # the matrix path: every key has that length
+        assert units == [lengths] * len(keys)
+    else:
+        assert lengths.tolist() == units
+
+
+def test_vectorised_hashes_with_per_key_prefixes():
+    topics = ["TopicA", "TopicB", "主题", "😀", ""]
+    keys = [f"order-{i}" for i in range(50)] + UNIQ[:10] + ["", "é", "😀"]
+    pref = [topics[i % len(topics)] + "#" for i in range(len(keys))]
+    expected = [java_abs_hash(p + k) for p, k in zip(pref, keys, strict=True)]
+    h, lengths = string_hashes(keys)
+    per_key = np.array([prefix_hash(p) for p in pref], dtype=np.uint32)
+    assert index_hashes_with_prefix(per_key, h, lengths).tolist() == expected
+    h, lengths = string_hashes(UNIQ)  # one length: lengths is an int
+    per_key = np.array([prefix_hash(topics[i % 5] + "#") for i in range(len(UNIQ))], dtype=np.uint32)
+    assert index_hashes_with_prefix(per_key, h, lengths).tolist() == [
+        java_abs_hash(topics[i % 5] + "#" + k) for i, k in enumerate(UNIQ)
+    ]
+
+
+def test_vectorised_hashes_in_chunks_and_without_matrix(monkeypatch):
+    keys = [f"order-{i}" for i in range(300)] + ["😀" * 5, "é" * 9] + UNIQ
+    wide = ["q" * 40 + str(i % 10) for i in range(30)]
+    expected = [java_abs_hash("T#" + k) for k in keys]
+    expected_wide = [java_abs_hash("T#" + k) for k in wide]
+    monkeypatch.setattr(index_file, "_PREFIX_SUM_MAX_UNITS", 64)  # split into many passes
+    monkeypatch.setattr(index_file, "_MATMUL_MAX_WIDTH", 8)  # one-length keys through prefix sums
+    assert index_key_hashes(keys, "T#").tolist() == expected
+    assert index_key_hashes(wide, "T#").tolist() == expected_wide
+    # lengths beyond the cached power table
+    h, lengths = string_hashes(["a" * 5000, "b"])
+    assert index_hashes_with_prefix(prefix_hash("T#"), h, lengths).tolist() == [
+        java_abs_hash("T#" + "a" * 5000),
+        java_abs_hash("T#b"),
+    ]
 
 
 # ---------------------------------------------------------------------------- layout
@@ -331,6 +432,121 @@ def test_scalar_and_vector_paths_write_identical_bytes(tmp_path):
     b.close()
     for x, y in zip(pa, pb, strict=True):
         assert open(x, "rb").read() == open(y, "rb").read()
+
+
+def _reput_rounds(n_msgs: int, topics: list[str], seed: int) -> list[tuple]:
+    """Records like the reput thread dispatches: a unique key each, KEYS as a list (often empty)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_msgs):
+        n_keys = rng.choice([0, 0, 1, 1, 1, 2, 3])
+        keys = [
+            rng.choice([f"order-{rng.randrange(50)}", f"k{i}", "订单", "😀", "x" * rng.randrange(1, 40)])
+            for _ in range(n_keys)
+        ]
+        out.append((rng.choice(topics), keys, UNIQ[i % len(UNIQ)][:-4] + f"{i:04X}", i * 64, T0 + i * 333))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("topics", "round_size"),
+    [(["TopicA"], 37), (["TopicA"], 200), (["TopicA", "TopicB", "主题"], 37), (["T", "U"], 1), (["T"], 9)],
+)
+@pytest.mark.parametrize("shape", ["mixed keys", "uniq only", "one key each", "two keys each"])
+def test_reput_rounds_write_the_bytes_of_the_scalar_path(tmp_path, topics, round_size, shape):
+    items = _reput_rounds(400, topics, seed=round_size)
+    if shape == "uniq only":
+        items = [(t, [], u, o, ts) for t, _, u, o, ts in items]
+    elif shape == "one key each":
+        items = [(t, [f"order-{i % 13}"], u, o, ts) for i, (t, _, u, o, ts) in enumerate(items)]
+    elif shape == "two keys each":
+        items = [(t, [f"a{i % 7}", "é€"], u, o, ts) for i, (t, _, u, o, ts) in enumerate(items)]
+    a = make(tmp_path, 13, 97, SCALAR, sub="a")
+    b = make(tmp_path, 13, 97, VECTOR, sub="b")
+    c = make(tmp_path, 13, 97, None, sub="c")  # the default threshold
+    for j in range(0, len(items)):
+        a.build_index_batch(items[j : j + 1])
+    for j in range(0, len(items), round_size):
+        b.build_index_batch(items[j : j + round_size])
+        c.build_index_batch(iter(items[j : j + round_size]))  # any iterable
+    paths = [a.file_paths, b.file_paths, c.file_paths]
+    assert len(paths[0]) == len(paths[1]) == len(paths[2]) > 3
+    for s in (a, b, c):
+        s.close()
+    for x, y, z in zip(*paths, strict=True):
+        assert open(x, "rb").read() == open(y, "rb").read() == open(z, "rb").read()
+
+
+@pytest.mark.parametrize("threshold", [VECTOR, None])
+def test_rounds_the_column_path_hands_back(tmp_path, threshold):
+    """Rounds with a record the column-wise path does not take (skipped offsets, no unique key, KEYS
+    strings, empty keys, tuples of keys) are indexed as record by record."""
+    rounds = [
+        [("T", ["a"], f"U{i}", 100 + i, T0) for i in range(10)],
+        [("T", ["a"], f"V{i}", 50 + i, T0) for i in range(10)],  # below the newest offset: all skipped
+        [("T", ["b"], f"W{i}", 120 - i, T0) for i in range(10)],  # decreasing: the first one only
+        [("T", ["c"], None if i % 2 else f"X{i}", 200 + i, T0) for i in range(10)],
+        [("T", "d e", f"Y{i}", 300 + i, T0) for i in range(10)],
+        [("T", ["", "f"], f"Z{i}", 400 + i, T0) for i in range(10)],
+        [("T", ("g",), f"Q{i}", 500 + i, T0) for i in range(10)],
+        [("T", [], f"R{i}", 600 + i, T0) for i in range(10)],
+    ]
+    a = make(tmp_path, 7, 1000, SCALAR, sub="a")
+    b = make(tmp_path, 7, 1000, threshold, sub="b")
+    for r in rounds:
+        for it in r:
+            a.build_index_batch([it])
+        b.build_index_batch(r)
+    q = b.query_offsets
+    assert q("T", "a", 100, 0, 2**62) == list(range(109, 99, -1))
+    assert q("T", "V3", 100, 0, 2**62) == []
+    assert q("T", "b", 100, 0, 2**62) == [120]
+    assert q("T", "c", 100, 0, 2**62) == list(range(209, 199, -1))
+    assert q("T", "X4", 100, 0, 2**62) == [204] and q("T", "X5", 100, 0, 2**62) == []
+    assert q("T", "e", 100, 0, 2**62) == list(range(309, 299, -1))
+    assert q("T", "f", 100, 0, 2**62) == list(range(409, 399, -1))
+    assert q("T", "", 100, 0, 2**62) == []
+    assert q("T", "g", 100, 0, 2**62) == list(range(509, 499, -1))
+    assert q("T", "R9", 100, 0, 2**62) == [609]
+    pa, pb = a.file_paths, b.file_paths
+    a.close()
+    b.close()
+    assert [open(p, "rb").read() for p in pa] == [open(p, "rb").read() for p in pb]
+
+
+@pytest.mark.parametrize("n", [5, 100, 128, 129, 600])
+@pytest.mark.parametrize("slots", [1, 3, 50, 100_003])
+@pytest.mark.parametrize("same_key", [False, True])
+@pytest.mark.parametrize("damaged", [False, True])
+def test_put_hashed_batch_matches_put_hashed(tmp_path, n, slots, same_key, damaged):
+    """Batches with entries sharing slots, and slots holding numbers RocketMQ treats as empty (negative,
+    beyond the entry count) or as taken (in the batch's own range), chain exactly like entry-by-entry puts."""
+    rng = random.Random(n * 7 + slots)
+    num = 2 * n + 10
+    a = IndexFile(str(tmp_path / "a"), slots, num, create=True)
+    b = IndexFile(str(tmp_path / "b"), slots, num, create=True)
+    for i in range(n // 2):
+        h = rng.randrange(2**31)
+        a.put_hashed(h, i, T0 + i)
+        b.put_hashed(h, i, T0 + i)
+    base = a.index_count
+    hashes = rng.sample(range(2**31), n)  # distinct keys: with 100_003 slots, mostly distinct slots
+    if same_key:
+        hashes[n // 3 : n // 3 + max(2, n // 4)] = [hashes[n // 3]] * max(2, n // 4)
+    if damaged:
+        for f in (a, b):  # the same damage in both files, in the slots the batch uses
+            r = random.Random(slots)
+            for h in hashes[::3]:
+                f._slots[h % slots] = r.choice([-5, -(2**31), base, base + 3, base + n, 2**31 - 1])
+    offs = [1000 + i for i in range(n)]
+    tss = [T0 + 5000 + i * 700 for i in range(n)]
+    for h, o, t in zip(hashes, offs, tss, strict=True):
+        assert a.put_hashed(h, o, t)
+    assert b.put_hashed_batch(np.array(hashes, dtype=np.int32), np.array(offs), np.array(tss)) == n
+    assert (a.hash_slot_count, a.index_count) == (b.hash_slot_count, b.index_count)
+    a.close()
+    b.close()
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
 
 
 def test_concurrent_build_and_query(tmp_path):

@@ -25,6 +25,8 @@ import logging
 import mmap
 import os
 import struct
+from collections.abc import Sequence
+from operator import mul
 
 import numpy as np
 
@@ -56,57 +58,153 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
     return HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
 
 
+_MASK32 = 0xFFFFFFFF
+#: ASCII keys up to this long are hashed by index_key_hash as one dot product of bytes and powers of 31
+_SCALAR_MAX_LEN = 512
+_SCALAR_WEIGHTS: dict[int, tuple[int, ...]] = {}  # key length n -> 31**(n-1-i) mod 2**32 for i < n
+
+
 def index_key_hash(key: str) -> int:
     """RocketMQ's ``indexKeyHashMethod``: ``Math.abs(key.hashCode())``, and 0 where that overflows.
 
     ``Math.abs(Integer.MIN_VALUE)`` is ``Integer.MIN_VALUE`` (still negative), which RocketMQ maps to 0.
     """
-    h = java_string_hash(key)
-    if h == -0x80000000:
-        return 0
-    return -h if h < 0 else h
-
-
-_POW31 = np.ones(1, dtype=np.uint64)
-
-
-def _pow31(n: int) -> np.ndarray:
-    """31**k mod 2**64 for k < n (uint64 arithmetic wraps, which keeps the value right mod 2**32)."""
-    global _POW31
-    if len(_POW31) < n:
-        size = max(n, 2 * len(_POW31), 256)
-        p = np.full(size, 31, dtype=np.uint64)
-        p[0] = 1
-        with np.errstate(over="ignore"):
-            _POW31 = np.cumprod(p, dtype=np.uint64)
-    return _POW31
-
-
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    """Vectorised :func:`index_key_hash` over many keys (int64 array); keys must be non-empty."""
-    m = len(keys)
-    if m == 0:
-        return np.zeros(0, dtype=np.int64)
-    joined = "".join(keys)
-    data = joined.encode("utf-16-be")
-    units = np.frombuffer(data, dtype=">u2").astype(np.uint64)
-    if len(units) == len(joined):  # BMP only: one UTF-16 unit per code point
-        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=m)
+    n = len(key)
+    if n <= _SCALAR_MAX_LEN and key.isascii():  # one UTF-16 unit per byte: sum(c[i] * 31**(n-1-i))
+        w = _SCALAR_WEIGHTS.get(n)
+        if w is None:
+            w = _SCALAR_WEIGHTS[n] = tuple(pow(31, n - 1 - i, 1 << 32) for i in range(n))
+        h = sum(map(mul, key.encode("ascii"), w)) & _MASK32
     else:
-        lengths = np.fromiter((len(k.encode("utf-16-be")) // 2 for k in keys), dtype=np.int64, count=m)
-    if not lengths.all():
-        raise ValueError("index keys must be non-empty")
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    # h = sum(c[i] * 31**(n-1-i)): exponent = distance of each unit from the end of its key
-    exps = np.repeat(ends - 1, lengths) - np.arange(len(units), dtype=np.int64)
-    with np.errstate(over="ignore"):
-        terms = units * _pow31(int(lengths.max()))[exps]
-        sums = np.add.reduceat(terms, starts)
-    h = (sums & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-    h = np.abs(h)
-    h[h == 0x80000000] = 0
-    return h
+        h = java_string_hash(key) & _MASK32
+    if h < 0x80000000:
+        return h
+    return 0 if h == 0x80000000 else 0x100000000 - h
+
+
+_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so it has an inverse mod 2**32
+#: 31**k and 31**-k mod 2**32, grown on demand by _pow_tables
+_POW31 = np.ones(1, dtype=np.uint32)
+_INV31_POW = np.ones(1, dtype=np.uint32)
+#: 31**(L-1-i) mod 2**32 for i < L as float64, per key length L (the weights of one row of the key matrix)
+_ROW_WEIGHTS: dict[int, np.ndarray] = {}
+#: widest all-ASCII key matrix hashed through float64 matmul: 127 * (2**32 - 1) * width stays below 2**53,
+#: so every dot product is exact
+_MATMUL_MAX_WIDTH = 8192
+#: most UTF-16 units hashed in one prefix-sum pass (bounds the cached power tables)
+_PREFIX_SUM_MAX_UNITS = 1 << 20
+
+
+def _pow_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(31**k, 31**-k) mod 2**32 as uint32, for k < n at least."""
+    global _POW31, _INV31_POW
+    if len(_POW31) < n:
+        size = max(n, 2 * len(_POW31), 1024)
+        p = np.full(size, 31, dtype=np.uint64)
+        q = np.full(size, _INV31, dtype=np.uint64)
+        p[0] = q[0] = 1
+        with np.errstate(over="ignore"):  # uint64 wraps mod 2**64, which keeps the low 32 bits right
+            pw = np.cumprod(p, dtype=np.uint64).astype(np.uint32)
+            inv = np.cumprod(q, dtype=np.uint64).astype(np.uint32)
+        _POW31, _INV31_POW = pw, inv
+    return _POW31, _INV31_POW
+
+
+def _row_weights(width: int) -> np.ndarray:
+    w = _ROW_WEIGHTS.get(width)
+    if w is None:
+        if len(_ROW_WEIGHTS) >= 256:
+            _ROW_WEIGHTS.clear()
+        w = _ROW_WEIGHTS[width] = _pow_tables(width)[0][:width][::-1].astype(np.float64)
+    return w
+
+
+def string_hashes(keys: Sequence[str]) -> tuple[np.ndarray, int | np.ndarray]:
+    """Java ``String.hashCode`` of each key mod 2**32 (uint32), and the keys' lengths in UTF-16 units
+    (an int when all keys have that length, else an int64 array).
+
+    All-ASCII keys of one length (the usual batch: 32-char unique keys) are hashed as an (n, L) byte
+    matrix times the vector of 31**(L-1-i); anything else as prefix sums over the UTF-16 units weighted by
+    31**-i: hash(units[a:b]) = 31**(b-1) * (S[b] - S[a]) mod 2**32, where S[j] = sum(u[i] * 31**-i, i < j).
+    """
+    n = len(keys)
+    joined = "".join(keys)
+    if joined.isascii():
+        data = joined.encode("ascii")
+        width = len(data) // n if n else 0
+        if width * n == len(data) and width <= _MATMUL_MAX_WIDTH and min(map(len, keys), default=0) == width:
+            m = np.frombuffer(data, dtype=np.uint8).reshape(n, width)
+            return (m @ _row_weights(width)).astype(np.int64).astype(np.uint32), width
+        units = np.frombuffer(data, dtype=np.uint8)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    else:
+        units = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2")
+        if len(units) == len(joined):  # BMP only: one UTF-16 unit per code point
+            lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+        else:
+            lengths = np.fromiter((len(k.encode("utf-16-be")) >> 1 for k in keys), dtype=np.int64, count=n)
+    total = len(units)
+    if total > _PREFIX_SUM_MAX_UNITS and n > 1:
+        half = n // 2
+        h1, _ = string_hashes(keys[:half])
+        h2, _ = string_hashes(keys[half:])
+        return np.concatenate((h1, h2)), lengths
+    pw, inv = _pow_tables(total + 1)
+    sums = np.empty(total + 1, dtype=np.uint32)
+    sums[0] = 0
+    terms = sums[1:]
+    np.multiply(units, inv[:total], out=terms)
+    np.add.accumulate(terms, out=terms)  # uint32 wraps: mod 2**32
+    ends = np.add.accumulate(lengths)
+    h = sums[ends]
+    h -= sums[ends - lengths]
+    h *= pw[ends - 1]  # an empty key has ends - 1 = -1 here, but a zero sum
+    return h, lengths
+
+
+def prefix_hash(prefix: str) -> int:
+    """Java ``hashCode`` of ``prefix`` mod 2**32 (the state to continue hashing ``prefix + key`` from)."""
+    return java_string_hash(prefix) & _MASK32
+
+
+def index_hashes_with_prefix(
+    prefix_hashes: int | np.ndarray, hashes: np.ndarray, lengths: int | np.ndarray
+) -> np.ndarray:
+    """:func:`index_key_hash` of ``prefix + key`` from the keys' :func:`string_hashes` and ``lengths`` and
+    the prefixes' :func:`prefix_hash` (one int, or a uint32 array with one per key), as an int32 array.
+
+    Uses hash(p + k) = hash(p) * 31**len(k) + hash(k) mod 2**32. Overwrites ``hashes``.
+    """
+    h = hashes
+    if isinstance(lengths, int):
+        p = pow(31, lengths, 1 << 32)
+        if isinstance(prefix_hashes, int):
+            if prefix_hashes:
+                h += (prefix_hashes * p) & _MASK32
+        else:
+            h += prefix_hashes * np.uint32(p)
+    else:
+        try:
+            p = _POW31[lengths]
+        except IndexError:  # lengths string_hashes did not make: grow the table
+            p = _pow_tables(int(lengths.max()) + 1)[0][lengths]
+        if isinstance(prefix_hashes, int):
+            if prefix_hashes:
+                p *= np.uint32(prefix_hashes)
+                h += p
+        else:
+            p *= prefix_hashes
+            h += p
+    v = h.view(np.int32)
+    np.abs(v, out=v)  # Math.abs: MIN_VALUE stays MIN_VALUE ...
+    np.maximum(v, 0, out=v)  # ... which RocketMQ maps to 0
+    return v
+
+
+def index_key_hashes(keys: Sequence[str], prefix: str = "") -> np.ndarray:
+    """Vectorised :func:`index_key_hash` of ``prefix + key`` for each key (int32 array)."""
+    h, lengths = string_hashes(keys)
+    return index_hashes_with_prefix(prefix_hash(prefix), h, lengths)
 
 
 class IndexFile:
@@ -149,6 +247,13 @@ class IndexFile:
             os.close(fd)
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
         self._entries = np.frombuffer(self._mm, dtype=ENTRY_DTYPE, count=index_num, offset=self._entries_base)
+        # per-field views, so that a batch writes each field with one strided copy
+        self._e_key_hash = self._entries["key_hash"]
+        self._e_phy_offset = self._entries["phy_offset"]
+        self._e_time_diff = self._entries["time_diff"]
+        self._e_prev_index = self._entries["prev_index"]
+        # hashes are int32 or int64; numpy keeps the remainder in the hashes' type if the divisor fits it
+        self._slot_mod = np.int32(hash_slot_num) if hash_slot_num <= INT_MAX else np.int64(hash_slot_num)
 
         self.begin_timestamp = 0
         self.end_timestamp = 0
@@ -277,51 +382,69 @@ class IndexFile:
         n = min(len(key_hashes), self.index_num - base)
         if n <= 0:
             return 0
-        hashes = np.asarray(key_hashes[:n], dtype=np.int64)
-        offs = np.asarray(phy_offsets[:n], dtype=np.int64)
-        tss = np.asarray(timestamps[:n], dtype=np.int64)
+        if n < len(key_hashes):
+            key_hashes, phy_offsets, timestamps = key_hashes[:n], phy_offsets[:n], timestamps[:n]
+        hashes = np.asarray(key_hashes)
+        offs = np.asarray(phy_offsets, dtype=np.int64)
+        tss = np.asarray(timestamps, dtype=np.int64)
         if base <= 1:
             self.begin_phy_offset = int(offs[0])
             self.begin_timestamp = int(tss[0])
         begin = self.begin_timestamp
-        if begin <= 0:
-            diffs = np.zeros(n, dtype=np.int64)
+
+        idx = np.arange(base, base + n, dtype=np.int32)  # entry numbers fit the header's i32 count
+        slots = hashes % self._slot_mod
+        slot_view = self._slots
+        heads = slot_view[slots]
+        slot_view[slots] = idx
+        # The usual batch: no two entries share a slot, and every old head is 0 (empty) or an entry before
+        # the batch, so RocketMQ's check (slotValue in (0, indexCount]) comes down to "not 0" and each
+        # entry's predecessor is its slot's old head.
+        if n <= 128:
+            distinct = len(set(slots.tolist())) == n
+        else:  # the slots just written read back as the entry numbers unless two entries share one
+            distinct = not np.count_nonzero(slot_view[slots] != idx)
+        if distinct and not np.count_nonzero(heads.view(">u4") >= base):  # as unsigned: negatives too
+            prev = heads
+            new_slots = n - np.count_nonzero(heads)
         else:
-            diffs = np.clip((tss - begin) // 1000, 0, INT_MAX)
+            order = np.argsort(slots, kind="stable")
+            s_sorted = slots[order]
+            idx_sorted = idx[order]
+            boundary = s_sorted[1:] != s_sorted[:-1]
+            is_first = np.empty(n, dtype=bool)
+            is_first[0] = True
+            is_first[1:] = boundary
+            is_last = np.empty(n, dtype=bool)
+            is_last[-1] = True
+            is_last[:-1] = boundary
+            # chain: an entry's predecessor is the previous entry of the batch in its slot, or for the
+            # first one the slot's head before the batch (if valid at that point, as RocketMQ checks it)
+            prev_sorted = np.empty(n, dtype=np.int64)
+            prev_sorted[1:] = idx_sorted[:-1]
+            first_heads = heads[order][is_first].astype(np.int64)
+            valid = (first_heads > INVALID_INDEX) & (first_heads <= idx_sorted[is_first])
+            first_heads[~valid] = INVALID_INDEX
+            prev_sorted[is_first] = first_heads
+            prev = np.empty(n, dtype=np.int64)
+            prev[order] = prev_sorted
+            slot_view[s_sorted[is_last]] = idx_sorted[is_last]
+            new_slots = int(np.count_nonzero(~valid))
 
-        idx = np.arange(base, base + n, dtype=np.int64)
-        slots = hashes % self.hash_slot_num
-        order = np.argsort(slots, kind="stable")
-        s_sorted = slots[order]
-        idx_sorted = idx[order]
-        boundary = s_sorted[1:] != s_sorted[:-1]
-        is_first = np.empty(n, dtype=bool)
-        is_first[0] = True
-        is_first[1:] = boundary
-        is_last = np.empty(n, dtype=bool)
-        is_last[-1] = True
-        is_last[:-1] = boundary
-        # chain: an entry's predecessor is the previous entry of the batch in its slot, or for the
-        # first one the slot's current head (if valid at that point, as RocketMQ checks it)
-        prev_sorted = np.empty(n, dtype=np.int64)
-        prev_sorted[1:] = idx_sorted[:-1]
-        first_slots = s_sorted[is_first]
-        heads = self._slots[first_slots].astype(np.int64)
-        valid = (heads > INVALID_INDEX) & (heads <= idx_sorted[is_first])
-        heads[~valid] = INVALID_INDEX
-        prev_sorted[is_first] = heads
-        prev = np.empty(n, dtype=np.int64)
-        prev[order] = prev_sorted
+        end = base + n
+        self._e_key_hash[base:end] = hashes
+        self._e_phy_offset[base:end] = offs
+        if begin <= 0:
+            self._e_time_diff[base:end] = 0
+        else:
+            diffs = tss - begin
+            diffs //= 1000
+            np.maximum(diffs, 0, out=diffs)
+            self._e_time_diff[base:end] = np.minimum(diffs, INT_MAX, out=diffs)
+        self._e_prev_index[base:end] = prev
 
-        out = self._entries[base : base + n]
-        out["key_hash"] = hashes
-        out["phy_offset"] = offs
-        out["time_diff"] = diffs
-        out["prev_index"] = prev
-        self._slots[s_sorted[is_last]] = idx_sorted[is_last]
-
-        self.hash_slot_count += int(np.count_nonzero(~valid))
-        self.index_count = base + n
+        self.hash_slot_count += int(new_slots)
+        self.index_count = end
         self.end_phy_offset = int(offs[-1])
         self.end_timestamp = int(tss[-1])
         self._write_header()
@@ -380,6 +503,7 @@ class IndexFile:
         mm = self._mm
         self._slots = None
         self._entries = None
+        self._e_key_hash = self._e_phy_offset = self._e_time_diff = self._e_prev_index = None
         self._mm = None
         try:
             mm.close()
