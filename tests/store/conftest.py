@@ -35,9 +35,9 @@ class FakeIndex:
         self.loaded.append(last_exit_ok)
         return True
 
-    def build_index_batch(self, items: list[tuple[str, str | None, str | None, int, int]]) -> None:
+    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None:
         for topic, keys, uniq_key, commit_log_offset, store_timestamp in items:
-            for k in ([uniq_key] if uniq_key else []) + [k for k in (keys or "").split(" ") if k]:
+            for k in ([uniq_key] if uniq_key else []) + list(keys or []):
                 self.entries.append((f"{topic}#{k}", commit_log_offset, store_timestamp))
 
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:

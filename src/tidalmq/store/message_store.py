@@ -61,7 +61,7 @@ _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
 class IndexServiceLike(Protocol):
     def load(self, last_exit_ok: bool) -> bool: ...
-    def build_index_batch(self, items: list[tuple[str, str | None, str | None, int, int]]) -> None: ...
+    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
     def flush(self) -> None: ...
     def delete_expired(self, min_commit_log_offset: int) -> Any: ...
@@ -385,14 +385,15 @@ class DefaultMessageStore:
                     batch.queue_offsets[idx], batch.commit_log_offsets[idx], batch.sizes[idx], batch.tags_codes[idx])
         index = self.index_service
         if index is not None:
-            items: list[tuple[str, str | None, str | None, int, int]] = []
+            items: list[tuple[str, list[str] | None, str | None, int, int]] = []
             offsets = batch.commit_log_offsets.tolist()
             times = batch.store_timestamps.tolist()
             topic_ids = batch.topic_ids.tolist()
             rolled_back = (tx == sf.TRANSACTION_ROLLBACK_TYPE).tolist()
             for i, (keys, uniq) in enumerate(zip(batch.keys, batch.uniq_keys, strict=True)):
                 if (keys or uniq) and not rolled_back[i]:
-                    items.append((names[topic_ids[i]], keys, uniq, offsets[i], times[i]))
+                    key_list = [k for k in keys.split(KEY_SEPARATOR) if k] if keys else None
+                    items.append((names[topic_ids[i]], key_list, uniq, offsets[i], times[i]))
             if items:
                 try:
                     index.build_index_batch(items)
