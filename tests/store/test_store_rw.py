@@ -231,7 +231,7 @@ def test_query_message_dedup_and_verification(make_store) -> None:
 def test_arrival_listener_batched(make_store) -> None:
     store = make_store(start=False)
     calls: list[tuple[str, int, int]] = []
-    store.add_arrival_listener(lambda t, q, m: calls.append((t, q, m)))
+    store.add_arrival_listener(lambda arrivals: calls.extend((t, q, m) for (t, q), m in arrivals.items()))
     store.put_messages([PutRequest("AL", q % 2, [rec("AL", q % 2)]) for q in range(10)])
     assert store.wait_reput(store.max_phy_offset, 5)
     assert sorted(calls) == [("AL", 0, 5), ("AL", 1, 5)]
@@ -240,7 +240,7 @@ def test_arrival_listener_batched(make_store) -> None:
 def test_arrival_listener_from_thread(make_store) -> None:
     store = make_store()
     seen = threading.Event()
-    store.add_arrival_listener(lambda t, q, m: seen.set() if (t, m) == ("AL2", 3) else None)
+    store.add_arrival_listener(lambda arrivals: seen.set() if arrivals.get(("AL2", 0)) == 3 else None)
     store.put_messages([PutRequest("AL2", 0, [rec("AL2") for _ in range(3)])])
     assert seen.wait(5)
 

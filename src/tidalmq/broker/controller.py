@@ -263,11 +263,11 @@ class BrokerController:
                 log.exception("housekeeping failed")
 
     # callbacks --------------------------------------------------------------------------------
-    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """From the reput thread: hop onto the loop to wake held pulls."""
+    def _on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """From the reput thread: hop onto the loop (once a round) to wake held pulls."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.pull_hold.notify_arrival, topic, queue_id, max_offset)
+            loop.call_soon_threadsafe(self.pull_hold.notify_arrivals, arrivals)
 
     def _on_consumer_ids_changed(self, group: str, info: ConsumerGroupInfo) -> None:
         if not self.config.notify_consumer_ids_changed_enable:

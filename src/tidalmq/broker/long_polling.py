@@ -43,6 +43,12 @@ class PullRequestHoldService:
             if resp is not None:
                 held.future.set_result(resp)
 
+    def notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """Called on the event loop after a reput round: the queues it touched, with their max offsets."""
+        if self._held:
+            for (topic, queue_id), max_offset in arrivals.items():
+                self.notify_arrival(topic, queue_id, max_offset)
+
     def notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called on the event loop when the reput thread dispatched new entries for the queue."""
         key = (topic, queue_id)

@@ -71,9 +71,9 @@ class ScheduleMessageService:
         if self._dirty:
             self.persist()
 
-    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+    def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
         """Store arrival listener: a newly parked message may be due sooner than the current wait."""
-        if topic == SCHEDULE_TOPIC:
+        if any(topic == SCHEDULE_TOPIC for topic, _ in arrivals):
             self._wake.set()
 
     # the delivery loop ------------------------------------------------------------------------

@@ -224,9 +224,9 @@ class TimerMessageService:
                 os.close(self._journal_fd)
                 self._journal_fd = -1
 
-    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+    def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
         """Store arrival listener (reput thread): a timer message or cancel was dispatched."""
-        if topic == TIMER_TOPIC:
+        if any(topic == TIMER_TOPIC for topic, _ in arrivals):
             self._wake.set()
 
     # ------------------------------------------------------------------ the loop

@@ -93,7 +93,7 @@ class DefaultMessageStore:
             index_service = _IndexService(config.index_path, config.max_hash_slot_num, config.max_index_num)
         self.index_service: IndexServiceLike | None = index_service if config.message_index_enable else None
         self.checkpoint: StoreCheckpoint | None = None
-        self._listeners: list[Callable[[str, int, int], None]] = []
+        self._listeners: list[Callable[[dict[tuple[str, int], int]], None]] = []
         self.reput = ReputMessageService(self.commit_log, self._dispatch, self._listeners)
         self.commit_log.on_written = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
@@ -337,7 +337,9 @@ class DefaultMessageStore:
             cp.flush()
 
     # ================================================================== reput
-    def add_arrival_listener(self, fn: Callable[[str, int, int], None]) -> None:
+    def add_arrival_listener(self, fn: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """``fn(arrivals)`` after each reput round, from the reput thread: ``arrivals`` maps each
+        (topic, queue id) the round added entries to, to the queue's new max offset."""
         self._listeners.append(fn)
 
     def wait_reput(self, offset: int, timeout: float) -> bool:

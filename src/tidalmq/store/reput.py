@@ -2,13 +2,14 @@
 
 The thread sleeps until the CommitLog signals a write, reads every record past ``reput_from_offset``
 and hands them, a round at a time, to the store's dispatcher. Arrival listeners are told once per round
-per touched queue (not per message), which is what long polling needs.
+with the queues the round touched (not per message), which is what long polling needs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from tidalmq.store.commit_log import CommitLog
@@ -19,12 +20,15 @@ log = logging.getLogger("tidalmq.store")
 
 # How much CommitLog one round dispatches before telling listeners (bounds notification latency).
 ROUND_BYTES = 4 * 1024 * 1024
+# After a wake-up, let appends accumulate this long before a round (RocketMQ's reput polls every 1 ms):
+# fewer, larger rounds, and fewer hand-offs of the interpreter between this thread and the appender.
+ROUND_PAUSE_S = 0.001
 
 
 class ReputMessageService(ServiceThread):
     def __init__(self, commit_log: CommitLog,
                  dispatch: Callable[[DispatchBatch], dict[tuple[str, int], int]],
-                 listeners: list[Callable[[str, int, int], None]]) -> None:
+                 listeners: list[Callable[[dict[tuple[str, int], int]], None]]) -> None:
         super().__init__("ReputMessageService")
         self.commit_log = commit_log
         self.dispatch = dispatch
@@ -48,10 +52,10 @@ class ReputMessageService(ServiceThread):
             with self._progress:
                 self.reput_from_offset = next_offset
                 self._progress.notify_all()
-            for (topic, queue_id), max_offset in touched.items():
+            if touched:
                 for fn in self.listeners:
                     try:
-                        fn(topic, queue_id, max_offset)
+                        fn(touched)
                     except Exception:
                         log.exception("arrival listener failed")
             if stalled:
@@ -68,6 +72,7 @@ class ReputMessageService(ServiceThread):
     def run(self) -> None:
         while not self.stopped:
             self.wait_for_running(1.0)  # also woken by every CommitLog write
+            time.sleep(ROUND_PAUSE_S)
             try:
                 self.do_reput()
             except Exception:
