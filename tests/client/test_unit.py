@@ -9,7 +9,7 @@ import zlib
 
 import pytest
 
-from tidalmq.broker.processors.send import parse_send_header
+from tidalmq.broker.processors.send import SEND_HEADER, send_header_keys
 from tidalmq.client import (
     IllegalStateError,
     Message,
@@ -128,7 +128,8 @@ def test_send_header_v2_round_trips_through_the_binary_serialization() -> None:
     frame = encode_frame(cmd)
     back = decode_frame_body(frame[4:])
     assert back.serialize_type == SerializeType.ROCKETMQ
-    named = parse_send_header(back)
+    keys = send_header_keys(back)
+    named = {full: back.ext_fields[short] for full, short in zip(SEND_HEADER, keys, strict=True) if short in back.ext_fields}
     assert named["producerGroup"] == "PG" and named["topic"] == "T" and named["queueId"] == "3"
     assert named["defaultTopic"] == "TBW102" and named["sysFlag"] == "1" and named["bornTimestamp"] == "123"
     assert named["flag"] == "7" and decode_properties(named["properties"]) == {"TAGS": "A"}

@@ -340,7 +340,7 @@ def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born
                    born_host=born_host)
     res = store.put_messages([PutRequest("EB", 2, batch), PutRequest("EB", 3, [rec("EB", 3)])])
     assert [r.status for r in res] == [PutStatus.PUT_OK] * 2
-    assert (res[0].queue_offset, res[0].msg_num, res[0].wrote_bytes) == (1, n, len(batch.data))
+    assert (res[0].queue_offset, res[0].msg_num, res[0].wrote_bytes) == (1, n, sum(map(len, batch.pieces)))
     assert store.wait_reput(store.max_phy_offset, 5)
     got = store.get_message("g", "EB", 2, 1, 32)
     msgs = [decode_record(b, check_crc=True) for b in got.buffers]
@@ -386,12 +386,12 @@ def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_
 def test_tampered_encoded_batch_is_refused_and_nothing_written(make_store) -> None:
     store = make_store()
     batch = _batch("ET", 0, [b"a", b"b"], [{}, {}])
-    batch.sizes[0] += 1  # sizes no longer tile the buffer
+    batch.sizes[0] += 1  # a size that is not the record's TOTALSIZE
     before = store.max_phy_offset
     r = store.put_messages([PutRequest("ET", 0, batch)])[0]
     assert r.status is PutStatus.MESSAGE_ILLEGAL and store.max_phy_offset == before
     other = _batch("ET", 0, [b"a", b"b"], [{}, {}])
-    other.data[other.starts[1] + 4] ^= 0xFF  # the second record's MAGICCODE
+    other.heads["magic"][1] ^= 0xFF  # the second record's MAGICCODE
     assert store.put_messages([PutRequest("ET", 0, other)])[0].status is PutStatus.MESSAGE_ILLEGAL
     assert store.max_phy_offset == before
 
@@ -409,3 +409,27 @@ def test_dispatch_reads_only_the_properties_it_needs(make_store) -> None:
     assert store.wait_reput(store.max_phy_offset, 5)  # the odd record does not stall dispatch
     cq = store.find_consume_queue("DP", 0)
     assert cq.entry(0)[2] == tags_hash_code("second") and cq.entry(1)[2] == tags_hash_code("after")
+
+
+def test_pwrite_all_resumes_short_writes(tmp_path, monkeypatch) -> None:
+    from tidalmq.store import mapped_file
+
+    real = os.pwritev
+    calls = []
+
+    def short(fd, bufs, offset):  # noqa: ANN001, ANN202 - writes at most 5 bytes a call
+        calls.append(len(bufs))
+        data = b"".join(bytes(b) for b in bufs)[:5]
+        return real(fd, [data], offset)
+
+    monkeypatch.setattr(mapped_file, "_IOV_MAX", 3)
+    monkeypatch.setattr(mapped_file.os, "pwritev", short)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        bufs = [b"abc", bytearray(b"defgh"), memoryview(b"ijklmnop")[2:], b"", b"qrstuvwxyz"]
+        mapped_file.pwrite_all(fd, bufs, 4, sum(map(len, bufs)))
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0" * 4 + b"abcdefghklmnopqrstuvwxyz"
+    assert max(calls) <= 3

@@ -270,7 +270,14 @@ def body_crc(body: bytes | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-_BATCH_ITEM = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen (MessageDecoder.encodeMessages)
+# A batch item (MessageDecoder.encodeMessages): totalsize, magic, bodycrc, flag, bodylen, then the body,
+# a 2-byte properties length and the properties.
+_BATCH_ITEM_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
+_AR20 = np.arange(20, dtype=np.int64)
+# The first 48 bytes of a record, TOTALSIZE .. BORNTIMESTAMP.
+HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+                       ("queue_offset", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8")])
+assert HEAD_DTYPE.itemsize == 48
 
 
 @functools.lru_cache(maxsize=16)
@@ -282,20 +289,35 @@ def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
 
 @dataclass(slots=True)
 class RecordBatch:
-    """Records laid end to end in one buffer: a SEND_BATCH_MESSAGE once encoded. The CommitLog
-    patches the fields known at append time for all of them at once and writes the buffer whole."""
+    """The records of a SEND_BATCH_MESSAGE as the buffers that make them up, in order: per record its
+    48-byte head, the part every record shares, and slices of the request body (nothing is copied).
 
-    data: bytearray
-    starts: np.ndarray  # int64: where each record begins in ``data``
-    sizes: np.ndarray  # int64: each record's length; they tile ``data``
+    The fields only known at append time live in ``heads`` (QUEUEOFFSET, PHYSICALOFFSET: one numpy
+    store each for the whole batch) and ``shared`` (STORETIMESTAMP, the same for the whole batch); the
+    CommitLog patches them there and hands ``pieces`` to pwritev."""
+
+    pieces: list[bytes | bytearray | memoryview]
+    heads: np.ndarray  # HEAD_DTYPE, one per record (``pieces`` holds views of it)
+    shared: bytearray  # born host+port | store timestamp | store host+port | reconsume | prepared offset
+    sizes: np.ndarray  # int64: each record's length
     sysflag: int  # the same for every record (so are the host address lengths)
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.sizes)
 
-    def records(self) -> list[bytearray]:
+    @property
+    def nbytes(self) -> int:
+        return int(self.sizes.sum())
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each record begins, relative to the first."""
+        return np.cumsum(self.sizes) - self.sizes
+
+    def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
-        return [self.data[a : a + n] for a, n in zip(self.starts.tolist(), self.sizes.tolist(), strict=True)]
+        data = b"".join(self.pieces)
+        return [data[a : a + n] for a, n in zip(self.starts.tolist(), self.sizes.tolist(), strict=True)]
 
 
 def encode_batch_records(
@@ -312,14 +334,13 @@ def encode_batch_records(
     reconsume_times: int = 0,
     forbidden_properties: tuple[str, ...] = (),
 ) -> RecordBatch:
-    """Turn a SEND_BATCH_MESSAGE body into stored records in one pass.
+    """Turn a SEND_BATCH_MESSAGE body into stored records without copying the bodies.
 
-    Everything but the body, its CRC, the flag and the properties is the same for every message of
-    the batch, so that part is built once; each record is then its own 48-byte prefix, the shared
-    part, and slices of the request body, joined into one buffer. Raises ``RecordError`` for a
-    malformed body, or for a message carrying one of ``forbidden_properties`` (the error names it).
+    One pass walks the items' TOTALSIZE chain; their fixed fields are then read and checked with numpy,
+    and the heads built column by column; a last pass computes each body's CRC and lists the pieces.
+    Raises ``RecordError`` for a malformed body, or for a message carrying one of
+    ``forbidden_properties`` (the error names it).
     """
-    forbidden = _property_names_pattern(forbidden_properties) if forbidden_properties else None
     topic_b = topic.encode("utf-8")
     if len(topic_b) > 127:
         raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
@@ -328,46 +349,73 @@ def encode_batch_records(
         sysflag |= sf.BORNHOST_V6_FLAG
     if len(store_host) == 16:
         sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
-    # born host+port | store timestamp (patched at append) | store host+port | reconsume | prepared offset
-    middle = (born_host + _I.pack(born_port) + _Q.pack(0) + store_host + _I.pack(store_port)
-              + _I.pack(reconsume_times) + _Q.pack(0))
+    shared = bytearray(born_host + _I.pack(born_port) + _Q.pack(0) + store_host + _I.pack(store_port)
+                       + _I.pack(reconsume_times) + _Q.pack(0))
     topic_part = bytes([len(topic_b)]) + topic_b
-    # A batch item is TOTALSIZE MAGIC BODYCRC FLAG | BODYLEN BODY | PROPLEN PROPERTIES; a record takes
-    # the item from BODYLEN on, with the topic inserted before PROPLEN.
-    fixed = 48 + len(middle) + len(topic_part) - 16
-    mv = memoryview(batch_body)
+    mv = memoryview(batch_body).cast("B")
     n = len(mv)
+    starts: list[int] = []
+    add = starts.append
+    total_at = _I.unpack_from
     pos = 0
-    pieces: list[bytes | memoryview] = []
-    add = pieces.append
-    sizes: list[int] = []
-    unpack_item = _BATCH_ITEM.unpack_from
-    pack_prefix = _HEAD.pack
-    crc32 = zlib.crc32
     while pos < n:
         if pos + 20 > n:
             raise RecordError("batch body truncated")
-        total, _magic, _crc, flag, blen = unpack_item(mv, pos)
-        if total < 22 or pos + total > n or blen < 0 or 20 + blen + 2 > total:
+        total = total_at(mv, pos)[0]
+        if total < 22 or pos + total > n:
             raise RecordError(f"batch message at {pos} has an illegal size")
-        pe = pos + 20 + blen
-        plen = (mv[pe] << 8) | mv[pe + 1]
-        end = pos + total
-        if pe + 2 + plen != end:
-            raise RecordError(f"batch message at {pos} has an illegal properties length")
-        if forbidden is not None:
-            found = forbidden.search(mv[pe + 2 : end])
-            if found is not None:
-                name = found.group(1).decode()
-                raise RecordError(f"the property {name} is not supported for batched messages")
-        size = fixed + total
-        add(pack_prefix(size, MESSAGE_MAGIC_CODE, crc32(mv[pos + 20 : pe]) & 0x7FFFFFFF, queue_id, flag, 0, 0,
-                        sysflag, born_timestamp))
-        add(middle)
-        add(mv[pos + 16 : pe])
-        add(topic_part)
-        add(mv[pe:end])
-        sizes.append(size)
-        pos = end
-    size_arr = np.array(sizes, dtype=np.int64)
-    return RecordBatch(bytearray().join(pieces), np.cumsum(size_arr) - size_arr, size_arr, sysflag)
+        add(pos)
+        pos += total
+    count = len(starts)
+    s = np.array(starts, dtype=np.int64)
+    u8 = np.frombuffer(mv, dtype=np.uint8)
+    items = u8[s[:, None] + _AR20].view(_BATCH_ITEM_DTYPE).ravel()
+    total = items["total"].astype(np.int64)
+    body_len = items["body_len"].astype(np.int64)
+    bad = (body_len < 0) | (body_len + 22 > total)
+    if bad.any():
+        raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal size")
+    props_at = s + 20 + body_len  # the 2-byte properties length
+    bad = props_at + 2 + (u8[props_at].astype(np.int64) << 8 | u8[props_at + 1]) != s + total
+    if bad.any():
+        raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal properties length")
+    # A record takes the item from BODYLEN on, with the topic inserted before PROPLEN.
+    sizes = total + (48 + len(shared) + len(topic_part) - 16)
+    heads = np.zeros(count, dtype=HEAD_DTYPE)
+    heads["total"] = sizes
+    heads["magic"] = MESSAGE_MAGIC_CODE
+    heads["queue_id"] = queue_id
+    heads["flag"] = items["flag"]
+    heads["sysflag"] = sysflag
+    heads["born"] = born_timestamp
+    head_view = memoryview(heads.view(np.uint8))
+    crcs: list[int] = []
+    crc_add = crcs.append
+    crc32 = zlib.crc32
+    pieces: list[bytes | bytearray | memoryview] = []
+    props: list[memoryview] = []
+    props_add = props.append
+    for h, a, p, e in zip(range(0, 48 * count, 48), starts, props_at.tolist(), (s + total).tolist(), strict=True):
+        crc_add(crc32(mv[a + 20 : p]))
+        pm = mv[p:e]
+        pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
+        props_add(pm)
+    heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
+    if forbidden_properties:
+        _refuse_properties(props, forbidden_properties)
+    return RecordBatch(pieces, heads, shared, sizes, sysflag)
+
+
+def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
+    """RecordError naming the first of ``names`` that one of the messages carries. ``props`` are the
+    messages' 2-byte properties lengths and properties."""
+    pattern = _property_names_pattern(names)
+    # One search over them all first (a name then follows a separator or a length): cheap, and
+    # almost always negative; then find which message really carries one.
+    joined = b"\x02".join(props)
+    if not any(name.encode() + b"\x01" in joined for name in names):
+        return
+    for pm in props:
+        found = pattern.search(pm[2:])
+        if found is not None:
+            raise RecordError(f"the property {found.group(1).decode()} is not supported for batched messages")

@@ -25,15 +25,15 @@ from typing import NamedTuple
 import numpy as np
 
 from tidalmq.common import sysflag as sf
-from tidalmq.common.columns import as_bytes_array, gather_be
+from tidalmq.common.columns import gather_be
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     POS_BORNHOST,
-    POS_QUEUEOFFSET,
     POS_SYSFLAG,
     RecordBatch,
     encode_blank,
@@ -69,8 +69,6 @@ SCAN_MAX_RECORDS = 1 << 16
 
 _AR48 = np.arange(48, dtype=np.int64)
 _AR16 = np.arange(16, dtype=np.int64)
-_HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-                        ("queue_offset", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8")])
 _TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
 # The properties dispatch looks at (scanned with a \x02 in front, so a name always follows one).
 _DISPATCH_PROPS = re.compile(rb"\x02(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
@@ -87,10 +85,6 @@ class Scan(NamedTuple):
 
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
 
-# Byte positions, relative to a record's start, of QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP
-# (after an IPv4 or an IPv6 born host).
-_PATCH_V4 = np.r_[np.arange(POS_QUEUEOFFSET, POS_QUEUEOFFSET + 16), np.arange(POS_BORNHOST + 8, POS_BORNHOST + 16)]
-_PATCH_V6 = np.r_[np.arange(POS_QUEUEOFFSET, POS_QUEUEOFFSET + 16), np.arange(POS_BORNHOST + 20, POS_BORNHOST + 28)]
 
 
 class CommitLog:
@@ -169,7 +163,7 @@ class CommitLog:
                 is_batch = recs.__class__ is RecordBatch
                 if is_batch:
                     status = self._validate_batch(recs, max_size)  # type: ignore[arg-type]
-                    total = len(recs.data)  # type: ignore[union-attr]
+                    total = recs.nbytes  # type: ignore[union-attr]
                 else:
                     status = self._validate(recs, max_size)  # type: ignore[arg-type]
                     total = 0
@@ -183,7 +177,7 @@ class CommitLog:
                     continue
                 if total + END_FILE_MIN_BLANK_LENGTH > file_size - wpos:
                     # End of file: publish what we have, mark the rest BLANK, continue in a new file.
-                    self._write_run(mf, run_start, run)
+                    self._write_run(mf, run_start, run, wpos - run_start)
                     run = []
                     mf.mm[wpos : wpos + 8] = encode_blank(file_size - wpos)
                     mf.wrote_position = file_size
@@ -200,7 +194,7 @@ class CommitLog:
                 first_phys = mf.file_from_offset + wpos
                 if is_batch:
                     table[key], msg_id = self._patch_batch(recs, qoff, first_phys, ts)  # type: ignore[arg-type]
-                    run.append(recs.data)  # type: ignore[union-attr]
+                    run.extend(recs.pieces)  # type: ignore[union-attr]
                 else:
                     phys = first_phys
                     ids = []
@@ -219,7 +213,7 @@ class CommitLog:
                 wpos += total
                 results.append(AppendResult(PutStatus.PUT_OK, first_phys, total, msg_id, first_qoff, ts, len(recs)))
             if mf is not None:
-                self._write_run(mf, run_start, run)
+                self._write_run(mf, run_start, run, wpos - run_start)
             self.written = (self.mfq.max_offset(), ts)
         self.on_written()
         return results
@@ -239,49 +233,43 @@ class CommitLog:
 
     @staticmethod
     def _validate_batch(batch: RecordBatch, max_size: int) -> PutStatus | None:
-        n = len(batch.starts)
-        if n == 0:
-            return PutStatus.MESSAGE_ILLEGAL
         sizes = batch.sizes
-        if int(sizes.min()) < _MIN_RECORD or int(sizes.max()) > max_size or int(sizes.sum()) != len(batch.data) \
-                or not np.array_equal(batch.starts, np.cumsum(sizes) - sizes):
+        heads = batch.heads
+        if len(sizes) == 0 or len(heads) != len(sizes):
             return PutStatus.MESSAGE_ILLEGAL
-        size_magic = gather_be(as_bytes_array(batch.data), batch.starts, 8)  # TOTALSIZE << 32 | MAGICCODE
-        expected = (sizes << 32) | (MESSAGE_MAGIC_CODE & 0xFFFFFFFF)
-        if not np.array_equal(size_magic, expected):
+        if int(sizes.min()) < _MIN_RECORD or int(sizes.max()) > max_size:
+            return PutStatus.MESSAGE_ILLEGAL
+        if not (np.array_equal(heads["total"], sizes) and (heads["magic"] == MESSAGE_MAGIC_CODE).all()):
             return PutStatus.MESSAGE_ILLEGAL
         return None
 
     def _patch_batch(self, batch: RecordBatch, qoff: int, first_phys: int, ts: int) -> tuple[int, str]:
-        """``patch_for_append`` for every record of the batch in one numpy store. Returns the next queue
+        """``patch_for_append`` for every record of the batch: QUEUEOFFSET and PHYSICALOFFSET with one
+        numpy store each, STORETIMESTAMP once in the part the records share. Returns the next queue
         offset and the batch's msgIds joined by commas."""
-        n = len(batch.starts)
-        # QUEUEOFFSET and PHYSICALOFFSET are adjacent; STORETIMESTAMP follows the born host.
-        rel = _PATCH_V6 if batch.sysflag & sf.BORNHOST_V6_FLAG else _PATCH_V4
+        n = len(batch.sizes)
+        heads = batch.heads
         phys = batch.starts + first_phys
-        values = np.empty((n, 3), dtype=">i8")
         if (batch.sysflag & sf.TRANSACTION_TYPE_MASK) in _NOT_TX:
-            values[:, 0] = np.arange(qoff, qoff + n, dtype=np.int64)
+            heads["queue_offset"] = np.arange(qoff, qoff + n, dtype=np.int64)
             qoff += n
         else:  # prepared / rolled-back half messages take no queue offset (RocketMQ stores 0)
-            values[:, 0] = 0
-        values[:, 1] = phys
-        values[:, 2] = ts
-        as_bytes_array(batch.data)[batch.starts[:, None] + rel] = values.view(np.uint8)
+            heads["queue_offset"] = 0
+        heads["phys"] = phys
+        _Q.pack_into(batch.shared, store_timestamp_pos(batch.sysflag) - POS_BORNHOST, ts)
         return qoff, joined_offset_msg_ids(self._msg_id_prefix, phys)
 
     @staticmethod
-    def _write_run(mf: MappedFile, start: int, run: list[bytearray]) -> None:
+    def _write_run(mf: MappedFile, start: int, run: list[bytes | bytearray | memoryview], n: int) -> None:
         """Write a run of records at ``start`` with pwrite (the copy into the page cache, and the page
         allocation that comes with it, happen outside the GIL; the mapping sees the same pages)."""
         if not run:
             return
-        n = sum(map(len, run))
         fd = mf.fd
-        first = memoryview(run[0])
-        pwrite_all(fd, [first[8:], *run[1:]], start + 8)
-        pwrite_all(fd, [first[:8]], start)  # last: makes the run visible to scans (see module doc)
-        first.release()
+        first = memoryview(run[0]).cast("B")
+        run[0] = first[8:]
+        pwrite_all(fd, run, start + 8, n - 8)
+        pwrite_all(fd, [first[:8]], start, 8)  # last: makes the run visible to scans (see module doc)
         mf.wrote_position = start + n
 
     # ------------------------------------------------------------------ flush
@@ -371,7 +359,7 @@ class CommitLog:
             return Scan(self._empty_batch(), pos, verdict, 0)
         u8 = mf.numpy(np.uint8)
         s = np.array(starts, dtype=np.int64)
-        head = u8[s[:, None] + _AR48].view(_HEAD_DTYPE).ravel()
+        head = u8[s[:, None] + _AR48].view(HEAD_DTYPE).ravel()
         total = head["total"].astype(np.int64)
         end = s + total
         sysflag = head["sysflag"].astype(np.int64)

@@ -33,24 +33,31 @@ def offset_to_file_name(offset: int) -> str:
 _IOV_MAX = 1024
 
 
-def pwrite_all(fd: int, buffers: list[bytes | bytearray | memoryview], offset: int) -> None:
-    """Write ``buffers`` back to back at ``offset``, looping over short writes and IOV_MAX."""
-    pending = [memoryview(b).cast("B") for b in buffers if len(b)]
-    while pending:
-        chunk = pending[:_IOV_MAX]
+def pwrite_all(fd: int, buffers: list[bytes | bytearray | memoryview], offset: int, nbytes: int) -> None:
+    """Write ``buffers`` (``nbytes`` in all) back to back at ``offset``: pwritev, IOV_MAX buffers a call,
+    looping over short writes (which regular files only do on errors such as a full disk)."""
+    i = 0
+    while i < len(buffers):
+        chunk = buffers[i : i + _IOV_MAX]
+        want = nbytes if len(chunk) == len(buffers) else sum(map(len, chunk))
         n = os.pwritev(fd, chunk, offset)
+        if n == want:
+            offset += n
+            nbytes -= n
+            i += len(chunk)
+            continue
         if n <= 0:
             raise OSError(f"pwritev wrote {n} bytes")
+        # A short write: resume within the buffer it stopped in.
         offset += n
-        done = 0
-        for b in chunk:
-            if n < len(b):
-                break
-            n -= len(b)
-            done += 1
-        if n:
-            pending[done] = pending[done][n:]
-        del pending[:done]
+        nbytes -= n
+        rest = [memoryview(b).cast("B") for b in chunk]
+        while n >= len(rest[0]):
+            n -= len(rest[0])
+            rest.pop(0)
+        rest[0] = rest[0][n:]
+        buffers = rest + buffers[i + len(chunk) :]
+        i = 0
 
 
 def fsync_dir(path: str) -> None:

@@ -36,6 +36,7 @@ class ReputMessageService(ServiceThread):
         self.reput_from_offset = 0
         self.last_dispatched_store_timestamp = 0
         self._progress = threading.Condition()
+        self._round = threading.Lock()  # one dispatcher at a time: this thread or an appender's
         self._stalled = False
 
     def behind(self) -> int:
@@ -43,6 +44,10 @@ class ReputMessageService(ServiceThread):
 
     def do_reput(self) -> bool:
         """Dispatch everything written so far. Returns False if an undecodable record blocked it."""
+        with self._round:
+            return self._dispatch_written()
+
+    def _dispatch_written(self) -> bool:
         while self.reput_from_offset < self.commit_log.max_offset:
             prev = self.reput_from_offset
             batch, next_offset, stalled = self.commit_log.read_dispatch_requests(prev, ROUND_BYTES)
