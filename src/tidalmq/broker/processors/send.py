@@ -320,9 +320,10 @@ class SendMessageProcessor:
                 loop.call_soon_threadsafe(self._complete_flush, waiters, ok)
 
             b.store.request_flush(max_end, flushed)
-        # Dispatch what was just appended right here: in one interpreter a reput thread would only take
-        # turns with this one (and take the interpreter whenever this one waits on a socket or a write).
-        b.store.reput.do_reput()
+        # Dispatch what was just appended on this thread, once the responses are out (they were queued
+        # first): in one interpreter a reput thread would only take turns with this one, and take the
+        # interpreter whenever this one waits on a socket or a write.
+        loop.call_soon(b.store.reput.do_reput)
 
     @staticmethod
     def _complete_flush(waiters: list[tuple[Reply, RemotingCommand]], ok: bool) -> None:
