@@ -137,7 +137,7 @@ class CommitLog:
         return f"{self._msg_id_prefix}{phys:016X}"
 
     # ------------------------------------------------------------------ append
-    def put(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
+    def put(self, requests: Sequence[PutRequest], *, wake_reput: bool = True) -> list[AppendResult]:
         """Append every request; one AppendResult each. Never raises for a bad request."""
         results: list[AppendResult] = []
         # The body limit is the broker's to check; a record may add up to 64 KiB of header, topic
@@ -215,7 +215,8 @@ class CommitLog:
             if mf is not None:
                 self._write_run(mf, run_start, run, wpos - run_start)
             self.written = (self.mfq.max_offset(), ts)
-        self.on_written()
+        if wake_reput:
+            self.on_written()
         return results
 
     @staticmethod

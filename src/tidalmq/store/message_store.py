@@ -277,16 +277,24 @@ class DefaultMessageStore:
         shutil.rmtree(cfg.index_path, ignore_errors=True)
 
     # ================================================================== write
-    def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
+    def put_messages(self, requests: Sequence[PutRequest], *, dispatch_myself: bool = False) -> list[AppendResult]:
+        """Append the requests to the CommitLog; the reput thread then dispatches them. With
+        ``dispatch_myself`` the caller promises to call ``dispatch()`` right after (the broker's group
+        commit does, on the event loop): the reput thread is not woken, so it does not take the
+        interpreter from the caller; it still catches up within a second if the promise is broken."""
         if self._shutdown or not self._loaded or self.disk_full:
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
-        results = self.commit_log.put(requests)
+        results = self.commit_log.put(requests, wake_reput=not dispatch_myself)
         stats = self._stats
         for r in results:
             if r.status is PutStatus.PUT_OK:
                 stats["putMessageTimesTotal"] += r.msg_num
                 stats["putMessageSizeTotal"] += r.wrote_bytes
         return results
+
+    def dispatch(self) -> None:
+        """Dispatch (reput) everything appended so far, on the calling thread."""
+        self.reput.do_reput()
 
     def request_flush(self, offset: int, callback: Callable[[bool], None]) -> None:
         """SYNC_FLUSH: ``callback(True)`` (from the flush thread) once the CommitLog is durable up to

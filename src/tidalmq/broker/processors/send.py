@@ -297,7 +297,7 @@ class SendMessageProcessor:
             return
         b = self.broker
         try:
-            results = b.store.put_messages([p[0] for p in batch])
+            results = b.store.put_messages([p[0] for p in batch], dispatch_myself=True)
         except Exception as e:  # the store refused the whole batch: answer each sender
             log.exception("put_messages failed")
             for _, req, reply, _ in batch:
@@ -323,7 +323,7 @@ class SendMessageProcessor:
         # Dispatch what was just appended on this thread, once the responses are out (they were queued
         # first): in one interpreter a reput thread would only take turns with this one, and take the
         # interpreter whenever this one waits on a socket or a write.
-        loop.call_soon(b.store.reput.do_reput)
+        loop.call_soon(b.store.dispatch)
 
     @staticmethod
     def _complete_flush(waiters: list[tuple[Reply, RemotingCommand]], ok: bool) -> None:
