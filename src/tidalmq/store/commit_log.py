@@ -70,8 +70,9 @@ SCAN_MAX_RECORDS = 1 << 16
 _AR48 = np.arange(48, dtype=np.int64)
 _AR16 = np.arange(16, dtype=np.int64)
 _TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
-# The properties dispatch looks at (scanned with a \x02 in front, so a name always follows one).
-_DISPATCH_PROPS = re.compile(rb"\x02(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
+# The properties dispatch looks at, in a record's properties read from the byte before them: a name
+# follows that first byte or a \x02 separator.
+_DISPATCH_PROPS = re.compile(rb"(?:\A[\s\S]|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
 
 
 class Scan(NamedTuple):
@@ -339,20 +340,19 @@ class CommitLog:
         add = starts.append
         p = pos
         stop = min(limit, pos + max_bytes)
-        unpack = _II.unpack_from
+        last_header = limit - 8
+        total_at = _I.unpack_from
         verdict = END
-        while p < stop:
-            if len(starts) >= max_records:
+        # The walk only follows TOTALSIZE; MAGICCODE is checked for all records at once below.
+        for _ in range(max_records):
+            if p >= stop:
                 break
-            if p + 8 > limit:
+            if p > last_header:
                 verdict = INVALID
                 break
-            total, magic = unpack(mm, p)
-            if magic == BLANK_MAGIC_CODE:
-                verdict = BLANK
-                break
-            if total < _MIN_RECORD or p + total > limit or (magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2):
-                verdict = INVALID
+            total = total_at(mm, p)[0]
+            if total < _MIN_RECORD or p + total > limit:
+                verdict = BLANK if total_at(mm, p + 4)[0] == BLANK_MAGIC_CODE else INVALID
                 break
             add(p)
             p += total
@@ -361,6 +361,16 @@ class CommitLog:
         u8 = mf.numpy(np.uint8)
         s = np.array(starts, dtype=np.int64)
         head = u8[s[:, None] + _AR48].view(HEAD_DTYPE).ravel()
+        magic = head["magic"]
+        not_record = (magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2)
+        if not_record.any():
+            k = int(np.argmax(not_record))
+            verdict = BLANK if int(magic[k]) == BLANK_MAGIC_CODE else INVALID
+            if k == 0:
+                return Scan(self._empty_batch(), pos, verdict, 0)
+            starts = starts[:k]
+            s = s[:k]
+            head = head[:k]
         total = head["total"].astype(np.int64)
         end = s + total
         sysflag = head["sysflag"].astype(np.int64)
@@ -395,65 +405,68 @@ class CommitLog:
                     break
         if n == 0:
             return Scan(self._empty_batch(), pos, verdict, 0)
-        topic_ids, tags_codes, keys, uniq = self._read_properties(
-            mm, topic_at[:n].tolist(), topic_len[:n].tolist(), props_at[:n].tolist(), props_len[:n].tolist(),
-            store_ts[:n].tolist())
+        topic_ids = self._read_topics(u8, topic_at[:n], topic_len[:n])
+        tags_codes, keys, uniq = self._read_properties(mm, topic_ids.tolist(), props_at[:n].tolist(),
+                                                       props_len[:n].tolist(), store_ts[:n].tolist())
         batch = DispatchBatch(
-            self._topic_names, np.array(topic_ids, dtype=np.int64), head["queue_id"][:n].astype(np.int64),
+            self._topic_names, topic_ids, head["queue_id"][:n].astype(np.int64),
             s[:n] + file_from, total[:n], np.array(tags_codes, dtype=np.int64), store_ts[:n],
             head["queue_offset"][:n].astype(np.int64), sysflag[:n], tail["prepared"][:n].astype(np.int64), keys, uniq)
         return Scan(batch, int(end[n - 1]), verdict if n == len(starts) else INVALID, int(store_ts[n - 1]))
 
-    def _read_properties(self, mm: mmap.mmap, topic_at: list[int], topic_len: list[int], props_at: list[int],
-                         props_len: list[int], store_ts: list[int]
-                         ) -> tuple[list[int], list[int], list[str | None], list[str | None]]:
-        """Per record: the topic's id, the tag hash code (for SCHEDULE_TOPIC_XXXX and the timer topic, the
-        deliver time), KEYS and UNIQ_KEY. Only the properties dispatch needs are looked at."""
-        topic_ids: list[int] = []
+    def _read_topics(self, u8: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> np.ndarray:
+        """Each record's topic id, compared as byte rows with numpy (a round rarely holds many topics)."""
+        ids = np.empty(len(topic_at), dtype=np.int64)
+        lengths = np.unique(topic_len)
+        for length in lengths.tolist():
+            sel = slice(None) if len(lengths) == 1 else np.flatnonzero(topic_len == length)
+            rows = u8[topic_at[sel][:, None] + np.arange(length)]
+            if length == 0 or (rows == rows[0]).all():
+                ids[sel] = self._topic_id(rows[0].tobytes() if length else b"")
+                continue
+            distinct, inverse = np.unique(rows.view(np.dtype((np.void, length))).ravel(), return_inverse=True)
+            ids[sel] = np.array([self._topic_id(bytes(t)) for t in distinct], dtype=np.int64)[inverse.ravel()]
+        return ids
+
+    def _read_properties(self, mm: mmap.mmap, topic_ids: list[int], props_at: list[int], props_len: list[int],
+                         store_ts: list[int]) -> tuple[list[int], list[str | None], list[str | None]]:
+        """Per record: the tag hash code (for SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time),
+        KEYS and UNIQ_KEY. Only the properties dispatch needs are looked at."""
         tags_codes: list[int] = []
         keys_l: list[str | None] = []
         uniq_l: list[str | None] = []
-        ids = self._topic_ids
         find_props = _DISPATCH_PROPS.findall
         schedule_id = self._topic_id(SCHEDULE_TOPIC.encode())
         timer_id = self._topic_id(TIMER_TOPIC.encode())
         tag_codes = self._tag_codes
-        for i in range(len(topic_at)):
-            t0 = topic_at[i]
-            tb = mm[t0 : t0 + topic_len[i]]
-            tid = ids.get(tb)
-            if tid is None:
-                tid = self._topic_id(tb)
-            topic_ids.append(tid)
-            p0 = props_at[i]
-            pn = props_len[i]
-            if not pn:
-                tags_codes.append(0)
-                keys_l.append(None)
-                uniq_l.append(None)
-                continue
-            props = dict(find_props(b"\x02" + mm[p0 : p0 + pn]))  # the last of a repeated name wins, as in Java
+        for i, (tid, p0, pn) in enumerate(zip(topic_ids, props_at, props_len, strict=True)):
+            tags = keys = uniq = special = None
+            if pn:
+                # From the byte before the properties (the low byte of their length): see _DISPATCH_PROPS.
+                for name, value in find_props(mm[p0 - 1 : p0 + pn]):  # the last of a repeated name wins, as in Java
+                    if name == b"UNIQ_KEY":
+                        uniq = value
+                    elif name == b"TAGS":
+                        tags = value
+                    elif name == b"KEYS":
+                        keys = value
+                    elif (name == b"DELAY" and tid == schedule_id) or (name == b"TIMER_OUT_MS" and tid == timer_id):
+                        special = value
             code = 0
-            tags = props.get(b"TAGS")
             if tags:
                 code = tag_codes.get(tags)  # type: ignore[assignment]
                 if code is None:
                     code = self.tags_code_of(tags)
-            if tid == schedule_id:
-                level = props.get(b"DELAY")
-                if level is not None:
-                    code = self._deliver_timestamp(level, store_ts[i], code)
-            elif tid == timer_id:
-                # The timer service enqueues straight from these entries: the tag is the deliver time.
-                out_ms = props.get(b"TIMER_OUT_MS")
-                if out_ms is not None and out_ms.lstrip(b"-").isdigit():
-                    code = int(out_ms)
+            if special is not None:
+                if tid == schedule_id:
+                    code = self._deliver_timestamp(special, store_ts[i], code)
+                elif special.lstrip(b"-").isdigit():
+                    # The timer service enqueues straight from these entries: the tag is the deliver time.
+                    code = int(special)
             tags_codes.append(code)
-            k = props.get(b"KEYS")
-            keys_l.append(k.decode("utf-8", "replace") if k is not None else None)
-            u = props.get(b"UNIQ_KEY")
-            uniq_l.append(u.decode("utf-8", "replace") if u is not None else None)
-        return topic_ids, tags_codes, keys_l, uniq_l
+            keys_l.append(keys.decode("utf-8", "replace") if keys is not None else None)
+            uniq_l.append(uniq.decode("utf-8", "replace") if uniq is not None else None)
+        return tags_codes, keys_l, uniq_l
 
     def _topic_id(self, raw: bytes) -> int:
         tid = self._topic_ids.get(raw)
