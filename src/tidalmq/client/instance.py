@@ -49,6 +49,21 @@ def resolve_namesrv(addr: str | None) -> list[str]:
     return addrs
 
 
+def _cancel_requests() -> int:
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def _keep_cancel(before: int) -> None:
+    """Raise CancelledError if the current task was cancelled since ``_cancel_requests()`` said ``before``
+    and yet the await returned normally. Python 3.11's ``asyncio.wait_for`` (the transport waits for
+    responses and connects with it) returns the result instead of raising when the awaited future
+    completes in the same loop iteration as the ``cancel()`` (CPython gh-86296): the cancellation is
+    lost, and a task stopped by ``shutdown()`` would go on running."""
+    if _cancel_requests() > before:
+        raise asyncio.CancelledError
+
+
 class Member(Protocol):
     """A producer or consumer registered with the instance."""
 
@@ -112,6 +127,7 @@ class ClientInstance:
                                                name="heartbeat"))
 
     async def shutdown(self) -> None:
+        self.started = False  # the periodic tasks end even if their cancellation is lost
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -119,10 +135,11 @@ class ClientInstance:
         await self.remoting.close()
         self.started = False
 
-    @staticmethod
-    async def _every(interval: float, fn: Callable[[], Awaitable[Any]]) -> None:
-        while True:
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[Any]]) -> None:
+        while self.started:
             await asyncio.sleep(interval)
+            if not self.started:
+                return
             try:
                 await fn()
             except Exception:
@@ -130,22 +147,27 @@ class ClientInstance:
 
     # requests ---------------------------------------------------------------------------------
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        """Send a request and return the response; connection failures raise ``MQClientError``."""
+        """Send a request and return the response; connection failures raise ``MQClientError``. A
+        cancellation that arrives with the response is not lost (see ``_keep_cancel``)."""
         left = self.backoff.wait_left(addr)
         if left > 0:
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently; next attempt in {left:.2f}s")
+        cancels = _cancel_requests()
         try:
             conn = await self.remoting.connection(addr)
         except RemotingConnectError as e:
             self.backoff.failed(addr)
             raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
+        _keep_cancel(cancels)
         self.backoff.succeeded(addr)
         try:
-            return await conn.invoke(cmd, self.request_timeout if timeout is None else timeout)
+            resp = await conn.invoke(cmd, self.request_timeout if timeout is None else timeout)
         except RemotingTimeout as e:
             raise MQClientError(ACCESS_BROKER_TIMEOUT, e.remark) from None
         except RemotingError as e:
             raise MQClientError(e.code, e.remark) from None
+        _keep_cancel(cancels)
+        return resp
 
     async def invoke_ok(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
                         timeout: float | None = None, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
@@ -158,11 +180,13 @@ class ClientInstance:
         left = self.backoff.wait_left(addr)
         if left > 0:
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently")
+        cancels = _cancel_requests()
         try:
             conn = await self.remoting.connection(addr)
         except RemotingConnectError as e:
             self.backoff.failed(addr)
             raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
+        _keep_cancel(cancels)
         self.backoff.succeeded(addr)
         if not conn.invoke_oneway(cmd):
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connection to {addr} is closed")

@@ -366,11 +366,16 @@ class PushConsumer:
 
     async def _rebalance_loop(self) -> None:
         assert self._rebalance_event is not None
-        while True:
+        # Each background loop ends once the consumer stops, even if the cancellation by shutdown() is
+        # lost (Python 3.11's asyncio.wait_for drops one that arrives with the result it waits for).
+        while self._state == "running":
             # a topic without a route yet (a retry topic the broker just created): look again soon
             wait = min(1.0, self.rebalance_interval) if self._incomplete_rebalance else self.rebalance_interval
             try:
-                await asyncio.wait_for(self._rebalance_event.wait(), wait)
+                # not wait_for: a NOTIFY_CONSUMER_IDS_CHANGED setting the event in the loop iteration
+                # of shutdown()'s cancel would make it return True and drop the cancel
+                async with asyncio.timeout(wait):
+                    await self._rebalance_event.wait()
             except TimeoutError:
                 pass
             self._rebalance_event.clear()
@@ -477,9 +482,12 @@ class PushConsumer:
         if ot is not None:
             if ev is not None:
                 ev.set()
-            try:
-                await asyncio.wait_for(asyncio.shield(ot), self.shutdown_timeout)  # the batch in progress
-            except (TimeoutError, asyncio.CancelledError):
+            try:  # the batch in progress (asyncio.wait, unlike wait_for, never drops a cancel of this task)
+                done, _ = await asyncio.wait({ot}, timeout=self.shutdown_timeout)
+            except asyncio.CancelledError:
+                ot.cancel()
+                raise
+            if not done:
                 ot.cancel()
         await self.offset_store.persist([mq])
         self.offset_store.remove(mq)
@@ -572,10 +580,10 @@ class PushConsumer:
                 log.info("unlock %s failed: %s", group_mqs, e)
 
     async def _lock_loop(self) -> None:
-        while True:
+        while self._state == "running":
             await asyncio.sleep(LOCK_INTERVAL)
             mqs = list(self._pqs)
-            if not mqs or not self._broker_locks:
+            if not mqs or not self._broker_locks or self._state != "running":
                 continue
             ok = await self._lock(mqs)
             for mq, pq in list(self._pqs.items()):
@@ -854,8 +862,10 @@ class PushConsumer:
 
     # offsets ----------------------------------------------------------------------------------
     async def _persist_loop(self) -> None:
-        while True:
+        while self._state == "running":
             await asyncio.sleep(self.persist_interval)
+            if self._state != "running":
+                return  # shutdown() persists the last offsets itself
             try:
                 await self.offset_store.persist(list(self._pqs))
             except Exception:
