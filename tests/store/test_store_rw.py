@@ -433,3 +433,19 @@ def test_pwrite_all_resumes_short_writes(tmp_path, monkeypatch) -> None:
         os.close(fd)
     assert path.read_bytes() == b"\0" * 4 + b"abcdefghklmnopqrstuvwxyz"
     assert max(calls) <= 3
+
+
+def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
+    store = make_store(start=False)
+    props = [{"UNIQ_KEY": f"P{i}", "TAGS": f"t{i % 3}", **({"KEYS": f"k{i} x"} if i % 2 else {})} for i in range(5)]
+    store.put_messages([PutRequest("PR", 0, _batch("PR", 0, [b"a%d" % i for i in range(5)], props)),
+                        PutRequest("PR", 1, [rec("PR", 1, tags="single", keys="s")]),
+                        PutRequest("PR2", 3, _batch("PR2", 3, [b"b", b"c"], [{"TAGS": "x"}, {}]))])
+    store.put_messages([PutRequest("PR", 0, _batch("PR", 0, [b"d"], [{"UNIQ_KEY": "last"}]))])
+    cl = store.commit_log
+    assert len(cl._preread) == 3  # the batches; the single record is read back
+    from_append, end, stalled = cl.read_dispatch_requests(0, 1 << 30)
+    assert not cl._preread and not stalled and end == store.max_phy_offset
+    read_back, end2, _ = cl.read_dispatch_requests(0, 1 << 30)
+    assert end2 == end and len(read_back) == 9
+    assert from_append.rows() == read_back.rows()

@@ -280,6 +280,13 @@ HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("que
 assert HEAD_DTYPE.itemsize == 48
 
 
+# The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
+# deliver times), found in a record's properties read from the byte before them (the low byte of
+# their length): a name follows that first byte or a \x02 separator. Values come back as bytes.
+DISPATCH_PROPERTIES = re.compile(rb"(?:\A[\s\S]|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
+DispatchProperties = list[tuple[bytes, bytes]]
+
+
 @functools.lru_cache(maxsize=16)
 def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
     """Matches any of ``names`` as a property name in a stored properties string."""
@@ -301,6 +308,9 @@ class RecordBatch:
     shared: bytearray  # born host+port | store timestamp | store host+port | reconsume | prepared offset
     sizes: np.ndarray  # int64: each record's length
     sysflag: int  # the same for every record (so are the host address lengths)
+    # Per record, what DISPATCH_PROPERTIES finds in its properties: read while the batch is encoded,
+    # so dispatching the batch right after its append need not read the records back.
+    dispatch_properties: list[DispatchProperties]
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -395,15 +405,19 @@ def encode_batch_records(
     pieces: list[bytes | bytearray | memoryview] = []
     props: list[memoryview] = []
     props_add = props.append
+    found: list[DispatchProperties] = []
+    found_add = found.append
+    find = DISPATCH_PROPERTIES.findall
     for h, a, p, e in zip(range(0, 48 * count, 48), starts, props_at.tolist(), (s + total).tolist(), strict=True):
         crc_add(crc32(mv[a + 20 : p]))
         pm = mv[p:e]
         pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
         props_add(pm)
+        found_add(find(pm[1:]))
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
     if forbidden_properties:
         _refuse_properties(props, forbidden_properties)
-    return RecordBatch(pieces, heads, shared, sizes, sysflag)
+    return RecordBatch(pieces, heads, shared, sizes, sysflag, found)
 
 
 def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:

@@ -13,9 +13,8 @@ zero: new files are preallocated, and recovery zeroes what follows the last vali
 
 from __future__ import annotations
 
+import collections
 import logging
-import mmap
-import re
 import struct
 import threading
 import zlib
@@ -29,12 +28,14 @@ from tidalmq.common.columns import gather_be
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
+    DISPATCH_PROPERTIES,
     END_FILE_MIN_BLANK_LENGTH,
     HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
     POS_BORNHOST,
     POS_SYSFLAG,
+    DispatchProperties,
     RecordBatch,
     encode_blank,
     patch_for_append,
@@ -70,9 +71,17 @@ SCAN_MAX_RECORDS = 1 << 16
 _AR48 = np.arange(48, dtype=np.int64)
 _AR16 = np.arange(16, dtype=np.int64)
 _TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
-# The properties dispatch looks at, in a record's properties read from the byte before them: a name
-# follows that first byte or a \x02 separator.
-_DISPATCH_PROPS = re.compile(rb"(?:\A[\s\S]|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
+# Batches whose dispatch columns the append already built, kept for the dispatcher (bounded: past it the
+# oldest are dropped and simply read back from the CommitLog).
+PREREAD_MAX = 4096
+
+
+class Preread(NamedTuple):
+    """Dispatch columns the append built for the records at [start, end) of the CommitLog."""
+
+    start: int
+    end: int
+    batch: DispatchBatch
 
 
 class Scan(NamedTuple):
@@ -111,6 +120,8 @@ class CommitLog:
         # Topics seen by scans, by their stored bytes: DispatchBatch carries ids into _topic_names.
         self._topic_ids: dict[bytes, int] = {}
         self._topic_names: list[str] = []
+        self._topic_lock = threading.Lock()
+        self._preread: collections.deque[Preread] = collections.deque()
         self.on_written: Callable[[], None] = lambda: None
         self._recovered_store_ts = 0
 
@@ -196,6 +207,7 @@ class CommitLog:
                 if is_batch:
                     table[key], msg_id = self._patch_batch(recs, qoff, first_phys, ts)  # type: ignore[arg-type]
                     run.extend(recs.pieces)  # type: ignore[union-attr]
+                    self._keep_preread(req.topic, req.queue_id, recs, first_phys, total, ts)  # type: ignore[arg-type]
                 else:
                     phys = first_phys
                     ids = []
@@ -260,6 +272,34 @@ class CommitLog:
         heads["phys"] = phys
         _Q.pack_into(batch.shared, store_timestamp_pos(batch.sysflag) - POS_BORNHOST, ts)
         return qoff, joined_offset_msg_ids(self._msg_id_prefix, phys)
+
+    def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
+                      ts: int) -> None:
+        """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
+        tid = self._topic_id(topic.encode("utf-8"))
+        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            return  # their tag codes are deliver times: left to the scan
+        n = len(batch.sizes)
+        tags_codes, keys, uniq = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
+        heads = batch.heads
+        dispatch = DispatchBatch(
+            self._topic_names, np.full(n, tid, dtype=np.int64), np.full(n, queue_id, dtype=np.int64),
+            heads["phys"].astype(np.int64), batch.sizes, np.array(tags_codes, dtype=np.int64),
+            np.full(n, ts, dtype=np.int64), heads["queue_offset"].astype(np.int64),
+            np.full(n, batch.sysflag, dtype=np.int64), np.zeros(n, dtype=np.int64), keys, uniq)
+        preread = self._preread
+        preread.append(Preread(first_phys, first_phys + nbytes, dispatch))
+        if len(preread) > PREREAD_MAX:
+            preread.popleft()
+
+    def _take_preread(self, offset: int) -> Preread | None:
+        """The pre-read batch starting at ``offset`` (dropping those the dispatch is already past)."""
+        preread = self._preread
+        while preread and preread[0].start < offset:
+            preread.popleft()
+        if preread and preread[0].start == offset:
+            return preread.popleft()
+        return None
 
     @staticmethod
     def _write_run(mf: MappedFile, start: int, run: list[bytes | bytearray | memoryview], n: int) -> None:
@@ -406,8 +446,9 @@ class CommitLog:
         if n == 0:
             return Scan(self._empty_batch(), pos, verdict, 0)
         topic_ids = self._read_topics(u8, topic_at[:n], topic_len[:n])
-        tags_codes, keys, uniq = self._read_properties(mm, topic_ids.tolist(), props_at[:n].tolist(),
-                                                       props_len[:n].tolist(), store_ts[:n].tolist())
+        find = DISPATCH_PROPERTIES.findall
+        found = [find(mm[p0 - 1 : p0 + pn]) if pn else [] for p0, pn in zip(props_at[:n].tolist(), props_len[:n].tolist(), strict=True)]
+        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts[:n].tolist())
         batch = DispatchBatch(
             self._topic_names, topic_ids, head["queue_id"][:n].astype(np.int64),
             s[:n] + file_from, total[:n], np.array(tags_codes, dtype=np.int64), store_ts[:n],
@@ -428,30 +469,27 @@ class CommitLog:
             ids[sel] = np.array([self._topic_id(bytes(t)) for t in distinct], dtype=np.int64)[inverse.ravel()]
         return ids
 
-    def _read_properties(self, mm: mmap.mmap, topic_ids: list[int], props_at: list[int], props_len: list[int],
-                         store_ts: list[int]) -> tuple[list[int], list[str | None], list[str | None]]:
-        """Per record: the tag hash code (for SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time),
-        KEYS and UNIQ_KEY. Only the properties dispatch needs are looked at."""
+    def _dispatch_properties(self, found: list[DispatchProperties], topic_ids: list[int], store_ts: list[int]
+                             ) -> tuple[list[int], list[str | None], list[str | None]]:
+        """Per record, from what DISPATCH_PROPERTIES found in its properties: the tag hash code (for
+        SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time), KEYS and UNIQ_KEY."""
         tags_codes: list[int] = []
         keys_l: list[str | None] = []
         uniq_l: list[str | None] = []
-        find_props = _DISPATCH_PROPS.findall
         schedule_id = self._topic_id(SCHEDULE_TOPIC.encode())
         timer_id = self._topic_id(TIMER_TOPIC.encode())
         tag_codes = self._tag_codes
-        for i, (tid, p0, pn) in enumerate(zip(topic_ids, props_at, props_len, strict=True)):
+        for i, (tid, pairs) in enumerate(zip(topic_ids, found, strict=True)):
             tags = keys = uniq = special = None
-            if pn:
-                # From the byte before the properties (the low byte of their length): see _DISPATCH_PROPS.
-                for name, value in find_props(mm[p0 - 1 : p0 + pn]):  # the last of a repeated name wins, as in Java
-                    if name == b"UNIQ_KEY":
-                        uniq = value
-                    elif name == b"TAGS":
-                        tags = value
-                    elif name == b"KEYS":
-                        keys = value
-                    elif (name == b"DELAY" and tid == schedule_id) or (name == b"TIMER_OUT_MS" and tid == timer_id):
-                        special = value
+            for name, value in pairs:  # the last of a repeated name wins, as in Java
+                if name == b"UNIQ_KEY":
+                    uniq = value
+                elif name == b"TAGS":
+                    tags = value
+                elif name == b"KEYS":
+                    keys = value
+                elif (name == b"DELAY" and tid == schedule_id) or (name == b"TIMER_OUT_MS" and tid == timer_id):
+                    special = value
             code = 0
             if tags:
                 code = tag_codes.get(tags)  # type: ignore[assignment]
@@ -471,8 +509,11 @@ class CommitLog:
     def _topic_id(self, raw: bytes) -> int:
         tid = self._topic_ids.get(raw)
         if tid is None:
-            tid = self._topic_ids[raw] = len(self._topic_names)
-            self._topic_names.append(raw.decode("utf-8", "replace"))
+            with self._topic_lock:  # the appender and the reput thread may meet a new topic at once
+                tid = self._topic_ids.get(raw)
+                if tid is None:
+                    self._topic_names.append(raw.decode("utf-8", "replace"))
+                    tid = self._topic_ids[raw] = len(self._topic_names) - 1
         return tid
 
     def _empty_batch(self) -> DispatchBatch:
@@ -500,6 +541,11 @@ class CommitLog:
         offset = start
         budget_end = start + max_bytes
         while offset < end_all and offset < budget_end:
+            pre = self._take_preread(offset)
+            if pre is not None:
+                parts.append(pre.batch)
+                offset = pre.end
+                continue
             mf = self.mfq.find_mapped_file_by_offset(offset)
             if mf is None:
                 min_off = self.min_offset
@@ -509,7 +555,10 @@ class CommitLog:
                 return DispatchBatch.concat(parts), offset, True
             base = mf.file_from_offset
             wrote = mf.wrote_position
-            scan = self.scan_records(mf, offset - base, wrote, max_bytes=budget_end - offset)
+            scan_bytes = budget_end - offset
+            if self._preread and self._preread[0].start > offset:
+                scan_bytes = min(scan_bytes, self._preread[0].start - offset)  # stop where one begins
+            scan = self.scan_records(mf, offset - base, wrote, max_bytes=scan_bytes)
             if len(scan.batch):
                 parts.append(scan.batch)
             if scan.verdict == INVALID:
