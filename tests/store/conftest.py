@@ -40,6 +40,9 @@ class FakeIndex:
             for k in ([uniq_key] if uniq_key else []) + list(keys or []):
                 self.entries.append((f"{topic}#{k}", commit_log_offset, store_timestamp))
 
+    def build_index_columns(self, topics, keyss, uniqs, offsets, timestamps) -> None:  # noqa: ANN001
+        self.build_index_batch(list(zip(topics, keyss, uniqs, offsets.tolist(), timestamps.tolist(), strict=True)))
+
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         out = [o for k, o, ts in self.entries if k == f"{topic}#{key}" and begin_ts <= ts <= end_ts]
         if self.duplicate:

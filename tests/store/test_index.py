@@ -663,3 +663,26 @@ def test_after_unclean_exit_everything_redispatched_is_indexed(tmp_path):
     assert s2.query_offsets("T", "new", 10, 0, 2**62) == [700, 600, 500]
     assert s2.query_offsets("T", "k", 100, 0, 2**62) == [400, 300, 900, 800, 700, 600, 500, 200, 100, 0]
     s2.close()
+
+
+@pytest.mark.parametrize("shape", ["uniq-only", "uniq+keys", "some-without-uniq", "two-topics"])
+def test_build_index_columns_writes_what_build_index_batch_writes(tmp_path, shape) -> None:
+    n = 40
+    topics = ["T" if shape != "two-topics" or i % 3 else "U" for i in range(n)]
+    keyss = [[f"k{i}", "shared"] if shape == "uniq+keys" and i % 2 else None for i in range(n)]
+    uniqs = [None if shape == "some-without-uniq" and i % 4 == 0 else f"{i:032X}" for i in range(n)]
+    offsets = np.arange(n, dtype=np.int64) * 1000 + 7
+    times = np.full(n, 1_700_000_000_000, dtype=np.int64)
+    by_columns = make(tmp_path, slots=512, num=400, sub="columns")
+    by_items = make(tmp_path, slots=512, num=400, sub="items")
+    by_columns.build_index_columns(topics, keyss, uniqs, offsets, times)
+    by_items.build_index_batch(list(zip(topics, keyss, uniqs, offsets.tolist(), times.tolist(), strict=True)))
+    by_columns.flush()
+    by_items.flush()
+    assert (tmp_path / "columns").exists()
+    for d in ("columns", "items"):
+        assert len(os.listdir(tmp_path / d)) == 1
+    data = [open(os.path.join(tmp_path / d, os.listdir(tmp_path / d)[0]), "rb").read() for d in ("columns", "items")]
+    assert data[0] == data[1]
+    some = next(i for i in range(n) if uniqs[i] is not None)
+    assert by_columns.query_offsets(topics[some], uniqs[some], 10, 0, 2**62) == [int(offsets[some])]

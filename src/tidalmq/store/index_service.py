@@ -228,6 +228,21 @@ class IndexService:
     ) -> None:
         self.build_index_batch([(topic, keys, uniq_key, commit_log_offset, store_timestamp)])
 
+    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None], uniqs: Sequence[str | None],
+                            offsets: np.ndarray, timestamps: np.ndarray) -> None:
+        """``build_index_batch`` for a round already held column by column (the store's dispatch)."""
+        with self._lock:
+            self._ensure_loaded()
+            skip = self._skip_indexed
+            last_off = self._files[-1].end_phy_offset if self._files and skip else -(2**63)
+            if len(offsets) >= self.vector_threshold:
+                batch = self._columns_of(topics, keyss, uniqs, offsets.tolist(), timestamps.tolist(), skip, last_off,
+                                         offsets, timestamps)
+                if batch is not None:
+                    self._put_vector(*batch)
+                    return
+        self.build_index_batch(list(zip(topics, keyss, uniqs, offsets.tolist(), timestamps.tolist(), strict=True)))
+
     def build_index_batch(self, items: Iterable[IndexItem]) -> None:
         """Index many dispatched records, in CommitLog order. ``keys`` may be a list or RocketMQ's
         space-separated KEYS string; empty keys are ignored."""
@@ -265,6 +280,14 @@ class IndexService:
             topics, keyss, uniqs, offs, tss = zip(*items)  # noqa: B905
         except (TypeError, ValueError):
             return None
+        return self._columns_of(topics, keyss, uniqs, offs, tss, skip, last_off)
+
+    def _columns_of(
+        self, topics: Sequence[str], keyss: Sequence[object], uniqs: Sequence[str | None], offs: Sequence[int],
+        tss: Sequence[int], skip: bool, last_off: int, off_arr: np.ndarray | None = None,
+        ts_arr: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`_columns` once the round is in columns."""
         if None in uniqs:
             return None
         no_keys = not any(keyss)
@@ -273,10 +296,12 @@ class IndexService:
         ):
             return None
         n = len(offs)
-        off_arr = np.fromiter(offs, dtype=np.int64, count=n)
+        if off_arr is None:
+            off_arr = np.fromiter(offs, dtype=np.int64, count=n)
         if skip and (offs[0] < last_off or np.count_nonzero(off_arr[1:] < off_arr[:-1])):
             return None
-        ts_arr = np.fromiter(tss, dtype=np.int64, count=n)
+        if ts_arr is None:
+            ts_arr = np.fromiter(tss, dtype=np.int64, count=n)
         prefixes = self._prefix_hashes(topics)
         hashes = index_hashes_with_prefix(prefixes, *string_hashes(uniqs))
         if no_keys:

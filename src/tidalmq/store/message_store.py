@@ -62,6 +62,8 @@ _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 class IndexServiceLike(Protocol):
     def load(self, last_exit_ok: bool) -> bool: ...
     def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
+    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None],
+                            uniqs: Sequence[str | None], offsets: np.ndarray, timestamps: np.ndarray) -> None: ...
     def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
     def flush(self) -> None: ...
     def delete_expired(self, min_commit_log_offset: int) -> Any: ...
@@ -395,21 +397,30 @@ class DefaultMessageStore:
                     batch.queue_offsets[idx], batch.commit_log_offsets[idx], batch.sizes[idx], batch.tags_codes[idx])
         index = self.index_service
         if index is not None:
-            items: list[tuple[str, list[str] | None, str | None, int, int]] = []
-            offsets = batch.commit_log_offsets.tolist()
-            times = batch.store_timestamps.tolist()
-            topic_ids = batch.topic_ids.tolist()
-            rolled_back = (tx == sf.TRANSACTION_ROLLBACK_TYPE).tolist()
-            for i, (keys, uniq) in enumerate(zip(batch.keys, batch.uniq_keys, strict=True)):
-                if (keys or uniq) and not rolled_back[i]:
-                    key_list = [k for k in keys.split(KEY_SEPARATOR) if k] if keys else None
-                    items.append((names[topic_ids[i]], key_list, uniq, offsets[i], times[i]))
-            if items:
-                try:
-                    index.build_index_batch(items)
-                except Exception:
-                    log.exception("build index failed")
+            try:
+                self._build_index(index, batch, tx == sf.TRANSACTION_ROLLBACK_TYPE)
+            except Exception:
+                log.exception("build index failed")
         return touched
+
+    @staticmethod
+    def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:
+        """CommitLogDispatcherBuildIndex: KEYS and UNIQ_KEY of every record but rolled-back half messages."""
+        names = batch.topic_names
+        keys = [[k for k in text.split(KEY_SEPARATOR) if k] if text else None for text in batch.keys]
+        uniqs = batch.uniq_keys
+        if not rolled_back.any() and None not in uniqs:  # the usual round: every record has a UNIQ_KEY
+            index.build_index_columns([names[t] for t in batch.topic_ids.tolist()], keys, uniqs,
+                                      batch.commit_log_offsets, batch.store_timestamps)
+            return
+        offsets = batch.commit_log_offsets.tolist()
+        times = batch.store_timestamps.tolist()
+        items = [(names[t], k, u, offsets[i], times[i])
+                 for i, (t, k, u, rb) in enumerate(zip(batch.topic_ids.tolist(), keys, uniqs, rolled_back.tolist(),
+                                                       strict=True))
+                 if (k or u) and not rb]
+        if items:
+            index.build_index_batch(items)
 
     # ================================================================== read
     def consume_queues(self) -> Iterable[ConsumeQueue]:
