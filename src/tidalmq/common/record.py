@@ -294,6 +294,11 @@ def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
     return re.compile(rb"(?:^|\x02)(" + alternatives + rb")\x01")
 
 
+@functools.lru_cache(maxsize=16)
+def _name_markers(names: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(n.encode() + b"\x01" for n in names)
+
+
 @dataclass(slots=True)
 class RecordBatch:
     """The records of a SEND_BATCH_MESSAGE as the buffers that make them up, in order: per record its
@@ -427,7 +432,7 @@ def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
     # One search over them all first (a name then follows a separator or a length): cheap, and
     # almost always negative; then find which message really carries one.
     joined = b"\x02".join(props)
-    if not any(name.encode() + b"\x01" in joined for name in names):
+    if not any(marker in joined for marker in _name_markers(names)):
         return
     for pm in props:
         found = pattern.search(pm[2:])
