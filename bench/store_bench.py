@@ -82,7 +82,7 @@ def bench_sync(root: str, threads: int, per_thread: int, body: int, file_size: i
     store = new_store(root, "SYNC_FLUSH", file_size)
     lat: list[float] = []
     lock = threading.Lock()
-    proto = encode_record(topic=TOPIC, queue_id=0, body=b"x" * body, properties={"KEYS": "k"})
+    protos = [encode_record(topic=TOPIC, queue_id=q, body=b"x" * body, properties={"KEYS": "k"}) for q in range(QUEUES)]
 
     def worker(t: int) -> None:
         mine = []
@@ -96,7 +96,7 @@ def bench_sync(root: str, threads: int, per_thread: int, body: int, file_size: i
         for _ in range(per_thread):
             ev.clear()
             s = time.perf_counter()
-            r = store.put_messages([PutRequest(TOPIC, t % QUEUES, [bytearray(proto)])])[0]
+            r = store.put_messages([PutRequest(TOPIC, t % QUEUES, [bytearray(protos[t % QUEUES])])])[0]
             store.request_flush(r.wrote_offset + r.wrote_bytes, cb)
             ev.wait(10)
             mine.append(time.perf_counter() - s)

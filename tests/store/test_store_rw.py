@@ -449,3 +449,43 @@ def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
     read_back, end2, _ = cl.read_dispatch_requests(0, 1 << 30)
     assert end2 == end and len(read_back) == 9
     assert from_append.rows() == read_back.rows()
+
+
+@pytest.mark.parametrize("few", [0, 1000], ids=["column-wise", "one-by-one"])
+def test_scan_paths_agree_on_fields_and_faults(make_store, monkeypatch, few) -> None:
+    """scan_records reads a few records one by one and many with numpy: same columns, same verdicts."""
+    from tidalmq.common.record import MESSAGE_MAGIC_CODE_V2, encode_record
+    from tidalmq.store import commit_log as clm
+
+    store = make_store(start=False, mapped_file_size_commit_log=64 * 1024)
+    v6 = bytes(range(16))
+    recs = [rec("SA", 0, tags="a", uniq="u0"), rec("SA", 1, keys="k1 k2", props={"X": "y"}),
+            encode_record(topic="SB", queue_id=2, body=b"six", properties={"TAGS": "b"}, born_host=v6, store_host=v6,
+                          store_port=10911),
+            rec("SA", 0, body=b""), rec("SCHEDULE_TOPIC_XXXX", 1, props={"DELAY": "2", "TAGS": "t"})]
+    v2 = bytearray(encode_record(topic="SA", queue_id=3, body=b"v2", properties={"UNIQ_KEY": "v2"}))
+    # the v2 magic has a 2-byte topic length
+    body_end = len(v2) - 2 - len(b"UNIQ_KEY\x01v2\x02") - 1 - 2
+    v2 = v2[:body_end] + b"\x00\x02SA" + v2[body_end + 3 :]
+    struct.pack_into(">ii", v2, 0, len(v2), MESSAGE_MAGIC_CODE_V2)
+    recs.append(v2)
+    store.put_messages([PutRequest("X", i, [r]) for i, r in enumerate(recs)])
+    cl = store.commit_log
+    mf = cl.mfq.files[0]
+    monkeypatch.setattr(clm, "SCAN_FEW", 1000)
+    expected = cl.scan_records(mf, 0, mf.wrote_position)
+    monkeypatch.setattr(clm, "SCAN_FEW", few)
+    got = cl.scan_records(mf, 0, mf.wrote_position)
+    assert got.batch.rows() == expected.batch.rows() and len(got.batch) == 6
+    assert (got.end, got.verdict, got.last_store_timestamp) == (expected.end, expected.verdict, expected.last_store_timestamp)
+    assert [r.tags_code for r in got.batch.rows()][-2] == got.last_store_timestamp + 5000  # level 2: 5 s
+    # a flipped body byte under CRC checking, and a record lying about its offset
+    second, third = (int(o) for o in got.batch.commit_log_offsets[1:3])
+    mf.mm[second + 88] ^= 0xFF  # the first byte of its body (IPv4 hosts)
+    crc = cl.scan_records(mf, 0, mf.wrote_position, check_crc=True)
+    assert (len(crc.batch), crc.verdict, crc.end) == (1, clm.INVALID, second)
+    mf.mm[second + 88] ^= 0xFF
+    assert len(cl.scan_records(mf, 0, mf.wrote_position, check_crc=True).batch) == 6
+    struct.pack_into(">q", mf.mm, third + 28, 12345)
+    lying = cl.scan_records(mf, 0, mf.wrote_position)
+    assert (len(lying.batch), lying.verdict) == (2, clm.INVALID)
