@@ -140,3 +140,13 @@ def test_malformed_batch_body_raises() -> None:
         encode_batch_records(b"\x00\x00\x00\x30" + b"\x00" * 10, **kw)  # type: ignore[arg-type]
     with pytest.raises(RecordError):
         encode_batch_records(b"\x00\x00\x00\x16" + b"\x00" * 12 + b"\x00\x00\x00\x05" + b"\x00\x00", **kw)  # type: ignore[arg-type]
+
+
+@given(st.binary(max_size=5000), st.integers(0, 16))
+def test_body_crc_is_rocketmqs_masked_crc32(body: bytes, cut: int) -> None:
+    import zlib
+
+    from tidalmq.common.record import body_crc
+
+    view = memoryview(body)[cut:]
+    assert body_crc(view) == zlib.crc32(view) & 0x7FFFFFFF

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
 from tidalmq.common import sysflag as sf
 from tidalmq.common.msgid import host_bytes
+from tidalmq.common.record import body_crc
 from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -228,7 +228,7 @@ class BrokerController:
             "haServerAddr": f"{c.broker_ip1}:{c.listen_port + 1}",
             "brokerId": str(c.broker_id),
             "compressed": "false",
-            "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+            "bodyCrc32": str(body_crc(body)),
             "heartbeatTimeoutMillis": str(c.broker_not_active_timeout_millis),
         }
         return RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)

@@ -17,12 +17,16 @@ from __future__ import annotations
 import functools
 import re
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tidalmq.common import sysflag as sf
+
+try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, ~3.5x faster on 1 KiB bodies
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - platforms without its wheels
+    from zlib import crc32 as _crc32
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.msgid import encode_offset_msg_id
 
@@ -136,7 +140,7 @@ def encode_record(
         sysflag |= sf.BORNHOST_V6_FLAG
     if v6_store:
         sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
-    crc = zlib.crc32(body) & 0x7FFFFFFF if body_crc is None else body_crc
+    crc = _crc32(body) & 0x7FFFFFFF if body_crc is None else body_crc
     born_len = 20 if v6_born else 8
     store_len = 20 if v6_store else 8
     total = 48 + born_len + 8 + store_len + 4 + 8 + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
@@ -225,7 +229,7 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
         if body_len < 0 or p + body_len > pos + total:
             raise RecordError(f"bad body length {body_len} at {pos}")
         body = bytes(buf[p : p + body_len]) if read_body else b""
-        if check_crc and (zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
+        if check_crc and (_crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
             raise RecordError(f"body CRC mismatch at {pos}")
         p += body_len
         if magic == MESSAGE_MAGIC_CODE_V2:
@@ -267,7 +271,7 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
 
 def body_crc(body: bytes | memoryview) -> int:
     """RocketMQ stores CRC32 masked to a non-negative int (UtilAll.crc32 & 0x7FFFFFFF)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return _crc32(body) & 0x7FFFFFFF
 
 
 # A batch item (MessageDecoder.encodeMessages): totalsize, magic, bodycrc, flag, bodylen, then the body,
@@ -406,7 +410,7 @@ def encode_batch_records(
     head_view = memoryview(heads.view(np.uint8))
     crcs: list[int] = []
     crc_add = crcs.append
-    crc32 = zlib.crc32
+    crc32 = _crc32
     pieces: list[bytes | bytearray | memoryview] = []
     props: list[memoryview] = []
     props_add = props.append

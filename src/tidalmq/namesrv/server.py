@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from pathlib import Path
 from typing import Any
 
 from tidalmq.common import fastjson
 from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.record import body_crc
 from tidalmq.namesrv.routeinfo import (
     BROKER_CHANNEL_EXPIRED_MS,
     ORDER_TOPIC_CONFIG_NAMESPACE,
@@ -92,7 +92,7 @@ class NameServer:
         h = req.ext_fields
         body = req.body_bytes()
         if h.get("bodyCrc32") not in (None, "", "0"):
-            crc = zlib.crc32(body) & 0x7FFFFFFF
+            crc = body_crc(body)
             if str(crc) != h["bodyCrc32"]:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, "receive registerBroker request,crc32 not match")
         topics: dict[str, dict[str, Any]] = {}

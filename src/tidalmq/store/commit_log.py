@@ -17,7 +17,6 @@ import collections
 import logging
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -37,6 +36,7 @@ from tidalmq.common.record import (
     POS_SYSFLAG,
     DispatchProperties,
     RecordBatch,
+    body_crc,
     encode_blank,
     patch_for_append,
     store_timestamp_pos,
@@ -442,10 +442,9 @@ class CommitLog:
             verdict = INVALID
         if check_crc:
             view = mf.view
-            crc32 = zlib.crc32
             for i, (b0, bl, crc) in enumerate(zip((p_tail[:n] + 16).tolist(), body_len[:n].tolist(),
                                                   head["crc"][:n].tolist(), strict=True)):
-                if bl > 0 and (crc32(view[b0 : b0 + bl]) & 0x7FFFFFFF) != crc:
+                if bl > 0 and body_crc(view[b0 : b0 + bl]) != crc:
                     log.warning("CRC check failed at %d", file_from + starts[i])
                     n, verdict = i, INVALID
                     break
@@ -483,7 +482,7 @@ class CommitLog:
             if body_len < 0 or q + body_len + 3 > rec_end:
                 verdict = INVALID
                 break
-            if check_crc and body_len > 0 and (zlib.crc32(mf.view[q : q + body_len]) & 0x7FFFFFFF) != crc:
+            if check_crc and body_len > 0 and body_crc(mf.view[q : q + body_len]) != crc:
                 log.warning("CRC check failed at %d", file_from + p)
                 verdict = INVALID
                 break
