@@ -123,3 +123,19 @@ def test_reading_while_file_is_deleted(make_store, clock) -> None:
     assert store.clean_expired_now(force=True) > 0
     assert [bytes(b) for b in r.buffers] == before
     assert store.get_message("g", "RET", 0, 0, 8).status is GetStatus.OFFSET_TOO_SMALL
+
+
+def test_a_fresh_store_does_not_read_as_a_full_disk(make_store, monkeypatch) -> None:
+    from tidalmq.store import clean
+
+    store = make_store()
+    seen = []
+
+    def usage(path: str) -> float:
+        seen.append(path)
+        return clean.disk_partition_space_used_percent(path)
+
+    monkeypatch.setattr(store.clean_commit_log, "disk_usage", usage)
+    store.clean_commit_log.is_space_to_delete()
+    # Nothing stored yet, but both paths exist, so neither reads as -1 ("full, reclaim space").
+    assert seen and all(clean.disk_partition_space_used_percent(p) >= 0 for p in seen)

@@ -118,6 +118,9 @@ class DefaultMessageStore:
     def load(self) -> bool:
         cfg = self.config
         os.makedirs(cfg.store_path_root_dir, exist_ok=True)
+        # Retention reads disk usage at these paths; a missing one reads as "full" (as in RocketMQ).
+        os.makedirs(cfg.commit_log_path, exist_ok=True)
+        os.makedirs(cfg.consume_queue_path, exist_ok=True)
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
         log.info("store load: last exit %s", "ok" if self.last_exit_ok else "ABNORMAL")
         ok = self.commit_log.mfq.load()
