@@ -489,3 +489,23 @@ def test_scan_paths_agree_on_fields_and_faults(make_store, monkeypatch, few) -> 
     struct.pack_into(">q", mf.mm, third + 28, 12345)
     lying = cl.scan_records(mf, 0, mf.wrote_position)
     assert (len(lying.batch), lying.verdict) == (2, clm.INVALID)
+
+
+@pytest.mark.parametrize("few", [0, 1000], ids=["column-wise", "one-by-one"])
+def test_scan_of_a_short_ipv6_flagged_record_at_the_end_of_a_file(make_store, monkeypatch, few) -> None:
+    """Garbage that claims IPv6 hosts in a record too short for them, in the last bytes of a file: the
+    scan must call it INVALID, not read past the record (or the mapping)."""
+    from tidalmq.common.record import MESSAGE_MAGIC_CODE
+    from tidalmq.store import commit_log as clm
+
+    store = make_store(start=False, mapped_file_size_commit_log=64 * 1024)
+    put_one(store, "SV")
+    cl = store.commit_log
+    mf = cl.mfq.files[0]
+    size = 91  # the smallest record the scan accepts; IPv6 hosts alone need 112 bytes before the body
+    pos = mf.file_size - size
+    flags = sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG
+    struct.pack_into(">iiiiiqqiq", mf.mm, pos, size, MESSAGE_MAGIC_CODE, 0, 0, 0, 0, mf.file_from_offset + pos, flags, 0)
+    monkeypatch.setattr(clm, "SCAN_FEW", few)
+    scan = cl.scan_records(mf, pos, mf.file_size)
+    assert (len(scan.batch), scan.verdict, scan.end) == (0, clm.INVALID, pos)

@@ -1,8 +1,8 @@
-"""Big-endian integer fields of many records at once: numpy gathers and scatters over a byte buffer.
+"""Big-endian integer fields of many records at once: a numpy gather over a byte buffer.
 
-Records in RocketMQ's files keep their integers big-endian at known offsets. When a batch of records
-is patched (CommitLog append) or read (reput, recovery), reading or writing one field of every record
-with a single numpy operation costs far less than a struct call per record.
+Records in RocketMQ's files keep their integers big-endian at offsets that depend on earlier fields.
+When many records are read (reput, recovery, batch encoding), reading one field of every record with a
+single numpy operation costs far less than a struct call per record.
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ _SIGNED = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}
 _UNSIGNED = {1: ">u1", 2: ">u2", 4: ">u4", 8: ">u8"}
 
 
-def as_bytes_array(buf: bytearray | bytes | memoryview) -> np.ndarray:
-    """A uint8 view of ``buf`` (writable when ``buf`` is)."""
-    return np.frombuffer(buf, dtype=np.uint8)
-
-
 def gather_be(u8: np.ndarray, positions: np.ndarray, width: int, *, signed: bool = True) -> np.ndarray:
     """The ``width``-byte big-endian integers at ``positions`` of ``u8``, as int64."""
     if len(positions) == 0:
@@ -26,14 +21,3 @@ def gather_be(u8: np.ndarray, positions: np.ndarray, width: int, *, signed: bool
     raw = u8[positions[:, None] + _RANGES[width]]  # a fresh C-contiguous (n, width) array
     return raw.view(_SIGNED[width] if signed else _UNSIGNED[width]).ravel().astype(np.int64)
 
-
-def scatter_be(u8: np.ndarray, positions: np.ndarray, width: int, values: np.ndarray | int) -> None:
-    """Store ``values`` (one per position, or one for all) as ``width``-byte big-endian integers."""
-    n = len(positions)
-    if n == 0:
-        return
-    if isinstance(values, np.ndarray):
-        vals = values.astype(_SIGNED[width])
-    else:
-        vals = np.full(n, values, dtype=_SIGNED[width])
-    u8[positions[:, None] + _RANGES[width]] = vals.view(np.uint8).reshape(n, width)

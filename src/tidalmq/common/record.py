@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tidalmq.common import sysflag as sf
+from tidalmq.common.columns import gather_be
 
 try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, ~3.5x faster on 1 KiB bodies
     from isal.isal_zlib import crc32 as _crc32
@@ -395,7 +396,7 @@ def encode_batch_records(
     if bad.any():
         raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal size")
     props_at = s + 20 + body_len  # the 2-byte properties length
-    bad = props_at + 2 + (u8[props_at].astype(np.int64) << 8 | u8[props_at + 1]) != s + total
+    bad = props_at + 2 + gather_be(u8, props_at, 2, signed=False) != s + total
     if bad.any():
         raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal properties length")
     # A record takes the item from BODYLEN on, with the topic inserted before PROPLEN.

@@ -100,7 +100,6 @@ class Scan(NamedTuple):
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
 
 
-
 class CommitLog:
     def __init__(self, config: MessageStoreConfig, clock: Callable[[], int],
                  store_host: tuple[str, int] = ("127.0.0.1", 10911)) -> None:
@@ -280,9 +279,9 @@ class CommitLog:
     def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
                       ts: int) -> None:
         """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
-        tid = self._topic_id(topic.encode("utf-8"))
         if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
             return  # their tag codes are deliver times: left to the scan
+        tid = self._topic_id(topic.encode("utf-8"))
         n = len(batch.sizes)
         tags_codes, keys, uniq = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
         heads = batch.heads
@@ -401,7 +400,7 @@ class CommitLog:
             add(p)
             p += total
         if not starts:
-            return Scan(self._empty_batch(), pos, verdict, 0)
+            return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         if len(starts) <= SCAN_FEW:
             return self._scan_few(mf, starts, pos, verdict, check_crc)
         u8 = mf.numpy(np.uint8)
@@ -413,7 +412,7 @@ class CommitLog:
             k = int(np.argmax(not_record))
             verdict = BLANK if int(magic[k]) == BLANK_MAGIC_CODE else INVALID
             if k == 0:
-                return Scan(self._empty_batch(), pos, verdict, 0)
+                return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
             starts = starts[:k]
             s = s[:k]
             head = head[:k]
@@ -423,8 +422,9 @@ class CommitLog:
         p_store = s + np.where(sysflag & sf.BORNHOST_V6_FLAG, 68, 56)
         store_ts = gather_be(u8, p_store, 8)
         p_tail = p_store + np.where(sysflag & sf.STOREHOSTADDRESS_V6_FLAG, 28, 16)
-        tail = u8[p_tail[:, None] + _AR16].view(_TAIL_DTYPE).ravel()  # reconsume, prepared, body length
-        body_len = tail["body_len"].astype(np.int64)
+        # (clamped into the record: a short record with IPv6 flags must fail the checks below, not the gather)
+        tail = u8[np.minimum(p_tail, end - 16)[:, None] + _AR16].view(_TAIL_DTYPE).ravel()
+        body_len = tail["body_len"].astype(np.int64)  # reconsume, prepared, body length
         # A bad length must not send a gather outside the record: clamp, and let the checks below fail.
         p_topic = np.minimum(p_tail + 16 + np.maximum(body_len, 0), end - 2)
         v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
@@ -449,7 +449,7 @@ class CommitLog:
                     n, verdict = i, INVALID
                     break
         if n == 0:
-            return Scan(self._empty_batch(), pos, verdict, 0)
+            return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         topic_ids = self._read_topics(u8, topic_at[:n], topic_len[:n])
         find = DISPATCH_PROPERTIES.findall
         found = [find(mm[p0 - 1 : p0 + pn]) if pn else [] for p0, pn in zip(props_at[:n].tolist(), props_len[:n].tolist(), strict=True)]
@@ -477,6 +477,9 @@ class CommitLog:
             q = p + (68 if sysflag & sf.BORNHOST_V6_FLAG else 56)
             store_ts = _Q.unpack_from(mm, q)[0]
             q += 28 if sysflag & sf.STOREHOSTADDRESS_V6_FLAG else 16
+            if q + 16 > rec_end:  # a short record with IPv6 flags
+                verdict = INVALID
+                break
             _reconsume, prepared, body_len = _TAIL.unpack_from(mm, q)
             q += 16
             if body_len < 0 or q + body_len + 3 > rec_end:
@@ -509,7 +512,7 @@ class CommitLog:
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
         if not cols:
-            return Scan(self._empty_batch(), pos, verdict, 0)
+            return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         queue_ids, queue_offsets, phys_l, sizes, store_ts_l, sysflags, prepared_l, topic_ids = (
             np.array(c, dtype=np.int64) for c in zip(*cols, strict=True))
         tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts_l.tolist())
@@ -578,10 +581,6 @@ class CommitLog:
                     self._topic_names.append(raw.decode("utf-8", "replace"))
                     tid = self._topic_ids[raw] = len(self._topic_names) - 1
         return tid
-
-    def _empty_batch(self) -> DispatchBatch:
-        empty = np.zeros(0, dtype=np.int64)
-        return DispatchBatch(self._topic_names, empty, empty, empty, empty, empty, empty, empty, empty, empty, [], [])
 
     def _deliver_timestamp(self, level_text: bytes, store_ts: int, default: int) -> int:
         """For SCHEDULE_TOPIC_XXXX the ConsumeQueue tag field holds the deliver time

@@ -121,11 +121,16 @@ class DispatchBatch:
         ]
 
     @staticmethod
+    def empty(topic_names: list[str]) -> DispatchBatch:
+        none = np.zeros(0, dtype=np.int64)
+        return DispatchBatch(topic_names, *(none for _ in _ARRAY_FIELDS), [], [])
+
+    @staticmethod
     def concat(parts: list[DispatchBatch]) -> DispatchBatch:
         if len(parts) == 1:
             return parts[0]
         if not parts:
-            return DispatchBatch([], *(np.zeros(0, dtype=np.int64) for _ in range(9)), [], [])
+            return DispatchBatch.empty([])
         names = parts[-1].topic_names  # the name table only grows, so the last one covers all ids
         cols = [np.concatenate([getattr(p, f) for p in parts]) for f in _ARRAY_FIELDS]
         keys = [k for p in parts for k in p.keys]

@@ -57,7 +57,7 @@ SEND_HEADER = SendHeaderKeys("producerGroup", "topic", "defaultTopic", "defaultT
 SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n")
 
 # A reply to one send: sends the response to the client (or completes a broker-internal future).
-Reply = Callable[[RemotingCommand], object]
+Respond = Callable[[RemotingCommand], object]
 
 SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
 
@@ -143,7 +143,7 @@ def _no_reply(_: RemotingCommand) -> None:
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._pending: list[tuple[PutRequest, RemotingCommand, Reply, bool]] = []
+        self._pending: list[tuple[PutRequest, RemotingCommand, Respond, bool]] = []
         self._drain_scheduled = False
 
     # entry point ------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class SendMessageProcessor:
         # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
         is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get(k.batch) in ("true", "1")
-        reply: Reply = _no_reply if req.is_oneway else conn.send
+        reply: Respond = _no_reply if req.is_oneway else conn.send
         if is_batch:
             if sysflag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, "transactional messages cannot be batched (RocketMQ's rule)")
@@ -255,14 +255,14 @@ class SendMessageProcessor:
             reply(req.make_response(e.code, e.remark))
         return fut
 
-    def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Reply) -> None:
+    def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond) -> None:
         b = self.broker
         if b.rewrite_hooks:
             b.rewrite_before_store(msg)
         wait = msg.get_property(mc.WAIT_STORE_MSG_OK) != "false"
         self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply)
 
-    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Reply) -> None:
+    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond) -> None:
         self._pending.append((put, req, reply, wait))
         if not self._drain_scheduled:
             self._drain_scheduled = True
@@ -306,7 +306,7 @@ class SendMessageProcessor:
         sync = b.store_config.flush_disk_type == "SYNC_FLUSH"
         loop = asyncio.get_running_loop()
         max_end = 0
-        waiters: list[tuple[Reply, RemotingCommand]] = []
+        waiters: list[tuple[Respond, RemotingCommand]] = []
         for (put, req, reply, wait), res in zip(batch, results, strict=True):
             resp = self._response(req, put, res)
             b.stats_put(put.topic, len(put.records), res)
@@ -326,7 +326,7 @@ class SendMessageProcessor:
         loop.call_soon(b.store.dispatch)
 
     @staticmethod
-    def _complete_flush(waiters: list[tuple[Reply, RemotingCommand]], ok: bool) -> None:
+    def _complete_flush(waiters: list[tuple[Respond, RemotingCommand]], ok: bool) -> None:
         for reply, resp in waiters:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
