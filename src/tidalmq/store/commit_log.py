@@ -106,7 +106,7 @@ class CommitLog:
         self.config = config
         self.clock = clock
         self.file_size = config.mapped_file_size_commit_log
-        self.mfq = MappedFileQueue(config.commit_log_path, self.file_size)
+        self.mfq = MappedFileQueue(config.commit_log_path, self.file_size, preallocate=True)
         self.put_lock = threading.Lock()
         # (topic, queue_id) -> next queue offset; rebuilt from the ConsumeQueues after recovery.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -699,6 +699,7 @@ class CommitLog:
         for f in self.mfq.files:
             f.flushed_position = f.wrote_position
         self._set_recovered(process_offset)
+        self.mfq.make_next_ahead()
 
     def _set_recovered(self, process_offset: int) -> None:
         self.mfq.flushed_where = process_offset

@@ -233,12 +233,16 @@ class MappedFileQueue:
     """The files of one logical stream, oldest first. ``files`` is replaced, never mutated, so readers
     can take a snapshot without a lock (copy-on-write)."""
 
-    def __init__(self, store_path: str, mapped_file_size: int) -> None:
+    def __init__(self, store_path: str, mapped_file_size: int, *, preallocate: bool = False) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.files: tuple[MappedFile, ...] = ()
         self.flushed_where = 0
         self._lock = threading.Lock()  # serialises changes to ``files``
+        # RocketMQ's AllocateMappedFileService: the file after the one being written is created (fallocate,
+        # fsync, mmap) by a background thread, so a put that rolls over finds it ready instead of
+        # reserving a whole file under the put lock. ``None`` when the queue creates files inline.
+        self._allocator = _NextFileAllocator(self) if preallocate else None
 
     # ------------------------------------------------------------------ load
     def load(self) -> bool:
@@ -321,13 +325,28 @@ class MappedFileQueue:
         return self._create(create_offset, first=last is None)
 
     def _create(self, offset: int, *, first: bool) -> MappedFile:
-        os.makedirs(self.store_path, exist_ok=True)
-        path = os.path.join(self.store_path, offset_to_file_name(offset))
-        f = MappedFile(path, self.mapped_file_size, create=True)
+        f = self._allocator.take(offset) if self._allocator is not None else None
+        if f is None:
+            f = self.create_file(offset)
         f.first_create_in_queue = first
-        fsync_dir(self.store_path)
         with self._lock:
             self.files = self.files + (f,)
+        if self._allocator is not None:
+            self._allocator.request(offset + self.mapped_file_size)
+        return f
+
+    def make_next_ahead(self) -> None:
+        """Start making the file after the last one (after recovery, so the first roll-over finds it)."""
+        last = self.last
+        if self._allocator is not None and last is not None:
+            self._allocator.request(last.file_from_offset + self.mapped_file_size)
+
+    def create_file(self, offset: int) -> MappedFile:
+        """Create, reserve and map the file starting at ``offset``; its directory entry made durable."""
+        os.makedirs(self.store_path, exist_ok=True)
+        f = MappedFile(os.path.join(self.store_path, offset_to_file_name(offset)), self.mapped_file_size,
+                       create=True)
+        fsync_dir(self.store_path)
         return f
 
     # ------------------------------------------------------------------ flush
@@ -370,6 +389,8 @@ class MappedFileQueue:
                 keep.append(f)
         with self._lock:
             self.files = tuple(keep)
+        if self._allocator is not None:
+            self._allocator.discard()  # it was made for an offset that no longer follows the data
         for f in doomed:
             log.info("truncate: deleting dirty file %s", f.path)
             f.destroy()
@@ -410,6 +431,8 @@ class MappedFileQueue:
         return len(doomed)
 
     def destroy(self) -> None:
+        if self._allocator is not None:
+            self._allocator.discard()
         files = self.files
         with self._lock:
             self.files = ()
@@ -422,5 +445,78 @@ class MappedFileQueue:
             pass
 
     def close(self) -> None:
+        if self._allocator is not None:
+            self._allocator.close()
         for f in self.files:
             f.close()
+
+
+class _NextFileAllocator:
+    """Creates the next file of a queue on a background thread, one file ahead (RocketMQ's
+    AllocateMappedFileService). A file made ahead is on disk but not in ``files`` until a put takes it:
+    after a crash it is an empty last file, which recovery keeps (empty) or truncates like any other."""
+
+    def __init__(self, queue: MappedFileQueue) -> None:
+        self._queue = queue
+        self._cond = threading.Condition()
+        self._offset: int | None = None  # the file asked for, being made or made
+        self._file: MappedFile | None = None
+        self._busy = False
+        self._closed = False
+
+    def request(self, offset: int) -> None:
+        with self._cond:
+            if self._closed or self._offset == offset:
+                return
+            self._drop_locked()
+            self._offset = offset
+            self._busy = True
+        threading.Thread(target=self._make, args=(offset,), name="AllocateMappedFileService", daemon=True).start()
+
+    def _make(self, offset: int) -> None:
+        try:
+            f: MappedFile | None = self._queue.create_file(offset)
+        except (OSError, ValueError) as e:
+            # The put path retries inline and reports the failure there (a full disk, say).
+            log.warning("pre-allocating %s/%s failed: %s", self._queue.store_path, offset_to_file_name(offset), e)
+            f = None
+        with self._cond:
+            if self._offset == offset and not self._closed:
+                self._file = f
+                f = None
+            self._busy = False
+            self._cond.notify_all()
+        if f is not None:  # asked for something else meanwhile, or closed
+            f.destroy()
+
+    def take(self, offset: int) -> MappedFile | None:
+        """The file made ahead for ``offset`` (waiting for it if it is being made), or None."""
+        with self._cond:
+            if self._offset != offset:
+                return None
+            while self._busy:
+                self._cond.wait()
+            f, self._file, self._offset = self._file, None, None
+            return f
+
+    def _drop_locked(self) -> None:
+        while self._busy:
+            self._cond.wait()
+        if self._file is not None:
+            self._file.destroy()
+        self._file = self._offset = None
+
+    def discard(self) -> None:
+        """Delete the file made ahead (the queue was truncated or destroyed)."""
+        with self._cond:
+            self._drop_locked()
+
+    def close(self) -> None:
+        """Unmap the file made ahead but keep it on disk: the next start takes it as an empty last file."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+            self._file = self._offset = None
