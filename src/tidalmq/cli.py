@@ -14,6 +14,7 @@ from pathlib import Path
 from tidalmq import __version__
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.store.config import MessageStoreConfig
 
 log = logging.getLogger("tidalmq")
 
@@ -46,8 +47,9 @@ def _parse_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[BrokerConfig, object]:
-    from tidalmq.store.config import MessageStoreConfig
+def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """The broker's and the store's configuration from ``-c`` and ``--set``, validated (a ``ConfigError``
+    names the key): callers build it before they bind any port."""
 
     props: dict[str, str] = {}
     if getattr(args, "config", None):
@@ -59,11 +61,13 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
     unknown = apply_properties(sc, props)
     unknown = apply_properties(bc, {k: props[k] for k in unknown})
     for key in unknown:
-        log.warning("unknown configuration key %s ignored", key)
+        log.warning("unknown configuration key %s ignored (not a key TidalMQ uses)", key)
     if getattr(args, "broker_port", None) is not None:
         bc.listen_port = args.broker_port
-    if hasattr(sc, "store_path_commit_log") and not props.get("storePathCommitLog"):
+    if not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
+    bc.validate()
+    sc.validate()
     return bc, sc
 
 
@@ -79,14 +83,14 @@ async def _standalone(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
+    bc, sc = build_broker_configs(args, data_dir)  # refused before any port is bound
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
     await ns.start()
-    bc, sc = build_broker_configs(args, data_dir)
     bc.namesrv_addr = f"127.0.0.1:{ns.port}"
     if args.host not in ("0.0.0.0", "::", ""):
         bc.broker_ip1 = args.host
-    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    broker = BrokerController(bc, sc, host=args.host)
     await broker.start()
     await broker.register_all()
     _settle_gc()
@@ -123,7 +127,7 @@ async def _broker(args: argparse.Namespace) -> int:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    broker = BrokerController(bc, sc, host=args.host)
     await broker.start()
     _settle_gc()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)

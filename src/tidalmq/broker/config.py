@@ -6,6 +6,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from tidalmq.common.config import JAVA_INT_MAX, Check, check_fields, in_range, one_of
+
 
 def default_data_dir() -> str:
     return os.environ.get("TIDALMQ_HOME") or os.path.join(os.path.expanduser("~"), ".tidalmq")
@@ -24,8 +26,6 @@ class BrokerConfig:
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
-    cluster_topic_enable: bool = True
-    broker_topic_enable: bool = True
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
     register_broker_timeout_mills: int = 24000
@@ -33,8 +33,6 @@ class BrokerConfig:
     broker_not_active_timeout_millis: int = 120000
     flush_consumer_offset_interval: int = 5000
     channel_expired_timeout: int = 120000
-    transfer_msg_by_heap: bool = True
-    max_error_rate_of_bloom_filter: int = 20
     enable_property_filter: bool = False
     notify_consumer_ids_changed_enable: bool = True
     # Transactions (docs/transactions.md): a half message unresolved this long is checked back, every
@@ -47,3 +45,20 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    def validate(self) -> None:
+        """Refuse values the broker cannot run with (``ConfigError`` names the key and what is allowed)."""
+        check_fields(self, _CHECKS)
+
+
+_CHECKS: dict[str, Check] = {
+    "broker_role": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+    "broker_id": in_range(0, 2**63 - 1),
+    "listen_port": in_range(0, 65535),
+    "broker_permission": in_range(0, 7),  # PermName's bits: 4 read, 2 write, 1 inherit
+    "default_topic_queue_nums": in_range(1, 1024),
+    "flush_consumer_offset_interval": in_range(1, JAVA_INT_MAX),
+    "channel_expired_timeout": in_range(1, JAVA_INT_MAX),
+    "transaction_check_max": in_range(0, JAVA_INT_MAX),
+    "transaction_check_interval": in_range(1, JAVA_INT_MAX),
+}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,6 +88,35 @@ def apply_properties(obj: Any, props: dict[str, str], *, strict: bool = False) -
     if strict and unknown:
         raise ConfigError("unknown configuration keys: " + ", ".join(sorted(unknown)))
     return unknown
+
+
+# A check returns why a value is unusable, or None when it is fine.
+Check = Callable[[Any], "str | None"]
+
+JAVA_INT_MAX = 2**31 - 1
+JAVA_LONG_MAX = 2**63 - 1
+
+
+def one_of(*allowed: str) -> Check:
+    """An enum-valued key, spelt exactly as RocketMQ spells it (RocketMQ's enums are case-sensitive)."""
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"allowed values are {', '.join(allowed)}"
+    return check
+
+
+def in_range(lo: int, hi: int) -> Check:
+    def check(value: Any) -> str | None:
+        return None if lo <= value <= hi else f"must be between {lo} and {hi}"
+    return check
+
+
+def check_fields(obj: Any, checks: Mapping[str, Check]) -> None:
+    """Refuse the first field of ``obj`` whose value fails its check, naming the RocketMQ key."""
+    for name, check in checks.items():
+        value = getattr(obj, name)
+        why = check(value)
+        if why is not None:
+            raise ConfigError(f"{snake_to_camel(name)}={value!r}: {why}")
 
 
 def to_properties(obj: Any) -> dict[str, str]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tidalmq.common.config import JAVA_INT_MAX, Check, ConfigError, check_fields, in_range, one_of
+
 CQ_STORE_UNIT_SIZE = 20
+TIMER_SLOT_MS = 1000  # the timer wheel's slot; its precision must divide it
 
 
 @dataclass
@@ -38,9 +41,6 @@ class MessageStoreConfig:
     clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = 10000  # ms
     delete_commit_log_files_interval: int = 100  # ms between two deleted files
-    delete_consume_queue_files_interval: int = 100
-    # RocketMQ's key is spelled destroyMapedFileIntervalForcibly; the field follows it so broker.conf applies.
-    destroy_maped_file_interval_forcibly: int = 1000 * 120
     delete_file_batch_max: int = 10
 
     max_message_size: int = 1024 * 1024 * 4
@@ -70,14 +70,6 @@ class MessageStoreConfig:
     timer_max_delay_sec: int = 400 * 86400  # RocketMQ's default is 3 days; ours 400
 
     @property
-    def destroy_mapped_file_interval_forcibly(self) -> int:
-        return self.destroy_maped_file_interval_forcibly
-
-    @destroy_mapped_file_interval_forcibly.setter
-    def destroy_mapped_file_interval_forcibly(self, value: int) -> None:
-        self.destroy_maped_file_interval_forcibly = value
-
-    @property
     def commit_log_path(self) -> str:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
 
@@ -99,7 +91,47 @@ class MessageStoreConfig:
 
     @property
     def sync_flush(self) -> bool:
-        return self.flush_disk_type.upper() == "SYNC_FLUSH"
+        return self.flush_disk_type == "SYNC_FLUSH"
+
+    def validate(self) -> None:
+        """Refuse values the store cannot run with (``ConfigError`` names the key and what is allowed);
+        called before anything binds a port or opens a file."""
+        check_fields(self, _CHECKS)
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as e:
+            raise ConfigError(f"messageDelayLevel={self.message_delay_level!r}: {e}") from None
+        for part in self.delete_when.split(";"):
+            if part.strip() and not (part.strip().isdigit() and 0 <= int(part) <= 23):
+                raise ConfigError(f"deleteWhen={self.delete_when!r}: hours 00..23 separated by ';'")
+
+
+def _multiple_of(unit: int) -> Check:
+    return lambda v: None if v > 0 and v % unit == 0 else f"must be a positive multiple of {unit}"
+
+
+def _timer_precision(v: int) -> str | None:
+    return None if v >= 10 and TIMER_SLOT_MS % v == 0 else f"must be >= 10 and divide {TIMER_SLOT_MS}"
+
+
+_POSITIVE_INT = in_range(1, JAVA_INT_MAX)
+_CHECKS: dict[str, Check] = {
+    "flush_disk_type": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
+    "mapped_file_size_commit_log": in_range(4096, JAVA_INT_MAX),
+    "mapped_file_size_consume_queue": _multiple_of(CQ_STORE_UNIT_SIZE),
+    "flush_interval_commit_log": _POSITIVE_INT,
+    "flush_interval_consume_queue": _POSITIVE_INT,
+    "sync_flush_timeout": _POSITIVE_INT,
+    "file_reserved_time": in_range(0, JAVA_INT_MAX),
+    "disk_max_used_space_ratio": in_range(1, 100),
+    "disk_space_warning_level_ratio": in_range(1, 100),
+    "disk_space_clean_forcibly_ratio": in_range(1, 100),
+    "max_message_size": _POSITIVE_INT,
+    "max_hash_slot_num": _POSITIVE_INT,
+    "max_index_num": _POSITIVE_INT,
+    "timer_precision_ms": _timer_precision,
+    "timer_max_delay_sec": _POSITIVE_INT,
+}
 
 
 _UNITS_MS = {"s": 1000, "m": 60 * 1000, "h": 60 * 60 * 1000, "d": 24 * 60 * 60 * 1000}

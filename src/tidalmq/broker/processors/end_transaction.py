@@ -37,7 +37,7 @@ class EndTransactionProcessor:
     def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         b = self.broker
         h = req.ext_fields
-        if b.config.broker_role.upper() == "SLAVE":
+        if b.config.broker_role == "SLAVE":
             return req.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave: end transaction is forbidden")
         try:
             group = h["producerGroup"]

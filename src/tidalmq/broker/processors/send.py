@@ -303,7 +303,7 @@ class SendMessageProcessor:
             for _, req, reply, _ in batch:
                 reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
             return
-        sync = b.store_config.flush_disk_type == "SYNC_FLUSH"
+        sync = b.store_config.sync_flush
         loop = asyncio.get_running_loop()
         max_end = 0
         waiters: list[tuple[Respond, RemotingCommand]] = []
