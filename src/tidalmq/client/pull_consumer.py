@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tidalmq.client import codec
 from tidalmq.client import validators as v
+from tidalmq.client.broker_addr import find_master_addr
 from tidalmq.client.errors import IllegalStateError, MQClientError
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus
@@ -82,13 +83,7 @@ class PullConsumer:
             raise IllegalStateError(f"the pull consumer {self.group} is {what}")
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = self._instance.master_addr(mq.broker_name)
-        if addr is None:
-            await self._instance.update_route(mq.topic)
-            addr = self._instance.master_addr(mq.broker_name)
-        if addr is None:
-            raise MQClientError(10003, f"The broker[{mq.broker_name}] not exist")
-        return addr
+        return await find_master_addr(self._instance, mq)
 
     # queues and positions ---------------------------------------------------------------------
     async def fetch_queues(self, topic: str) -> list[MessageQueue]:
