@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import atomic_write, read_with_backup
 from tidalmq.common.record import body_crc
 from tidalmq.namesrv.routeinfo import (
@@ -81,7 +82,11 @@ class NameServer:
         if raw:
             table = fastjson.loads(raw).get("configTable", {})
             for ns, kvs in table.items():
-                for k, v in kvs.items():
+                for k, v in (kvs.items() if isinstance(kvs, dict) else ()):
+                    if not (nm.is_legal(nm.check_config_key, ns) and nm.is_legal(nm.check_config_key, k)
+                            and isinstance(v, str)):
+                        log.warning("%s: ignoring config %r / %r: not a legal namespace and key", self.kv_config_path, ns, k)
+                        continue
                     self.routes.put_kv(ns, k, v)
 
     def _persist_kv(self) -> None:
