@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
 from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import atomic_write, read_with_backup
+
+log = logging.getLogger(__name__)
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -17,6 +21,8 @@ class ConsumerOffsetManager:
         self.table: dict[str, dict[int, int]] = {}  # "topic@group" -> queueId -> offset
         self._lock = threading.Lock()
         self._dirty = False
+        # Entries whose topic@group key fails the naming rules: kept as read, written back, never used.
+        self.refused: dict[str, object] = {}
 
     def load(self) -> None:
         raw = read_with_backup(self.path)
@@ -24,13 +30,20 @@ class ConsumerOffsetManager:
             return
         obj = fastjson.loads(raw)
         for key, queues in (obj.get("offsetTable") or {}).items():
-            self.table[key] = {int(q): int(o) for q, o in queues.items()}
+            topic, _, group = key.rpartition(TOPIC_GROUP_SEPARATOR)
+            try:
+                nm.check_any_topic(topic)
+                nm.check_group(group)
+                self.table[key] = {int(q): int(o) for q, o in queues.items()}
+            except (ValueError, AttributeError) as e:
+                log.warning("%s: offsets of %r not loaded (%s); left in the file as they are", self.path, key, e)
+                self.refused[key] = queues
 
     def persist(self, force: bool = False) -> None:
         with self._lock:
             if not (self._dirty or force):
                 return
-            data = fastjson.dumpb({"offsetTable": {k: dict(v) for k, v in self.table.items()}})
+            data = fastjson.dumpb({"offsetTable": {**self.refused, **{k: dict(v) for k, v in self.table.items()}}})
             self._dirty = False
         atomic_write(self.path, data)
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import atomic_write, read_with_backup
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -57,16 +61,28 @@ class SubscriptionGroupManager:
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self._lock = threading.Lock()
+        # Entries whose names fail the naming rules: kept as read, written back, never used.
+        self.refused: dict[str, Any] = {}
 
     def load(self) -> None:
         raw = read_with_backup(self.path)
         if raw:
             for name, d in (fastjson.loads(raw).get("subscriptionGroupTable") or {}).items():
-                self.table[name] = SubscriptionGroupConfig.from_json(d)
+                try:
+                    nm.check_group(name)
+                    cfg = SubscriptionGroupConfig.from_json(d)
+                    if cfg.group_name != name:
+                        raise nm.NameError_(f"its groupName is {cfg.group_name!r}")
+                except (ValueError, KeyError, TypeError) as e:
+                    log.warning("%s: group %r not loaded (%s); left in the file as it is", self.path, name, e)
+                    self.refused[name] = d
+                    continue
+                self.table[name] = cfg
 
     def persist(self) -> None:
         with self._lock:
-            data = fastjson.dumpb({"subscriptionGroupTable": {n: c.to_json() for n, c in self.table.items()}})
+            table = {**self.refused, **{n: c.to_json() for n, c in self.table.items()}}
+            data = fastjson.dumpb({"subscriptionGroupTable": table})
         atomic_write(self.path, data)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:

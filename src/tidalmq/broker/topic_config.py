@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Any
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import atomic_write, read_with_backup
+
+log = logging.getLogger(__name__)
 
 PERM_PRIORITY = 0x1 << 3
 PERM_READ = 0x1 << 2
@@ -82,6 +85,8 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self._lock = threading.RLock()
+        # Entries of topics.json whose names fail the naming rules: kept as read, written back, never used.
+        self.refused: dict[str, Any] = {}
         self.default_queue_nums = default_queue_nums
         self.auto_create = auto_create
         self._system_topics(broker_name, cluster_name)
@@ -94,8 +99,11 @@ class TopicConfigManager:
         if self.auto_create:
             add(nm.AUTO_CREATE_TOPIC_KEY_TOPIC, self.default_queue_nums, self.default_queue_nums,
                 PERM_RW | PERM_INHERIT)
-        add(cluster_name, 16, 16, PERM_RW | PERM_INHERIT)
-        add(broker_name, 1, 1, PERM_RW | PERM_INHERIT)
+        # The cluster and broker names are topics too (RocketMQ's), when they are legal topic names (a host
+        # name with dots is a legal broker name, not a topic).
+        for name, n in ((cluster_name, 16), (broker_name, 1)):
+            if nm.is_legal(nm.check_topic, name):
+                add(name, n, n, PERM_RW | PERM_INHERIT)
         add(nm.SCHEDULE_TOPIC, 18, 18)
         add(nm.TIMER_TOPIC, 1, 1)
         add(nm.TRANS_HALF_TOPIC, 1, 1)
@@ -108,13 +116,25 @@ class TopicConfigManager:
             return
         obj = fastjson.loads(raw)
         for name, d in (obj.get("topicConfigTable") or {}).items():
-            self.table[name] = TopicConfig.from_json(d)
+            try:
+                nm.check_any_topic(name)
+                tc = TopicConfig.from_json(d)
+                if tc.topic_name != name:
+                    raise nm.NameError_(f"its topicName is {tc.topic_name!r}")
+                nm.check_perm(tc.perm)
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("%s: topic %r not loaded (%s); left in the file as it is", self.path, name, e)
+                self.refused[name] = d
+                continue
+            self.table[name] = tc
         dv = obj.get("dataVersion") or {}
         self.data_version.counter = int(dv.get("counter", 0))
 
     def persist(self) -> None:
         with self._lock:
-            data = fastjson.dumpb(self.wrapper())
+            wrapper = self.wrapper()
+            wrapper["topicConfigTable"] = {**self.refused, **wrapper["topicConfigTable"]}
+            data = fastjson.dumpb(wrapper)
         atomic_write(self.path, data)
 
     def wrapper(self) -> dict[str, Any]:

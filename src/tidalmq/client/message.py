@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from tidalmq.client.errors import ValidationError
 from tidalmq.common import message as mc
 from tidalmq.common.record import StoredMessage
 
@@ -111,7 +112,17 @@ class Message:
         return self.properties.get(mc.UNIQ_KEY)
 
     def put_user_property(self, name: str, value: str) -> None:
-        self.properties[name] = str(value)
+        """A user property; system names (RocketMQ's MessageConst.STRING_HASH_SET) are refused, as
+        Message.putUserProperty does; so are names and values holding the properties' separators."""
+        value = str(value)
+        if name in mc.SYSTEM_PROPERTIES:
+            raise ValidationError(f"The Property<{name}> is used by system, input another please")
+        if not name or not name.strip() or not value.strip():
+            raise ValidationError("The name or value of property can not be null or blank string!")
+        error = mc.property_text_error(name, value)
+        if error is not None:
+            raise ValidationError(error)
+        self.properties[name] = value
 
     def get_property(self, name: str) -> str | None:
         return self.properties.get(name)

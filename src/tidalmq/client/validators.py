@@ -89,6 +89,16 @@ def check_message(msg: Message | None, max_message_size: int = DEFAULT_MAX_MESSA
         raise ValidationError("the message body length is zero")
     if len(msg.body) > max_message_size:
         raise ValidationError(f"the message body size over max value, MAX: {max_message_size}")
+    check_properties(msg.properties)
+
+
+def check_properties(properties: dict[str, str]) -> None:
+    """No name or value may hold a separator of the properties' wire form (it would write other
+    properties, a DELAY for instance, into the message)."""
+    for name, value in properties.items():
+        error = mc.property_text_error(name, value)
+        if error is not None:
+            raise ValidationError(error)
 
 
 def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:

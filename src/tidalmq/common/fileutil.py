@@ -42,3 +42,26 @@ def read_with_backup(path: str | Path) -> bytes | None:
         except FileNotFoundError:
             continue
     return None
+
+
+class UnsafePathError(ValueError):
+    """A path built from a name would leave the directory it must stay in."""
+
+
+def path_under(root: str | Path, *parts: str) -> str:
+    """``root/part/...``, refusing any part that is not one plain path component and any result that,
+    symbolic links resolved, is not strictly inside ``root``.
+
+    Every path the store makes from a name (a topic's ConsumeQueue directory, a queue's files, the
+    directories a topic deletion removes) goes through here, so a name that slipped past the naming
+    rules still cannot reach outside the store.
+    """
+    for part in parts:
+        if (not isinstance(part, str) or part in ("", ".", "..") or "/" in part or "\\" in part
+                or "\x00" in part or (os.altsep is not None and os.altsep in part)):
+            raise UnsafePathError(f"refusing path component {part!r} under {root}")
+    base = os.path.realpath(root)
+    path = os.path.join(base, *parts)
+    if os.path.commonpath([base, os.path.realpath(path)]) != base or not parts:
+        raise UnsafePathError(f"refusing {path!r}: it resolves outside {base}")
+    return path

@@ -43,6 +43,42 @@ TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+
+# Names a user property may not take (MessageConst.STRING_HASH_SET, which Message.putUserProperty
+# refuses), with the ones TidalMQ's broker writes besides (TIMER_DELAY_MS, DLQ_ORIGIN_*).
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", KEYS, TAGS, WAIT_STORE_MSG_OK, DELAY, RETRY_TOPIC, REAL_TOPIC, REAL_QID, TRAN_MSG,
+    PGROUP, MIN_OFFSET, MAX_OFFSET, "BUYER_ID", ORIGIN_MESSAGE_ID, "TRANSFER_FLAG", "CORRECTION_FLAG",
+    "MQ2_FLAG", RECONSUME_TIME, UNIQ_KEY, MAX_RECONSUME_TIMES, CONSUME_START_TIME, "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", TRAN_PREPARED_QUEUE_OFFSET, "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", CLUSTER, "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+    TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES,
+    TIMER_OUT_MS, TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES,
+})
+
+# What the broker does with properties only it writes when a client's send carries them
+# (docs/security.md, "Properties"). Refused (MESSAGE_ILLEGAL): never on a message a client receives,
+# so no real client has a copy to send. Dropped: they ride on delivered messages (REAL_TOPIC of a
+# delivered delayed message, TIMER_ENQUEUE_MS of a timer one ...) and clients copy them when they
+# re-send a message themselves, so refusing would break them; the broker writes its own where needed.
+BROKER_ONLY_PROPERTIES = (TIMER_OUT_MS, TIMER_ROLL_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
+BROKER_WRITTEN_PROPERTIES = (REAL_TOPIC, REAL_QID, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TRANSACTION_CHECK_TIMES,
+                             DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID)
+
+
+def property_text_error(name: str, value: str) -> str | None:
+    """Why ``name``/``value`` cannot travel as a property, or None: a separator inside either would let
+    one property write others (``"x\x02DELAY\x012"``)."""
+    if not isinstance(name, str) or not name:
+        return "a property name must be a non-empty string"
+    if not isinstance(value, str):
+        return f"the value of property {name!r} must be a string"
+    for text, what in ((name, "name"), (value, "value")):
+        if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+            return f"the property {what} {text[:64]!r} contains a reserved separator (\\x01 or \\x02)"
+    return None
 
 KEY_SEPARATOR = " "
 

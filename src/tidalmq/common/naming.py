@@ -1,8 +1,16 @@
-"""Topic and group naming rules (RocketMQ's TopicValidator and Validators)."""
+"""Naming rules (RocketMQ's TopicValidator and Validators): the one place that decides which topic,
+group, broker, cluster and config names are legal.
+
+Topics and groups become ConsumeQueue directory names and keys of the persisted tables, so a name that
+passes these checks can never be a path: the characters are a closed set (no ``/``, ``\\``, ``.``, no
+control character), every pattern is matched against the whole string (``fullmatch``: a trailing
+newline does not slip through as it does with ``^...$``), and lengths are bounded.
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -22,22 +30,48 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC}
 
 TOPIC_MAX_LENGTH = 127
-GROUP_MAX_LENGTH = 255
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# RocketMQ allows 255; 248 keeps "%RETRY%" + group within one file name (255 bytes), since the retry
+# and dead-letter topics of a group are ConsumeQueue directories.
+GROUP_MAX_LENGTH = 255 - len(RETRY_GROUP_TOPIC_PREFIX)
+BROKER_NAME_MAX_LENGTH = 127
+ADDR_MAX_LENGTH = 255
+CONFIG_KEY_MAX_LENGTH = 255
+TOPIC_PATTERN = "^[%|a-zA-Z0-9_-]+$"  # as RocketMQ words it in its remarks
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")
+# Broker and cluster names may be host names (brokerName defaults to one): dots allowed, ".." not.
+_BROKER_CHARS = re.compile(r"[%|a-zA-Z0-9_.-]+")
+# host:port, IPv4, host names and bracketed IPv6.
+_ADDR_CHARS = re.compile(r"[a-zA-Z0-9_.:\[\]-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+PERM_MAX = 0x7  # PermName: READ 4 | WRITE 2 | INHERIT 1 (PRIORITY 8 is never stored)
 
 
 class NameError_(ValueError):
     """An illegal topic or group name; the message says what is wrong."""
 
 
-def check_topic(topic: str | None) -> None:
+def _show(name: str) -> str:
+    """A name as a remark shows it: escaped (no control character reaches a log line) and short."""
+    shown = name if len(name) <= 64 else name[:64] + "..."
+    return shown.encode("unicode_escape").decode("ascii")
+
+
+def _check(what: str, name: object, chars: re.Pattern[str], max_length: int, allowing: str) -> str:
+    if not isinstance(name, str):
+        raise NameError_(f"the specified {what} must be a string, got {type(name).__name__}")
+    if not name or not name.strip():
+        raise NameError_(f"the specified {what} is blank")
+    if len(name) > max_length:
+        raise NameError_(f"the specified {what} is longer than {what} max length {max_length}")
+    if chars.fullmatch(name) is None:
+        raise NameError_(f"the specified {what}[{_show(name)}] contains illegal characters, allowing only {allowing}")
+    return name
+
+
+def check_topic(topic: object) -> None:
     """Raise ``NameError_`` if ``topic`` is not a legal RocketMQ topic name."""
-    if not topic or not topic.strip():
-        raise NameError_("the specified topic is blank")
-    if len(topic) > TOPIC_MAX_LENGTH:
-        raise NameError_(f"the specified topic is longer than topic max length {TOPIC_MAX_LENGTH}")
-    if not _VALID.match(topic):
-        raise NameError_(f"the specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+    _check("topic", topic, _TOPIC_CHARS, TOPIC_MAX_LENGTH, TOPIC_PATTERN)
 
 
 def check_topic_sendable(topic: str) -> None:
@@ -47,20 +81,75 @@ def check_topic_sendable(topic: str) -> None:
         raise NameError_(f"Sending message to topic[{topic}] is forbidden.")
 
 
-def check_group(group: str | None) -> None:
-    if not group or not group.strip():
-        raise NameError_("the specified group is blank")
-    if len(group) > GROUP_MAX_LENGTH:
-        raise NameError_(f"the specified group is longer than group max length {GROUP_MAX_LENGTH}")
-    if not _VALID.match(group):
-        raise NameError_(f"the specified group[{group}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+def check_group(group: object) -> None:
+    _check("group", group, _TOPIC_CHARS, GROUP_MAX_LENGTH, TOPIC_PATTERN)
+
+
+def check_any_topic(topic: object) -> None:
+    """A topic a request may name: a legal topic, or a group's retry / dead-letter topic, which is longer
+    than TOPIC_MAX_LENGTH when its group is."""
+    if isinstance(topic, str):
+        for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+            if topic.startswith(prefix) and len(topic) > TOPIC_MAX_LENGTH:
+                try:
+                    check_group(topic[len(prefix):])
+                except NameError_ as e:
+                    raise NameError_(f"the specified topic is not {prefix}<group>: {e}") from None
+                return
+    check_topic(topic)
+
+
+def check_broker_name(name: object) -> None:
+    _check("brokerName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
+    if ".." in name:  # type: ignore[operator]
+        raise NameError_(f"the specified brokerName[{_show(name)}] contains '..'")  # type: ignore[arg-type]
+
+
+def check_cluster_name(name: object) -> None:
+    _check("clusterName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
+    if ".." in name:  # type: ignore[operator]
+        raise NameError_(f"the specified clusterName[{_show(name)}] contains '..'")  # type: ignore[arg-type]
+
+
+def check_addr(addr: object) -> None:
+    """A broker or HA address as it is registered and handed to clients in routes (host:port)."""
+    _check("address", addr, _ADDR_CHARS, ADDR_MAX_LENGTH, "host:port")
+    host, sep, port = addr.rpartition(":")  # type: ignore[union-attr]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise NameError_(f"the specified address[{_show(addr)}] is not host:port")  # type: ignore[arg-type]
+
+
+def check_config_key(name: object, what: str = "key") -> None:
+    """A NameServer KV config namespace or key: free text, but bounded and free of control characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise NameError_(f"the specified {what} is blank")
+    if len(name) > CONFIG_KEY_MAX_LENGTH:
+        raise NameError_(f"the specified {what} is longer than {what} max length {CONFIG_KEY_MAX_LENGTH}")
+    if _CONTROL.search(name):
+        raise NameError_(f"the specified {what}[{_show(name)}] contains control characters")
+
+
+def check_perm(perm: int) -> None:
+    if not 0 <= perm <= PERM_MAX:
+        raise NameError_(f"perm {perm} is illegal: allowing only 0..{PERM_MAX} (READ 4, WRITE 2, INHERIT 1)")
+
+
+def is_legal(check: Callable[[object], None], name: object) -> bool:
+    try:
+        check(name)
+    except NameError_:
+        return False
+    return True
 
 
 def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``; only a legal group makes one (it becomes a directory name)."""
+    check_group(group)
     return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 def dlq_topic(group: str) -> str:
+    check_group(group)
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 

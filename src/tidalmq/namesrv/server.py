@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import atomic_write, read_with_backup
 from tidalmq.common.record import body_crc
 from tidalmq.namesrv.routeinfo import (
@@ -17,6 +18,7 @@ from tidalmq.namesrv.routeinfo import (
 )
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.request_check import register_checked
 from tidalmq.remoting.transport import Connection, RemotingServer
 
 log = logging.getLogger(__name__)
@@ -31,18 +33,18 @@ class NameServer:
         self.kv_config_path = Path(kv_config_path) if kv_config_path else None
         self._scan_task: asyncio.Task[None] | None = None
         s = self.server
-        s.register(RequestCode.REGISTER_BROKER, self.register_broker)
-        s.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
-        s.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route)
-        s.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
-        s.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
-        s.register(RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
-        s.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
-        s.register(RequestCode.PUT_KV_CONFIG, self.put_kv)
-        s.register(RequestCode.GET_KV_CONFIG, self.get_kv)
-        s.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv)
-        s.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list)
-        s.register(RequestCode.QUERY_DATA_VERSION, self.query_data_version)
+        register_checked(s, RequestCode.REGISTER_BROKER, self.register_broker)
+        register_checked(s, RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        register_checked(s, RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route)
+        register_checked(s, RequestCode.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
+        register_checked(s, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topics)
+        register_checked(s, RequestCode.GET_TOPICS_BY_CLUSTER, self.get_topics_by_cluster)
+        register_checked(s, RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        register_checked(s, RequestCode.PUT_KV_CONFIG, self.put_kv)
+        register_checked(s, RequestCode.GET_KV_CONFIG, self.get_kv)
+        register_checked(s, RequestCode.DELETE_KV_CONFIG, self.delete_kv)
+        register_checked(s, RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list)
+        register_checked(s, RequestCode.QUERY_DATA_VERSION, self.query_data_version)
         s.close_listeners.append(self._on_close)
 
     @property
@@ -80,7 +82,11 @@ class NameServer:
         if raw:
             table = fastjson.loads(raw).get("configTable", {})
             for ns, kvs in table.items():
-                for k, v in kvs.items():
+                for k, v in (kvs.items() if isinstance(kvs, dict) else ()):
+                    if not (nm.is_legal(nm.check_config_key, ns) and nm.is_legal(nm.check_config_key, k)
+                            and isinstance(v, str)):
+                        log.warning("%s: ignoring config %r / %r: not a legal namespace and key", self.kv_config_path, ns, k)
+                        continue
                     self.routes.put_kv(ns, k, v)
 
     def _persist_kv(self) -> None:

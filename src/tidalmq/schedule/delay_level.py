@@ -53,7 +53,12 @@ class ScheduleMessageService:
         raw = read_with_backup(self.offset_path)
         if raw:
             table = fastjson.loads(raw).get("offsetTable", {})
-            self.offsets = {int(k): int(v) for k, v in table.items()}
+            for k, v in table.items():
+                try:
+                    self.offsets[int(k)] = int(v)
+                except (TypeError, ValueError):
+                    # Not a level and an offset: reported, and left out (a level is never a path).
+                    log.warning("%s: ignoring entry %r: %r, not a delay level and an offset", self.offset_path, k, v)
 
     def persist(self) -> None:
         atomic_write(self.offset_path, fastjson.dumpb({"offsetTable": dict(sorted(self.offsets.items()))}))

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from tidalmq.common.config import JAVA_INT_MAX, Check, ConfigError, check_fields, in_range, one_of
+from tidalmq.common.fileutil import path_under
 
 CQ_STORE_UNIT_SIZE = 20
 TIMER_SLOT_MS = 1000  # the timer wheel's slot; its precision must divide it
@@ -75,19 +76,19 @@ class MessageStoreConfig:
 
     @property
     def consume_queue_path(self) -> str:
-        return os.path.join(self.store_path_root_dir, "consumequeue")
+        return path_under(self.store_path_root_dir, "consumequeue")
 
     @property
     def index_path(self) -> str:
-        return os.path.join(self.store_path_root_dir, "index")
+        return path_under(self.store_path_root_dir, "index")
 
     @property
     def checkpoint_path(self) -> str:
-        return os.path.join(self.store_path_root_dir, "checkpoint")
+        return path_under(self.store_path_root_dir, "checkpoint")
 
     @property
     def abort_path(self) -> str:
-        return os.path.join(self.store_path_root_dir, "abort")
+        return path_under(self.store_path_root_dir, "abort")
 
     @property
     def sync_flush(self) -> bool:

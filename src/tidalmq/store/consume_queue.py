@@ -15,6 +15,7 @@ import threading
 
 import numpy as np
 
+from tidalmq.common.fileutil import path_under
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE
 from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
 
@@ -38,7 +39,7 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.per_file = file_size // CQ_STORE_UNIT_SIZE
-        self.mfq = MappedFileQueue(os.path.join(root, topic, str(queue_id)), file_size)
+        self.mfq = MappedFileQueue(path_under(root, topic, str(queue_id)), file_size)
         self.min_logic_offset = 0  # bytes
         self.max_physic_offset = -1  # end (offset + size) of the last entry's record
         self.write_lock = threading.Lock()

@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
+from tidalmq.common.fileutil import UnsafePathError, path_under
 from tidalmq.common.message import KEY_SEPARATOR
 from tidalmq.common.record import RecordError, StoredMessage, decode_record
 from tidalmq.store.checkpoint import StoreCheckpoint
@@ -145,7 +147,15 @@ class DefaultMessageStore:
         except FileNotFoundError:
             return True
         for topic in topics:
-            tdir = os.path.join(root, topic)
+            if not nm.is_legal(nm.check_any_topic, topic):
+                # Left on disk as it is (an operator may want it), but never followed nor made a queue.
+                log.warning("ignoring %r in %s: not a legal topic name", topic, root)
+                continue
+            try:
+                tdir = path_under(root, topic)
+            except UnsafePathError as e:
+                log.warning("ignoring %r in %s: %s", topic, root, e)
+                continue
             if not os.path.isdir(tdir):
                 continue
             for qid in os.listdir(tdir):
@@ -395,7 +405,13 @@ class DefaultMessageStore:
                 if queue_id >= 1 << 31:
                     queue_id -= 1 << 32
                 topic = names[key >> 32]
-                cq = self._find_or_create_cq(topic, queue_id)
+                try:
+                    cq = self._find_or_create_cq(topic, queue_id)
+                except UnsafePathError:
+                    # A record whose topic cannot be a directory (written before the naming rules, or
+                    # past them): it stays in the CommitLog, readable by offset, but is queued nowhere.
+                    log.error("record(s) of topic %r queue %d not queued: the name is not a safe path", topic, queue_id)
+                    continue
                 touched[(topic, queue_id)] = cq.put_entries(
                     batch.queue_offsets[idx], batch.commit_log_offsets[idx], batch.sizes[idx], batch.tags_codes[idx])
         index = self.index_service
@@ -663,7 +679,13 @@ class DefaultMessageStore:
                 cq.destroy()
             count += 1
         for name in names:
-            shutil.rmtree(os.path.join(self.config.consume_queue_path, name), ignore_errors=True)
+            try:
+                doomed_dir = path_under(self.config.consume_queue_path, name)
+            except UnsafePathError:
+                log.error("not deleting %r: the name is not a safe path under the store", name)
+                continue
+            if not os.path.islink(doomed_dir):
+                shutil.rmtree(doomed_dir, ignore_errors=True)
         return count
 
     def runtime_info(self) -> dict[str, str]:

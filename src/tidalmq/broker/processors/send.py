@@ -60,6 +60,8 @@ SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j"
 Respond = Callable[[RemotingCommand], object]
 
 SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
+# Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
+_BROKER_PROPERTY_MARKERS = tuple(n + mc.NAME_VALUE_SEPARATOR for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES)
 
 
 class SendError(Exception):
@@ -133,6 +135,22 @@ def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in req.ext_fields):
         return SEND_HEADER_V2
     return SEND_HEADER
+
+
+def screen_client_properties(msg: InnerMessage) -> None:
+    """A client's message may not carry what only the broker writes (docs/security.md, "Properties"):
+    BROKER_ONLY_PROPERTIES are refused, BROKER_WRITTEN_PROPERTIES dropped. Messages the broker builds
+    itself (send-back, schedule delivery) do not come through here."""
+    text = msg.properties_text
+    if not any(marker in text for marker in _BROKER_PROPERTY_MARKERS):
+        return
+    props = msg.properties
+    for name in mc.BROKER_ONLY_PROPERTIES:
+        if name in props:
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                            f"the property {name} is written by the broker only; a client may not set it")
+    for name in mc.BROKER_WRITTEN_PROPERTIES:
+        props.pop(name, None)
 
 
 def _no_reply(_: RemotingCommand) -> None:
@@ -227,7 +245,9 @@ class SendMessageProcessor:
                     body, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=born_ts,
                     born_host=born_host, born_port=born_port, store_host=b.store_host_bytes,
                     store_port=b.config.listen_port, reconsume_times=reconsume,
-                    forbidden_properties=SCHEDULE_PROPERTIES,  # delays are not supported in batches
+                    # Delays are not supported in batches; properties only the broker writes never come
+                    # in one (a client re-sends a delivered message alone).
+                    forbidden_properties=SCHEDULE_PROPERTIES + mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES,
                 )
             except RecordError as e:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
@@ -239,6 +259,7 @@ class SendMessageProcessor:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
         msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
                            born_port, reconsume)
+        screen_client_properties(msg)
         self._store(req, msg, reply)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:

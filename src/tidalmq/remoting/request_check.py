@@ -1,0 +1,270 @@
+"""Requests checked where they enter, before any processor runs.
+
+Each request code that carries a name or a number declares its ext fields once, with their kind, as
+RocketMQ's ``CommandCustomHeader`` classes declare them (``String`` names, ``Integer``/``Long``
+numbers, ``@CFNotNull``); JSON bodies that carry names (heartbeats, lock sets, a broker's topic table,
+subscription groups) have a checker each. A request that fails gets SYSTEM_ERROR with a remark saying
+which field and why, as RocketMQ answers a header it cannot decode or a topic TopicValidator refuses;
+the processor never sees it. Names are judged by ``common.naming`` alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection, Dispatcher, RemotingServer, Reply
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+class Kind(Enum):
+    TOPIC = "topic"  # a topic a request names: a legal topic or a group's %RETRY% / %DLQ% topic
+    GROUP = "group"
+    BROKER = "brokerName"
+    CLUSTER = "clusterName"
+    ADDR = "address"
+    CONFIG_KEY = "config key"
+    INT32 = "int"  # Java Integer / int
+    INT64 = "long"  # Java Long / long
+    PERM = "perm"  # PermName bits, 0..7
+
+
+class RequestError(ValueError):
+    """A request refused before its processor: the message is the remark."""
+
+
+_NAME_CHECKS: dict[Kind, Callable[[object], None]] = {
+    Kind.TOPIC: nm.check_any_topic,
+    Kind.GROUP: nm.check_group,
+    Kind.BROKER: nm.check_broker_name,
+    Kind.CLUSTER: nm.check_cluster_name,
+    Kind.ADDR: nm.check_addr,
+    Kind.CONFIG_KEY: nm.check_config_key,
+}
+_RANGES = {Kind.INT32: (INT32_MIN, INT32_MAX), Kind.INT64: (INT64_MIN, INT64_MAX), Kind.PERM: (0, nm.PERM_MAX)}
+
+
+def parse_number(field: str, kind: Kind, value: object) -> int:
+    """``value`` as Java's Integer.parseInt / Long.parseLong reads it, refused out of the type's range."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise RequestError(f"the field <{field}> must be a number, got {type(value).__name__}")
+    if isinstance(value, str):
+        if len(value) > 24 or _JAVA_INTEGER.fullmatch(value) is None:
+            raise RequestError(f"the field <{field}> is not a {kind.value}: {value[:32]!r}")
+        value = int(value)
+    lo, hi = _RANGES[kind]
+    if not lo <= value <= hi:
+        raise RequestError(f"the field <{field}> is out of range for a {kind.value}: {value} (allowed {lo}..{hi})")
+    return value
+
+
+def check_value(field: str, kind: Kind, value: object) -> None:
+    if kind in _RANGES:
+        parse_number(field, kind, value)
+        return
+    try:
+        _NAME_CHECKS[kind](value)
+    except nm.NameError_ as e:
+        raise RequestError(f"{e} (field <{field}>)") from None
+
+
+# The ext fields each request code carries: (name, kind, required). Optional fields sent empty count as
+# absent (the C++ client writes empty strings for fields it has no value for).
+Field = tuple[str, Kind, bool]
+_T, _G, _I, _L = Kind.TOPIC, Kind.GROUP, Kind.INT32, Kind.INT64
+_SEND = (("producerGroup", _G, False), ("topic", _T, True), ("defaultTopic", _T, False),
+         ("defaultTopicQueueNums", _I, False), ("queueId", _I, False), ("sysFlag", _I, False),
+         ("bornTimestamp", _L, False), ("flag", _I, False), ("reconsumeTimes", _I, False),
+         ("maxReconsumeTimes", _I, False))
+# SendMessageRequestHeaderV2: the same fields, one letter each.
+_SEND_V2 = (("a", _G, False), ("b", _T, True), ("c", _T, False), ("d", _I, False), ("e", _I, False),
+            ("f", _I, False), ("g", _L, False), ("h", _I, False), ("j", _I, False), ("l", _I, False))
+_TOPIC_QUEUE = (("topic", _T, True), ("queueId", _I, True))
+_BROKER_ID = (("brokerName", Kind.BROKER, True), ("brokerAddr", Kind.ADDR, True),
+              ("clusterName", Kind.CLUSTER, True), ("brokerId", _L, False))
+
+HEADERS: dict[int, tuple[Field, ...]] = {
+    RC.SEND_MESSAGE: _SEND,
+    RC.SEND_MESSAGE_V2: _SEND_V2,
+    # The C++ client sends batches with the V2 letters, Java with the full names.
+    RC.SEND_BATCH_MESSAGE: tuple((n, k, False) for n, k, _ in _SEND + _SEND_V2),
+    RC.PULL_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("queueOffset", _L, True),
+                      ("maxMsgNums", _I, False), ("sysFlag", _I, False), ("commitOffset", _L, False),
+                      ("suspendTimeoutMillis", _L, False), ("subVersion", _L, False), ("maxMsgBytes", _I, False)),
+    RC.CONSUMER_SEND_MSG_BACK: (("group", _G, True), ("offset", _L, True), ("delayLevel", _I, False),
+                                ("originTopic", _T, False), ("maxReconsumeTimes", _I, False)),
+    RC.QUERY_CONSUMER_OFFSET: (("consumerGroup", _G, True), *_TOPIC_QUEUE),
+    RC.UPDATE_CONSUMER_OFFSET: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("commitOffset", _L, True)),
+    RC.GET_MAX_OFFSET: _TOPIC_QUEUE,
+    RC.GET_MIN_OFFSET: _TOPIC_QUEUE,
+    RC.GET_EARLIEST_MSG_STORETIME: _TOPIC_QUEUE,
+    RC.SEARCH_OFFSET_BY_TIMESTAMP: (*_TOPIC_QUEUE, ("timestamp", _L, True)),
+    RC.VIEW_MESSAGE_BY_ID: (("offset", _L, False),),
+    RC.QUERY_MESSAGE: (("topic", _T, True), ("maxNum", _I, True), ("beginTimestamp", _L, True),
+                       ("endTimestamp", _L, True)),
+    RC.GET_CONSUMER_LIST_BY_GROUP: (("consumerGroup", _G, True),),
+    RC.UNREGISTER_CLIENT: (("producerGroup", _G, False), ("consumerGroup", _G, False)),
+    RC.UPDATE_AND_CREATE_TOPIC: (("topic", _T, True), ("defaultTopic", _T, False), ("readQueueNums", _I, False),
+                                 ("writeQueueNums", _I, False), ("perm", Kind.PERM, False),
+                                 ("topicSysFlag", _I, False)),
+    RC.DELETE_TOPIC_IN_BROKER: (("topic", _T, True),),
+    RC.GET_TOPIC_CONFIG: (("topic", _T, True),),
+    RC.DELETE_SUBSCRIPTIONGROUP: (("groupName", _G, True),),
+    RC.GET_CONSUMER_CONNECTION_LIST: (("consumerGroup", _G, True),),
+    RC.QUERY_TOPIC_CONSUME_BY_WHO: (("topic", _T, True),),
+    RC.QUERY_TOPICS_BY_CONSUMER: (("group", _G, True),),
+    RC.QUERY_CONSUME_QUEUE: (*_TOPIC_QUEUE, ("index", _L, False), ("count", _I, False),
+                             ("consumerGroup", _G, False)),
+    RC.INVOKE_BROKER_TO_RESET_OFFSET: (("topic", _T, False), ("group", _G, True), ("timestamp", _L, False)),
+    RC.END_TRANSACTION: (("producerGroup", _G, True), ("tranStateTableOffset", _L, True),
+                         ("commitLogOffset", _L, True), ("commitOrRollback", _I, True)),
+    # NameServer
+    RC.REGISTER_BROKER: (*_BROKER_ID, ("haServerAddr", Kind.ADDR, False), ("heartbeatTimeoutMillis", _L, False),
+                         ("bodyCrc32", _I, False)),
+    RC.UNREGISTER_BROKER: _BROKER_ID,
+    RC.QUERY_DATA_VERSION: _BROKER_ID,
+    RC.GET_ROUTEINFO_BY_TOPIC: (("topic", _T, True),),
+    RC.GET_TOPICS_BY_CLUSTER: (("cluster", Kind.CLUSTER, True),),
+    RC.DELETE_TOPIC_IN_NAMESRV: (("topic", _T, True), ("clusterName", Kind.CLUSTER, False)),
+    RC.PUT_KV_CONFIG: (("namespace", Kind.CONFIG_KEY, True), ("key", Kind.CONFIG_KEY, True)),
+    RC.GET_KV_CONFIG: (("namespace", Kind.CONFIG_KEY, True), ("key", Kind.CONFIG_KEY, True)),
+    RC.DELETE_KV_CONFIG: (("namespace", Kind.CONFIG_KEY, True), ("key", Kind.CONFIG_KEY, True)),
+    RC.GET_KVLIST_BY_NAMESPACE: (("namespace", Kind.CONFIG_KEY, True),),
+}
+
+
+def check_headers(code: int, ext: dict[str, str]) -> None:
+    for name, kind, required in HEADERS.get(code, ()):
+        value = ext.get(name)
+        if value is None or (value == "" and not required):
+            if required:
+                raise RequestError(f"the custom field <{name}> is null")
+            continue
+        check_value(name, kind, value)
+
+
+# JSON bodies ----------------------------------------------------------------------------------------
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        obj = fastjson.loads(body or b"{}")
+    except ValueError as e:
+        raise RequestError(f"the request body is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise RequestError(f"the request body must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = obj.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise RequestError(f"<{key}> must be a list of objects")
+    return items
+
+
+def _field(obj: dict[str, Any], where: str, name: str, kind: Kind, required: bool = True) -> None:
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise RequestError(f"<{where}.{name}> is missing")
+        return
+    check_value(f"{where}.{name}", kind, value)
+
+
+def _heartbeat(obj: dict[str, Any]) -> None:
+    for consumer in _objects(obj, "consumerDataSet"):
+        _field(consumer, "consumerDataSet", "groupName", _G)
+        for sub in _objects(consumer, "subscriptionDataSet"):
+            _field(sub, "subscriptionDataSet", "topic", _T)
+            _field(sub, "subscriptionDataSet", "subVersion", _L, required=False)
+    for producer in _objects(obj, "producerDataSet"):
+        _field(producer, "producerDataSet", "groupName", _G)
+
+
+def _lock_batch(obj: dict[str, Any]) -> None:
+    _field(obj, "body", "consumerGroup", _G)
+    for mq in _objects(obj, "mqSet"):
+        _field(mq, "mqSet", "topic", _T)
+        _field(mq, "mqSet", "brokerName", Kind.BROKER)
+        _field(mq, "mqSet", "queueId", _I)
+
+
+def _register_broker(obj: dict[str, Any]) -> None:
+    wrapper = obj.get("topicConfigSerializeWrapper", obj)
+    if not isinstance(wrapper, dict):
+        raise RequestError("<topicConfigSerializeWrapper> must be an object")
+    table = wrapper.get("topicConfigTable") or {}
+    if not isinstance(table, dict):
+        raise RequestError("<topicConfigTable> must be an object")
+    for topic, tc in table.items():
+        check_value("topicConfigTable key", _T, topic)
+        if not isinstance(tc, dict):
+            raise RequestError(f"<topicConfigTable.{topic}> must be an object")
+        for name in ("readQueueNums", "writeQueueNums", "topicSysFlag"):
+            _field(tc, f"topicConfigTable.{topic}", name, _I, required=False)
+        _field(tc, f"topicConfigTable.{topic}", "perm", Kind.PERM, required=False)
+
+
+def _subscription_group(obj: dict[str, Any]) -> None:
+    _field(obj, "body", "groupName", _G)
+    for name in ("retryQueueNums", "retryMaxTimes", "whichBrokerWhenConsumeSlowly"):
+        _field(obj, "body", name, _I, required=False)
+    _field(obj, "body", "brokerId", _L, required=False)
+
+
+def _check_client_config(obj: dict[str, Any]) -> None:
+    _field(obj, "body", "group", _G, required=False)
+    sub = obj.get("subscriptionData")
+    if isinstance(sub, dict):
+        _field(sub, "subscriptionData", "topic", _T, required=False)
+
+
+BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
+    RC.HEART_BEAT: _heartbeat,
+    RC.LOCK_BATCH_MQ: _lock_batch,
+    RC.UNLOCK_BATCH_MQ: _lock_batch,
+    RC.REGISTER_BROKER: _register_broker,
+    RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _subscription_group,
+    RC.CHECK_CLIENT_CONFIG: _check_client_config,
+}
+
+
+def check_request(cmd: RemotingCommand) -> str | None:
+    """Why ``cmd`` is refused before its processor, or None when its names and numbers are legal."""
+    try:
+        check_headers(cmd.code, cmd.ext_fields)
+        body_check = BODIES.get(cmd.code)
+        # A compressed registration body is refused by its processor; nothing to read here.
+        if body_check is not None and cmd.ext_fields.get("compressed") != "true":
+            body_check(_json_object(cmd.body_bytes()))
+    except RequestError as e:
+        return str(e)
+    return None
+
+
+def guarded(processor: Dispatcher) -> Dispatcher:
+    """``processor`` behind ``check_request``: a refused request is answered SYSTEM_ERROR with the reason."""
+
+    def checked(conn: Connection, cmd: RemotingCommand) -> Reply:
+        remark = check_request(cmd)
+        if remark is not None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, remark)
+        return processor(conn, cmd)
+
+    return checked
+
+
+def register_checked(server: RemotingServer, code: int, processor: Dispatcher) -> None:
+    """Register ``processor`` for ``code`` behind the checks of this module (every server does)."""
+    server.register(code, guarded(processor))
