@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +14,7 @@ import pytest
 from tests.acl.conftest import ADMIN, USER, acl_text
 from tests.broker.rawclient import pull_cmd, run, send_cmd
 from tests.client.helpers import create_topic, uniq
-from tests.support import Standalone
+from tests.support import Standalone, free_port
 from tidalmq.acl import RequestSigner, SessionCredentials
 from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
 from tidalmq.client.message import MessageQueue
@@ -234,3 +237,61 @@ def test_broker_signs_with_its_configured_account(tmp_path: Path, monkeypatch: p
             assert _refused(await _invoke(s.broker_addr, _request(RC.GET_BROKER_CONFIG, {}))) == "No accessKey is configured"
 
         run(go())
+
+
+# ---- tidalmq admin --------------------------------------------------------------------------------------
+
+def _cli(s: Standalone, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("TIDALMQ_ACCESS_KEY", "TIDALMQ_SECRET_KEY", "ROCKETMQ_HOME")}
+    return subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args],
+                          capture_output=True, text=True, timeout=60, env={**base, **(env or {})})
+
+
+def test_admin_cli_signs_with_options_environment_or_tools_yml(acl_standalone: Standalone, tmp_path: Path) -> None:
+    topic = uniq("cli")
+    refused = _cli(acl_standalone, "topic", "create", topic, "-q", "2")
+    assert refused.returncode == 1
+    assert f"error 1: {ACL_REMARK}No accessKey is configured" in refused.stderr
+    not_admin = _cli(acl_standalone, "--access-key", USER.access_key, "--secret-key", USER.secret_key,
+                     "topic", "create", topic)
+    assert not_admin.returncode == 1 and "Need admin permission" in not_admin.stderr
+    ok = _cli(acl_standalone, "--access-key", ADMIN.access_key, "--secret-key", ADMIN.secret_key,
+              "topic", "create", topic, "-q", "2")
+    assert ok.returncode == 0, ok.stderr
+    env = {"TIDALMQ_ACCESS_KEY": ADMIN.access_key, "TIDALMQ_SECRET_KEY": ADMIN.secret_key}
+    status = _cli(acl_standalone, "topic", "status", topic, env=env)
+    assert status.returncode == 0 and len(status.stdout.strip().splitlines()) == 3, status.stdout + status.stderr
+    # mqadmin's $ROCKETMQ_HOME/conf/tools.yml
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "tools.yml").write_text(f"accessKey: {ADMIN.access_key}\nsecretKey: {ADMIN.secret_key}\n")
+    deleted = _cli(acl_standalone, "topic", "delete", topic, env={"ROCKETMQ_HOME": str(tmp_path)})
+    assert deleted.returncode == 0, deleted.stderr
+    half = _cli(acl_standalone, "--access-key", ADMIN.access_key, "topic", "list")
+    assert half.returncode == 2 and "secret key" in half.stderr
+
+
+def test_namesrv_command_acl_option(tmp_path: Path) -> None:
+    """``tidalmq namesrv --acl-enable --acl-file F``: its own ACL, the same rules as the standalone's."""
+    (tmp_path / "acl.yml").write_text(acl_text())
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "namesrv", "-p", str(port), "--data-dir",
+                             str(tmp_path / "data"), "--acl-enable", "--acl-file", str(tmp_path / "acl.yml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and "ready" in proc.stdout.readline()
+        ns = f"127.0.0.1:{port}"
+
+        async def go() -> None:
+            assert _refused(await _invoke(ns, _register_fake(None))) == "No accessKey is configured"
+            c = RemotingClient()  # one connection: the NameServer forgets a broker whose connection closes
+            try:
+                assert (await c.invoke(ns, _register_fake(ADMIN), 5)).code == ResponseCode.SUCCESS
+                route = await c.invoke(ns, _request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "both"}), 5)  # unsigned read
+                assert route.code == ResponseCode.SUCCESS and b"10.9.9.9:10911" in route.body_bytes()
+            finally:
+                await c.close()
+
+        run(go())
+    finally:
+        proc.terminate()
+        proc.wait(10)
