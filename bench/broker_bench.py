@@ -5,7 +5,11 @@ the machine may have only 2 cores). Figures: single-message async send msgs/s, s
 p50/p99 under ASYNC_FLUSH and SYNC_FLUSH, SYNC_FLUSH throughput with concurrent senders (group
 commit), batched send (64 a batch) msgs/s, and pull msgs/s.
 
-    .venv/bin/python bench/broker_bench.py [--messages 200000] [--compare bench/out/broker-latest.json]
+With ``--acl`` the broker runs with ``aclEnable=true`` and every request is signed (docs/acl.md): sends
+and pulls by a non-admin account whose topic and group permissions are checked, so the figures show what
+ACL costs per request (compare with a run without it).
+
+    .venv/bin/python bench/broker_bench.py [--messages 200000] [--acl] [--compare bench/out/broker-latest.json]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import psutil  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
 from bench.common import compare, percentile, print_machine, save  # noqa: E402
+from tidalmq.acl import RequestSigner, SessionCredentials  # noqa: E402
 from tidalmq.common.message import encode_properties  # noqa: E402
 from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from tidalmq.remoting.command import RemotingCommand, SerializeType  # noqa: E402
@@ -33,6 +38,28 @@ from tidalmq.remoting.transport import RemotingClient  # noqa: E402
 
 BODY = os.urandom(1024)
 QUEUES = 8
+
+# --acl: the accounts of the broker's plain_acl.yml, and who signs what (None: ACL off, nothing signed).
+ACL_YML = """accounts:
+  - accessKey: benchAdmin
+    secretKey: benchAdminSecret
+    admin: true
+  - accessKey: benchUser
+    secretKey: benchUserSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - Bench_async_flush=PUB|SUB
+      - Bench_sync_flush=PUB|SUB
+"""
+ADMIN_SIGNER: RequestSigner | None = None
+USER_SIGNER: RequestSigner | None = None
+
+
+def signed(cmd: RemotingCommand, signer: RequestSigner | None) -> RemotingCommand:
+    if signer is not None:
+        signer.sign(cmd.ext_fields, cmd.body)
+    return cmd
 
 
 def send_req(topic: str, qid: int, i: int, *, batch: bytes | None = None) -> RemotingCommand:
@@ -42,8 +69,9 @@ def send_req(topic: str, qid: int, i: int, *, batch: bytes | None = None) -> Rem
            "j": "0", "k": "false"}
     if batch is not None:
         ext["m"] = "true"
-    return RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=batch if batch is not None else BODY,
-                           serialize_type=SerializeType.ROCKETMQ)
+    return signed(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext,
+                                  body=batch if batch is not None else BODY, serialize_type=SerializeType.ROCKETMQ),
+                  USER_SIGNER)
 
 
 def batch_body(n: int, base: int) -> bytes:
@@ -84,7 +112,8 @@ class BatchBodies:
 
 async def create_topic(c: RemotingClient, addr: str, topic: str) -> None:
     ext = {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"}
-    r = await c.invoke(addr, RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext), 10)
+    r = await c.invoke(addr, signed(RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=ext),
+                                    ADMIN_SIGNER), 10)
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
@@ -146,8 +175,8 @@ async def pull_all(c: RemotingClient, addr: str, topic: str, expected: int, max_
             ext = {"consumerGroup": "benchCG", "topic": topic, "queueId": str(qid), "queueOffset": str(offset),
                    "maxMsgNums": str(max_nums), "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
                    "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
-            r = await conn.invoke(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext,
-                                                  serialize_type=SerializeType.ROCKETMQ), 30)
+            r = await conn.invoke(signed(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext,
+                                                         serialize_type=SerializeType.ROCKETMQ), USER_SIGNER), 30)
             if r.code != ResponseCode.SUCCESS:
                 return
             nxt = int(r.ext_fields["nextBeginOffset"])
@@ -167,9 +196,13 @@ def cpu_of(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-async def run_phase(flush: str, n: int, results: dict[str, float]) -> None:
+async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = False) -> None:
     with tempfile.TemporaryDirectory() as d:
-        s = Standalone(Path(d) / "data", {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+        settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024)}
+        if acl:
+            (Path(d) / "acl.yml").write_text(ACL_YML)
+            settings |= {"aclEnable": "true", "rocketmq.acl.plain.file": str(Path(d) / "acl.yml")}
+        s = Standalone(Path(d) / "data", settings)
         s.start()
         try:
             broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
@@ -213,12 +246,18 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--compare", help="a previous bench/out/broker-*.json to compare with")
+    ap.add_argument("--acl", action="store_true", help="aclEnable=true on the broker, every request signed")
     args = ap.parse_args()
     print_machine()
+    if args.acl:
+        global ADMIN_SIGNER, USER_SIGNER
+        ADMIN_SIGNER = RequestSigner(SessionCredentials("benchAdmin", "benchAdminSecret"))
+        USER_SIGNER = RequestSigner(SessionCredentials("benchUser", "benchUserSecret"))
+        print("ACL on: every request signed, sends and pulls by a non-admin account")
     results: dict[str, float] = {}
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-        await run_phase(flush, args.messages, results)
-    path = save("broker", results)
+        await run_phase(flush, args.messages, results, acl=args.acl)
+    path = save("broker-acl" if args.acl else "broker", results)
     print(f"\nresults written to {path}")
     compare(args.compare, results)
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_
@@ -14,6 +17,9 @@ from tidalmq.remoting.transport import RemotingError
 def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("admin", help="operate a running TidalMQ (topics, consumer progress)")
     p.add_argument("-n", "--namesrv", help="NameServer address (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+    p.add_argument("--access-key", help="ACL account to sign requests with (default $TIDALMQ_ACCESS_KEY, "
+                                        "else accessKey of $ROCKETMQ_HOME/conf/tools.yml)")
+    p.add_argument("--secret-key", help="its secret (default $TIDALMQ_SECRET_KEY, else tools.yml's secretKey)")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
     t = asub.add_parser("topic", help="topics").add_subparsers(dest="topic_cmd", required=True)
     c = t.add_parser("create")
@@ -71,8 +77,33 @@ def _table(rows: list[list[object]], header: list[str]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cols)
 
 
+def admin_credentials(args: argparse.Namespace) -> SessionCredentials | None:
+    """The account ``tidalmq admin`` signs with (ACL, docs/acl.md): the options, else the environment,
+    else mqadmin's ``$ROCKETMQ_HOME/conf/tools.yml``; None to send unsigned requests."""
+    ak = args.access_key or os.environ.get("TIDALMQ_ACCESS_KEY")
+    sk = args.secret_key or os.environ.get("TIDALMQ_SECRET_KEY")
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not (ak or sk) and home and (Path(home) / "conf" / "tools.yml").is_file():
+        import yaml
+
+        doc = yaml.safe_load((Path(home) / "conf" / "tools.yml").read_text(encoding="utf-8")) or {}
+        if isinstance(doc, dict):
+            ak, sk = doc.get("accessKey"), doc.get("secretKey")
+            ak, sk = (str(ak) if ak is not None else None), (str(sk) if sk is not None else None)
+    if not ak and not sk:
+        return None
+    if not ak or not sk:
+        raise ValueError("an access key needs its secret key, and the other way round")
+    return SessionCredentials(ak, sk)
+
+
 async def run_admin(args: argparse.Namespace) -> int:
-    async with Admin(args.namesrv) as admin:
+    try:
+        credentials = admin_credentials(args)
+    except ValueError as e:
+        print(f"tidalmq admin: {e}", file=sys.stderr)
+        return 2
+    async with Admin(args.namesrv, credentials=credentials) as admin:
         try:
             if args.admin_cmd == "topic":
                 if args.topic_cmd == "create":

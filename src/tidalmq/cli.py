@@ -12,11 +12,14 @@ import sys
 from pathlib import Path
 
 from tidalmq import __version__
+from tidalmq.acl.config import AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
 from tidalmq.store.config import MessageStoreConfig
 
 log = logging.getLogger("tidalmq")
+
+ACL_FILE_KEY = "rocketmq.acl.plain.file"
 
 
 def _install_uvloop() -> None:
@@ -55,6 +58,9 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
     if getattr(args, "config", None):
         props.update(load_properties_file(args.config))
     props.update(_parse_overrides(getattr(args, "set", None)))
+    # RocketMQ's name for the ACL file (a JVM property there) has dots, which no field name can.
+    if ACL_FILE_KEY in props:
+        props["aclPlainFile"] = props.pop(ACL_FILE_KEY)
     bc = BrokerConfig()
     sc = MessageStoreConfig()
     sc.store_path_root_dir = os.path.join(data_dir, "store")
@@ -85,12 +91,29 @@ async def _standalone(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or default_data_dir()
     bc, sc = build_broker_configs(args, data_dir)  # refused before any port is bound
     Path(data_dir).mkdir(parents=True, exist_ok=True)
-    ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    ns_acl = None
+    internal = None
+    if bc.acl_enable:
+        from tidalmq.acl import acl_home, internal_account, namesrv_validator
+
+        # The NameServer reads the same files; the broker beside it signs with its own accessKey, or
+        # else with an admin account that exists only in this process.
+        extra = ()
+        if not (bc.access_key and bc.secret_key):
+            account, internal = internal_account()
+            extra = (account,)
+        ns_acl = namesrv_validator(acl_home(data_dir), bc.acl_plain_file or None, extra)
+    ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+                    acl=ns_acl)
     await ns.start()
     bc.namesrv_addr = f"127.0.0.1:{ns.port}"
     if args.host not in ("0.0.0.0", "::", ""):
         bc.broker_ip1 = args.host
-    broker = BrokerController(bc, sc, host=args.host)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir)
+    if internal is not None:
+        from tidalmq.acl import RequestSigner
+
+        broker.namesrv_signer = RequestSigner(internal)
     await broker.start()
     await broker.register_all()
     _settle_gc()
@@ -109,7 +132,12 @@ async def _namesrv(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
-    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    acl = None
+    if args.acl_enable:
+        from tidalmq.acl import acl_home, namesrv_validator
+
+        acl = namesrv_validator(acl_home(data_dir), args.acl_file)
+    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"), acl=acl)
     await ns.start()
     print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
     stop = asyncio.Event()
@@ -127,7 +155,7 @@ async def _broker(args: argparse.Namespace) -> int:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-    broker = BrokerController(bc, sc, host=args.host)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir)
     await broker.start()
     _settle_gc()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
@@ -159,6 +187,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("-p", "--port", type=int, default=9876)
     p.add_argument("--data-dir")
+    p.add_argument("--acl-enable", action="store_true",
+                   help="refuse REGISTER_BROKER and route/KV writes but from admin accounts (docs/acl.md)")
+    p.add_argument("--acl-file", help="the ACL file (default $ROCKETMQ_HOME or the data dir, + conf/plain_acl.yml)")
 
     p = sub.add_parser("broker", help="a Broker")
     _add_broker_options(p)
@@ -191,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             from tidalmq.admin_cli import run_admin
 
             return asyncio.run(run_admin(args))
-    except ConfigError as e:
+    except (ConfigError, AclConfigError) as e:
         print(f"tidalmq: configuration error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

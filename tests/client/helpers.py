@@ -8,17 +8,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tidalmq.client import Admin
+from tidalmq.client import Admin, SessionCredentials
 
 
 def uniq(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0) -> None:
-    """Create the topic and wait until the NameServer routes it."""
+async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0,
+                       credentials: SessionCredentials | None = None) -> None:
+    """Create the topic and wait until the NameServer routes it (as ``credentials``' admin account
+    when ACL is on)."""
     deadline = time.monotonic() + timeout
-    async with Admin(namesrv) as admin:
+    async with Admin(namesrv, credentials=credentials) as admin:
         while True:
             try:
                 await admin.create_topic(topic, queues)

@@ -140,6 +140,8 @@ class Agent:
         if c.get("max_message_size") is not None:
             p.set_max_message_size(int(c["max_message_size"]))
         p.set_namesrv_addr(c["namesrv"])
+        if c.get("credentials"):  # ACL: access key, secret key, channel
+            p.set_session_credentials(*c["credentials"])
         self.graveyard.append(p)
         p.start()
         self.producer = p
@@ -247,6 +249,8 @@ class Agent:
         pc = PushConsumer(c["group"], orderly=bool(c.get("orderly")), message_model=model)
         self.graveyard.append(pc)
         pc.set_namesrv_addr(c["namesrv"])
+        if c.get("credentials"):
+            pc.set_session_credentials(*c["credentials"])
         if c.get("instance"):
             pc.set_instance_name(c["instance"])
         if c.get("threads"):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -189,11 +190,13 @@ def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0) -> None:
-    """Create the topic on the broker and wait until the NameServer routes it (clients read routes there)."""
+def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0,
+                 credentials: SessionCredentials | None = None) -> None:
+    """Create the topic on the broker and wait until the NameServer routes it (clients read routes there).
+    With ACL on, ``credentials`` name an admin account."""
 
     async def go() -> None:
-        async with Admin(namesrv) as admin:
+        async with Admin(namesrv, credentials=credentials) as admin:
             deadline = time.monotonic() + timeout
             while True:  # the broker may not be registered with the NameServer yet
                 try:

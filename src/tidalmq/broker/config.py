@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidalmq.common.config import JAVA_INT_MAX, Check, check_fields, in_range, one_of
 
@@ -41,6 +41,13 @@ class BrokerConfig:
     transaction_check_max: int = 15
     transaction_check_interval: int = 60000
     reject_transaction_message: bool = False
+    # ACL 1.0 (docs/acl.md): check every request against plain_acl.yml; the file's path
+    # (broker.conf key rocketmq.acl.plain.file, relative to $ROCKETMQ_HOME or the data directory).
+    acl_enable: bool = False
+    acl_plain_file: str = ""
+    # The account this broker signs its NameServer requests with (REGISTER_BROKER ...).
+    access_key: str = ""
+    secret_key: str = field(default="", metadata={"secret": True})
 
     @property
     def broker_addr(self) -> str:

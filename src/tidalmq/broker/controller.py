@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
+from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
@@ -50,10 +52,13 @@ log = logging.getLogger(__name__)
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, *, host: str = "0.0.0.0") -> None:
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, *, host: str = "0.0.0.0",
+                 home: str | Path | None = None) -> None:
         self.config = config
         self.store_config = store_config
         root = Path(store_config.store_path_root_dir)
+        # conf/plain_acl.yml lives under $ROCKETMQ_HOME, else the data directory (the store's parent).
+        self.home = Path(home) if home is not None else root.parent
         cfg_dir = root / "config"
         self.topics = TopicConfigManager(
             cfg_dir / "topics.json", config.broker_name, config.broker_cluster_name,
@@ -71,6 +76,15 @@ class BrokerController:
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
         self.namesrv_client = RemotingClient()
+        # ACL 1.0 (docs/acl.md): every request checked before its processor; a broken file stops start-up.
+        self.acl: PlainAccessValidator | None = None
+        if config.acl_enable:
+            self.acl = broker_validator(acl_home(self.home), config.acl_plain_file or None)
+            self.server.access_validator = self.acl
+        # Signs REGISTER_BROKER / UNREGISTER_BROKER for a NameServer with ACL on.
+        self.namesrv_signer: RequestSigner | None = None
+        if config.access_key and config.secret_key:
+            self.namesrv_signer = RequestSigner(SessionCredentials(config.access_key, config.secret_key))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._register_event: asyncio.Event | None = None
@@ -177,6 +191,8 @@ class BrokerController:
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
         self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+        if self.acl is not None:
+            self._tasks.append(self._loop.create_task(self.acl.watch()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
     async def stop(self) -> None:
@@ -232,7 +248,10 @@ class BrokerController:
             "bodyCrc32": str(body_crc(body)),
             "heartbeatTimeoutMillis": str(c.broker_not_active_timeout_millis),
         }
-        return RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)
+        cmd = RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)
+        if self.namesrv_signer is not None:
+            self.namesrv_signer.sign(cmd.ext_fields, cmd.body)
+        return cmd
 
     async def register_all(self) -> None:
         for addr in self.namesrv_addrs():

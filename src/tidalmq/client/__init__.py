@@ -1,6 +1,7 @@
 """TidalMQ's Python client for RocketMQ's remoting protocol: asyncio-native, with a thin synchronous
 facade in :mod:`tidalmq.client.sync`. See docs/client.md."""
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin, AdminError, QueueProgress, QueueStatus
 from tidalmq.client.allocate import AllocateByConfig, AllocateStrategy, allocate_averagely, allocate_by_circle
 from tidalmq.client.errors import (
@@ -34,6 +35,7 @@ __all__ = [
     "IllegalStateError", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageListener",
     "MessageModel", "MessageQueue", "MessageQueueSelector", "Producer", "PullConsumer", "PullResult", "PullStatus",
     "PushConsumer", "QueueProgress", "QueueStatus", "SendCallback", "SendResult", "SendStatus", "SendTimeoutError",
+    "SessionCredentials",
     "TransactionListener", "TransactionProducer", "TransactionSendResult", "TransactionState", "ValidationError",
     "allocate_averagely", "allocate_by_circle", "select_by_hash", "select_by_random",
 ]

@@ -7,6 +7,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from tidalmq.acl.signature import RequestSigner, SessionCredentials
 from tidalmq.client.codec import decode_messages
 from tidalmq.client.message import MessageExt, MessageQueue
 from tidalmq.common import fastjson
@@ -57,10 +58,13 @@ class Admin:
     """The operator's client: ``async with Admin("127.0.0.1:9876") as admin: await admin.topic_list()``.
     Errors raise ``AdminError`` with RocketMQ's response code and remark."""
 
-    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0,
+                 credentials: SessionCredentials | None = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
         self.timeout = timeout
         self.remoting = RemotingClient()
+        # ACL 1.0: an admin account signs every request (docs/acl.md)
+        self.signer = RequestSigner(credentials) if credentials is not None else None
 
     async def close(self) -> None:
         await self.remoting.close()
@@ -73,7 +77,10 @@ class Admin:
 
     async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        resp = await self.remoting.invoke(addr, RemotingCommand(code=code, ext_fields=ext or {}, body=body), self.timeout)
+        cmd = RemotingCommand(code=code, ext_fields=dict(ext or {}), body=body)
+        if self.signer is not None:
+            self.signer.sign(cmd.ext_fields, body)
+        resp = await self.remoting.invoke(addr, cmd, self.timeout)
         if resp.code not in ok:
             raise AdminError(resp.code, resp.remark)
         return resp

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from tidalmq.acl.signature import RequestSigner, SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client.errors import (
     ACCESS_BROKER_TIMEOUT,
@@ -96,7 +97,8 @@ class ClientInstance:
 
     def __init__(self, namesrv_addr: str | None = None, *, instance_name: str | None = None,
                  client_ip: str | None = None, request_timeout: float = 3.0,
-                 poll_name_server_interval: float = 30.0, heartbeat_broker_interval: float = 30.0) -> None:
+                 poll_name_server_interval: float = 30.0, heartbeat_broker_interval: float = 30.0,
+                 credentials: SessionCredentials | None = None) -> None:
         self.namesrv_addrs = resolve_namesrv(namesrv_addr)
         self._ns_index = random.randrange(len(self.namesrv_addrs))
         self.client_ip = client_ip or codec.local_ip()
@@ -106,6 +108,8 @@ class ClientInstance:
         self.poll_interval = poll_name_server_interval
         self.heartbeat_interval = heartbeat_broker_interval
         self.remoting = RemotingClient(self._dispatch)
+        # ACL 1.0: every request to a broker or NameServer is signed as AclClientRPCHook signs it.
+        self.signer = RequestSigner(credentials) if credentials is not None else None
         self.backoff = Backoff()
         self._background: set[asyncio.Future[Any]] = set()  # tasks started by broker requests
         self.routes: dict[str, codec.TopicRoute] = {}
@@ -160,6 +164,7 @@ class ClientInstance:
             raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
         _keep_cancel(cancels)
         self.backoff.succeeded(addr)
+        self.sign(cmd)
         try:
             resp = await conn.invoke(cmd, self.request_timeout if timeout is None else timeout)
         except RemotingTimeout as e:
@@ -168,6 +173,12 @@ class ClientInstance:
             raise MQClientError(e.code, e.remark) from None
         _keep_cancel(cancels)
         return resp
+
+    def sign(self, cmd: RemotingCommand) -> RemotingCommand:
+        """Add AccessKey and Signature when the client has credentials (re-signing is harmless)."""
+        if self.signer is not None:
+            self.signer.sign(cmd.ext_fields, cmd.body)
+        return cmd
 
     async def invoke_ok(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
                         timeout: float | None = None, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
@@ -188,6 +199,7 @@ class ClientInstance:
             raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
         _keep_cancel(cancels)
         self.backoff.succeeded(addr)
+        self.sign(cmd)
         if not conn.invoke_oneway(cmd):
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connection to {addr} is closed")
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.errors import (
@@ -88,6 +89,7 @@ class Producer:
                  send_latency_fault_enable: bool = True, default_topic_queue_nums: int = codec.DEFAULT_TOPIC_QUEUE_NUMS,
                  max_delay_level: int = v.DEFAULT_MAX_DELAY_LEVEL, timer_max_delay_sec: int = v.DEFAULT_TIMER_MAX_DELAY_SEC,
                  instance_name: str | None = None, client_ip: str | None = None,
+                 credentials: SessionCredentials | None = None,
                  instance: ClientInstance | None = None) -> None:
         v.check_group(group)
         self.group = group
@@ -101,7 +103,8 @@ class Producer:
         self.max_delay_level = max_delay_level
         self.timer_max_delay_sec = timer_max_delay_sec
         self.fault = FaultStrategy(send_latency_fault_enable)
-        self._instance = instance or ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip)
+        self._instance = instance or ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
+                                                    credentials=credentials)
         self._own_instance = instance is None
         self._ids = UniqIdGenerator(host_bytes(self._instance.client_ip))
         self._rr: dict[str, RoundRobin] = {}
@@ -572,7 +575,7 @@ class TransactionProducer(Producer):
             "transactionId": tid,
         }
         remark = f"checkLocalTransactionState Exception: {error!r}" if error is not None else None
-        conn.invoke_oneway(RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark))
+        conn.invoke_oneway(self._instance.sign(RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark)))
 
     async def shutdown(self) -> None:
         if self._checks:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.broker_addr import find_master_addr
@@ -45,11 +46,13 @@ class PullConsumer:
     under the group (visible to ``Admin.consumer_progress``)."""
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *, pull_timeout: float = 10.0,
-                 instance_name: str | None = None, client_ip: str | None = None) -> None:
+                 instance_name: str | None = None, client_ip: str | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         v.check_group(group)
         self.group = group
         self.pull_timeout = pull_timeout
-        self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip)
+        self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
+                                        credentials=credentials)
         self._offsets = RemoteBrokerOffsetStore(self._instance, group)
         self._state = "created"
 

@@ -12,6 +12,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.allocate import AllocateStrategy, allocate_averagely
@@ -84,7 +85,7 @@ class PushConsumer:
                  delay_level_when_next_consume: int = 0,
                  offset_store_dir: str | None = None, instance_name: str | None = None,
                  client_ip: str | None = None, heartbeat_interval: float = 30.0,
-                 poll_name_server_interval: float = 30.0) -> None:
+                 poll_name_server_interval: float = 30.0, credentials: SessionCredentials | None = None) -> None:
         v.check_group(group)
         if group == "DEFAULT_CONSUMER":
             raise v.ValidationError("consumerGroup can not equal DEFAULT_CONSUMER, please specify another one.")
@@ -124,7 +125,8 @@ class PushConsumer:
         self.listener = listener
         self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
                                         heartbeat_broker_interval=heartbeat_interval,
-                                        poll_name_server_interval=poll_name_server_interval)
+                                        poll_name_server_interval=poll_name_server_interval,
+                                        credentials=credentials)
         self.offset_store: OffsetStore
         if self.message_model == MessageModel.BROADCASTING:
             self.offset_store = LocalFileOffsetStore(offset_store_dir, self._instance.client_id, group)

@@ -198,8 +198,8 @@ class PullConsumer:
 class Admin:
     """Blocking twin of :class:`tidalmq.client.Admin`: every coroutine method becomes a blocking one."""
 
-    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0) -> None:
-        self._a = _admin.Admin(namesrv_addr, timeout)
+    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0, credentials: Any = None) -> None:
+        self._a = _admin.Admin(namesrv_addr, timeout, credentials)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._a, name)

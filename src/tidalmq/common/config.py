@@ -120,9 +120,12 @@ def check_fields(obj: Any, checks: Mapping[str, Check]) -> None:
 
 
 def to_properties(obj: Any) -> dict[str, str]:
-    """The dataclass as RocketMQ-named string properties (for GET_BROKER_CONFIG and logs)."""
+    """The dataclass as RocketMQ-named string properties (for GET_BROKER_CONFIG and logs); fields
+    marked ``metadata={"secret": True}`` show as ``******`` when set."""
     out: dict[str, str] = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
+        if f.metadata.get("secret") and v:
+            v = "******"
         out[snake_to_camel(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
@@ -21,17 +21,25 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.request_check import register_checked
 from tidalmq.remoting.transport import Connection, RemotingServer
 
+if TYPE_CHECKING:
+    from tidalmq.acl.validator import PlainAccessValidator
+
 log = logging.getLogger(__name__)
 
 SCAN_INTERVAL_S = 5.0
 
 
 class NameServer:
-    def __init__(self, host: str = "0.0.0.0", port: int = 9876, kv_config_path: str | Path | None = None) -> None:
+    def __init__(self, host: str = "0.0.0.0", port: int = 9876, kv_config_path: str | Path | None = None,
+                 acl: PlainAccessValidator | None = None) -> None:
         self.routes = RouteInfoManager()
         self.server = RemotingServer(host, port)
         self.kv_config_path = Path(kv_config_path) if kv_config_path else None
         self._scan_task: asyncio.Task[None] | None = None
+        # ACL (docs/acl.md): broker registration and route/KV writes need an admin account; reads stay open.
+        self.acl = acl
+        self.server.access_validator = acl
+        self._acl_task: asyncio.Task[None] | None = None
         s = self.server
         register_checked(s, RequestCode.REGISTER_BROKER, self.register_broker)
         register_checked(s, RequestCode.UNREGISTER_BROKER, self.unregister_broker)
@@ -55,11 +63,14 @@ class NameServer:
         self._load_kv()
         await self.server.start()
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        if self.acl is not None:
+            self._acl_task = asyncio.get_running_loop().create_task(self.acl.watch())
         log.info("NameServer listening on %s:%s", self.server.host, self.server.port)
 
     async def stop(self) -> None:
-        if self._scan_task is not None:
-            self._scan_task.cancel()
+        for task in (self._scan_task, self._acl_task):
+            if task is not None:
+                task.cancel()
         await self.server.stop()
 
     async def _scan_loop(self) -> None:

@@ -227,6 +227,8 @@ class RemotingServer:
         self._max_frame = max_frame
         self.connections: set[Connection] = set()
         self.close_listeners: list[Callable[[Connection], None]] = []
+        # Asked before any processor (ACL, docs/acl.md): None lets the request through, a response refuses it.
+        self.access_validator: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
 
     def register(self, code: int, processor: Dispatcher) -> None:
         self._processors[int(code)] = processor
@@ -235,6 +237,10 @@ class RemotingServer:
         self._default = processor
 
     def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> Reply:
+        if self.access_validator is not None:
+            refused = self.access_validator(conn, cmd)
+            if refused is not None:
+                return refused
         proc = self._processors.get(cmd.code, self._default)
         if proc is None:
             return cmd.make_response(

@@ -1,0 +1,85 @@
+"""Which topics and groups a request touches, and how (PlainAccessResource.parse), pure.
+
+Groups appear as their retry topic (``%RETRY%group``), as RocketMQ keys them. Requests of other
+codes touch no resource: any known account may make them, unless the code needs an admin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidalmq.acl.permission import PUB, SUB
+from tidalmq.common import fastjson
+from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.command import RemotingCommand
+
+_SEND = int(RC.SEND_MESSAGE)
+_SEND_V2 = int(RC.SEND_MESSAGE_V2)
+_SEND_BATCH = int(RC.SEND_BATCH_MESSAGE)
+_PULL = int(RC.PULL_MESSAGE)
+
+
+class ResourceError(ValueError):
+    """A request whose resources cannot be read (a heartbeat body that is not JSON ...)."""
+
+
+def _group(ext: dict[str, str], key: str) -> dict[str, int]:
+    group = ext.get(key)
+    return {retry_topic(group): SUB} if group else {}
+
+
+def _send(topic: str | None) -> dict[str, int]:
+    # Writing into a group's retry topic is the consumer's send-back: it needs SUB on that group.
+    # (RocketMQ reads the group from the producer-group field here, which names no consumer group.)
+    if topic is None:
+        return {}
+    return {topic: SUB if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else PUB}
+
+
+def _heartbeat(body: Any) -> dict[str, int]:
+    try:
+        data = fastjson.loads(bytes(body)) if body else {}
+        out: dict[str, int] = {}
+        for consumer in data.get("consumerDataSet") or []:
+            group = consumer.get("groupName")
+            if group:
+                out[retry_topic(group)] = SUB
+            for sub in consumer.get("subscriptionDataSet") or []:
+                if sub.get("topic"):
+                    out[sub["topic"]] = SUB
+        return out
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ResourceError(f"the heartbeat body cannot be read: {e}") from None
+
+
+def request_resources(cmd: RemotingCommand) -> dict[str, int]:
+    """Resource (topic, or %RETRY%group) -> the permission the request needs on it."""
+    code = cmd.code
+    ext = cmd.ext_fields
+    if code == _SEND_V2 or code == _SEND_BATCH:
+        return _send(ext.get("b"))
+    if code == _PULL:
+        out = _group(ext, "consumerGroup")
+        topic = ext.get("topic")
+        if topic:
+            out[topic] = SUB
+        return out
+    if code == _SEND:
+        return _send(ext.get("topic"))
+    if code == RC.CONSUMER_SEND_MSG_BACK:
+        return _group(ext, "group")
+    if code == RC.QUERY_MESSAGE:
+        topic = ext.get("topic")
+        return {topic: SUB} if topic else {}
+    if code == RC.HEART_BEAT:
+        return _heartbeat(cmd.body)
+    if code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
+        return _group(ext, "consumerGroup")
+    if code == RC.UPDATE_CONSUMER_OFFSET:
+        out = _group(ext, "consumerGroup")
+        topic = ext.get("topic")
+        if topic:
+            out[topic] = SUB
+        return out
+    return {}

@@ -1,0 +1,177 @@
+"""PlainAccessValidator: checks each request against the loaded ACL, and reloads it when its files
+change (RocketMQ's FileWatchService polls every 500 ms; so does this, off the event loop).
+
+A refused request is answered as RocketMQ answers an AclException thrown by its server RPC hook:
+SYSTEM_ERROR, remark ``org.apache.rocketmq.acl.common.AclException: <why>``; the processor never runs.
+
+The order of the checks is RocketMQ's (PlainPermissionManager.validate, PlainPermissionChecker):
+a globally white address passes; else the request must name a known AccessKey; an address white for
+that account passes; else the signature must be right; an admin account may do anything; admin codes
+need an admin; every topic and group the request touches needs the permission it asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from tidalmq.acl.address import IP, parse_host
+from tidalmq.acl.config import Account, AclConfigError, PlainAcl, load_acl
+from tidalmq.acl.permission import PUB, check_permission
+from tidalmq.acl.resources import ResourceError, request_resources
+from tidalmq.acl.signature import ACCESS_KEY, SIGNATURE
+from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import Connection
+
+log = logging.getLogger(__name__)
+
+ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+WATCH_INTERVAL_S = 0.5
+_CONN_KEY = "acl"  # per connection: (the PlainAcl it was judged against, peer address, globally white)
+_REFUSALS_LOGGED_MAX = 1000
+
+FileSignature = tuple[tuple[str, int, int, int, int], ...]
+
+
+class AccessDenied(Exception):
+    pass
+
+
+def _file_signature(paths: Iterable[Path]) -> FileSignature:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        out.append((str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+class PlainAccessValidator:
+    """Call it with (connection, request): None to let the request through, a response to refuse it.
+
+    ``locate`` lists the ACL files (called again on every poll: files may come and go in conf/acl/).
+    ``check_codes`` None checks every request (the broker); a set checks only those codes (the
+    NameServer, whose reads stay open). ``admin_codes`` need an admin account. ``extra_accounts``
+    are added to what the files say (the standalone broker's own account at its NameServer).
+    """
+
+    def __init__(self, locate: Callable[[], list[Path]], *, admin_codes: frozenset[int],
+                 check_codes: frozenset[int] | None = None, extra_accounts: Iterable[Account] = ()) -> None:
+        self._locate = locate
+        self.admin_codes = admin_codes
+        self.check_codes = check_codes
+        self._extra = tuple(extra_accounts)
+        self.acl = PlainAcl((), {})
+        self._signature: FileSignature = ()
+        self.reloads = 0
+        self._logged: set[tuple[str, str]] = set()
+
+    # loading ----------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load now; raises AclConfigError (at start-up a broken ACL is fatal)."""
+        paths = self._locate()
+        sig = _file_signature(paths)
+        self.acl = load_acl(paths, self._extra)
+        self._signature = sig
+        if not self.acl.files:
+            log.warning("ACL is on but none of %s exists: only globally white addresses would pass, "
+                        "and there are none", ", ".join(map(str, paths)))
+        log.info("ACL loaded from %s: %d accounts, %d global white patterns", ", ".join(self.acl.files) or "-",
+                 len(self.acl.accounts), len(self.acl.global_white))
+
+    def reload_if_changed(self) -> bool:
+        """One poll: reload when a file changed, appeared or went away. A broken file keeps the
+        previous ACL (and is tried again when it changes next)."""
+        paths = self._locate()
+        sig = _file_signature(paths)
+        if sig == self._signature:
+            return False
+        self._signature = sig
+        try:
+            acl = load_acl(paths, self._extra)
+        except AclConfigError as e:
+            log.error("ACL not reloaded, the previous one stays in force: %s", e)
+            return False
+        self.acl = acl
+        self.reloads += 1
+        log.info("ACL reloaded from %s: %d accounts, %d global white patterns", ", ".join(acl.files) or "-",
+                 len(acl.accounts), len(acl.global_white))
+        return True
+
+    async def watch(self, interval: float = WATCH_INTERVAL_S) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.reload_if_changed)
+            except Exception:
+                log.exception("ACL watch failed")
+
+    # checking ---------------------------------------------------------------------------------
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if self.check_codes is not None and cmd.code not in self.check_codes:
+            return None
+        acl = self.acl
+        st = conn.attributes.get(_CONN_KEY)
+        if st is None or st[0] is not acl:
+            ip = parse_host(conn.remote[0])
+            st = (acl, ip, any(p.matches(ip) for p in acl.global_white))
+            conn.attributes[_CONN_KEY] = st
+        if st[2]:
+            return None
+        try:
+            self.check(acl, st[1], cmd)
+        except AccessDenied as e:
+            why = str(e)
+            key = (conn.remote[0], why)
+            if key not in self._logged and len(self._logged) < _REFUSALS_LOGGED_MAX:
+                self._logged.add(key)
+                log.warning("ACL refused request code %s from %s: %s", cmd.code, conn.addr, why)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {why}")
+        return None
+
+    def check(self, acl: PlainAcl, ip: IP | None, cmd: RemotingCommand) -> None:
+        """Raise AccessDenied unless ``cmd`` from ``ip`` may pass (global white addresses aside)."""
+        ext = cmd.ext_fields
+        ak = ext.get(ACCESS_KEY)
+        if ak is None:
+            raise AccessDenied("No accessKey is configured")
+        owned = acl.accounts.get(ak)
+        if owned is None:
+            raise AccessDenied(f"No acl config for {ak}")
+        if owned.white.matches(ip):
+            return
+        sig = ext.get(SIGNATURE)
+        if sig is None or not hmac.compare_digest(owned.mac.sign(ext, cmd.body).encode(), sig.encode("utf-8")):
+            raise AccessDenied(f"Check signature failed for accessKey={ak}")
+        if owned.admin:
+            return
+        if cmd.code in self.admin_codes:
+            raise AccessDenied(f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not")
+        try:
+            needed = request_resources(cmd)
+        except ResourceError as e:
+            raise AccessDenied(str(e)) from None
+        if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:  # message traces pass, as in RocketMQ
+            return
+        perms = owned.perms
+        for resource, perm in needed.items():
+            is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            has = perms.get(resource)
+            if has is None:
+                if not check_permission(perm, owned.default_group_perm if is_group else owned.default_topic_perm):
+                    raise AccessDenied(f"No default permission for {_print(resource, is_group)}")
+            elif not check_permission(perm, has):
+                raise AccessDenied(f"No permission for {_print(resource, is_group)}")
+
+
+def _print(resource: str, is_group: bool) -> str:
+    return f"group:{resource[len(RETRY_GROUP_TOPIC_PREFIX):]}" if is_group else f"topic:{resource}"

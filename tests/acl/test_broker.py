@@ -1,0 +1,297 @@
+"""A standalone with ``aclEnable=true``: who may do what, over the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.acl.conftest import ADMIN, USER, acl_text
+from tests.broker.rawclient import pull_cmd, run, send_cmd
+from tests.client.helpers import create_topic, uniq
+from tests.support import Standalone, free_port
+from tidalmq.acl import RequestSigner, SessionCredentials
+from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
+from tidalmq.client.message import MessageQueue
+from tidalmq.common import fastjson
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
+
+# The requests that administer a broker, with headers that would succeed for an admin.
+ADMIN_REQUESTS = [
+    (RC.UPDATE_AND_CREATE_TOPIC, {"topic": "made_by_stranger", "defaultTopic": "TBW102", "readQueueNums": "4",
+                                  "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG"}),
+    (RC.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"}),
+    (RC.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": "both", "group": "g", "timestamp": "0", "isForce": "true"}),
+    (RC.TRIGGER_DELETE_FILES, {}),
+    (RC.GET_BROKER_CONFIG, {}),
+    (RC.UPDATE_BROKER_CONFIG, {}),
+    (RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": "g"}),
+]
+
+
+def _request(code: int, ext: dict[str, str], creds: SessionCredentials | None = None,
+             body: bytes | None = None) -> RemotingCommand:
+    cmd = RemotingCommand(code=code, ext_fields=dict(ext), body=body)
+    if creds is not None:
+        RequestSigner(creds).sign(cmd.ext_fields, body)
+    return cmd
+
+
+async def _invoke(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+    c = RemotingClient()
+    try:
+        return await c.invoke(addr, cmd, 5.0)
+    finally:
+        await c.close()
+
+
+def _refused(resp: RemotingCommand) -> str:
+    assert resp.code == ResponseCode.SYSTEM_ERROR, (resp.code, resp.remark)
+    assert resp.remark is not None and resp.remark.startswith(ACL_REMARK), resp.remark
+    return resp.remark[len(ACL_REMARK):]
+
+
+def test_anonymous_requests_are_refused(acl_standalone: Standalone) -> None:
+    addr = acl_standalone.broker_addr
+
+    async def go() -> None:
+        for code, ext in ADMIN_REQUESTS:
+            assert _refused(await _invoke(addr, _request(code, ext))) == "No accessKey is configured", code
+        # everyday codes too: the stranger cannot read the broker at all
+        for cmd in (send_cmd("both", b"x"), pull_cmd("both", 0, 0),
+                    _request(RC.GET_BROKER_RUNTIME_INFO, {}), _request(RC.VIEW_MESSAGE_BY_ID, {"offset": "0"})):
+            assert _refused(await _invoke(addr, cmd)) == "No accessKey is configured"
+        # nothing happened: the topic was not created, TBW102 is still there
+        async with Admin(acl_standalone.namesrv_addr, credentials=ADMIN) as admin:
+            assert await admin.topic_config("made_by_stranger") == {}
+            assert [c["topicName"] for c in (await admin.topic_config("TBW102")).values()] == ["TBW102"]
+
+    run(go())
+
+
+def test_unknown_key_and_wrong_secret_are_refused(acl_standalone: Standalone) -> None:
+    addr = acl_standalone.broker_addr
+    ext = {"topic": "both", "queueId": "0"}
+
+    async def go() -> None:
+        r = await _invoke(addr, _request(RC.GET_MAX_OFFSET, ext, SessionCredentials("strangerKey", "whatever1")))
+        assert _refused(r) == "No acl config for strangerKey"
+        r = await _invoke(addr, _request(RC.GET_MAX_OFFSET, ext, SessionCredentials(USER.access_key, "notTheSecret")))
+        assert _refused(r) == f"Check signature failed for accessKey={USER.access_key}"
+        unsigned = _request(RC.GET_MAX_OFFSET, {**ext, "AccessKey": USER.access_key})
+        assert _refused(await _invoke(addr, unsigned)) == f"Check signature failed for accessKey={USER.access_key}"
+        assert (await _invoke(addr, _request(RC.GET_MAX_OFFSET, ext, USER))).code == ResponseCode.SUCCESS
+
+    run(go())
+
+
+def test_non_admin_account_is_refused_admin_codes(acl_standalone: Standalone) -> None:
+    addr = acl_standalone.broker_addr
+
+    async def go() -> None:
+        for code, ext in ADMIN_REQUESTS:
+            why = _refused(await _invoke(addr, _request(code, ext, USER)))
+            assert why == f"Need admin permission for request code={int(code)}, but accessKey={USER.access_key} is not"
+        # the admin account may
+        r = await _invoke(addr, _request(RC.GET_BROKER_CONFIG, {}, ADMIN))
+        assert r.code == ResponseCode.SUCCESS and b"aclEnable=true" in r.body_bytes()
+
+    run(go())
+
+
+def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
+    ns = acl_standalone.namesrv_addr
+
+    async def go() -> None:
+        for topic in ("pubOnly", "subOnly", "both", "denied", "unlisted"):
+            await create_topic(ns, topic, 1, credentials=ADMIN)
+        async with Producer(uniq("pg"), ns, credentials=USER, retry_times_when_send_failed=0) as p:
+            for topic in ("pubOnly", "both"):
+                assert (await p.send(Message(topic, b"hello"))).status.name == "SEND_OK"
+            for topic, why in (("subOnly", "No permission for topic:subOnly"),
+                               ("denied", "No permission for topic:denied"),
+                               ("unlisted", "No default permission for topic:unlisted")):
+                with pytest.raises(MQBrokerError) as e:
+                    await p.send(Message(topic, b"hello"))
+                assert e.value.code == ResponseCode.SYSTEM_ERROR and e.value.remark == ACL_REMARK + why
+        async with PullConsumer("readers", ns, credentials=USER) as c:
+            got = await c.pull(MessageQueue("both", (await c.fetch_queues("both"))[0].broker_name, 0), 0)
+            assert [m.body for m in got.messages] == [b"hello"]
+            broker = (await c.fetch_queues("subOnly"))[0].broker_name
+            assert (await c.pull(MessageQueue("subOnly", broker, 0), 0)).status.name == "NO_NEW_MSG"
+            for topic in ("pubOnly", "denied"):
+                with pytest.raises(MQBrokerError, match=f"No permission for topic:{topic}"):
+                    await c.pull(MessageQueue(topic, broker, 0), 0)
+        async with PullConsumer("deniedGroup", ns, credentials=USER) as c:
+            with pytest.raises(MQBrokerError, match="No permission for group:deniedGroup"):
+                await c.pull(MessageQueue("both", broker, 0), 0)
+
+    run(go(), 90)
+
+
+async def _wait_code(addr: str, cmd_factory, want_ok: bool, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await _invoke(addr, cmd_factory())
+        if (r.code == ResponseCode.SUCCESS) == want_ok:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout}s the broker still answers [{r.code}] {r.remark}")
+        await asyncio.sleep(0.1)
+
+
+def test_file_change_is_picked_up_and_a_broken_file_ignored(acl_standalone: Standalone) -> None:
+    addr = acl_standalone.broker_addr
+    path = acl_standalone.data_dir / "conf" / "plain_acl.yml"
+
+    def anonymous() -> RemotingCommand:
+        return _request(RC.GET_BROKER_CONFIG, {})
+
+    async def go() -> None:
+        try:
+            assert (await _invoke(addr, anonymous())).code == ResponseCode.SYSTEM_ERROR
+            path.write_text(acl_text(["127.0.0.1"]))  # the loopback becomes a global white address
+            await _wait_code(addr, anonymous, want_ok=True)
+            path.write_text("accounts: [ {accessKey: broken")  # kept out: the previous ACL stays
+            await _wait_log(acl_standalone, "ACL not reloaded")
+            assert (await _invoke(addr, anonymous())).code == ResponseCode.SUCCESS
+        finally:
+            path.write_text(acl_text())
+        await _wait_code(addr, anonymous, want_ok=False)
+
+    run(go(), 60)
+
+
+async def _wait_log(s: Standalone, text: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in s.log_path.read_text():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{text!r} never appeared in the log\n{s.log_tail()}")
+        await asyncio.sleep(0.1)
+
+
+# ---- the NameServer -----------------------------------------------------------------------------------
+
+def _register_fake(creds: SessionCredentials | None) -> RemotingCommand:
+    body = fastjson.dumpb({"topicConfigSerializeWrapper": {"topicConfigTable": {"both": {
+        "topicName": "both", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}, "dataVersion": {}},
+        "filterServerList": []})
+    ext = {"brokerName": "fake", "brokerAddr": "10.9.9.9:10911", "clusterName": "DefaultCluster",
+           "haServerAddr": "10.9.9.9:10912", "brokerId": "0"}
+    return _request(RC.REGISTER_BROKER, ext, creds, body)
+
+
+def test_namesrv_refuses_anonymous_registration_and_writes(acl_standalone: Standalone) -> None:
+    ns = acl_standalone.namesrv_addr
+
+    async def go() -> None:
+        assert _refused(await _invoke(ns, _register_fake(None))) == "No accessKey is configured"
+        why = _refused(await _invoke(ns, _register_fake(USER)))
+        assert why == f"Need admin permission for request code={int(RC.REGISTER_BROKER)}, but accessKey={USER.access_key} is not"
+        for code, ext in ((RC.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"}),
+                          (RC.DELETE_KV_CONFIG, {"namespace": "ns", "key": "k"}),
+                          (RC.DELETE_TOPIC_IN_NAMESRV, {"topic": "both"}),
+                          (RC.UNREGISTER_BROKER, {"brokerName": "x", "brokerAddr": "1.2.3.4:1", "clusterName": "c",
+                                                  "brokerId": "0"})):
+            assert _refused(await _invoke(ns, _request(code, ext))) == "No accessKey is configured"
+        # reads stay open, and the real broker (signing with the standalone's own account) is routed
+        route = await _invoke(ns, _request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}))
+        assert route.code == ResponseCode.SUCCESS
+        addrs = [a for b in fastjson.loads(route.body_bytes())["brokerDatas"] for a in b["brokerAddrs"].values()]
+        assert addrs == [acl_standalone.broker_addr]
+        # an admin may write
+        ok = await _invoke(ns, _request(RC.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"}, ADMIN))
+        assert ok.code == ResponseCode.SUCCESS
+
+    run(go())
+
+
+def test_broker_signs_with_its_configured_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accessKey/secretKey in broker.conf sign REGISTER_BROKER; rocketmq.acl.plain.file names the file."""
+    monkeypatch.delenv("ROCKETMQ_HOME", raising=False)
+    acl = tmp_path / "elsewhere" / "acl.yml"
+    acl.parent.mkdir()
+    acl.write_text(acl_text())
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"aclEnable=true\nrocketmq.acl.plain.file={acl}\naccessKey={ADMIN.access_key}\n"
+                    f"secretKey={ADMIN.secret_key}\n")
+    s = Standalone(tmp_path / "data")
+    s.command = lambda: [*Standalone.command(s), "-c", str(conf)]  # type: ignore[method-assign]
+    with s:
+        async def go() -> None:
+            r = await _invoke(s.namesrv_addr, _request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}))
+            assert r.code == ResponseCode.SUCCESS
+            r = await _invoke(s.broker_addr, _request(RC.GET_BROKER_CONFIG, {}, ADMIN))
+            text = r.body_bytes().decode()
+            assert "secretKey=******" in text and ADMIN.secret_key not in text
+            assert _refused(await _invoke(s.broker_addr, _request(RC.GET_BROKER_CONFIG, {}))) == "No accessKey is configured"
+
+        run(go())
+
+
+# ---- tidalmq admin --------------------------------------------------------------------------------------
+
+def _cli(s: Standalone, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("TIDALMQ_ACCESS_KEY", "TIDALMQ_SECRET_KEY", "ROCKETMQ_HOME")}
+    return subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args],
+                          capture_output=True, text=True, timeout=60, env={**base, **(env or {})})
+
+
+def test_admin_cli_signs_with_options_environment_or_tools_yml(acl_standalone: Standalone, tmp_path: Path) -> None:
+    topic = uniq("cli")
+    refused = _cli(acl_standalone, "topic", "create", topic, "-q", "2")
+    assert refused.returncode == 1
+    assert f"error 1: {ACL_REMARK}No accessKey is configured" in refused.stderr
+    not_admin = _cli(acl_standalone, "--access-key", USER.access_key, "--secret-key", USER.secret_key,
+                     "topic", "create", topic)
+    assert not_admin.returncode == 1 and "Need admin permission" in not_admin.stderr
+    ok = _cli(acl_standalone, "--access-key", ADMIN.access_key, "--secret-key", ADMIN.secret_key,
+              "topic", "create", topic, "-q", "2")
+    assert ok.returncode == 0, ok.stderr
+    env = {"TIDALMQ_ACCESS_KEY": ADMIN.access_key, "TIDALMQ_SECRET_KEY": ADMIN.secret_key}
+    status = _cli(acl_standalone, "topic", "status", topic, env=env)
+    assert status.returncode == 0 and len(status.stdout.strip().splitlines()) == 3, status.stdout + status.stderr
+    # mqadmin's $ROCKETMQ_HOME/conf/tools.yml
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "tools.yml").write_text(f"accessKey: {ADMIN.access_key}\nsecretKey: {ADMIN.secret_key}\n")
+    deleted = _cli(acl_standalone, "topic", "delete", topic, env={"ROCKETMQ_HOME": str(tmp_path)})
+    assert deleted.returncode == 0, deleted.stderr
+    half = _cli(acl_standalone, "--access-key", ADMIN.access_key, "topic", "list")
+    assert half.returncode == 2 and "secret key" in half.stderr
+
+
+def test_namesrv_command_acl_option(tmp_path: Path) -> None:
+    """``tidalmq namesrv --acl-enable --acl-file F``: its own ACL, the same rules as the standalone's."""
+    (tmp_path / "acl.yml").write_text(acl_text())
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "namesrv", "-p", str(port), "--data-dir",
+                             str(tmp_path / "data"), "--acl-enable", "--acl-file", str(tmp_path / "acl.yml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and "ready" in proc.stdout.readline()
+        ns = f"127.0.0.1:{port}"
+
+        async def go() -> None:
+            assert _refused(await _invoke(ns, _register_fake(None))) == "No accessKey is configured"
+            c = RemotingClient()  # one connection: the NameServer forgets a broker whose connection closes
+            try:
+                assert (await c.invoke(ns, _register_fake(ADMIN), 5)).code == ResponseCode.SUCCESS
+                route = await c.invoke(ns, _request(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": "both"}), 5)  # unsigned read
+                assert route.code == ResponseCode.SUCCESS and b"10.9.9.9:10911" in route.body_bytes()
+            finally:
+                await c.close()
+
+        run(go())
+    finally:
+        proc.terminate()
+        proc.wait(10)
