@@ -170,6 +170,7 @@ def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:  # type: ign
         conf = tmp_path / "broker.conf"
         conf.write_text("# comment\nlistenPort = notanumber\n")
         arg = str(conf)
-    out = subprocess.run([sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(tmp_path / "d"), flag, arg],
-                         capture_output=True, text=True, timeout=60)
+    # Free ports (Standalone.command), never the defaults: were the check done after binding, a taken 9876
+    # would fail the command for another reason.
+    out = subprocess.run(Standalone(tmp_path / "d").command() + [flag, arg], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "listenPort" in out.stderr
