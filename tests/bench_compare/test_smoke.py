@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("psutil")
-
-from bench.compare import report, workloads  # noqa: E402
-from bench.compare.peers.tidalmq import Server  # noqa: E402
+from bench.compare import report, workloads
+from bench.compare.peers.tidalmq import Server
 
 
 def test_w1_quick_and_report(tmp_path: Path) -> None:

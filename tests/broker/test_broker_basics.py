@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
+from tests.broker.rawclient import pull_cmd, records, run, runtime_info, send_cmd, wait_max_offset
 from tests.support import Standalone
 from tidalmq.common import fastjson
 from tidalmq.common.record import decode_record
@@ -31,7 +31,9 @@ def test_long_polling_answers_when_a_message_arrives(shared_standalone: Standalo
             nxt = int(r.ext_fields["nextBeginOffset"])
             t0 = time.monotonic()
             held = asyncio.ensure_future(c.invoke(addr, pull_cmd("LongPoll", 0, nxt, suspend_ms=15000), 20))
-            await asyncio.sleep(0.3)
+            # A request sent after the pull on the same connection is answered: the broker has handled the
+            # pull by then, and an empty pull not held would have been answered already.
+            await runtime_info(c, addr)
             assert not held.done()  # held, not answered empty
             assert (await c.invoke(addr, send_cmd("LongPoll", b"second"), 5)).code == ResponseCode.SUCCESS
             r = await held
@@ -170,6 +172,7 @@ def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:  # type: ign
         conf = tmp_path / "broker.conf"
         conf.write_text("# comment\nlistenPort = notanumber\n")
         arg = str(conf)
-    out = subprocess.run([sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(tmp_path / "d"), flag, arg],
-                         capture_output=True, text=True, timeout=60)
+    # Free ports (Standalone.command), never the defaults: were the check done after binding, a taken 9876
+    # would fail the command for another reason.
+    out = subprocess.run(Standalone(tmp_path / "d").command() + [flag, arg], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "listenPort" in out.stderr

@@ -1,8 +1,10 @@
-"""Durability: SIGKILL the broker under a steady send load, restart, and check what survived.
+"""Process-crash recovery: SIGKILL the broker under a steady send load, restart, and check what survived.
 
-SYNC_FLUSH: every acknowledged message is readable exactly once through its ConsumeQueue and findable
-through the index. ASYNC_FLUSH: the same check, reporting how many acknowledged messages were lost
-(a SIGKILL leaves the page cache intact, so usually none; a power cut would lose up to a flush interval).
+What a SIGKILL can show, for both flush types: every acknowledged message is readable exactly once through
+its ConsumeQueue (no gap, no duplicate, no torn record) and findable through the rebuilt index. What it
+cannot show is the difference between SYNC_FLUSH and ASYNC_FLUSH: the kernel's page cache outlives the
+process, so unsynced writes survive too. Only a power-cut harness that drops unsynced writes (not built
+yet) can show that SYNC_FLUSH loses nothing acknowledged where ASYNC_FLUSH may lose a flush interval.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ async def load_until_killed(s: Standalone, topic: str, kill_after: float, window
             i += 1
             attempted += 1
         await asyncio.wait(list(pending) + [killed], return_when=asyncio.FIRST_COMPLETED)
-    await asyncio.sleep(0.2)  # let responses already on the wire be read before the socket closes
+    # Responses already on the wire are read before the dead broker's connection reports its loss, which
+    # fails every send still pending: once all are resolved, ``acked`` is complete.
+    if pending:
+        await asyncio.wait(list(pending), timeout=10)
+    assert not pending, "sends unresolved 10 s after the broker died"
     await c.close()
     return acked, attempted
 
@@ -129,21 +135,18 @@ def crash_round(tmp: Path, flush: str, kill_after: float) -> tuple[int, int, int
         s.stop()
 
 
-def test_sync_flush_sigkill_loses_no_acknowledged_message(tmp_path: Path) -> None:
-    acked, lost, attempted = crash_round(tmp_path, "SYNC_FLUSH", 1.5)
-    print(f"SYNC_FLUSH: {acked} acknowledged of {attempted} attempted, {lost} lost")
-    assert lost == 0
-
-
-def test_async_flush_sigkill_reports_loss(tmp_path: Path) -> None:
-    acked, lost, attempted = crash_round(tmp_path, "ASYNC_FLUSH", 1.5)
-    # ASYNC_FLUSH acknowledges before fsync, so loss is reported rather than forbidden; what crash_round
-    # asserts still holds: nothing stored twice, no gap or torn record in any queue, the index rebuilt.
-    print(f"ASYNC_FLUSH: {acked} acknowledged of {attempted} attempted, {lost} lost after SIGKILL")
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_sigkill_recovery_keeps_every_acknowledged_message(tmp_path: Path, flush: str) -> None:
+    """Process crash, either flush type: nothing acknowledged is missing after the restart (crash_round
+    also asserts exactly once, no gap, the index rebuilt). Not a test of fsync: see the module docstring."""
+    acked, lost, attempted = crash_round(tmp_path, flush, 1.5)
+    assert lost == 0, f"{flush}: {lost} of {acked} acknowledged messages ({attempted} attempted) missing after SIGKILL"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("round_", range(10))
-def test_sync_flush_crash_loop(tmp_path: Path, round_: int) -> None:
-    acked, lost, _ = crash_round(tmp_path, "SYNC_FLUSH", 0.5 + round_ * 0.37)
-    assert lost == 0, f"round {round_}: {lost} of {acked} acknowledged messages lost"
+def test_sigkill_recovery_loop(tmp_path: Path, round_: int) -> None:
+    """Ten kills at different moments, the flush types alternating."""
+    flush = ("SYNC_FLUSH", "ASYNC_FLUSH")[round_ % 2]
+    acked, lost, _ = crash_round(tmp_path, flush, 0.5 + round_ * 0.37)
+    assert lost == 0, f"round {round_} ({flush}): {lost} of {acked} acknowledged messages lost"

@@ -1,5 +1,7 @@
-"""The official client across broker restarts: committed consumer offsets survive a clean restart, and in
-SYNC_FLUSH every send the client saw succeed survives a SIGKILL."""
+"""The official client across broker restarts: committed consumer offsets survive a clean restart, and every
+send the client saw succeed survives a SIGKILL of the broker (process-crash recovery, both flush types: the
+page cache outlives a SIGKILL, so this cannot tell SYNC_FLUSH from ASYNC_FLUSH; a power-cut harness that
+drops unsynced writes, not built yet, will)."""
 
 from __future__ import annotations
 
@@ -91,9 +93,10 @@ def test_live_consumer_resumes_after_broker_restart(standalone: Standalone, agen
     assert not dup, f"duplicates: {dup}"
 
 
-def test_sync_flush_every_acknowledged_send_survives_sigkill(tmp_path: Path, agents: Any,
-                                                             record_property: Any) -> None:
-    s = Standalone(tmp_path / "data", {**SMALL_FILES, "flushDiskType": "SYNC_FLUSH"})
+@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
+def test_every_acknowledged_send_survives_a_broker_sigkill(tmp_path: Path, agents: Any, record_property: Any,
+                                                           flush: str) -> None:
+    s = Standalone(tmp_path / "data", {**SMALL_FILES, "flushDiskType": flush})
     s.start()
     try:
         topic = uniq("Crash")
@@ -117,7 +120,7 @@ def test_sync_flush_every_acknowledged_send_survives_sigkill(tmp_path: Path, age
         unacked_present = len(got & failed)
         record_property("acked", len(acked))
         record_property("unacked_but_stored", unacked_present)
-        print(f"SYNC_FLUSH SIGKILL: acked {len(acked)}, lost {len(lost)}, failed sends {len(failed)} "
+        print(f"{flush} SIGKILL: acked {len(acked)}, lost {len(lost)}, failed sends {len(failed)} "
               f"of which stored {unacked_present}")
         assert not lost
         assert got <= acked | failed, "messages nobody sent"

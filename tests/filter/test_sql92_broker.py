@@ -226,8 +226,14 @@ def test_push_consumer_subscribes_with_sql92(sql_standalone: Standalone, tmp_pat
         try:
             expected = sorted({i for i in range(60) if i % 3 == 0} | {50, 51, 52})
             await wait_until(lambda: len(seen) >= len(expected), 30, "the matching messages")
-            await asyncio.sleep(0.5)  # nothing else arrives
-            assert sorted(int(m.properties["price"]) for m in seen) == expected
+            # A matching marker at the end of each queue: once both arrived, the consumer has pulled past
+            # every message stored before them, so one the filter wrongly let through would be in ``seen``.
+            async with Producer(uniq("PG"), ns) as p:
+                for q in await p.fetch_publish_queues(topic):
+                    await p.send(Message(topic, b"marker", tags="TagA", properties={"price": "1000", "region": "eu"}),
+                                 queue=q)
+            await wait_until(lambda: sum(m.body == b"marker" for m in seen) == 2, 30, "the markers")
+            assert sorted(int(m.properties["price"]) for m in seen if m.body != b"marker") == expected
         finally:
             await c.shutdown()
 

@@ -1,4 +1,8 @@
-"""SIGKILL under load: every acknowledged message must be readable exactly once after recovery."""
+"""Process-crash recovery of the store alone: SIGKILL a writer under load; after recovery every
+acknowledged message is readable exactly once, and the ConsumeQueues hold exactly the recovered CommitLog's
+records. Both flush types are held to that, because a SIGKILL leaves the page cache intact: these tests
+cannot tell SYNC_FLUSH from ASYNC_FLUSH. A power-cut harness that drops unsynced writes (not built yet) is
+what will show that SYNC_FLUSH keeps every acknowledged message where ASYNC_FLUSH may not."""
 
 from __future__ import annotations
 
@@ -80,33 +84,28 @@ def verify(root: str, acked: list[str]) -> tuple[int, int]:
         store.shutdown()
 
 
-def test_sigkill_sync_flush_loses_nothing_acknowledged(tmp_path) -> None:
+FLUSH_TYPES = ["SYNC_FLUSH", "ASYNC_FLUSH"]
+
+
+@pytest.mark.parametrize("mode", FLUSH_TYPES)
+def test_sigkill_recovery_keeps_every_acknowledged_message(tmp_path, mode: str) -> None:
     root = str(tmp_path / "s")
-    acked, err = run_and_kill(root, "SYNC_FLUSH", 4000)
+    acked, err = run_and_kill(root, mode, 4000 if mode == "SYNC_FLUSH" else 1500)
     assert len(acked) >= 200, err
     missing, total = verify(root, acked)
-    assert missing == 0
+    assert missing == 0, f"{missing} of {len(acked)} acknowledged messages missing after SIGKILL ({mode})"
     assert total >= len(acked)
     # and a second crash on top of the recovered store
-    acked2, err = run_and_kill(root, "SYNC_FLUSH", 800, "r2")
+    acked2, err = run_and_kill(root, mode, 800, "r2")
     missing, _ = verify(root, acked + acked2)
     assert missing == 0
 
 
-def test_sigkill_async_flush_reports_losses(tmp_path) -> None:
-    root = str(tmp_path / "a")
-    acked, err = run_and_kill(root, "ASYNC_FLUSH", 1500)
-    assert len(acked) >= 200, err
-    missing, total = verify(root, acked)
-    # Put-acknowledged but unflushed data may be lost on a power failure; after a mere SIGKILL the page
-    # cache still holds it, so typically nothing is lost. Report, do not fail.
-    print(f"ASYNC_FLUSH after SIGKILL: {len(acked)} acknowledged, {missing} lost, {total} recovered")
-
-
-@pytest.mark.parametrize("_round", range(2))
-def test_sigkill_early(tmp_path, _round: int) -> None:
+@pytest.mark.parametrize("mode", FLUSH_TYPES)
+def test_sigkill_early(tmp_path, mode: str) -> None:
     """Kill right after the first acknowledgements (file creation, first dispatch in flight)."""
     root = str(tmp_path / "e")
-    acked, err = run_and_kill(root, "SYNC_FLUSH", 5)
+    acked, err = run_and_kill(root, mode, 5)
+    assert acked, err
     missing, _ = verify(root, acked)
     assert missing == 0

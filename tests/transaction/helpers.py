@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidalmq.client import ConsumeFromWhere, MessageExt, PushConsumer, TransactionState
+from tests.client.helpers import wait_until
+from tidalmq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer, TransactionState
 from tidalmq.common import fastjson
 from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
@@ -84,3 +86,37 @@ async def register(producer: Any, topic: str) -> None:
     send the first one only after heartbeatBrokerInterval (30 s)."""
     await producer.instance.update_route(topic)
     await producer.instance.send_heartbeat()
+
+
+async def check_round_after(client: RemotingClient, addr: str, at_ms: float, timeout: float = 10) -> None:
+    """Return once the broker has completed a transaction check round that began at or after ``at_ms``
+    (wall clock, the broker's ``now``): a half message due by then and still open was checked in it.
+
+    A round runs whole on the broker's event loop, as GET_BROKER_RUNTIME_INFO does, so none is half done
+    when ``transaction.check_rounds`` is read; a round counted after a read made at ``at_ms`` began later."""
+    deadline = time.monotonic() + timeout
+    while (left := at_ms / 1000 - time.time()) > 0:
+        await asyncio.sleep(left)  # the moment itself is the condition
+    before = int((await runtime_info(client, addr))["transaction.check_rounds"])
+    while int((await runtime_info(client, addr))["transaction.check_rounds"]) <= before:
+        assert time.monotonic() < deadline, f"no transaction check round within {timeout}s"
+        await asyncio.sleep(0.02)
+
+
+async def checks_received(producer: Any) -> None:
+    """A heartbeat round trip on the connection a check-back travels on: a CHECK_TRANSACTION_STATE the broker
+    sent before answering it has been read, and its listener called, when this returns."""
+    await producer.instance.send_heartbeat()
+
+
+async def markers(producer: Producer, topic: str, got: Collector, timeout: float = 10) -> list[bytes]:
+    """A plain message to every queue of ``topic``, sent by ``producer`` after the requests under test (on
+    the same connection, so the broker stores it after what they stored), and waited for at ``got``. Once
+    all have arrived, anything stored before them has been delivered too: a message that should not exist
+    would be in ``got`` now. Returns the markers' bodies."""
+    queues = await producer.fetch_publish_queues(topic)
+    bodies = [f"marker-{q.queue_id}-{time.monotonic_ns()}".encode() for q in queues]
+    for q, b in zip(queues, bodies, strict=True):
+        await producer.send(Message(topic, b), queue=q)
+    await wait_until(lambda: set(bodies) <= set(got.bodies), timeout, "the markers")
+    return bodies

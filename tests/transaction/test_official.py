@@ -9,6 +9,7 @@ that group, and the official push consumer must receive the committed message, a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ import pytest
 
 from tests.compat.harness import create_topic, msg, uniq
 from tests.support import Standalone
-from tests.transaction.helpers import FAST, Listener, register
+from tests.transaction.helpers import FAST, Listener, check_round_after, checks_received, register
 from tidalmq.client import TransactionProducer, TransactionState
+from tidalmq.remoting.transport import RemotingClient
 
 pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
 from tests.compat.conftest import agents  # noqa: E402,F401  (the fixture)
@@ -63,7 +65,16 @@ def test_official_half_message_committed_on_check_back(agents: Any, broker: Stan
             while len(listener.checks) < 2:
                 assert asyncio.get_running_loop().time() < deadline, "no check-back"
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(0.5)
+            # A round three check intervals later would check again a message whose answer was lost: none
+            # is, so both decisions are applied on the broker before the consumer's messages are judged.
+            client = RemotingClient()
+            try:
+                interval = int(FAST["transactionCheckInterval"])
+                await check_round_after(client, broker.broker_addr, time.time() * 1000 + 3 * interval)
+            finally:
+                await client.close()
+            await checks_received(p)
+            assert len(listener.checks) == 2
 
     asyncio.run(answer())
     got = consumer.wait_messages(lambda ms: any(m["keys"] == "k-commit" for m in ms), 30, "the committed message",

@@ -20,8 +20,11 @@ from tests.transaction.helpers import (
     NOT_TYPE,
     ROLLBACK,
     Listener,
+    check_round_after,
+    checks_received,
     consumer,
     end_transaction,
+    markers,
     register,
     runtime_info,
 )
@@ -42,6 +45,9 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 
 pytestmark = pytest.mark.timeout(90)
+
+TIMEOUT_MS = int(FAST["transactionTimeOut"])
+INTERVAL_MS = int(FAST["transactionCheckInterval"])
 
 
 def run(coro_fn: Callable[[], Awaitable[None]], timeout: float = 45) -> None:
@@ -71,21 +77,25 @@ def test_commit_and_rollback(broker: Standalone) -> None:
         await create_topic(ns, topic, 2)
         c, got = await consumer(ns, uniq("TxC"), topic)
         listener = Listener(check=TransactionState.UNKNOWN)
+        client = RemotingClient()
         async with TransactionProducer(group, listener, ns) as p:
+            await register(p, topic)  # a check-back target: an undecided half would be checked
             r1 = await p.send_in_transaction(Message(topic, b"rolled-back", tags="T"), TransactionState.ROLLBACK)
             r2 = await p.send_in_transaction(Message(topic, b"committed", tags="T", keys=["k1"]), TransactionState.COMMIT)
+            stored_by = time.time() * 1000
             assert r1.local_state == TransactionState.ROLLBACK and r2.local_state == TransactionState.COMMIT
-            await wait_until(lambda: got.msgs, 10, "the committed message")
-            await asyncio.sleep(0.8)  # past transactionTimeOut: nothing is checked back, nothing else arrives
+            # a round after transactionTimeOut would have checked either half, had its decision been lost
+            await check_round_after(client, broker.broker_addr, stored_by + TIMEOUT_MS)
+            await checks_received(p)
             assert listener.checks == []
+            mark = await markers(p, topic, got)
         await c.shutdown()
-        assert got.bodies == [b"committed"]
-        m = got.msgs[0]
+        assert sorted(got.bodies) == sorted([b"committed", *mark])  # the rolled-back one never, nothing twice
+        m = next(m for m in got.msgs if m.body == b"committed")
         assert m.tags == "T" and m.keys == ["k1"] and m.properties[mc.PGROUP] == group
         assert mc.TRAN_MSG not in m.properties and mc.REAL_TOPIC not in m.properties
         assert m.properties[mc.UNIQ_KEY] == r2.send_result.msg_id
         assert m.sysflag & 0xC == COMMIT
-        client = RemotingClient()
         try:
             info = await runtime_info(client, broker.broker_addr)
         finally:
@@ -105,23 +115,25 @@ def test_half_message_is_invisible_until_commit(broker: Standalone) -> None:
         try:
             async with Producer(uniq("PG"), ns) as p:
                 r = await p.send(half(topic, group, b"half"))
-                await asyncio.sleep(0.5)
-                assert got.msgs == []
                 async with PullConsumer(uniq("PC"), ns) as pc:
-                    mq = MessageQueue(topic, r.message_queue.broker_name, 0)
-                    res = await pc.pull(mq, 0)
-                    assert not res.messages
+                    # the half queue first: once the half message is dispatched there, it would be in the
+                    # real topic's queue too were it visible
                     hq = MessageQueue("RMQ_SYS_TRANS_HALF_TOPIC", r.message_queue.broker_name, 0)
                     res = await pc.pull(hq, r.queue_offset)
                     stored = res.messages[0]
                     assert stored.properties[mc.REAL_TOPIC] == topic and stored.properties[mc.REAL_QID] == "0"
                     assert stored.properties[mc.TRANSACTION_ID] == r.msg_id
+                    mq = MessageQueue(topic, r.message_queue.broker_name, 0)
+                    res = await pc.pull(mq, 0)
+                    assert not res.messages
+                mark = await markers(p, topic, got)  # sent after the half message: it arrives, the half does not
+                assert got.bodies == mark
                 resp = await end_transaction(client, broker.broker_addr, group=group, offset_msg_id=r.offset_msg_id,
                                              queue_offset=r.queue_offset, kind=COMMIT)
                 assert resp.code == ResponseCode.SUCCESS, resp.remark
-                await wait_until(lambda: got.msgs, 10, "the committed message")
+                await wait_until(lambda: len(got.msgs) > len(mark), 10, "the committed message")
                 # the committed message points back at its half message
-                assert got.msgs[0].properties[mc.UNIQ_KEY] == r.msg_id
+                assert got.bodies[-1] == b"half" and got.msgs[-1].properties[mc.UNIQ_KEY] == r.msg_id
         finally:
             await client.close()
             await c.shutdown()
@@ -139,12 +151,14 @@ def test_unknown_then_check_back(broker: Standalone, answer: TransactionState) -
         await create_topic(ns, topic, 1)
         c, got = await consumer(ns, uniq("TxC"), topic)
         listener = Listener(execute=TransactionState.UNKNOWN, check=answer)
+        client = RemotingClient()
         async with TransactionProducer(group, listener, ns) as p:
             await register(p, topic)
             t0 = time.monotonic()
             r = await p.send_in_transaction(Message(topic, b"decided-later"), None)
             assert r.local_state == TransactionState.UNKNOWN
             await wait_until(lambda: listener.checks, 10, "a check-back")
+            first_seen = time.time() * 1000
             checked_after = listener.checks[0][0] - t0
             msg = listener.checks[0][1]
             assert msg.topic == topic and msg.body == b"decided-later"
@@ -153,10 +167,18 @@ def test_unknown_then_check_back(broker: Standalone, answer: TransactionState) -
             assert 0.25 <= checked_after < 3.0, checked_after  # transactionTimeOut=300ms, interval 100ms
             if answer == TransactionState.COMMIT:
                 await wait_until(lambda: got.msgs, 10, "the message committed on check-back")
-            await asyncio.sleep(0.8)  # several more check rounds: the answer ended the checks
+            # Unanswered, the message would be checked again one interval after the first check; a round
+            # three intervals later (time for the answer to reach the broker) shows the answer ended the checks.
+            try:
+                await check_round_after(client, broker.broker_addr, first_seen + 3 * INTERVAL_MS)
+            finally:
+                await client.close()
+            await checks_received(p)
             assert len(listener.checks) == 1
+            mark = await markers(p, topic, got)
         await c.shutdown()
-        assert got.bodies == ([b"decided-later"] if answer == TransactionState.COMMIT else [])
+        want = [b"decided-later"] if answer == TransactionState.COMMIT else []
+        assert sorted(got.bodies) == sorted(want + mark)
 
     run(body)
 
@@ -206,7 +228,7 @@ def test_check_max_rolls_back_and_records(broker: Standalone) -> None:
                 while not await discarded():
                     assert time.monotonic() < deadline, "never rolled back"
                     await asyncio.sleep(0.05)
-                await asyncio.sleep(0.5)
+                await checks_received(p)  # the third check, sent before the rollback, has reached the listener
                 # transactionCheckMax=3: three checks (TRANSACTION_CHECK_TIMES 1, 2, 3), then the rollback
                 assert [m.properties[mc.TRANSACTION_CHECK_TIMES] for _, m in listener.checks] == ["1", "2", "3"]
                 # a late commit changes nothing
@@ -221,8 +243,8 @@ def test_check_max_rolls_back_and_records(broker: Standalone) -> None:
                     res = await pc.pull(mq, 0, 1000)
                     mine = [m for m in res.messages if m.properties.get(mc.UNIQ_KEY) == sr.msg_id]
                     assert len(mine) == 1 and mine[0].properties[mc.REAL_TOPIC] == topic
-            await asyncio.sleep(0.3)
-            assert got.msgs == []
+                mark = await markers(p, topic, got)  # stored after the rollback: the discarded message never arrives
+            assert got.bodies == mark
         finally:
             await client.close()
             await c.shutdown()
@@ -276,8 +298,8 @@ def test_end_transaction_bad_input(broker: Standalone) -> None:
                     assert resp.code == ResponseCode.TRANSACTION_FAILED
                     assert "already committed" in (resp.remark or ""), resp.remark
                 await wait_until(lambda: len(got.msgs) >= 2, 10, "the plain and the committed message")
-                await asyncio.sleep(0.8)
-                assert sorted(got.bodies) == [b"once", b"plain"]
+                mark = await markers(p, topic, got)  # after every refused decision: none stored a second copy
+                assert sorted(got.bodies) == sorted([b"once", b"plain", *mark])
         finally:
             await client.close()
             await c.shutdown()
@@ -309,9 +331,8 @@ def test_check_back_answer_from_a_producer_of_another_group_is_refused(broker: S
             # naming its own group
             resp = await end_transaction(client, addr, **{**args, "group": "OtherGroup"}, kind=COMMIT, from_check=True)
             assert resp.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
-            await asyncio.sleep(0.3)
-            assert got.msgs == []
-            # a producer of the right group is answered
+            # a producer of the right group is answered: SUCCESS shows the refused answers decided nothing
+            # (a decided transaction refuses every later decision, test_end_transaction_bad_input)
             client2 = RemotingClient()
             try:
                 hb = {"clientID": "127.0.0.1@owner", "producerDataSet": [{"groupName": group}], "consumerDataSet": []}
@@ -321,6 +342,7 @@ def test_check_back_answer_from_a_producer_of_another_group_is_refused(broker: S
             finally:
                 await client2.close()
             await wait_until(lambda: got.msgs, 10, "the committed message")
+            assert got.bodies == [b"mine"]
         finally:
             await client.close()
             await c.shutdown()
@@ -406,9 +428,9 @@ def test_many_concurrent_transactions(broker: Standalone) -> None:
                                    for i, s in enumerate(states)))
             want = sorted(str(i).encode() for i, s in enumerate(states) if s == TransactionState.COMMIT)
             await wait_until(lambda: len(got.msgs) >= len(want), 20, "every committed message")
-            await asyncio.sleep(0.8)
+            mark = await markers(p, topic, got)  # after all 300 decisions, on their connection
         await c.shutdown()
-        assert sorted(got.bodies) == want
+        assert sorted(got.bodies) == sorted(want + mark)
 
     run(body)
 
@@ -440,12 +462,18 @@ def test_broker_killed_between_half_and_decision(tmp_path: Path) -> None:
 
         async def phase2() -> None:
             c, got = await consumer(s.namesrv_addr, uniq("TxC"), topic)
-            async with TransactionProducer(group, listener, s.namesrv_addr) as p:
-                await register(p, topic)
-                await wait_until(lambda: got.msgs, 15, "the message committed after the restart")
-                await asyncio.sleep(1.0)
+            client = RemotingClient()
+            try:
+                async with TransactionProducer(group, listener, s.namesrv_addr) as p:
+                    await register(p, topic)
+                    await wait_until(lambda: got.msgs, 15, "the message committed after the restart")
+                    # a round past the next check's due time: a decision lost again would be checked again
+                    await check_round_after(client, s.broker_addr, time.time() * 1000 + 3 * INTERVAL_MS)
+                    mark = await markers(p, topic, got)
+            finally:
+                await client.close()
             await c.shutdown()
-            assert got.bodies == [b"survives the crash"]
+            assert got.bodies == [b"survives the crash", *mark]
 
         run(phase2)
     finally:
@@ -459,13 +487,16 @@ def test_broker_killed_after_decisions_does_not_check_them_again(tmp_path: Path)
     s.start()
     topic, group = uniq("TxKill2"), uniq("TPG")
     listener = Listener(check=TransactionState.COMMIT)
+    stored_by = 0.0
     try:
         async def phase1() -> None:
+            nonlocal stored_by
             await create_topic(s.namesrv_addr, topic, 1)
             c, got = await consumer(s.namesrv_addr, uniq("TxC"), topic)
             async with TransactionProducer(group, listener, s.namesrv_addr) as p:
                 await p.send_in_transaction(Message(topic, b"committed"), TransactionState.COMMIT)
                 await p.send_in_transaction(Message(topic, b"rolled back"), TransactionState.ROLLBACK)
+                stored_by = time.time() * 1000
                 await wait_until(lambda: got.msgs, 10, "the committed message")
                 s.kill()
             await c.shutdown()
@@ -476,13 +507,22 @@ def test_broker_killed_after_decisions_does_not_check_them_again(tmp_path: Path)
 
         async def phase2() -> None:
             c, got = await consumer(s.namesrv_addr, uniq("TxC2"), topic)
-            async with TransactionProducer(group, listener, s.namesrv_addr) as p:
-                await register(p, topic)
-                await wait_until(lambda: got.msgs, 10, "the committed message, from the start")
-                await asyncio.sleep(1.5)  # 5x transactionTimeOut, 15 check rounds
+            client = RemotingClient()
+            try:
+                async with TransactionProducer(group, listener, s.namesrv_addr) as p:
+                    await register(p, topic)
+                    # Both halves are long due: a round one interval after the producer registered would
+                    # check either one whose decision the restart forgot (an earlier check found no producer).
+                    due = max(stored_by + TIMEOUT_MS, time.time() * 1000 + INTERVAL_MS)
+                    await check_round_after(client, s.broker_addr, due)
+                    await checks_received(p)
+                    assert listener.checks == []
+                    await wait_until(lambda: got.msgs, 10, "the committed message, from the start")
+                    mark = await markers(p, topic, got)
+            finally:
+                await client.close()
             await c.shutdown()
-            assert got.bodies == [b"committed"]
-            assert listener.checks == []
+            assert got.bodies == [b"committed", *mark]
 
         run(phase2)
     finally:

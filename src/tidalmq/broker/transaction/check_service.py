@@ -77,6 +77,7 @@ class TransactionCheckService:
         self.scan(now)
         self.check(now)
         self.service.persist_if_dirty()
+        self.service.stats.check_rounds += 1
 
     # 1. scan ----------------------------------------------------------------------------------
     def scan(self, now: int) -> None:

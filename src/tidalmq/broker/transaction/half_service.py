@@ -127,6 +127,9 @@ class TransactionStats:
     checks_sent: int = 0
     checks_without_producer: int = 0
     refused: int = 0
+    # Completed check rounds: lets an observer know a round ran after a given moment (a half message due
+    # by then and still open would have been checked in it).
+    check_rounds: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return dict(self.__dict__)
