@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -14,6 +15,8 @@ from pathlib import Path
 from tidalmq import __version__
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.tls import TlsConfig, is_tls_key, tls_config
 
 log = logging.getLogger("tidalmq")
 
@@ -46,13 +49,30 @@ def _parse_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[BrokerConfig, object]:
-    from tidalmq.store.config import MessageStoreConfig
-
+def _load_props(args: argparse.Namespace) -> dict[str, str]:
+    """-c FILE, then each --set KEY=VALUE over it."""
     props: dict[str, str] = {}
     if getattr(args, "config", None):
         props.update(load_properties_file(args.config))
     props.update(_parse_overrides(getattr(args, "set", None)))
+    return props
+
+
+def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsConfig, dict[str, str]]:
+    """The remoting limits and the ``tls.*`` keys of ``props``, and the keys neither knows."""
+    tls = tls_config(props)
+    rest = {k: v for k, v in props.items() if not is_tls_key(k)}
+    rc = RemotingServerConfig()
+    unknown = apply_properties(rc, rest)
+    return rc, tls, {k: rest[k] for k in unknown}
+
+
+def build_broker_configs(args: argparse.Namespace, data_dir: str
+                         ) -> tuple[BrokerConfig, object, RemotingServerConfig, TlsConfig]:
+    from tidalmq.store.config import MessageStoreConfig
+
+    props = _load_props(args)
+    rc, tls, props = server_settings(props)
     bc = BrokerConfig()
     sc = MessageStoreConfig()
     sc.store_path_root_dir = os.path.join(data_dir, "store")
@@ -64,7 +84,7 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
         bc.listen_port = args.broker_port
     if hasattr(sc, "store_path_commit_log") and not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
-    return bc, sc
+    return bc, sc, rc, tls
 
 
 async def _run_until_signal(stop: asyncio.Event) -> None:
@@ -80,13 +100,16 @@ async def _standalone(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     Path(data_dir).mkdir(parents=True, exist_ok=True)
-    ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    bc, sc, rc, tls = build_broker_configs(args, data_dir)
+    ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+                    remoting_config=rc, tls=tls)
     await ns.start()
-    bc, sc = build_broker_configs(args, data_dir)
     bc.namesrv_addr = f"127.0.0.1:{ns.port}"
     if args.host not in ("0.0.0.0", "::", ""):
         bc.broker_ip1 = args.host
-    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
+        tls = dataclasses.replace(tls, enable=True)
+    broker = BrokerController(bc, sc, host=args.host, remoting_config=rc, tls=tls)  # type: ignore[arg-type]
     await broker.start()
     await broker.register_all()
     _settle_gc()
@@ -105,7 +128,11 @@ async def _namesrv(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
-    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"))
+    rc, tls, unknown = server_settings(_load_props(args))
+    for key in unknown:
+        log.warning("unknown configuration key %s ignored", key)
+    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+                    remoting_config=rc, tls=tls)
     await ns.start()
     print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
     stop = asyncio.Event()
@@ -118,12 +145,12 @@ async def _broker(args: argparse.Namespace) -> int:
     from tidalmq.broker.controller import BrokerController
 
     data_dir = args.data_dir or default_data_dir()
-    bc, sc = build_broker_configs(args, data_dir)
+    bc, sc, rc, tls = build_broker_configs(args, data_dir)
     if args.namesrv:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-    broker = BrokerController(bc, sc, host=args.host)  # type: ignore[arg-type]
+    broker = BrokerController(bc, sc, host=args.host, remoting_config=rc, tls=tls)  # type: ignore[arg-type]
     await broker.start()
     _settle_gc()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
@@ -155,6 +182,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("-p", "--port", type=int, default=9876)
     p.add_argument("--data-dir")
+    p.add_argument("-c", "--config", help="properties file: remoting limits and tls.* keys")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     p = sub.add_parser("broker", help="a Broker")
     _add_broker_options(p)
