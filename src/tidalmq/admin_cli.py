@@ -8,12 +8,17 @@ import sys
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_
+from tidalmq.remoting.tls import client_context as tls_context
 from tidalmq.remoting.transport import RemotingError
 
 
 def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("admin", help="operate a running TidalMQ (topics, consumer progress)")
     p.add_argument("-n", "--namesrv", help="NameServer address (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+    p.add_argument("--tls", action="store_true", help="speak TLS to the NameServer and brokers")
+    p.add_argument("--tls-ca", help="verify the servers' certificates against this CA file (PEM)")
+    p.add_argument("--tls-cert", help="client certificate (PEM), for tls.server.need.client.auth")
+    p.add_argument("--tls-key", help="the client certificate's private key (PEM)")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
     t = asub.add_parser("topic", help="topics").add_subparsers(dest="topic_cmd", required=True)
     c = t.add_parser("create")
@@ -72,7 +77,10 @@ def _table(rows: list[list[object]], header: list[str]) -> str:
 
 
 async def run_admin(args: argparse.Namespace) -> int:
-    async with Admin(args.namesrv) as admin:
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        tls = tls_context(trust_cert_path=args.tls_ca or "", cert_path=args.tls_cert or "", key_path=args.tls_key or "")
+    async with Admin(args.namesrv, tls=tls) as admin:
         try:
             if args.admin_cmd == "topic":
                 if args.topic_cmd == "create":

@@ -15,10 +15,10 @@ def uniq(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0) -> None:
+async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0, tls: Any = None) -> None:
     """Create the topic and wait until the NameServer routes it."""
     deadline = time.monotonic() + timeout
-    async with Admin(namesrv) as admin:
+    async with Admin(namesrv, tls=tls) as admin:
         while True:
             try:
                 await admin.create_topic(topic, queues)

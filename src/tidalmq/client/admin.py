@@ -16,6 +16,7 @@ from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.transport import RemotingClient, RemotingError
 
 
@@ -57,10 +58,10 @@ class Admin:
     """The operator's client: ``async with Admin("127.0.0.1:9876") as admin: await admin.topic_list()``.
     Errors raise ``AdminError`` with RocketMQ's response code and remark."""
 
-    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0) -> None:
+    def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0, *, tls: TlsOption = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
         self.timeout = timeout
-        self.remoting = RemotingClient()
+        self.remoting = RemotingClient(ssl_context=resolve_client_tls(tls))
 
     async def close(self) -> None:
         await self.remoting.close()

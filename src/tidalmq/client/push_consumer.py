@@ -39,6 +39,7 @@ from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.tls import TlsOption
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class PushConsumer:
                  delay_level_when_next_consume: int = 0,
                  offset_store_dir: str | None = None, instance_name: str | None = None,
                  client_ip: str | None = None, heartbeat_interval: float = 30.0,
-                 poll_name_server_interval: float = 30.0) -> None:
+                 poll_name_server_interval: float = 30.0, tls: TlsOption = None) -> None:
         v.check_group(group)
         if group == "DEFAULT_CONSUMER":
             raise v.ValidationError("consumerGroup can not equal DEFAULT_CONSUMER, please specify another one.")
@@ -128,7 +129,7 @@ class PushConsumer:
         self.listener = listener
         self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
                                         heartbeat_broker_interval=heartbeat_interval,
-                                        poll_name_server_interval=poll_name_server_interval)
+                                        poll_name_server_interval=poll_name_server_interval, tls=tls)
         self.offset_store: OffsetStore
         if self.message_model == MessageModel.BROADCASTING:
             self.offset_store = LocalFileOffsetStore(offset_store_dir, self._instance.client_id, group)

@@ -178,3 +178,15 @@ def client_context_from(cfg: TlsConfig) -> ssl.SSLContext | None:
                           cert_path=cfg.client_cert_path, key_path=cfg.client_key_path,
                           key_password=cfg.client_key_password)
 
+
+
+# What a tidalmq.client class accepts as its ``tls`` option.
+TlsOption = bool | ssl.SSLContext | None
+
+
+def resolve_client_tls(tls: TlsOption) -> ssl.SSLContext | None:
+    """``tls=True``: encrypt without verifying the server, as RocketMQ's clients do by default
+    (tls.client.authServer=false); an SSLContext (see ``client_context``): as it says; else plain."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return client_context() if tls else None
