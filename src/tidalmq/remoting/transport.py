@@ -279,10 +279,9 @@ class Connection(asyncio.Protocol):
             cmd.opaque = next_opaque()
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
-        if not self.send(cmd):
-            self._pending.pop(cmd.opaque, None)
-            raise RemotingConnectError(f"connection to {self.addr} is closed")
-        try:
+        try:  # the pending entry goes in every case, even if the command cannot be encoded
+            if not self.send(cmd):
+                raise RemotingConnectError(f"connection to {self.addr} is closed")
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             raise RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms") from None
