@@ -37,6 +37,7 @@ Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Dispatcher = Callable[["Connection", RemotingCommand], Reply]
 
 _opaques = itertools.count(1)
+_FLUSH_EVERY = 64  # responses queued in one read before they are written out
 
 
 def next_opaque() -> int:
@@ -103,11 +104,19 @@ class Connection(asyncio.Protocol):
             srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        now = self.last_active = time.monotonic()
+        self.last_active = time.monotonic()
         self._decoder.feed(data)
+        self._process(data)
+
+    def _process(self, data: bytes = b"") -> None:
+        """Decode and handle what is buffered; on a server, stop early once reading is paused (the
+        rest stays in the decoder until reading resumes), so one read's worth of requests cannot
+        queue more than a few responses past the high-water mark."""
         decoded = False
+        srv = self._server
+        commands = self._decoder.commands()
         try:
-            for cmd in self._decoder.commands():
+            for cmd in commands:
                 decoded = True
                 if cmd.is_response:
                     fut = self._pending.pop(cmd.opaque, None)
@@ -115,15 +124,26 @@ class Connection(asyncio.Protocol):
                         fut.set_result(cmd)
                 else:
                     self._handle_request(cmd)
+                    if srv is not None:
+                        if len(self._out) >= _FLUSH_EVERY:  # writing now lets the transport say it is full
+                            self._flush_out()
+                        if self._reading_paused:
+                            break
         except FrameError as e:
             remark = str(e)
             if not self._got_data and data[:1] == bytes((TLS_HANDSHAKE_FIRST_BYTE,)):
                 remark = "a TLS handshake, and this port does not speak TLS (tls.server.mode=disabled)"
             log.warning("closing %s:%s: %s", *self.remote, remark)
             self._reply_error_and_close(remark)
+        finally:
+            commands.close()  # drops the decoded frames from the buffer
         self._got_data = True
-        if self._server is not None:
-            self._account_buffered(now, decoded)
+        if srv is not None:
+            self._account_buffered(time.monotonic(), decoded)
+
+    def _resume_buffered(self) -> None:
+        if self.transport is not None and not self._reading_paused and self._decoder.buffered >= 4:
+            self._process()
 
     def _account_buffered(self, now: float, decoded: bool) -> None:
         """Keep the server's count of buffered bytes of unfinished frames, and when this one began."""
@@ -177,6 +197,8 @@ class Connection(asyncio.Protocol):
                 t.pause_reading()
             else:
                 t.resume_reading()
+                # Requests left in the decoder when reading paused are not waiting for more bytes.
+                asyncio.get_running_loop().call_soon(self._resume_buffered)
 
     @property
     def reading_paused(self) -> bool:
