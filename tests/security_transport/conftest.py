@@ -38,17 +38,22 @@ def _leaf(d: Path, name: str, ca: str, ext: str) -> None:
              "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
 
 
-@pytest.fixture(scope="session")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    d = tmp_path_factory.mktemp("certs")
+def make_certs(d: Path) -> Certs:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed, in ``d``."""
+    d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca")
     _ca(d, "other-ca")
     _leaf(d, "server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
     _leaf(d, "client", "ca", "extendedKeyUsage=clientAuth\n")
     return Certs(d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",
                  d / "other-ca.pem")
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def server_tls(certs: Certs, mode: str, **extra: str) -> dict[str, str]:
