@@ -33,7 +33,7 @@ from tidalmq.remoting.command import (
     decode_frame_body,
     encode_frame,
 )
-from tidalmq.remoting.transport import RemotingClient, RemotingConnectError
+from tidalmq.remoting.transport import RemotingClient, RemotingConnectError, RemotingTimeout
 from tidalmq.store.config import MessageStoreConfig
 
 pytestmark = pytest.mark.timeout(600)
@@ -211,9 +211,12 @@ def fuzz_broker(inproc: tuple[asyncio.AbstractEventLoop, BrokerController], n: i
 
     async def one(cmd: RemotingCommand) -> None:
         try:
-            resp = await client.invoke(addr, cmd, timeout=5.0)
+            resp = await client.invoke(addr, cmd, timeout=10.0)
         except RemotingConnectError:
             return  # a clean close is an answer too
+        except RemotingTimeout:
+            findings.append(f"code {cmd.code}: no response within 10 s to {cmd}")
+            return
         if resp.code == ResponseCode.SYSTEM_ERROR and resp.remark and "Error:" in resp.remark:
             findings.append(f"code {cmd.code}: {resp.remark}")
 
