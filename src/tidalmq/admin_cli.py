@@ -11,6 +11,7 @@ from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_
+from tidalmq.remoting.tls import client_context as tls_context
 from tidalmq.remoting.transport import RemotingError
 
 
@@ -20,6 +21,10 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     p.add_argument("--access-key", help="ACL account to sign requests with (default $TIDALMQ_ACCESS_KEY, "
                                         "else accessKey of $ROCKETMQ_HOME/conf/tools.yml)")
     p.add_argument("--secret-key", help="its secret (default $TIDALMQ_SECRET_KEY, else tools.yml's secretKey)")
+    p.add_argument("--tls", action="store_true", help="speak TLS to the NameServer and brokers")
+    p.add_argument("--tls-ca", help="verify the servers' certificates against this CA file (PEM)")
+    p.add_argument("--tls-cert", help="client certificate (PEM), for tls.server.need.client.auth")
+    p.add_argument("--tls-key", help="the client certificate's private key (PEM)")
     asub = p.add_subparsers(dest="admin_cmd", required=True)
     t = asub.add_parser("topic", help="topics").add_subparsers(dest="topic_cmd", required=True)
     c = t.add_parser("create")
@@ -103,7 +108,10 @@ async def run_admin(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tidalmq admin: {e}", file=sys.stderr)
         return 2
-    async with Admin(args.namesrv, credentials=credentials) as admin:
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert:
+        tls = tls_context(trust_cert_path=args.tls_ca or "", cert_path=args.tls_cert or "", key_path=args.tls_key or "")
+    async with Admin(args.namesrv, credentials=credentials, tls=tls) as admin:
         try:
             if args.admin_cmd == "topic":
                 if args.topic_cmd == "create":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
@@ -15,6 +16,8 @@ from tidalmq import __version__
 from tidalmq.acl.config import AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.tls import TlsConfig, is_tls_key, tls_config
 from tidalmq.store.config import MessageStoreConfig
 
 log = logging.getLogger("tidalmq")
@@ -50,10 +53,8 @@ def _parse_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[BrokerConfig, MessageStoreConfig]:
-    """The broker's and the store's configuration from ``-c`` and ``--set``, validated (a ``ConfigError``
-    names the key): callers build it before they bind any port."""
-
+def _load_props(args: argparse.Namespace) -> dict[str, str]:
+    """-c FILE, then each --set KEY=VALUE over it."""
     props: dict[str, str] = {}
     if getattr(args, "config", None):
         props.update(load_properties_file(args.config))
@@ -61,6 +62,24 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
     # RocketMQ's name for the ACL file (a JVM property there) has dots, which no field name can.
     if ACL_FILE_KEY in props:
         props["aclPlainFile"] = props.pop(ACL_FILE_KEY)
+    return props
+
+
+def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsConfig, dict[str, str]]:
+    """The remoting limits and the ``tls.*`` keys of ``props``, and the keys neither knows."""
+    tls = tls_config(props)
+    rest = {k: v for k, v in props.items() if not is_tls_key(k)}
+    rc = RemotingServerConfig()
+    unknown = apply_properties(rc, rest)
+    return rc, tls, {k: rest[k] for k in unknown}
+
+
+def build_broker_configs(args: argparse.Namespace, data_dir: str
+                         ) -> tuple[BrokerConfig, MessageStoreConfig, RemotingServerConfig, TlsConfig]:
+    """The broker's, the store's and the remoting server's configuration from ``-c`` and ``--set``,
+    validated (a ``ConfigError`` names the key): callers build it before they bind any port."""
+    props = _load_props(args)
+    rc, tls, props = server_settings(props)
     bc = BrokerConfig()
     sc = MessageStoreConfig()
     sc.store_path_root_dir = os.path.join(data_dir, "store")
@@ -74,7 +93,7 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str) -> tuple[Broke
         sc.store_path_commit_log = ""
     bc.validate()
     sc.validate()
-    return bc, sc
+    return bc, sc, rc, tls
 
 
 async def _run_until_signal(stop: asyncio.Event) -> None:
@@ -89,7 +108,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
-    bc, sc = build_broker_configs(args, data_dir)  # refused before any port is bound
+    bc, sc, rc, tls = build_broker_configs(args, data_dir)  # refused before any port is bound
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     ns_acl = None
     internal = None
@@ -104,12 +123,14 @@ async def _standalone(args: argparse.Namespace) -> int:
             extra = (account,)
         ns_acl = namesrv_validator(acl_home(data_dir), bc.acl_plain_file or None, extra)
     ns = NameServer(args.host, args.namesrv_port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
-                    acl=ns_acl)
+                    acl=ns_acl, remoting_config=rc, tls=tls)
     await ns.start()
     bc.namesrv_addr = f"127.0.0.1:{ns.port}"
     if args.host not in ("0.0.0.0", "::", ""):
         bc.broker_ip1 = args.host
-    broker = BrokerController(bc, sc, host=args.host, home=data_dir)
+    if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
+        tls = dataclasses.replace(tls, enable=True)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
     if internal is not None:
         from tidalmq.acl import RequestSigner
 
@@ -132,12 +153,16 @@ async def _namesrv(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
+    rc, tls, unknown = server_settings(_load_props(args))
+    for key in unknown:
+        log.warning("unknown configuration key %s ignored", key)
     acl = None
     if args.acl_enable:
         from tidalmq.acl import acl_home, namesrv_validator
 
         acl = namesrv_validator(acl_home(data_dir), args.acl_file)
-    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"), acl=acl)
+    ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"), acl=acl,
+                    remoting_config=rc, tls=tls)
     await ns.start()
     print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
     stop = asyncio.Event()
@@ -150,12 +175,12 @@ async def _broker(args: argparse.Namespace) -> int:
     from tidalmq.broker.controller import BrokerController
 
     data_dir = args.data_dir or default_data_dir()
-    bc, sc = build_broker_configs(args, data_dir)
+    bc, sc, rc, tls = build_broker_configs(args, data_dir)
     if args.namesrv:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-    broker = BrokerController(bc, sc, host=args.host, home=data_dir)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
     await broker.start()
     _settle_gc()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
@@ -190,6 +215,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--acl-enable", action="store_true",
                    help="refuse REGISTER_BROKER and route/KV writes but from admin accounts (docs/acl.md)")
     p.add_argument("--acl-file", help="the ACL file (default $ROCKETMQ_HOME or the data dir, + conf/plain_acl.yml)")
+    p.add_argument("-c", "--config", help="properties file: remoting limits and tls.* keys")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     p = sub.add_parser("broker", help="a Broker")
     _add_broker_options(p)

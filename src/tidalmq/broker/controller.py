@@ -40,7 +40,9 @@ from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.request_check import register_checked
+from tidalmq.remoting.tls import TlsConfig, client_context_from, server_context
 from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
 from tidalmq.schedule.delay_level import ScheduleMessageService
 from tidalmq.schedule.stats import ScheduleStats
@@ -53,7 +55,8 @@ log = logging.getLogger(__name__)
 
 class BrokerController:
     def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, *, host: str = "0.0.0.0",
-                 home: str | Path | None = None) -> None:
+                 home: str | Path | None = None, remoting_config: RemotingServerConfig | None = None,
+                 tls: TlsConfig | None = None) -> None:
         self.config = config
         self.store_config = store_config
         root = Path(store_config.store_path_root_dir)
@@ -74,8 +77,11 @@ class BrokerController:
         self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
-        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024))
-        self.namesrv_client = RemotingClient()
+        tls = tls or TlsConfig()
+        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024),
+                                     config=remoting_config, ssl_context=server_context(tls), tls_mode=tls.server_mode)
+        # The broker's own outgoing connections (to the NameServers) speak TLS when tls.enable is set.
+        self.namesrv_client = RemotingClient(ssl_context=client_context_from(tls))
         # ACL 1.0 (docs/acl.md): every request checked before its processor; a broken file stops start-up.
         self.acl: PlainAccessValidator | None = None
         if config.acl_enable:

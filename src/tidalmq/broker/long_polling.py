@@ -19,8 +19,13 @@ class HeldPull:
 
 
 class PullRequestHoldService:
+    """Held pulls by queue. A held pull leaves as soon as its future is done, whatever finished it: an
+    answer, its timer, or its cancellation when the client's connection closes (the transport cancels
+    a closed connection's pending replies), so a client that holds pulls and goes away leaves nothing."""
+
     def __init__(self) -> None:
-        self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        # Dicts used as ordered sets: removal of one held pull is O(1), however many wait on a queue.
+        self._held: dict[tuple[str, int], dict[HeldPull, None]] = {}
 
     def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float,
              retry: Callable[[bool], RemotingCommand | None]) -> asyncio.Future[RemotingCommand]:
@@ -28,20 +33,27 @@ class PullRequestHoldService:
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         held = HeldPull(offset, retry, fut)
         key = (topic, queue_id)
-        self._held.setdefault(key, []).append(held)
-        held.timer = loop.call_later(max(0.0, timeout_s), self._expire, key, held)
+        self._held.setdefault(key, {})[held] = None
+        held.timer = loop.call_later(max(0.0, timeout_s), self._expire, held)
+        fut.add_done_callback(lambda _f: self._release(key, held))
         return fut
 
-    def _expire(self, key: tuple[str, int], held: HeldPull) -> None:
-        lst = self._held.get(key)
-        if lst is not None and held in lst:
-            lst.remove(held)
-            if not lst:
+    def _release(self, key: tuple[str, int], held: HeldPull) -> None:
+        if held.timer is not None:
+            held.timer.cancel()
+        waiting = self._held.get(key)
+        if waiting is not None:
+            waiting.pop(held, None)
+            if not waiting:
                 del self._held[key]
+
+    def _expire(self, held: HeldPull) -> None:
         if not held.future.done():
             resp = held.retry(False)
             if resp is not None:
                 held.future.set_result(resp)
+            else:  # retry(False) always answers; should it not, the pull is still not left held forever
+                held.future.cancel()
 
     def notify_arrivals(self, arrivals: dict[tuple[str, int], int]) -> None:
         """Called on the event loop after a reput round: the queues it touched, with their max offsets."""
@@ -51,35 +63,22 @@ class PullRequestHoldService:
 
     def notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Called on the event loop when the reput thread dispatched new entries for the queue."""
-        key = (topic, queue_id)
-        lst = self._held.get(key)
-        if not lst:
+        waiting = self._held.get((topic, queue_id))
+        if not waiting:
             return
-        keep: list[HeldPull] = []
-        for held in lst:
-            if held.future.done():
-                if held.timer:
-                    held.timer.cancel()
+        for held in list(waiting):
+            if held.future.done() or max_offset <= held.offset:
                 continue
-            if max_offset > held.offset:
-                resp = held.retry(True)  # None: still nothing, keep holding
-                if resp is not None:
-                    if held.timer:
-                        held.timer.cancel()
-                    held.future.set_result(resp)
-                    continue
-            keep.append(held)
-        if keep:
-            self._held[key] = keep
-        else:
-            self._held.pop(key, None)
+            resp = held.retry(True)  # None: still nothing, keep holding
+            if resp is not None:
+                held.future.set_result(resp)  # its done callback takes it out
 
     def held_count(self) -> int:
-        return sum(len(v) for v in self._held.values())
+        return sum(1 for w in self._held.values() for h in w if not h.future.done())
 
     def cancel_all(self) -> None:
-        for lst in self._held.values():
-            for held in lst:
+        for waiting in list(self._held.values()):
+            for held in list(waiting):
                 if held.timer:
                     held.timer.cancel()
                 if not held.future.done():

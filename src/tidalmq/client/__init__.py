@@ -29,6 +29,7 @@ from tidalmq.client.producer import Producer, SendCallback, TransactionListener,
 from tidalmq.client.pull_consumer import PullConsumer
 from tidalmq.client.push_consumer import MessageListener, PushConsumer
 from tidalmq.client.selector import MessageQueueSelector, select_by_hash, select_by_random
+from tidalmq.remoting.tls import client_context as tls_context
 
 __all__ = [
     "Admin", "AdminError", "AllocateByConfig", "AllocateStrategy", "ConsumeFromWhere", "ConsumeResult",
@@ -37,5 +38,5 @@ __all__ = [
     "PushConsumer", "QueueProgress", "QueueStatus", "SendCallback", "SendResult", "SendStatus", "SendTimeoutError",
     "SessionCredentials",
     "TransactionListener", "TransactionProducer", "TransactionSendResult", "TransactionState", "ValidationError",
-    "allocate_averagely", "allocate_by_circle", "select_by_hash", "select_by_random",
+    "allocate_averagely", "allocate_by_circle", "select_by_hash", "select_by_random", "tls_context",
 ]

@@ -17,6 +17,7 @@ from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.transport import RemotingClient, RemotingError
 
 
@@ -59,10 +60,10 @@ class Admin:
     Errors raise ``AdminError`` with RocketMQ's response code and remark."""
 
     def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, *, tls: TlsOption = None) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
         self.timeout = timeout
-        self.remoting = RemotingClient()
+        self.remoting = RemotingClient(ssl_context=resolve_client_tls(tls))
         # ACL 1.0: an admin account signs every request (docs/acl.md)
         self.signer = RequestSigner(credentials) if credentials is not None else None
 

@@ -27,6 +27,7 @@ from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.transport import (
     Connection,
     RemotingClient,
@@ -98,7 +99,7 @@ class ClientInstance:
     def __init__(self, namesrv_addr: str | None = None, *, instance_name: str | None = None,
                  client_ip: str | None = None, request_timeout: float = 3.0,
                  poll_name_server_interval: float = 30.0, heartbeat_broker_interval: float = 30.0,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         self.namesrv_addrs = resolve_namesrv(namesrv_addr)
         self._ns_index = random.randrange(len(self.namesrv_addrs))
         self.client_ip = client_ip or codec.local_ip()
@@ -107,7 +108,8 @@ class ClientInstance:
         self.request_timeout = request_timeout
         self.poll_interval = poll_name_server_interval
         self.heartbeat_interval = heartbeat_broker_interval
-        self.remoting = RemotingClient(self._dispatch)
+        # TLS to NameServers and brokers alike (a cluster's ports share one tls.server.mode).
+        self.remoting = RemotingClient(self._dispatch, ssl_context=resolve_client_tls(tls))
         # ACL 1.0: every request to a broker or NameServer is signed as AclClientRPCHook signs it.
         self.signer = RequestSigner(credentials) if credentials is not None else None
         self.backoff = Backoff()

@@ -37,6 +37,7 @@ from tidalmq.common.msgid import UniqIdGenerator, decode_offset_msg_id, host_byt
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType
+from tidalmq.remoting.tls import TlsOption
 from tidalmq.remoting.transport import Connection
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Producer:
                  max_delay_level: int = v.DEFAULT_MAX_DELAY_LEVEL, timer_max_delay_sec: int = v.DEFAULT_TIMER_MAX_DELAY_SEC,
                  instance_name: str | None = None, client_ip: str | None = None,
                  credentials: SessionCredentials | None = None,
-                 instance: ClientInstance | None = None) -> None:
+                 instance: ClientInstance | None = None, tls: TlsOption = None) -> None:
         v.check_group(group)
         self.group = group
         self.send_timeout = send_timeout
@@ -104,7 +105,7 @@ class Producer:
         self.timer_max_delay_sec = timer_max_delay_sec
         self.fault = FaultStrategy(send_latency_fault_enable)
         self._instance = instance or ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
-                                                    credentials=credentials)
+                                                    credentials=credentials, tls=tls)
         self._own_instance = instance is None
         self._ids = UniqIdGenerator(host_bytes(self._instance.client_ip))
         self._rr: dict[str, RoundRobin] = {}

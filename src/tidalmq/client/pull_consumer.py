@@ -17,6 +17,7 @@ from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullSta
 from tidalmq.client.offset_store import NOT_FOUND, RemoteBrokerOffsetStore
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.tls import TlsOption
 
 _STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -47,12 +48,12 @@ class PullConsumer:
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *, pull_timeout: float = 10.0,
                  instance_name: str | None = None, client_ip: str | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         v.check_group(group)
         self.group = group
         self.pull_timeout = pull_timeout
         self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
-                                        credentials=credentials)
+                                        credentials=credentials, tls=tls)
         self._offsets = RemoteBrokerOffsetStore(self._instance, group)
         self._state = "created"
 

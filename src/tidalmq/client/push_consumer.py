@@ -46,6 +46,7 @@ from tidalmq.client.push.send_back import INNER_PRODUCER_GROUP, SendBack, max_re
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.tls import TlsOption
 
 __all__ = [
     "FLAG_COMMIT_OFFSET", "FLAG_SUBSCRIPTION", "FLAG_SUSPEND", "INNER_PRODUCER_GROUP", "LOCK_INTERVAL",
@@ -85,7 +86,8 @@ class PushConsumer:
                  delay_level_when_next_consume: int = 0,
                  offset_store_dir: str | None = None, instance_name: str | None = None,
                  client_ip: str | None = None, heartbeat_interval: float = 30.0,
-                 poll_name_server_interval: float = 30.0, credentials: SessionCredentials | None = None) -> None:
+                 poll_name_server_interval: float = 30.0, credentials: SessionCredentials | None = None,
+                 tls: TlsOption = None) -> None:
         v.check_group(group)
         if group == "DEFAULT_CONSUMER":
             raise v.ValidationError("consumerGroup can not equal DEFAULT_CONSUMER, please specify another one.")
@@ -126,7 +128,7 @@ class PushConsumer:
         self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
                                         heartbeat_broker_interval=heartbeat_interval,
                                         poll_name_server_interval=poll_name_server_interval,
-                                        credentials=credentials)
+                                        credentials=credentials, tls=tls)
         self.offset_store: OffsetStore
         if self.message_model == MessageModel.BROADCASTING:
             self.offset_store = LocalFileOffsetStore(offset_store_dir, self._instance.client_id, group)

@@ -18,7 +18,9 @@ from tidalmq.namesrv.routeinfo import (
 )
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.request_check import register_checked
+from tidalmq.remoting.tls import TlsConfig, server_context
 from tidalmq.remoting.transport import Connection, RemotingServer
 
 if TYPE_CHECKING:
@@ -31,9 +33,12 @@ SCAN_INTERVAL_S = 5.0
 
 class NameServer:
     def __init__(self, host: str = "0.0.0.0", port: int = 9876, kv_config_path: str | Path | None = None,
-                 acl: PlainAccessValidator | None = None) -> None:
+                 acl: PlainAccessValidator | None = None, *,
+                 remoting_config: RemotingServerConfig | None = None, tls: TlsConfig | None = None) -> None:
         self.routes = RouteInfoManager()
-        self.server = RemotingServer(host, port)
+        tls = tls or TlsConfig()
+        self.server = RemotingServer(host, port, config=remoting_config, ssl_context=server_context(tls),
+                                     tls_mode=tls.server_mode)
         self.kv_config_path = Path(kv_config_path) if kv_config_path else None
         self._scan_task: asyncio.Task[None] | None = None
         # ACL (docs/acl.md): broker registration and route/KV writes need an admin account; reads stay open.

@@ -211,35 +211,72 @@ def encode_frame(cmd: RemotingCommand) -> bytes:
     return b"".join(bytes(p) if isinstance(p, memoryview) else p for p in encode_frame_parts(cmd))
 
 
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+
+
+def _java_int(obj: dict[str, object], key: str, default: int) -> int:
+    """A header field Java reads into an ``int``: an integer (or its decimal string, which fastjson
+    also accepts) within Java's int range; anything else is a FrameError naming the field."""
+    v = obj.get(key, default)
+    if type(v) is int:
+        n = v
+    elif type(v) is str and len(v) <= 16 and v.isascii() and v.strip().lstrip("+-").isdigit():
+        n = int(v)
+    elif v is None:
+        n = default
+    else:
+        raise FrameError(f"header field {key} is not an integer: {str(v)[:40]}")
+    if not _INT_MIN <= n <= _INT_MAX:
+        raise FrameError(f"header field {key} {str(n)[:40]} is out of Java's int range")
+    return n
+
+
+def _json_language(lang: object) -> int:
+    if lang is None:
+        return LanguageCode.JAVA
+    if type(lang) is str:
+        return _LANGUAGE_BY_NAME.get(lang, LanguageCode.OTHER)
+    if type(lang) is int and 0 <= lang <= 0xFF:  # what the ROCKETMQ header's one byte can carry
+        return lang
+    raise FrameError(f"header field language is not a language name: {str(lang)[:40]}")
+
+
+def _json_ext_fields(ext: object) -> dict[str, str]:
+    if ext is None:
+        return {}
+    if not isinstance(ext, dict):
+        raise FrameError("extFields is not an object")
+    if _all_str(ext):
+        return ext  # a fresh dict from json: no need to copy it
+    for k, v in ext.items():
+        if isinstance(v, dict | list) or (type(v) is float and v != v):
+            raise FrameError(f"extField {k[:40]} is not a string")
+    return _str_fields(ext)
+
+
 def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
     try:
         obj = json.loads(raw if type(raw) is bytes else bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FrameError(f"header is not valid JSON: {e}") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
+        raise FrameError(f"header is not valid JSON: {str(e)[:120]}") from None
+    except RecursionError:  # a deeply nested header: json's C scanner stops at the recursion limit
+        raise FrameError("header JSON is nested too deeply") from None
     if not isinstance(obj, dict) or "code" not in obj:
         raise FrameError("JSON header lacks a code")
-    lang = obj.get("language", "JAVA")
-    try:
-        language = _LANGUAGE_BY_NAME[lang] if isinstance(lang, str) else int(lang)
-    except KeyError:
-        language = LanguageCode.OTHER
-    ext = obj.get("extFields") or {}
-    if not isinstance(ext, dict):
-        raise FrameError("extFields is not an object")
-    try:
-        return RemotingCommand(
-            int(obj["code"]),
-            int(obj.get("opaque", 0)),
-            int(obj.get("flag", 0)),
-            obj.get("remark"),
-            ext if _all_str(ext) else _str_fields(ext),  # a fresh dict from json: no need to copy it
-            None,
-            language,
-            int(obj.get("version", 0)),
-            _ST_JSON,
-        )
-    except (TypeError, ValueError) as e:
-        raise FrameError(f"bad header field: {e}") from None
+    remark = obj.get("remark")
+    if remark is not None and type(remark) is not str:
+        raise FrameError("header field remark is not a string")
+    return RemotingCommand(
+        _java_int(obj, "code", 0),
+        _java_int(obj, "opaque", 0),
+        _java_int(obj, "flag", 0),
+        remark,
+        _json_ext_fields(obj.get("extFields")),
+        None,
+        _json_language(obj.get("language", "JAVA")),
+        _java_int(obj, "version", 0),
+        _ST_JSON,
+    )
 
 
 def _decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:

@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
+import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -25,6 +28,8 @@ from tidalmq.remoting.command import (
     RemotingCommand,
     encode_frame_parts,
 )
+from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.tls import TLS_HANDSHAKE_FIRST_BYTE
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Dispatcher = Callable[["Connection", RemotingCommand], Reply]
 
 _opaques = itertools.count(1)
+_FLUSH_EVERY = 64  # responses queued in one read before they are written out
 
 
 def next_opaque() -> int:
@@ -59,8 +65,18 @@ class RemotingConnectError(RemotingError):
 
 class Connection(asyncio.Protocol):
     def __init__(self, dispatcher: Dispatcher | None, *, max_frame: int = DEFAULT_MAX_FRAME,
-                 on_close: Callable[[Connection], None] | None = None) -> None:
+                 on_close: Callable[[Connection], None] | None = None, server: RemotingServer | None = None) -> None:
         self._dispatcher = dispatcher
+        # The server this connection was accepted by: its limits apply (idle and frame timeouts, the
+        # buffer budget, backpressure). A client's own connections have none.
+        self._server = server
+        self.last_active = time.monotonic()
+        self.frame_started = 0.0  # when the unfinished frame in the decoder began; 0.0: none
+        self._counted = 0  # this connection's share of the server's buffered bytes
+        self._write_paused = False
+        self._inflight_paused = False
+        self._reading_paused = False
+        self._got_data = False
         self._decoder = FrameDecoder(max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._on_close = on_close
@@ -81,20 +97,112 @@ class Connection(asyncio.Protocol):
         if peer:
             self.remote = (peer[0], peer[1])
         self.closed = asyncio.get_running_loop().create_future()
+        srv = self._server
+        if srv is not None:
+            cfg = srv.config
+            self.transport.set_write_buffer_limits(cfg.write_buffer_high_water_mark, cfg.write_buffer_low_water_mark)
+            srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         self._decoder.feed(data)
+        self._process(data)
+
+    def _process(self, data: bytes = b"") -> None:
+        """Decode and handle what is buffered; on a server, stop early once reading is paused (the
+        rest stays in the decoder until reading resumes), so one read's worth of requests cannot
+        queue more than a few responses past the high-water mark."""
+        decoded = False
+        srv = self._server
+        commands = self._decoder.commands()
         try:
-            for cmd in self._decoder.commands():
+            for cmd in commands:
+                decoded = True
                 if cmd.is_response:
                     fut = self._pending.pop(cmd.opaque, None)
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
                 else:
                     self._handle_request(cmd)
+                    if srv is not None:
+                        if len(self._out) >= _FLUSH_EVERY:  # writing now lets the transport say it is full
+                            self._flush_out()
+                        if self._reading_paused:
+                            break
         except FrameError as e:
-            log.warning("closing %s:%s: %s", *self.remote, e)
-            self._reply_error_and_close(str(e))
+            remark = str(e)
+            if not self._got_data and data[:1] == bytes((TLS_HANDSHAKE_FIRST_BYTE,)):
+                remark = "a TLS handshake, and this port does not speak TLS (tls.server.mode=disabled)"
+            log.warning("closing %s:%s: %s", *self.remote, remark)
+            self._reply_error_and_close(remark)
+        finally:
+            commands.close()  # drops the decoded frames from the buffer
+        self._got_data = True
+        if srv is not None:
+            self._account_buffered(time.monotonic(), decoded)
+
+    def _resume_buffered(self) -> None:
+        if self.transport is not None and not self._reading_paused and self._decoder.buffered >= 4:
+            self._process()
+
+    def _account_buffered(self, now: float, decoded: bool) -> None:
+        """Keep the server's count of buffered bytes of unfinished frames, and when this one began."""
+        srv = self._server
+        assert srv is not None
+        buffered = self._decoder.buffered if self.transport is not None else 0
+        delta = buffered - self._counted
+        if delta:
+            srv.buffered_bytes += delta
+            self._counted = buffered
+        if not buffered:
+            self.frame_started = 0.0
+        elif decoded or not self.frame_started:
+            self.frame_started = now
+        if delta > 0 and srv.buffered_bytes > srv.config.server_max_buffered_bytes:
+            log.warning("closing %s:%s: unfinished frames of all connections exceed serverMaxBufferedBytes %d",
+                        *self.remote, srv.config.server_max_buffered_bytes)
+            self._reply_error_and_close("the server's buffer for unfinished frames is full")
+
+    def check_timeouts(self, now: float, cfg: RemotingServerConfig) -> None:
+        """Close the connection when idle too long, or when its unfinished frame is overdue (called by
+        the server's sweep)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        idle = cfg.server_channel_max_idle_time_seconds
+        frame = cfg.server_frame_timeout_seconds
+        if idle > 0 and now - self.last_active > idle:
+            log.info("closing %s:%s: idle for more than %ss (serverChannelMaxIdleTimeSeconds)", *self.remote, idle)
+            self.transport.close()
+        elif frame > 0 and self.frame_started and not self._reading_paused and now - self.frame_started > frame:
+            log.warning("closing %s:%s: a frame unfinished after %ss (serverFrameTimeoutSeconds)", *self.remote, frame)
+            self._reply_error_and_close(f"frame not completed within {frame}s")
+
+    # backpressure: stop reading from a peer that does not read its responses or has too much pending
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        t = self.transport
+        if t is None or t.is_closing() or self._server is None:
+            return
+        pause = self._write_paused or self._inflight_paused
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                t.pause_reading()
+            else:
+                t.resume_reading()
+                # Requests left in the decoder when reading paused are not waiting for more bytes.
+                asyncio.get_running_loop().call_soon(self._resume_buffered)
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
 
     def connection_lost(self, exc: Exception | None) -> None:
         for fut in self._pending.values():
@@ -107,6 +215,8 @@ class Connection(asyncio.Protocol):
         if self.closed is not None and not self.closed.done():
             self.closed.set_result(None)
         self.transport = None
+        if self._server is not None:
+            self._account_buffered(time.monotonic(), False)
         if self._on_close is not None:
             self._on_close(self)
 
@@ -128,9 +238,17 @@ class Connection(asyncio.Protocol):
         fut = asyncio.ensure_future(reply)
         self._inflight.add(fut)
         fut.add_done_callback(lambda f, c=cmd: self._deferred_done(c, f))
+        srv = self._server
+        if srv is not None and len(self._inflight) >= srv.config.server_channel_max_pending_requests:
+            self._inflight_paused = True
+            self._update_reading()
 
     def _deferred_done(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand | None]) -> None:
         self._inflight.discard(fut)
+        if self._inflight_paused and self._server is not None and \
+                len(self._inflight) <= self._server.config.server_channel_max_pending_requests // 2:
+            self._inflight_paused = False
+            self._update_reading()
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -175,6 +293,7 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if out and t is not None and not t.is_closing():
             t.writelines(out)
+            self.last_active = time.monotonic()
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait for its response."""
@@ -182,10 +301,9 @@ class Connection(asyncio.Protocol):
             cmd.opaque = next_opaque()
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[cmd.opaque] = fut
-        if not self.send(cmd):
-            self._pending.pop(cmd.opaque, None)
-            raise RemotingConnectError(f"connection to {self.addr} is closed")
-        try:
+        try:  # the pending entry goes in every case, even if the command cannot be encoded
+            if not self.send(cmd):
+                raise RemotingConnectError(f"connection to {self.addr} is closed")
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             raise RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms") from None
@@ -216,19 +334,30 @@ class Connection(asyncio.Protocol):
 
 
 class RemotingServer:
-    """Listens on host:port and dispatches requests by code."""
+    """Listens on host:port and dispatches requests by code.
 
-    def __init__(self, host: str, port: int, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    With an SSLContext, ``tls_mode`` says what a connection may speak: ``enforcing`` TLS only,
+    ``permissive`` TLS or plain, told apart by the first byte (see ``_sniff``)."""
+
+    def __init__(self, host: str, port: int, *, max_frame: int = DEFAULT_MAX_FRAME,
+                 config: RemotingServerConfig | None = None, ssl_context: ssl.SSLContext | None = None,
+                 tls_mode: str = "disabled") -> None:
         self.host = host
         self.port = port
         self._processors: dict[int, Dispatcher] = {}
         self._default: Dispatcher | None = None
         self._server: asyncio.AbstractServer | None = None
         self._max_frame = max_frame
+        self.config = config or RemotingServerConfig()
+        self._ssl = ssl_context if tls_mode != "disabled" else None
+        self.tls_mode = tls_mode if self._ssl is not None else "disabled"
         self.connections: set[Connection] = set()
         self.close_listeners: list[Callable[[Connection], None]] = []
         # Asked before any processor (ACL, docs/acl.md): None lets the request through, a response refuses it.
         self.access_validator: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
+        self.buffered_bytes = 0  # of unfinished frames, over all connections
+        self._listener: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def register(self, code: int, processor: Dispatcher) -> None:
         self._processors[int(code)] = processor
@@ -257,30 +386,118 @@ class RemotingServer:
                 log.exception("close listener failed")
 
     def _make_connection(self) -> Connection:
-        conn = Connection(self._dispatch, max_frame=self._max_frame, on_close=self._closed)
-        self.connections.add(conn)
-        return conn
+        # The connection joins self.connections in connection_made: a TLS handshake may fail before.
+        return Connection(self._dispatch, max_frame=self._max_frame, on_close=self._closed, server=self)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
-        sock = self._server.sockets[0]
+        if self._ssl is None:
+            self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
+            sock = self._server.sockets[0]
+        else:
+            # Sockets are accepted here rather than by create_server so that the first byte can be
+            # looked at (MSG_PEEK) before the transport, plain or TLS, is built on the socket.
+            sock = socket.create_server((self.host, self.port), backlog=1024)
+            sock.setblocking(False)
+            self._listener = sock
+            self._spawn(self._accept_loop(sock))
         self.port = sock.getsockname()[1]
+        self._spawn(self._sweep())
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as e:  # out of file descriptors, say: keep serving who is connected
+                log.warning("accept on %s:%s failed: %s", self.host, self.port, e)
+                await asyncio.sleep(0.5)
+                continue
+            self._spawn(self._sniff(sock))
+
+    async def _sniff(self, sock: socket.socket) -> None:
+        """Wait for the first byte without taking it, then hand the socket to a plain or TLS transport."""
+        loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = sock.getpeername()
+        first: asyncio.Future[bytes] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                b = sock.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                return
+            except OSError:
+                b = b""
+            loop.remove_reader(sock.fileno())
+            if not first.done():
+                first.set_result(b)
+
+        loop.add_reader(sock.fileno(), readable)
+        wait = self.config.server_channel_max_idle_time_seconds or None
+        try:
+            head = await asyncio.wait_for(first, wait)
+        except (TimeoutError, asyncio.CancelledError):
+            loop.remove_reader(sock.fileno())
+            sock.close()
+            return
+        if not head:
+            sock.close()
+            return
+        is_tls = head[0] == TLS_HANDSHAKE_FIRST_BYTE
+        if not is_tls and self.tls_mode == "enforcing":
+            log.warning("closing %s:%s: a plain connection, and tls.server.mode is enforcing", peer[0], peer[1])
+            sock.close()
+            return
+        try:
+            await loop.connect_accepted_socket(self._make_connection, sock, ssl=self._ssl if is_tls else None,
+                                               ssl_handshake_timeout=30.0 if is_tls else None)
+        except (OSError, ssl.SSLError, TimeoutError) as e:
+            log.warning("closing %s:%s: TLS handshake failed: %s", peer[0], peer[1], e)
+            sock.close()
+
+    async def _sweep(self) -> None:
+        """Close idle connections and those with an overdue unfinished frame."""
+        cfg = self.config
+        limits = [t for t in (cfg.server_channel_max_idle_time_seconds, cfg.server_frame_timeout_seconds) if t > 0]
+        if not limits:
+            return
+        period = max(0.05, min(1.0, min(limits) / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for c in list(self.connections):
+                c.check_timeouts(now, cfg)
 
     async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for c in list(self.connections):
+            c.close()
         if self._server is not None:
             self._server.close()
-            for c in list(self.connections):
-                c.close()
             await self._server.wait_closed()
             self._server = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 class RemotingClient:
     """Connections by address, opened on demand; serves requests the servers send back."""
 
-    def __init__(self, dispatcher: Dispatcher | None = None, *, connect_timeout: float = 3.0) -> None:
+    def __init__(self, dispatcher: Dispatcher | None = None, *, connect_timeout: float = 3.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._dispatcher = dispatcher
+        self.ssl_context = ssl_context  # TLS for every connection when set
         self._conns: dict[str, Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._connect_timeout = connect_timeout
@@ -298,10 +515,11 @@ class RemotingClient:
             loop = asyncio.get_running_loop()
             try:
                 _, proto = await asyncio.wait_for(
-                    loop.create_connection(lambda: Connection(self._dispatcher), host.strip("[]"), int(port)),
+                    loop.create_connection(lambda: Connection(self._dispatcher), host.strip("[]"), int(port),
+                                           ssl=self.ssl_context),
                     self._connect_timeout,
                 )
-            except (OSError, TimeoutError) as e:
+            except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
                 raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
             self._conns[addr] = proto
             return proto

@@ -76,8 +76,13 @@ class ConsumerManageProcessor:
 
     # orderly consumption locks ----------------------------------------------------------------
     @staticmethod
-    def _mq_set(body: dict) -> list[tuple[str, str, int]]:  # type: ignore[type-arg]
-        return [(mq["topic"], mq["brokerName"], int(mq["queueId"])) for mq in body.get("mqSet") or []]
+    def _mq_set(body: object) -> list[tuple[str, str, int]]:
+        if not isinstance(body, dict):  # found by fuzzing: a body of "null" or "[]"
+            raise TypeError("the body is not a JSON object")
+        for key in ("consumerGroup", "clientId"):
+            if not isinstance(body.get(key, ""), str):
+                raise TypeError(f"{key} is not a string")
+        return [(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])) for mq in body.get("mqSet") or []]
 
     def lock_batch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
