@@ -68,14 +68,30 @@ def parse_number(field: str, kind: Kind, value: object) -> int:
     return value
 
 
+# Fast paths, because every send passes here: a run of at most this many ASCII digits is within the
+# type's range whatever it is, and a name already found legal is remembered (a broker sees few names).
+_SAFE_DIGITS = {Kind.INT32: 9, Kind.INT64: 18}
+_KNOWN_NAMES: dict[Kind, set[str]] = {kind: set() for kind in _NAME_CHECKS}
+_KNOWN_NAMES_MAX = 8192
+
+
 def check_value(field: str, kind: Kind, value: object) -> None:
     if kind in _RANGES:
+        if (value.__class__ is str and len(value) <= _SAFE_DIGITS.get(kind, 0)  # type: ignore[attr-defined]
+                and value.isascii() and value.isdigit()):  # type: ignore[attr-defined]
+            return
         parse_number(field, kind, value)
+        return
+    known = _KNOWN_NAMES[kind]
+    if value in known:
         return
     try:
         _NAME_CHECKS[kind](value)
     except nm.NameError_ as e:
         raise RequestError(f"{e} (field <{field}>)") from None
+    if len(known) >= _KNOWN_NAMES_MAX:
+        known.clear()
+    known.add(value)  # type: ignore[arg-type]
 
 
 # The ext fields each request code carries: (name, kind, required). Optional fields sent empty count as
