@@ -1,0 +1,129 @@
+"""What security costs on the send path: ACL on vs off and TLS vs plain, against ``tidalmq standalone``,
+in one run.
+
+Four brokers, one after the other, each measured the same way (1 KiB bodies, ASYNC_FLUSH, loopback, the
+load generator in this process):
+
+- ``plain``: TLS disabled, ACL off (the default standalone);
+- ``acl``: ``aclEnable=true``, every request signed by a non-admin account (docs/acl.md);
+- ``tls``: ``tls.server.mode=enforcing``, a TLS client (docs/tls.md);
+- ``permissive``: ``tls.server.mode=permissive``, a plain client (the first-byte peek costs per connection).
+
+Figures per broker: pipelined single-message sends (512 in flight) and 64-message batches, msgs/s and the
+broker's CPU per message (µs; steadier than throughput on a shared machine), and sync send latency. The
+whole sequence runs ``--rounds`` times, interleaved, and each figure is the median over rounds.
+
+    .venv/bin/python bench/security_bench.py [--messages 50000] [--rounds 3] [--compare bench/out/security-latest.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psutil  # noqa: E402
+from tests.security_transport.conftest import make_certs  # noqa: E402
+from tests.support import Standalone  # noqa: E402
+
+import bench.broker_bench as bb  # noqa: E402
+from bench.common import compare, print_machine, save  # noqa: E402
+from tidalmq.acl import RequestSigner, SessionCredentials  # noqa: E402
+from tidalmq.remoting.tls import client_context  # noqa: E402
+from tidalmq.remoting.transport import RemotingClient  # noqa: E402
+
+SMALL = {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}
+CONFIGS = ("plain", "acl", "tls", "permissive")
+
+
+@contextmanager
+def signing(acl: bool) -> Iterator[None]:
+    """broker_bench's requests signed (admin for the topic, a non-admin account for sends) or not."""
+    before = bb.ADMIN_SIGNER, bb.USER_SIGNER
+    if acl:
+        bb.ADMIN_SIGNER = RequestSigner(SessionCredentials("benchAdmin", "benchAdminSecret"))
+        bb.USER_SIGNER = RequestSigner(SessionCredentials("benchUser", "benchUserSecret"))
+    try:
+        yield
+    finally:
+        bb.ADMIN_SIGNER, bb.USER_SIGNER = before
+
+
+async def measure(s: Standalone, c: RemotingClient, n: int) -> dict[str, float]:
+    broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
+    addr, topic = s.broker_addr, "Bench_async_flush"  # a topic the ACL file grants PUB|SUB
+    out: dict[str, float] = {}
+    try:
+        await bb.create_topic(c, addr, topic)
+        await bb.pipelined_sends(c, addr, topic, 2000, 64)  # warm-up
+        out["sync_send_p50_ms"], out["sync_send_p99_ms"] = await bb.sync_latency(c, addr, topic, 2000)
+        for name, count, window, batch in (("single", n, 512, 1), ("batch64", n * 2 // 64 * 64, 16, 64)):
+            b0, t0 = bb.cpu_of(broker), time.perf_counter()
+            rate = await bb.pipelined_sends(c, addr, topic, count, window, batch=batch)
+            busy = bb.cpu_of(broker) - b0
+            out[f"{name}_send_msgs_per_s"] = rate
+            out[f"{name}_broker_cpu_us_per_msg"] = busy / count * 1e6
+            out[f"{name}_broker_cpu"] = busy / (time.perf_counter() - t0)
+    finally:
+        await c.close()
+    return out
+
+
+async def run_config(name: str, root: Path, certs, n: int) -> dict[str, float]:  # noqa: ANN001
+    settings = dict(SMALL)
+    tls = {"tls.server.certPath": str(certs.server_cert), "tls.server.keyPath": str(certs.server_key)}
+    if name == "acl":
+        (root / "acl.yml").write_text(bb.ACL_YML)
+        settings |= {"aclEnable": "true", "rocketmq.acl.plain.file": str(root / "acl.yml")}
+    elif name == "tls":
+        settings |= {"tls.server.mode": "enforcing", **tls}
+    elif name == "permissive":
+        settings |= {"tls.server.mode": "permissive", **tls}
+    client = RemotingClient(ssl_context=client_context(trust_cert_path=str(certs.ca)) if name == "tls" else None)
+    with Standalone(root / "data", settings) as s, signing(name == "acl"):
+        return await measure(s, client, n)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compare", help="a previous bench/out/security-*.json to compare with")
+    args = ap.parse_args()
+    print_machine()
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    with tempfile.TemporaryDirectory() as d:
+        certs = make_certs(Path(d) / "certs")
+        for r in range(args.rounds):
+            for name in CONFIGS:
+                root = Path(d) / f"{name}-{r}"
+                root.mkdir()
+                fig = await run_config(name, root, certs, args.messages)
+                runs[name].append(fig)
+                print(f"round {r + 1} [{name:10}] single {fig['single_send_msgs_per_s']:>9,.0f} msg/s "
+                      f"({fig['single_broker_cpu_us_per_msg']:.1f} us broker CPU/msg), "
+                      f"batch64 {fig['batch64_send_msgs_per_s']:>9,.0f} msg/s "
+                      f"({fig['batch64_broker_cpu_us_per_msg']:.2f} us/msg), "
+                      f"sync p50/p99 {fig['sync_send_p50_ms']:.3f}/{fig['sync_send_p99_ms']:.3f} ms", flush=True)
+    results = {f"{name}.{key}": statistics.median(run[key] for run in runs[name])
+               for name in CONFIGS for key in runs[name][0]}
+    print(f"\nmedians over {args.rounds} rounds, each against plain:")
+    for name in CONFIGS[1:]:
+        for kind in ("single", "batch64"):
+            rate = results[f"{name}.{kind}_send_msgs_per_s"] / results[f"plain.{kind}_send_msgs_per_s"]
+            cpu = results[f"{name}.{kind}_broker_cpu_us_per_msg"] / results[f"plain.{kind}_broker_cpu_us_per_msg"]
+            print(f"  {name:10} {kind:8} throughput {rate:6.0%} of plain, broker CPU per message {cpu:6.0%} of plain")
+    print(f"saved {save('security', results)}")
+    compare(args.compare, results)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
