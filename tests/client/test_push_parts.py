@@ -89,6 +89,36 @@ class Running:
 
 
 # ConsumeConcurrentlyService -------------------------------------------------------------------
+
+class LockWatchedQueue(ProcessQueue):
+    """A ProcessQueue that counts how often its lock is looked at."""
+
+    def __init__(self) -> None:
+        self.lock_reads = 0
+        self._locked = False
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def locked(self) -> bool:
+        self.lock_reads += 1
+        return self._locked
+
+    @locked.setter
+    def locked(self, value: bool) -> None:
+        self._locked = value
+
+
+class CountedFlowControl(FlowControl):
+    """FlowControl that counts the rounds in which it held a pull back."""
+
+    held = 0
+
+    def delay(self, pq: ProcessQueue) -> float:
+        d = super().delay(pq)
+        if d > 0:
+            self.held += 1
+        return d
+
 def test_concurrent_commits_the_lowest_offset_still_in_flight() -> None:
     async def body() -> None:
         release = {o: asyncio.Event() for o in (10, 11, 12)}
@@ -202,11 +232,12 @@ def test_orderly_consumes_a_clustering_queue_only_while_locked() -> None:
 
         store = OffsetStore()
         svc, running = orderly(listener, Sender(), store)
-        pq = ProcessQueue()  # not locked: another member may still be consuming the queue
+        pq = LockWatchedQueue()  # not locked: another member may still be consuming the queue
         svc.start_queue(MQ, pq)
         pq.put([msg(0), msg(1), msg(2)])
         svc.submit(MQ, pq)
-        await asyncio.sleep(0.3)  # three rechecks of the lock: nothing may be consumed meanwhile
+        # the service looks at the lock three times: each time it could have consumed, and may not
+        await until(lambda: pq.lock_reads >= 3, "three looks at the queue's lock")
         assert seen == [] and store.read_memory(MQ) == NOT_FOUND
         pq.locked = True
         await until(lambda: store.read_memory(MQ) == 3, "the queue consumed once locked")
@@ -337,15 +368,17 @@ def test_pull_service_stops_pulling_a_full_queue_until_it_is_consumed() -> None:
         dispatched: list[int] = []
         store = OffsetStore()
         store.update(MQ, 40)
+        flow = CountedFlowControl(max_count=3)
         svc = PullService(inst, "CG", offset_store=store,
                           subscriptions=lambda: {"T": codec.Subscription.build("T", "*", 0)},
                           dispatch=lambda mq, pq: dispatched.append(pq.count), running=lambda: True,
-                          flow=FlowControl(max_count=3), pull_batch_size=4)
+                          flow=flow, pull_batch_size=4)
         pq = ProcessQueue()
         try:
             svc.start(MQ, pq, 40)
             await until(lambda: dispatched, "the first pull")
-            await asyncio.sleep(0.3)  # six flow-control rounds: no pull while 4 > 3 messages wait
+            # six rounds in which flow control held the pull back: no pull while 4 > 3 messages wait
+            await until(lambda: flow.held >= 6, "six flow-control rounds")
             pulls = fake.of_code(RC.PULL_MESSAGE)
             assert len(pulls) == 1 and dispatched == [4]
             head = pulls[0].ext_fields
