@@ -60,7 +60,9 @@ class Hmac:
     def __init__(self, secret_key: str) -> None:
         self._key = secret_key.encode("utf-8")
 
-    def sign(self, ext_fields: dict[str, str], body: bytes | memoryview | None) -> str:
+    def sign(self, ext_fields: dict[str, str], body: bytes | memoryview | list[memoryview] | None) -> str:
+        if isinstance(body, list):  # a body kept as the pieces it will be written in
+            body = b"".join(body)
         return _hmac_sha1_base64(self._key, signed_content(ext_fields, body))
 
 
@@ -107,6 +109,4 @@ class RequestSigner:
         ext_fields[ACCESS_KEY] = c.access_key
         if c.security_token is not None:
             ext_fields[SECURITY_TOKEN] = c.security_token
-        if isinstance(body, list):
-            body = b"".join(body)
         ext_fields[SIGNATURE] = self._mac.sign(ext_fields, body)

@@ -430,7 +430,7 @@ class Admin:
 
 
         letters = await self.dead_letters(group)
-        by_id = {}
+        by_id: dict[str, MessageExt] = {}
         for m in letters:
             by_id.setdefault(m.properties.get("UNIQ_KEY") or m.offset_msg_id, m)
             by_id.setdefault(m.offset_msg_id, m)

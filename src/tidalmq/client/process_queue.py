@@ -64,7 +64,7 @@ class ProcessQueue:
 
     # concurrent: ``pending`` is drained as batches are dispatched -------------------------------
     def take_pending(self, n: int) -> list[MessageExt]:
-        out = []
+        out: list[MessageExt] = []
         p = self.pending
         while p and len(out) < n:
             out.append(p.popleft())

@@ -50,7 +50,7 @@ RETRY_RESPONSE_CODES = frozenset({
     ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
     ResponseCode.NO_PERMISSION, 205, 206,  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
 })
-_STATUS = {
+_STATUS: dict[int, SendStatus] = {
     ResponseCode.SUCCESS: SendStatus.SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -442,6 +442,7 @@ def _deliver_ms(props: dict[str, str]) -> int | None:
 
 
 def _invoke_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) -> None:
+    error: BaseException | None
     if fut.cancelled():
         result, error = None, asyncio.CancelledError()
     else:

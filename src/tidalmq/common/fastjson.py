@@ -93,7 +93,7 @@ def _quote_numeric_keys(text: str) -> str:
 
 
 def loads(data: bytes | str) -> Any:
-    text = data.decode("utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
+    text = str(data, "utf-8") if isinstance(data, bytes | bytearray | memoryview) else data
     try:
         return json.loads(text)
     except json.JSONDecodeError:

@@ -100,23 +100,23 @@ def check_any_topic(topic: object) -> None:
 
 
 def check_broker_name(name: object) -> None:
-    _check("brokerName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
-    if ".." in name:  # type: ignore[operator]
-        raise NameError_(f"the specified brokerName[{_show(name)}] contains '..'")  # type: ignore[arg-type]
+    text = _check("brokerName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
+    if ".." in text:
+        raise NameError_(f"the specified brokerName[{_show(text)}] contains '..'")
 
 
 def check_cluster_name(name: object) -> None:
-    _check("clusterName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
-    if ".." in name:  # type: ignore[operator]
-        raise NameError_(f"the specified clusterName[{_show(name)}] contains '..'")  # type: ignore[arg-type]
+    text = _check("clusterName", name, _BROKER_CHARS, BROKER_NAME_MAX_LENGTH, "^[%|a-zA-Z0-9_.-]+$")
+    if ".." in text:
+        raise NameError_(f"the specified clusterName[{_show(text)}] contains '..'")
 
 
 def check_addr(addr: object) -> None:
     """A broker or HA address as it is registered and handed to clients in routes (host:port)."""
-    _check("address", addr, _ADDR_CHARS, ADDR_MAX_LENGTH, "host:port")
-    host, sep, port = addr.rpartition(":")  # type: ignore[union-attr]
+    text = _check("address", addr, _ADDR_CHARS, ADDR_MAX_LENGTH, "host:port")
+    host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise NameError_(f"the specified address[{_show(addr)}] is not host:port")  # type: ignore[arg-type]
+        raise NameError_(f"the specified address[{_show(text)}] is not host:port")
 
 
 def check_config_key(name: object, what: str = "key") -> None:

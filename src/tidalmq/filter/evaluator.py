@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from tidalmq.filter.errors import EvaluationError
 from tidalmq.filter.jvalues import (
@@ -49,7 +50,8 @@ Evaluator = Callable[[Props], object]
 _TESTS: dict[str, Callable[[int], bool]] = {
     ">": lambda c: c > 0, ">=": lambda c: c >= 0, "<": lambda c: c < 0, "<=": lambda c: c <= 0,
 }
-_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+# Numbers compared with a numeric constant (Any: the values are Java numbers of whichever type).
+_OPS: dict[str, Callable[[Any, Any], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
 
 
 def _convert_for(value: object) -> Callable[[str], object] | None:
@@ -184,7 +186,7 @@ def _relational(op: str, a: Node, b: Node) -> Evaluator:
     if isinstance(a, Prop) and isinstance(b, Const):
         conv = _convert_for(b.value)
         if conv is not None:
-            name, c = a.name, b.value
+            name, c = a.name, cast(Any, b.value)
             fast = _OPS[op]
             test = _TESTS[op]
             if conv is parse_double:
@@ -195,7 +197,7 @@ def _relational(op: str, a: Node, b: Node) -> Evaluator:
                     x = parse_double(v)
                     if x == x:
                         return fast(x, c)
-                    return test(double_compare(x, c))  # type: ignore[arg-type]  # NaN sorts above all
+                    return test(double_compare(x, c))  # NaN sorts above all
                 return prop_vs_double
 
             def prop_vs_int(props: Props) -> object:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from tidalmq.filter.errors import EvaluationError
 
@@ -124,8 +125,9 @@ def double_compare(a: float, b: float) -> int:
     return (a_nan > b_nan) - (a_nan < b_nan)
 
 
-def compare(lv: object, rv: object) -> int:
-    """ComparisonExpression.__compare(lv, rv, convertStringExpressions=true). Both non-null."""
+def compare(lv: Any, rv: Any) -> int:
+    """ComparisonExpression.__compare(lv, rv, convertStringExpressions=true). Both non-null Java values
+    (``jtype`` tells which), hence ``Any``."""
     lc, rc = jtype(lv), jtype(rv)
     if lc != rc:
         if lc == "B":
@@ -134,45 +136,45 @@ def compare(lv: object, rv: object) -> int:
             return -1
         if lc == "I":
             if rc == "L":
-                lv = JLong(lv)  # type: ignore[arg-type]
+                lv = JLong(lv)
             elif rc == "D":
-                lv = float(lv)  # type: ignore[arg-type]
+                lv = float(lv)
             elif rc == "S":
-                rv = parse_int(rv)  # type: ignore[arg-type]
+                rv = parse_int(rv)
             else:
                 return -1
         elif lc == "L":
             if rc == "I":
-                rv = JLong(rv)  # type: ignore[arg-type]
+                rv = JLong(rv)
             elif rc == "D":
-                lv = float(lv)  # type: ignore[arg-type]
+                lv = float(lv)
             elif rc == "S":
-                rv = parse_long(rv)  # type: ignore[arg-type]
+                rv = parse_long(rv)
             else:
                 return -1
         elif lc == "D":
             if rc in ("I", "L"):
-                rv = float(rv)  # type: ignore[arg-type]
+                rv = float(rv)
             elif rc == "S":
-                rv = parse_double(rv)  # type: ignore[arg-type]
+                rv = parse_double(rv)
             else:
                 return -1
         elif lc == "S":
             if rc == "B":
-                lv = parse_boolean(lv)  # type: ignore[arg-type]
+                lv = parse_boolean(lv)
             elif rc == "I":
-                lv = parse_int(lv)  # type: ignore[arg-type]
+                lv = parse_int(lv)
             elif rc == "L":
-                lv = parse_long(lv)  # type: ignore[arg-type]
+                lv = parse_long(lv)
             elif rc == "D":
-                lv = parse_double(lv)  # type: ignore[arg-type]
+                lv = parse_double(lv)
             else:
                 return -1
         else:
             return -1
     if type(lv) is float:
-        return double_compare(lv, rv)  # type: ignore[arg-type]
-    return (lv > rv) - (lv < rv)  # type: ignore[operator]
+        return double_compare(lv, rv)
+    return (lv > rv) - (lv < rv)
 
 
 def equals(lv: object, rv: object) -> bool:

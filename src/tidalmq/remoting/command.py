@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -105,7 +105,7 @@ class RemotingCommand:
         )
 
 
-def _str_fields(ext: dict[str, object]) -> dict[str, str]:
+def _str_fields(ext: Mapping[str, object]) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in ext.items():
         if v is None:
@@ -117,7 +117,7 @@ def _str_fields(ext: dict[str, object]) -> dict[str, str]:
     return out
 
 
-def _all_str(ext: dict[str, object]) -> bool:
+def _all_str(ext: Mapping[str, object]) -> bool:
     for v in ext.values():
         if type(v) is not str:
             return False
@@ -400,7 +400,7 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
-    def commands(self) -> Iterator[RemotingCommand]:
+    def commands(self) -> Generator[RemotingCommand, None, None]:
         buf = self._buf
         pos = 0
         try:

@@ -11,6 +11,7 @@ awaitable when it has to wait (group commit, long polling), or ``None`` for no r
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import socket
@@ -237,7 +238,7 @@ class Connection(asyncio.Protocol):
             return
         fut = asyncio.ensure_future(reply)
         self._inflight.add(fut)
-        fut.add_done_callback(lambda f, c=cmd: self._deferred_done(c, f))
+        fut.add_done_callback(functools.partial(self._deferred_done, cmd))
         srv = self._server
         if srv is not None and len(self._inflight) >= srv.config.server_channel_max_pending_requests:
             self._inflight_paused = True
@@ -391,8 +392,8 @@ class RemotingServer:
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)  # type: ignore[arg-type]
-        task.add_done_callback(self._tasks.discard)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

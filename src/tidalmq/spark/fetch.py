@@ -69,7 +69,7 @@ class Catalog:
         self._consumer._instance.request_timeout = opts.request_timeout_s
         self._started = False
 
-    def _run(self, coro):  # type: ignore[no-untyped-def]
+    def _run(self, coro):
         return run_sync(coro, timeout=max(30.0, self.opts.request_timeout_s * 6))
 
     def start(self) -> Catalog:
@@ -146,8 +146,8 @@ class Catalog:
         return out
 
     # offsets ------------------------------------------------------------------------------------------
-    def _gather(self, coros: list) -> list:  # type: ignore[type-arg]
-        async def go() -> list:  # type: ignore[type-arg]
+    def _gather(self, coros: list) -> list:
+        async def go() -> list:
             return list(await asyncio.gather(*coros))
 
         try:
@@ -211,7 +211,7 @@ _DONE = object()
 
 
 def read_range(opts: ReadOptions, spec: RangeSpec, *, rows_per_batch: int = 8192,
-               schema=None) -> Iterator:  # type: ignore[no-untyped-def]
+               schema=None) -> Iterator:
     """Arrow record batches of the records with ``start <= queueOffset < end`` of one queue."""
     from tidalmq.spark.records import Columns
 
@@ -245,7 +245,7 @@ def read_range(opts: ReadOptions, spec: RangeSpec, *, rows_per_batch: int = 8192
                 t.join(0.05)
 
 
-def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: threading.Event) -> None:  # type: ignore[type-arg]
+def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: threading.Event) -> None:
     def put(item: object) -> None:
         while not stop.is_set():
             try:
@@ -261,14 +261,14 @@ def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: thr
         put(e)
 
 
-async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) -> None:
     consumer = PullConsumer(opts.pull_group, opts.nameserver, pull_timeout=opts.pull_timeout_s)
     consumer._instance.request_timeout = opts.request_timeout_s
     await consumer.start()
     mq = MessageQueue(spec.topic, spec.broker, spec.queue_id)
     try:
         window = opts.pull_batch_size
-        pending: deque[asyncio.Task] = deque()  # type: ignore[type-arg]
+        pending: deque[asyncio.Task] = deque()
         nxt = spec.start
         while (nxt < spec.end or pending) and not stop.is_set():
             while nxt < spec.end and len(pending) < opts.pull_pipeline:

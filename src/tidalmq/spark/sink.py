@@ -127,12 +127,12 @@ class _WriterBase:
 
 
 class TidalMQBatchWriter(_WriterBase, DataSourceArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         return self._write(iterator)
 
 
 class TidalMQStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         return self._write(iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name

@@ -120,12 +120,12 @@ class TidalMQDataSource(DataSource):
         opts = parse_read_options(self.options, streaming=True)
         return TidalMQStreamReader(opts)
 
-    def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+    def writer(self, schema: StructType, overwrite: bool):
         from tidalmq.spark.sink import TidalMQBatchWriter
 
         return TidalMQBatchWriter(self.options, schema, streaming=False)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+    def streamWriter(self, schema: StructType, overwrite: bool):
         from tidalmq.spark.sink import TidalMQStreamWriter
 
         return TidalMQStreamWriter(self.options, schema, streaming=True)
@@ -135,7 +135,7 @@ class TidalMQBatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
 
-    def partitions(self) -> list[QueueRangePartition]:  # type: ignore[override]
+    def partitions(self) -> list[QueueRangePartition]:
         opts = self.opts
         with fetch.Catalog(opts) as cat:
             queues = cat.all_queues()
@@ -184,7 +184,7 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = self.catalog.all_queues()
         return queues, self.catalog.min_max(queues)
 
-    def initialOffset(self) -> dict:  # type: ignore[type-arg]
+    def initialOffset(self) -> dict:
         queues, bounds = self._bounds()
         start = self.catalog.resolve(self.opts.starting, queues, bounds, "startingOffsets")
         return fetch.offsets_to_dict(start)
@@ -206,7 +206,7 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.opts.max_messages_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:  # type: ignore[type-arg]
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         latest = self._latest()
         begin = fetch.offsets_from_dict(start)
         for k, v in begin.items():  # a queue never moves backwards (one that vanished keeps its offset)
@@ -217,13 +217,13 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = rate_limit(base, latest, limit.max_rows)
         return fetch.offsets_to_dict(latest)
 
-    def reportLatestOffset(self) -> dict | None:  # type: ignore[type-arg]
+    def reportLatestOffset(self) -> dict | None:
         try:
             return fetch.offsets_to_dict(self._latest())
         except Exception:
             return None
 
-    def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:  # type: ignore[override, type-arg]
+    def partitions(self, start: dict, end: dict) -> list[QueueRangePartition]:
         s = fetch.offsets_from_dict(start)
         e = fetch.offsets_from_dict(end)
         ranges = {k: (s.get(k, 0), hi) for k, hi in e.items()}
@@ -234,7 +234,7 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return iter(())
         return _read_partition(self.opts, partition)
 
-    def commit(self, end: dict) -> None:  # type: ignore[type-arg]
+    def commit(self, end: dict) -> None:
         if self.opts.consumer_group:
             self.catalog.commit(fetch.offsets_from_dict(end))
 

@@ -97,7 +97,8 @@ class ConsumeConcurrentlyService:
                 log.warning("BROADCASTING: consuming %d message(s) failed, dropped (no retry)", len(msgs))
                 done = msgs
             else:
-                done, failed = [], []
+                done = []
+                failed: list[MessageExt] = []
                 for m in msgs:
                     (done if await self.sender.send_message_back(m) else failed).append(m)
                 if failed:
