@@ -62,8 +62,9 @@ class TransactionCheckService:
                 self.run_round()
             except Exception:
                 log.exception("transaction check round failed")
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_ms / 1000.0)
+            try:  # not wait_for: on 3.11 it drops a cancel that meets a wakeup() (CPython gh-86296)
+                async with asyncio.timeout(self.interval_ms / 1000.0):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -144,8 +144,10 @@ class ConsumeOrderlyService:
                 continue
             pq.rollback()
             ev.clear()
-            try:  # suspend this queue a moment; a shutdown or drop wakes it early
-                await asyncio.wait_for(ev.wait(), self.suspend_time)
+            try:  # suspend this queue a moment; a shutdown or drop wakes it early (not wait_for: on 3.11
+                # it drops a cancel that meets the wake-up, CPython gh-86296)
+                async with asyncio.timeout(self.suspend_time):
+                    await ev.wait()
             except TimeoutError:
                 pass
 
