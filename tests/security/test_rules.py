@@ -92,6 +92,10 @@ def test_request_bodies() -> None:
                                                                    clusterName="C"),
                           body=b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"../x":{"perm":6}}}}')
     assert "illegal characters" in check_request(reg)
+    # a name that is a list or an object (found by the long request fuzz run): refused, not a crash
+    for bad in (b'{"groupName": []}', b'{"groupName": {"a": 1}}'):
+        sg = RemotingCommand(code=RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=bad)
+        assert "must be a string" in check_request(sg)
 
 
 def test_client_refuses_property_injection() -> None:

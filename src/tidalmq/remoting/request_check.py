@@ -83,7 +83,7 @@ def check_value(field: str, kind: Kind, value: object) -> None:
         parse_number(field, kind, value)
         return
     known = _KNOWN_NAMES[kind]
-    if value in known:
+    if isinstance(value, str) and value in known:  # JSON bodies may hold lists or objects: unhashable
         return
     try:
         _NAME_CHECKS[kind](value)
