@@ -66,6 +66,20 @@ def test_signature_survives_both_header_encodings() -> None:
         assert calc_signature(signed_content(got.ext_fields, got.body), "12345678") == got.ext_fields["Signature"]
 
 
+def test_signature_of_long_secrets_and_bodies_in_pieces() -> None:
+    """The signer's own HMAC (SHA-1 states of the key blocks, copied per request) against the standard
+    library's: secrets shorter than, as long as, and longer than a SHA-1 block; a body in pieces."""
+    from tidalmq.acl.signature import Hmac
+
+    body = [memoryview(b"x" * 100), memoryview(b"y" * 1000)]
+    for secret in ("k", "s" * 64, "long-" * 40, "é" * 50):
+        ext = {"a": "group", "b": "TopicA", "AccessKey": "ak"}
+        expected = calc_signature(signed_content(ext, b"".join(body)), secret)
+        assert Hmac(secret).sign(ext, body) == expected
+        assert Hmac(secret).sign(ext, b"".join(body)) == expected
+        assert Hmac(secret).sign(ext, None) == calc_signature(signed_content(ext, None), secret)
+
+
 def test_credentials_need_both_keys() -> None:
     with pytest.raises(ValueError):
         SessionCredentials("RocketMQ", "")
