@@ -30,6 +30,7 @@ from operator import mul
 
 import numpy as np
 
+from tidalmq.common.fileutil import reserve_file_space
 from tidalmq.common.taghash import java_string_hash
 
 log = logging.getLogger("tidalmq.store.index")
@@ -231,20 +232,29 @@ class IndexFile:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
-            if create:
-                os.ftruncate(fd, self.file_size)  # sparse: nothing is written until used
-            else:
+            if not create:
                 actual = os.fstat(fd).st_size
                 if actual != self.file_size:
                     raise ValueError(
                         f"index file {path} is {actual} bytes, expected {self.file_size} "
                         f"(hash_slot_num={hash_slot_num}, index_num={index_num})"
                     )
+            if create:
+                # Reserved, never sparse: puts go through the mapping, and a store into a hole on a full
+                # disk is a SIGBUS. A refusal is a DiskFullError the index service answers. A loaded
+                # file is reserved when it is written again (``ensure_reserved``), so a start on a full
+                # disk does not need space for files that are only read.
+                reserve_file_space(fd, self.file_size)
             self._mm = mmap.mmap(
                 fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
             )
+        except BaseException:
+            if create:
+                os.unlink(path)
+            raise
         finally:
             os.close(fd)
+        self._reserved = create
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
         self._entries = np.frombuffer(self._mm, dtype=ENTRY_DTYPE, count=index_num, offset=self._entries_base)
         # per-field views, so that a batch writes each field with one strided copy
@@ -314,6 +324,18 @@ class IndexFile:
     @property
     def closed(self) -> bool:
         return self._mm is None
+
+    def ensure_reserved(self) -> None:
+        """Reserve the blocks of a loaded file before it is written through the mapping (it may be
+        sparse, made by an older version); raises DiskFullError."""
+        if self._reserved:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            reserve_file_space(fd, self.file_size)
+        finally:
+            os.close(fd)
+        self._reserved = True
 
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
