@@ -15,6 +15,7 @@ from typing import Any
 from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
 from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.consumed import consumed_commit_log_offset
 from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
@@ -77,6 +78,8 @@ class BrokerController:
         self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
+        # Forcible cleanup keeps what some group has not consumed (docs/broker.md, "A full disk").
+        self.store.consumed_commit_log_offset = lambda: consumed_commit_log_offset(self)
         tls = tls or TlsConfig()
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024),
                                      config=remoting_config, ssl_context=server_context(tls), tls_mode=tls.server_mode)

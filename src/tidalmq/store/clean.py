@@ -94,7 +94,11 @@ class CleanCommitLogService:
         consumed_to: int | None = None
         holder = ""
         if self.clean_immediately and not cfg.clean_file_forcibly_enable:
-            consumed_to, holder = self.store.consumed_commit_log_offset()
+            try:
+                consumed_to, holder = self.store.consumed_commit_log_offset()
+            except Exception:  # the broker's tables changed under us: keep everything this round
+                log.exception("computing the consumed CommitLog offset failed")
+                consumed_to, holder = self.store.commit_log.min_offset, "unknown"
         count = self.store.commit_log.delete_expired_file(
             cfg.file_reserved_time * 60 * 60 * 1000, cfg.delete_commit_log_files_interval,
             clean_at_once or consumed_to is not None, cfg.delete_file_batch_max, consumed_to)

@@ -39,6 +39,8 @@ HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 INVALID_INDEX = 0
+# Entries' space is reserved this much ahead of the writes (see IndexFile._reserve_for).
+RESERVE_CHUNK = 8 * 1024 * 1024
 INT_MAX = 0x7FFFFFFF
 
 _HEADER = struct.Struct(">qqqqii")
@@ -229,6 +231,10 @@ class IndexFile:
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._entries_base = HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
 
+        # Bytes from the start known to be backed by blocks. Reserved as entries are appended, a chunk
+        # at a time, so an index file costs its slots plus what it holds, not 420 MB at once; a loaded
+        # file (perhaps sparse, from an older version) is checked on its first write.
+        self._reserved_to = 0
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
@@ -240,11 +246,11 @@ class IndexFile:
                         f"(hash_slot_num={hash_slot_num}, index_num={index_num})"
                     )
             if create:
-                # Reserved, never sparse: puts go through the mapping, and a store into a hole on a full
-                # disk is a SIGBUS. A refusal is a DiskFullError the index service answers. A loaded
-                # file is reserved when it is written again (``ensure_reserved``), so a start on a full
-                # disk does not need space for files that are only read.
-                reserve_file_space(fd, self.file_size)
+                # Sized here, but blocks are reserved (``_reserve_for``) before anything is stored through
+                # the mapping: a store into a hole on a full disk is a SIGBUS. The tail beyond the
+                # reservation is never written until it is reserved in turn.
+                os.ftruncate(fd, self.file_size)
+                self._reserve_for(1)
             self._mm = mmap.mmap(
                 fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
             )
@@ -254,7 +260,6 @@ class IndexFile:
             raise
         finally:
             os.close(fd)
-        self._reserved = create
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
         self._entries = np.frombuffer(self._mm, dtype=ENTRY_DTYPE, count=index_num, offset=self._entries_base)
         # per-field views, so that a batch writes each field with one strided copy
@@ -325,17 +330,19 @@ class IndexFile:
     def closed(self) -> bool:
         return self._mm is None
 
-    def ensure_reserved(self) -> None:
-        """Reserve the blocks of a loaded file before it is written through the mapping (it may be
-        sparse, made by an older version); raises DiskFullError."""
-        if self._reserved:
+    def _reserve_for(self, entries: int) -> None:
+        """Make sure the header, the slots and the first ``entries`` entries are backed by blocks before
+        they are stored through the mapping; raises DiskFullError (nothing was written then)."""
+        need = self._entries_base + entries * INDEX_SIZE
+        if need <= self._reserved_to:
             return
+        upto = min(self.file_size, max(need, self._reserved_to + RESERVE_CHUNK))
         fd = os.open(self.path, os.O_RDWR)
         try:
-            reserve_file_space(fd, self.file_size)
+            reserve_file_space(fd, upto)
         finally:
             os.close(fd)
-        self._reserved = True
+        self._reserved_to = upto
 
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
@@ -367,6 +374,7 @@ class IndexFile:
         idx = self.index_count
         if idx >= self.index_num:
             return False
+        self._reserve_for(idx + 1)
         mm = self._mm
         abs_slot = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         slot_value = _SLOT.unpack_from(mm, abs_slot)[0]
@@ -404,6 +412,7 @@ class IndexFile:
         n = min(len(key_hashes), self.index_num - base)
         if n <= 0:
             return 0
+        self._reserve_for(base + n)
         if n < len(key_hashes):
             key_hashes, phy_offsets, timestamps = key_hashes[:n], phy_offsets[:n], timestamps[:n]
         hashes = np.asarray(key_hashes)

@@ -194,7 +194,6 @@ class IndexService:
         """The newest file if it has room, else a new one (continuing the previous one's end)."""
         last = self._files[-1] if self._files else None
         if last is not None and not last.is_write_full():
-            last.ensure_reserved()
             return last
         os.makedirs(self.store_path, exist_ok=True)
         name = _human_time(int(time.time() * 1000))
