@@ -4,8 +4,11 @@ space reservation every memory-mapped file goes through."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
+
+log = logging.getLogger("tidalmq")
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:
@@ -17,10 +20,14 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial temp file would only hold space a full disk lacks
+        raise
     if path.exists():
         bak = path.with_name(path.name + ".bak")
         try:
@@ -33,6 +40,20 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def persist_config(path: str | Path, data: bytes) -> bool:
+    """``atomic_write`` for a config manager whose in-memory table is what the broker serves from: a
+    full disk keeps the previous file and is logged (the next persist retries), never raised into the
+    request that changed the table. Returns whether the file was written."""
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        log.warning("persisting %s failed (%s): kept in memory, retried on the next change or flush", path, e)
+        return False
+    return True
 
 
 def read_with_backup(path: str | Path) -> bytes | None:
