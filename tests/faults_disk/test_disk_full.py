@@ -179,3 +179,61 @@ def test_another_process_filling_the_disk_and_a_restart_on_a_full_disk(small_dis
 
         run(after_restart(), timeout=120)
         alive(s)
+
+
+CLEANUP = {
+    "cleanResourceInterval": "200",
+    "diskSpaceCleanForciblyRatio": "30",  # the lowest RocketMQ allows: about 19 MiB of this disk
+    "timerWheelEnable": "false",  # its 19 MiB wheel would take most of that
+}
+
+
+def test_cleanup_over_the_forcible_ratio_keeps_unconsumed_messages(small_disk: Path, tmp_path: Path) -> None:
+    with broker_on(small_disk, tmp_path, **CLEANUP) as s:
+        async def scenario() -> None:
+            c = RemotingClient()
+            try:
+                acked: list[int] = []
+                refused = await send_until_refused(c, s, "CleanT", acked)
+                assert_disk_full_answer(refused)
+                assert "unconsumed" in refused.remark and "CleanT queue 0" in refused.remark
+                info = await runtime_info(c, s.broker_addr)
+                assert info["commitLogMinOffset"] == "0"  # nothing deleted
+                assert int(info["commitLogMaxOffset"]) > 3 * 4 * 1024 * 1024  # several files to delete
+                assert await read_queue(c, s, "CleanT", len(acked)) == acked == list(range(len(acked)))
+                # A group consumes everything: cleanup proceeds and sends are taken again, no restart.
+                assert await commit_and_query(c, s, "CleanT", len(acked)) == len(acked)
+                again = await send_until_accepted(c, s, "CleanT")
+                assert int(again.ext_fields["queueOffset"]) == len(acked)
+                assert int((await runtime_info(c, s.broker_addr))["commitLogMinOffset"]) > 0
+            finally:
+                await c.close()
+
+        run(scenario(), timeout=120)
+        alive(s)
+
+
+def test_clean_file_forcibly_enable_deletes_unconsumed_files_as_rocketmq(small_disk: Path, tmp_path: Path) -> None:
+    with broker_on(small_disk, tmp_path, **CLEANUP, cleanFileForciblyEnable="true") as s:
+        async def scenario() -> None:
+            c = RemotingClient()
+            try:
+                for _ in range(120):  # 30 MiB: past the ratio, while the deletions keep the disk below full
+                    r = await send(c, s, "ForceT")
+                    assert r.code == ResponseCode.SUCCESS, r.remark
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 15
+                while int((await runtime_info(c, s.broker_addr))["commitLogMinOffset"]) == 0:
+                    assert loop.time() < deadline, "no CommitLog file deleted over the forcible ratio"
+                    await asyncio.sleep(0.1)
+                # Nobody consumed them, and they are gone: a pull from 0 starts past them.
+                r = await c.invoke(s.broker_addr, pull_cmd("ForceT", 0, 0), 10)
+                if r.code == ResponseCode.SUCCESS:
+                    assert records(r.body_bytes())[0].queue_offset > 0
+                else:
+                    assert r.code == ResponseCode.PULL_OFFSET_MOVED and int(r.ext_fields["nextBeginOffset"]) > 0
+            finally:
+                await c.close()
+
+        run(scenario(), timeout=120)
+        alive(s)

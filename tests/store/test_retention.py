@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
+from tests.support import wait_for
 from tidalmq.store.clean import is_time_to_delete
 from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
 
@@ -145,7 +147,8 @@ def test_a_fresh_store_does_not_read_as_a_full_disk(make_store, monkeypatch) -> 
     assert seen and all(clean.disk_partition_space_used_percent(p) >= 0 for p in seen)
 
 
-def test_over_forcible_ratio_keeps_unconsumed_files_and_refuses_writes(make_store) -> None:
+def test_over_forcible_ratio_keeps_unconsumed_files_and_refuses_writes(make_store, caplog) -> None:
+    caplog.set_level(logging.WARNING, "tidalmq.store")
     store = make_store(file_reserved_time=72)  # cleanFileForciblyEnable defaults to false
     res = fill(store, 50)
     files = len(store.commit_log.mfq.files)
@@ -157,8 +160,9 @@ def test_over_forcible_ratio_keeps_unconsumed_files_and_refuses_writes(make_stor
     assert store.clean_expired_now() == 0
     assert len(store.commit_log.mfq.files) == files
     assert store.disk_full and "unconsumed" in store.runtime_info()["diskFullReason"]
-    r = store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0]
-    assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
+    for _ in range(3):
+        r = store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0]
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
     assert store.get_message("g", "RET", 0, 0, 32).message_count > 0  # reads go on
     # Consumed up to the 20th message: only the files wholly below it go.
     consumed[0] = res[20].wrote_offset
@@ -175,6 +179,10 @@ def test_over_forcible_ratio_keeps_unconsumed_files_and_refuses_writes(make_stor
     store.clean_expired_now()
     assert not store.disk_full
     assert store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0].queue_offset == 50  # no gap
+    # One WARN when writes were first refused and one when they were taken again, not one per send or pass.
+    warns = [r.getMessage() for r in caplog.records if r.name == "tidalmq.store"]
+    assert sum("refusing writes" in m for m in warns) == 1
+    assert sum("accepting writes" in m for m in warns) == 1
 
 
 def test_expired_files_go_over_the_forcible_ratio_even_unconsumed(make_store, clock) -> None:
@@ -186,3 +194,29 @@ def test_expired_files_go_over_the_forcible_ratio_even_unconsumed(make_store, cl
     clock.now = int(time.time() * 1000) + 2 * 3600 * 1000  # fileReservedTime (1 h) passed
     assert store.clean_expired_now() == files - 1
     assert not store.runtime_info()["diskFullReason"]
+
+
+def test_consume_queue_without_space_refuses_writes_then_catches_up(make_store, monkeypatch) -> None:
+    from tidalmq.common.fileutil import DiskFullError
+    from tidalmq.store.mapped_file import MappedFileQueue
+
+    store = make_store()
+    no_space = [True]
+    create_file = MappedFileQueue.create_file
+
+    def refusing(self, offset):  # noqa: ANN001, ANN202
+        if no_space[0] and self.store_path.startswith(store.config.consume_queue_path):
+            raise DiskFullError(28, "no space to reserve (injected)")
+        return create_file(self, offset)
+
+    monkeypatch.setattr(MappedFileQueue, "create_file", refusing)
+    res = store.put_messages([PutRequest("CQF", 0, [rec("CQF")]) for _ in range(3)])
+    assert [r.queue_offset for r in res] == [0, 1, 2]
+    wait_for(lambda: "consumequeue" in store.runtime_info()["diskFullReason"], 5, what="disk full noticed")
+    # In the CommitLog, not yet queued; new messages are refused meanwhile and take no queue offset.
+    assert store.put_messages([PutRequest("CQF", 0, [rec("CQF")])])[0].status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.get_message("g", "CQF", 0, 0, 32).message_count == 0
+    no_space[0] = False  # space is back: the reput retries by itself (at most a second later)
+    wait_for(lambda: not store.disk_full, 5, what="writes accepted again")
+    assert store.get_message("g", "CQF", 0, 0, 32).message_count == 3
+    assert store.put_messages([PutRequest("CQF", 0, [rec("CQF")])])[0].queue_offset == 3
