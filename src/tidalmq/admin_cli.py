@@ -149,8 +149,8 @@ async def run_admin(args: argparse.Namespace) -> int:
                 for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
                     for n in names:
                         for bid, addr in sorted(info["brokerAddrTable"][n]["brokerAddrs"].items()):
-                            rows.append([cluster, n, bid, addr])
-                print(_table(rows, ["cluster", "broker", "id", "address"]))
+                            rows.append([cluster, n, bid, addr, await _disk_status(admin, addr)])
+                print(_table(rows, ["cluster", "broker", "id", "address", "disk"]))
         except (AdminError, RemotingError) as e:
             print(f"tidalmq admin: error {e.code}: {e.remark}", file=sys.stderr)
             return 1
@@ -187,6 +187,17 @@ async def _run_schedule(admin: Admin, args: argparse.Namespace) -> int:
             print("  (delay-level counts truncated: too many pending to scan)")
     return 0
 
+
+
+async def _disk_status(admin: Admin, addr: str) -> str:
+    """"ok", or "FULL (why): writes refused" when the broker refuses sends for lack of space."""
+    try:
+        info = await admin.broker_runtime_info(addr)
+    except (AdminError, RemotingError) as e:
+        return f"unknown ({e})"
+    if info.get("diskFull") == "true":
+        return f"FULL ({info.get('diskFullReason', '')}): writes refused"
+    return "ok"
 
 def _describe(m: MessageExt) -> list[object]:
     import time

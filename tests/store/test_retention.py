@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
+from tests.support import wait_for
 from tidalmq.store.clean import is_time_to_delete
 from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
 
@@ -87,11 +89,12 @@ def test_retention_with_injected_clock(make_store, clock) -> None:
     assert store.clean_expired_now(force=True) == n_files - 1
 
 
-def test_retention_on_disk_pressure(make_store) -> None:
-    store = make_store(file_reserved_time=72)
+def test_retention_on_disk_pressure_with_forcible_clean_enabled(make_store) -> None:
+    store = make_store(file_reserved_time=72, clean_file_forcibly_enable=True)
     fill(store, 50)
     n_files = len(store.commit_log.mfq.files)
-    # over diskSpaceCleanForciblyRatio: files go at once, whatever their age and the hour
+    # cleanFileForciblyEnable=true, over diskSpaceCleanForciblyRatio: files go at once, whatever their
+    # age, the hour and whether anyone consumed them (RocketMQ's behaviour)
     store.clean_commit_log.disk_usage = lambda path: 0.86
     assert store.clean_expired_now() == n_files - 1
     assert not store.disk_full
@@ -142,3 +145,78 @@ def test_a_fresh_store_does_not_read_as_a_full_disk(make_store, monkeypatch) -> 
     store.clean_commit_log.is_space_to_delete()
     # Nothing stored yet, but both paths exist, so neither reads as -1 ("full, reclaim space").
     assert seen and all(clean.disk_partition_space_used_percent(p) >= 0 for p in seen)
+
+
+def test_over_forcible_ratio_keeps_unconsumed_files_and_refuses_writes(make_store, caplog) -> None:
+    caplog.set_level(logging.WARNING, "tidalmq.store")
+    store = make_store(file_reserved_time=72)  # cleanFileForciblyEnable defaults to false
+    res = fill(store, 50)
+    files = len(store.commit_log.mfq.files)
+    assert files > 3
+    consumed = [0]
+    store.consumed_commit_log_offset = lambda: (consumed[0], "RET-0 by g")
+    store.clean_commit_log.disk_usage = lambda path: 0.86
+    # Nothing consumed: nothing deleted, new messages refused with the disk-full answer.
+    assert store.clean_expired_now() == 0
+    assert len(store.commit_log.mfq.files) == files
+    assert store.disk_full and "unconsumed" in store.runtime_info()["diskFullReason"]
+    for _ in range(3):
+        r = store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0]
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.get_message("g", "RET", 0, 0, 32).message_count > 0  # reads go on
+    # Consumed up to the 20th message: only the files wholly below it go.
+    consumed[0] = res[20].wrote_offset
+    deleted = store.clean_expired_now()
+    assert deleted >= 1
+    assert store.commit_log.min_offset <= res[20].wrote_offset
+    assert store.get_message("g", "RET", 0, 20, 1).message_count == 1
+    assert store.disk_full  # what is left is still unconsumed
+    # Everything consumed: all but the written file go, and the disk drops below the ratio.
+    consumed[0] = store.max_phy_offset
+    store.clean_expired_now()
+    assert len(store.commit_log.mfq.files) == 1
+    store.clean_commit_log.disk_usage = lambda path: 0.40
+    store.clean_expired_now()
+    assert not store.disk_full
+    assert store.put_messages([PutRequest("RET", 0, [rec("RET")])])[0].queue_offset == 50  # no gap
+    # One WARN when writes were first refused and one when they were taken again, not one per send or pass.
+    warns = [r.getMessage() for r in caplog.records if r.name == "tidalmq.store"]
+    assert sum("refusing writes" in m for m in warns) == 1
+    assert sum("accepting writes" in m for m in warns) == 1
+
+
+def test_expired_files_go_over_the_forcible_ratio_even_unconsumed(make_store, clock) -> None:
+    store = make_store(file_reserved_time=1)
+    fill(store, 50)
+    files = len(store.commit_log.mfq.files)
+    store.consumed_commit_log_offset = lambda: (0, "RET-0 by g")
+    store.clean_commit_log.disk_usage = lambda path: 0.86
+    clock.now = int(time.time() * 1000) + 2 * 3600 * 1000  # fileReservedTime (1 h) passed
+    assert store.clean_expired_now() == files - 1
+    assert not store.runtime_info()["diskFullReason"]
+
+
+def test_consume_queue_without_space_refuses_writes_then_catches_up(make_store, monkeypatch) -> None:
+    from tidalmq.common.fileutil import DiskFullError
+    from tidalmq.store.mapped_file import MappedFileQueue
+
+    store = make_store()
+    no_space = [True]
+    create_file = MappedFileQueue.create_file
+
+    def refusing(self, offset):  # noqa: ANN001, ANN202
+        if no_space[0] and self.store_path.startswith(store.config.consume_queue_path):
+            raise DiskFullError(28, "no space to reserve (injected)")
+        return create_file(self, offset)
+
+    monkeypatch.setattr(MappedFileQueue, "create_file", refusing)
+    res = store.put_messages([PutRequest("CQF", 0, [rec("CQF")]) for _ in range(3)])
+    assert [r.queue_offset for r in res] == [0, 1, 2]
+    wait_for(lambda: "consumequeue" in store.runtime_info()["diskFullReason"], 5, what="disk full noticed")
+    # In the CommitLog, not yet queued; new messages are refused meanwhile and take no queue offset.
+    assert store.put_messages([PutRequest("CQF", 0, [rec("CQF")])])[0].status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.get_message("g", "CQF", 0, 0, 32).message_count == 0
+    no_space[0] = False  # space is back: the reput retries by itself (at most a second later)
+    wait_for(lambda: not store.disk_full, 5, what="writes accepted again")
+    assert store.get_message("g", "CQF", 0, 0, 32).message_count == 3
+    assert store.put_messages([PutRequest("CQF", 0, [rec("CQF")])])[0].queue_offset == 3

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
-from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.fileutil import persist_config, read_with_backup
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ class ConsumerOffsetManager:
                 return
             data = fastjson.dumpb({"offsetTable": {**self.refused, **{k: dict(v) for k, v in self.table.items()}}})
             self._dirty = False
-        atomic_write(self.path, data)
+        if not persist_config(self.path, data):
+            self._dirty = True
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from typing import Any
 from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
 from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.consumed import consumed_commit_log_offset
 from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
@@ -34,6 +35,7 @@ from tidalmq.broker.transaction.check_service import TransactionCheckService
 from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
 from tidalmq.common import sysflag as sf
+from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import body_crc
 from tidalmq.filter import FilterCache, FilterSyntaxError
@@ -77,6 +79,8 @@ class BrokerController:
         self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
+        # Forcible cleanup keeps what some group has not consumed (docs/broker.md, "A full disk").
+        self.store.consumed_commit_log_offset = lambda: consumed_commit_log_offset(self)
         tls = tls or TlsConfig()
         self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024),
                                      config=remoting_config, ssl_context=server_context(tls), tls_mode=tls.server_mode)
@@ -184,8 +188,18 @@ class BrokerController:
         self.transactions.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)
         if self.timer is not None:
-            self.timer.load()
-            self.store.add_arrival_listener(self.timer.on_arrival)
+            try:
+                self.timer.load()
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                # Its load writes its checkpoint. Timer messages still go to the timer topic in the
+                # CommitLog, and a start with space delivers them from there.
+                log.error("timer service not started, the disk is full (%s): timer messages are kept and "
+                          "delivered after a restart with space", e)
+                self.timer = None
+            else:
+                self.store.add_arrival_listener(self.timer.on_arrival)
         self.store.start()
         self.schedule.start()
         if self.timer is not None:
@@ -213,13 +227,20 @@ class BrokerController:
         self.offsets.persist(force=True)
         self.groups.persist()
         self.topics.persist()
-        self.schedule.shutdown()
-        if self.timer is not None:
-            self.timer.shutdown()
-        try:
-            self.transactions.persist()
-        except OSError:
-            log.exception("persisting the transaction state failed")
+        # A failure here (a full disk, say) must not skip the store's shutdown, which flushes the CommitLog
+        # and ConsumeQueues; what these failed to write is recovered from the CommitLog at the next start.
+        for what, step in (("delay-level service", self.schedule.shutdown),
+                           ("timer service", self.timer.shutdown if self.timer is not None else None),
+                           ("transaction state", self.transactions.persist)):
+            if step is None:
+                continue
+            try:
+                step()
+            except OSError as e:
+                if not is_disk_full(e):
+                    log.exception("stopping the %s failed", what)
+                else:
+                    log.error("stopping the %s failed: %s", what, e)
         self.store.shutdown()
 
     # NameServer registration ------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
-from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.fileutil import persist_config, read_with_backup
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SubscriptionGroupManager:
         with self._lock:
             table = {**self.refused, **{n: c.to_json() for n, c in self.table.items()}}
             data = fastjson.dumpb({"subscriptionGroupTable": table})
-        atomic_write(self.path, data)
+        persist_config(self.path, data)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults on first use when auto-creation is on."""

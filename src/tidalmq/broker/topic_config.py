@@ -11,7 +11,7 @@ from typing import Any
 
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
-from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.fileutil import persist_config, read_with_backup
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class TopicConfigManager:
             wrapper = self.wrapper()
             wrapper["topicConfigTable"] = {**self.refused, **wrapper["topicConfigTable"]}
             data = fastjson.dumpb(wrapper)
-        atomic_write(self.path, data)
+        persist_config(self.path, data)
 
     def wrapper(self) -> dict[str, Any]:
         with self._lock:

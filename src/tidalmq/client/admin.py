@@ -110,6 +110,10 @@ class Admin:
     async def cluster_info(self) -> dict:
         return fastjson.loads((await self._namesrv(RC.GET_BROKER_CLUSTER_INFO)).body_bytes())
 
+    async def broker_runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO of one broker: its runtime table (``diskFull``, ``diskFullReason`` ...)."""
+        return fastjson.loads((await self._call(addr, RC.GET_BROKER_RUNTIME_INFO)).body_bytes()).get("table", {})
+
     async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
         info = await self.cluster_info()
         names = set()

@@ -1,9 +1,14 @@
-"""Durable small-file writes for config and metadata (topics.json, consumerOffset.json ...)."""
+"""Durable small-file writes for config and metadata (topics.json, consumerOffset.json ...), and the
+space reservation every memory-mapped file goes through."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from pathlib import Path
+
+log = logging.getLogger("tidalmq")
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:
@@ -15,10 +20,14 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial temp file would only hold space a full disk lacks
+        raise
     if path.exists():
         bak = path.with_name(path.name + ".bak")
         try:
@@ -31,6 +40,20 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def persist_config(path: str | Path, data: bytes) -> bool:
+    """``atomic_write`` for a config manager whose in-memory table is what the broker serves from: a
+    full disk keeps the previous file and is logged (the next persist retries), never raised into the
+    request that changed the table. Returns whether the file was written."""
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        log.warning("persisting %s failed (%s): kept in memory, retried on the next change or flush", path, e)
+        return False
+    return True
 
 
 def read_with_backup(path: str | Path) -> bytes | None:
@@ -65,3 +88,35 @@ def path_under(root: str | Path, *parts: str) -> str:
     if os.path.commonpath([base, os.path.realpath(path)]) != base or not parts:
         raise UnsafePathError(f"refusing {path!r}: it resolves outside {base}")
     return path
+
+
+class DiskFullError(OSError):
+    """The filesystem refused to reserve space for a file (ENOSPC or EDQUOT)."""
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in _NO_SPACE
+
+
+def reserve_file_space(fd: int, size: int) -> None:
+    """Make sure every byte of ``[0, size)`` of the file is backed by allocated blocks, extending it.
+
+    A file written through a shared mapping must never have holes: a store into a hole on a full disk
+    is a SIGBUS that kills the process, where a refused reservation here is an ordinary error
+    (``DiskFullError``) the caller can answer. So a refused reservation is never "fixed" with ftruncate,
+    which would make exactly such a hole. Files already fully allocated (st_blocks) cost one fstat.
+    """
+    st = os.fstat(fd)
+    if st.st_size >= size and st.st_blocks * 512 >= size:
+        return
+    # glibc's posix_fallocate writes into the file itself where the filesystem has no fallocate, so
+    # what comes back here is a real refusal.
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise DiskFullError(e.errno, f"no space to reserve {size} bytes: {os.strerror(e.errno)}") from None
+        raise

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidalmq.common import fastjson
-from tidalmq.common.fileutil import atomic_write, read_with_backup
+from tidalmq.common.fileutil import persist_config, read_with_backup
 from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -61,8 +61,8 @@ class ScheduleMessageService:
                     log.warning("%s: ignoring entry %r: %r, not a delay level and an offset", self.offset_path, k, v)
 
     def persist(self) -> None:
-        atomic_write(self.offset_path, fastjson.dumpb({"offsetTable": dict(sorted(self.offsets.items()))}))
-        self._dirty = False
+        if persist_config(self.offset_path, fastjson.dumpb({"offsetTable": dict(sorted(self.offsets.items()))})):
+            self._dirty = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ScheduleMessageService", daemon=True)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tidalmq.common.fileutil import reserve_file_space
+
 RECORD_DTYPE = np.dtype(
     [
         ("deliver_ms", "<i8"),  # when to deliver (ms since the epoch)
@@ -79,12 +81,19 @@ class TimerLog:
         fd = self._fds.get(seg)
         if fd is None:
             path = self._path(seg)
-            if not create and not path.exists():
+            existed = path.exists()
+            if not create and not existed:
                 return None
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(fd).st_size != self.segment_bytes:
-                # Preallocated sparse: zeros read as "no record", which is how the tail is found.
-                os.ftruncate(fd, self.segment_bytes)
+            try:
+                # Preallocated, zeros read as "no record" (how the tail is found), and reserved so that a
+                # full disk is a DiskFullError here rather than a failed write into a hole later.
+                reserve_file_space(fd, self.segment_bytes)
+            except BaseException:
+                os.close(fd)
+                if not existed:
+                    path.unlink(missing_ok=True)
+                raise
             self._fds[seg] = fd
         return fd
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tidalmq.common.fileutil import reserve_file_space
 from tidalmq.schedule.timer_log import MAGIC_DELETE, MAGIC_ROLL
 
 CELL_DTYPE = np.dtype(
@@ -44,8 +45,9 @@ class TimerWheel:
             have = os.fstat(fd).st_size
             if have not in (0, size):
                 raise ValueError(f"{self.path}: {have} bytes, expected {size} for {slots} slots")
-            if have == 0:
-                os.ftruncate(fd, size)
+            # Reserved, never sparse: cells are stored through the mapping, and a store into a hole on
+            # a full disk is a SIGBUS. A refusal raises DiskFullError.
+            reserve_file_space(fd, size)
             self._mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)

@@ -16,6 +16,7 @@ import mmap
 import os
 import struct
 
+from tidalmq.common.fileutil import reserve_file_space
 from tidalmq.store.mapped_file import OS_PAGE_SIZE
 
 _LAYOUT = struct.Struct(">qqqqq")
@@ -27,9 +28,14 @@ class StoreCheckpoint:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         exists = os.path.exists(path)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size < OS_PAGE_SIZE:
-            os.ftruncate(self._fd, OS_PAGE_SIZE)
-        self._mm = mmap.mmap(self._fd, OS_PAGE_SIZE)
+        try:
+            # Reserved, not a sparse ftruncate: the values are stored through the mapping, and a store
+            # into a hole on a full disk is a SIGBUS.
+            reserve_file_space(self._fd, OS_PAGE_SIZE)
+            self._mm = mmap.mmap(self._fd, OS_PAGE_SIZE)
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0

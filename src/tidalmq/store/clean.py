@@ -1,8 +1,10 @@
 """Retention: CleanCommitLogService and CleanConsumeQueueService, run by one CleanService thread.
 
 CommitLog files go when their last modification is older than ``file_reserved_time`` hours and the
-current hour is listed in ``delete_when`` (``"04;05"``), or at once when the disk is fuller than the
-configured ratios. The written file is never deleted. Then ConsumeQueue files wholly below the new
+current hour is listed in ``delete_when`` (``"04;05"``), or when the disk is fuller than
+``disk_max_used_space_ratio``. Over ``disk_space_clean_forcibly_ratio`` unexpired files go too, but only
+those every reading group has consumed, unless ``clean_file_forcibly_enable`` (then all, as RocketMQ);
+when unconsumed files are all that could go, the store refuses writes instead (``DiskSpaceGuard``). The written file is never deleted. Then ConsumeQueue files wholly below the new
 minimum physical offset go, each queue's minimum logical offset moves up, and the index drops files
 below it.
 """
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tidalmq.store.disk_space import RATIO, UNCONSUMED
 from tidalmq.store.flush import ServiceThread
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ class CleanCommitLogService:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
         self.clean_immediately = False
+        self.over_forcibly_ratio = False
         self.disk_usage: Callable[[str], float] = disk_partition_space_used_percent
 
     def _warning_ratio(self) -> float:
@@ -60,27 +64,23 @@ class CleanCommitLogService:
         return min(0.85, max(0.30, self.store.config.disk_space_clean_forcibly_ratio / 100))
 
     def is_space_to_delete(self) -> bool:
-        """Also maintains the store's disk-full flag, which makes puts fail (SERVICE_NOT_AVAILABLE)."""
+        """Also maintains the store's "ratio" disk-full cause, which makes puts fail (SERVICE_NOT_AVAILABLE)."""
         cfg = self.store.config
-        self.clean_immediately = False
-        full = False
-        for path in (cfg.commit_log_path, cfg.consume_queue_path):
-            ratio = self.disk_usage(path)
-            if ratio > self._warning_ratio():
-                if not self.store.disk_full:
-                    log.error("disk maybe full soon (%.2f) at %s: marking disk full", ratio, path)
-                self.store.disk_full = full = True
-                self.clean_immediately = True
-                return True
-            if ratio > self._forcibly_ratio():
-                self.clean_immediately = True
-                return True
-            if ratio < 0 or ratio > cfg.disk_max_used_space_ratio / 100:
-                return True
-        if not full and self.store.disk_full:
-            log.info("disk space OK again")
-            self.store.disk_full = False
-        return False
+        guard = self.store.disk_space
+        self.clean_immediately = self.over_forcibly_ratio = False
+        ratios = [self.disk_usage(path) for path in (cfg.commit_log_path, cfg.consume_queue_path)]
+        worst = max(ratios)
+        over_warning = worst > self._warning_ratio()
+        if over_warning:
+            guard.set(RATIO, f"disk used {worst:.2f} > diskSpaceWarningLevelRatio {self._warning_ratio():.2f}")
+        else:
+            guard.clear(RATIO)
+        if over_warning or worst > self._forcibly_ratio():
+            self.clean_immediately = self.over_forcibly_ratio = True
+            return True
+        guard.clear(UNCONSUMED)
+        # An unknown usage (-1) counts as "delete what has expired", as in RocketMQ.
+        return min(ratios) < 0 or worst > cfg.disk_max_used_space_ratio / 100
 
     def delete_expired_files(self, manual: bool = False) -> int:
         cfg = self.store.config
@@ -89,9 +89,27 @@ class CleanCommitLogService:
         if not (time_up or space_full or manual):
             return 0
         clean_at_once = cfg.clean_file_forcibly_enable and self.clean_immediately
+        # Over the forcible ratio without the operator's opt-in, unexpired files still go when every
+        # group reading their topics has consumed past them; never one holding an unconsumed message.
+        consumed_to: int | None = None
+        holder = ""
+        if self.clean_immediately and not cfg.clean_file_forcibly_enable:
+            try:
+                consumed_to, holder = self.store.consumed_commit_log_offset()
+            except Exception:  # the broker's tables changed under us: keep everything this round
+                log.exception("computing the consumed CommitLog offset failed")
+                consumed_to, holder = self.store.commit_log.min_offset, "unknown"
         count = self.store.commit_log.delete_expired_file(
-            cfg.file_reserved_time * 60 * 60 * 1000, cfg.delete_commit_log_files_interval, clean_at_once,
-            cfg.delete_file_batch_max)
+            cfg.file_reserved_time * 60 * 60 * 1000, cfg.delete_commit_log_files_interval,
+            clean_at_once or consumed_to is not None, cfg.delete_file_batch_max, consumed_to)
+        if self.over_forcibly_ratio and consumed_to is not None and count < cfg.delete_file_batch_max:
+            if len(self.store.commit_log.mfq.files) > 1:
+                # What is left before the written file is unconsumed: keep it, refuse new messages.
+                self.store.disk_space.set(UNCONSUMED, f"over diskSpaceCleanForciblyRatio and the oldest CommitLog "
+                                                      f"file holds unconsumed messages ({holder}); consume them, "
+                                                      f"or set cleanFileForciblyEnable=true to delete them")
+            else:
+                self.store.disk_space.clear(UNCONSUMED)
         if count == 0 and space_full:
             log.warning("disk space will be full soon, but no file could be deleted")
         return count

@@ -24,6 +24,7 @@ import numpy as np
 
 from tidalmq.common import sysflag as sf
 from tidalmq.common.columns import gather_be
+from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
@@ -126,6 +127,7 @@ class CommitLog:
         self._topic_lock = threading.Lock()
         self._preread: collections.deque[Preread] = collections.deque()
         self.on_written: Callable[[], None] = lambda: None
+        self.on_no_space: Callable[[OSError], None] = lambda e: None
         self._recovered_store_ts = 0
 
     # ------------------------------------------------------------------ offsets
@@ -164,16 +166,16 @@ class CommitLog:
             ts = self.clock()
             try:
                 mf: MappedFile | None = self.mfq.get_last_mapped_file(0)
-            except OSError:
-                log.exception("create mapped file failed")
-                return [AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in requests]
+            except OSError as e:
+                return [AppendResult(self._create_failed(e), msg_num=len(r.records)) for r in requests]
             wpos = mf.wrote_position
+            failed = PutStatus.CREATE_MAPPED_FILE_FAILED
             run: list[bytearray] = []
             run_start = wpos
             for req in requests:
                 recs = req.records
                 if mf is None:  # creating the next file failed earlier in this call
-                    results.append(AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED, msg_num=len(recs)))
+                    results.append(AppendResult(failed, msg_num=len(recs)))
                     continue
                 is_batch = recs.__class__ is RecordBatch
                 if is_batch:
@@ -198,9 +200,9 @@ class CommitLog:
                     mf.wrote_position = file_size
                     try:
                         mf = self.mfq.get_last_mapped_file(0)
-                    except OSError:
-                        log.exception("create mapped file failed")
-                        results.append(AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED, msg_num=len(recs)))
+                    except OSError as e:
+                        results.append(AppendResult(self._create_failed(e), msg_num=len(recs)))
+                        failed = results[-1].status
                         mf = None
                         continue
                     wpos = run_start = 0
@@ -234,6 +236,15 @@ class CommitLog:
         if wake_reput:
             self.on_written()
         return results
+
+    def _create_failed(self, e: OSError) -> PutStatus:
+        """The answer to a put whose CommitLog file could not be made: a full disk is RocketMQ's
+        SERVICE_NOT_AVAILABLE (and the store refuses writes for a while), anything else a failure."""
+        if is_disk_full(e):
+            self.on_no_space(e)
+            return PutStatus.SERVICE_NOT_AVAILABLE
+        log.error("create mapped file failed: %s", e)
+        return PutStatus.CREATE_MAPPED_FILE_FAILED
 
     @staticmethod
     def _validate(recs: list[bytearray], max_size: int) -> PutStatus | None:
@@ -710,9 +721,9 @@ class CommitLog:
 
     # ------------------------------------------------------------------ retention
     def delete_expired_file(self, expired_ms: int, interval_ms: int, clean_immediately: bool,
-                            batch_max: int) -> int:
+                            batch_max: int, clean_below: int | None = None) -> int:
         return self.mfq.delete_expired_file_by_time(expired_ms, interval_ms, clean_immediately, batch_max,
-                                                    self.clock)
+                                                    self.clock, clean_below)
 
     def close(self) -> None:
         self.mfq.close()

@@ -39,7 +39,9 @@ class MessageStoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_warning_level_ratio: int = 90
     disk_space_clean_forcibly_ratio: int = 85
-    clean_file_forcibly_enable: bool = True
+    # RocketMQ defaults to true (over diskSpaceCleanForciblyRatio unexpired files go, consumed or not);
+    # ours keeps files holding unconsumed messages and refuses writes instead (docs/broker.md).
+    clean_file_forcibly_enable: bool = False
     clean_resource_interval: int = 10000  # ms
     delete_commit_log_files_interval: int = 100  # ms between two deleted files
     delete_file_batch_max: int = 10

@@ -30,6 +30,7 @@ from operator import mul
 
 import numpy as np
 
+from tidalmq.common.fileutil import reserve_file_space
 from tidalmq.common.taghash import java_string_hash
 
 log = logging.getLogger("tidalmq.store.index")
@@ -38,6 +39,8 @@ HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 INVALID_INDEX = 0
+# Entries' space is reserved this much ahead of the writes (see IndexFile._reserve_for).
+RESERVE_CHUNK = 8 * 1024 * 1024
 INT_MAX = 0x7FFFFFFF
 
 _HEADER = struct.Struct(">qqqqii")
@@ -228,21 +231,33 @@ class IndexFile:
         self.file_size = index_file_size(hash_slot_num, index_num)
         self._entries_base = HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
 
+        # Bytes from the start known to be backed by blocks. Reserved as entries are appended, a chunk
+        # at a time, so an index file costs its slots plus what it holds, not 420 MB at once; a loaded
+        # file (perhaps sparse, from an older version) is checked on its first write.
+        self._reserved_to = 0
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o644)
         try:
-            if create:
-                os.ftruncate(fd, self.file_size)  # sparse: nothing is written until used
-            else:
+            if not create:
                 actual = os.fstat(fd).st_size
                 if actual != self.file_size:
                     raise ValueError(
                         f"index file {path} is {actual} bytes, expected {self.file_size} "
                         f"(hash_slot_num={hash_slot_num}, index_num={index_num})"
                     )
+            if create:
+                # Sized here, but blocks are reserved (``_reserve_for``) before anything is stored through
+                # the mapping: a store into a hole on a full disk is a SIGBUS. The tail beyond the
+                # reservation is never written until it is reserved in turn.
+                os.ftruncate(fd, self.file_size)
+                self._reserve_for(1)
             self._mm = mmap.mmap(
                 fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
             )
+        except BaseException:
+            if create:
+                os.unlink(path)
+            raise
         finally:
             os.close(fd)
         self._slots = np.frombuffer(self._mm, dtype=">i4", count=hash_slot_num, offset=HEADER_SIZE)
@@ -315,6 +330,20 @@ class IndexFile:
     def closed(self) -> bool:
         return self._mm is None
 
+    def _reserve_for(self, entries: int) -> None:
+        """Make sure the header, the slots and the first ``entries`` entries are backed by blocks before
+        they are stored through the mapping; raises DiskFullError (nothing was written then)."""
+        need = self._entries_base + entries * INDEX_SIZE
+        if need <= self._reserved_to:
+            return
+        upto = min(self.file_size, max(need, self._reserved_to + RESERVE_CHUNK))
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            reserve_file_space(fd, upto)
+        finally:
+            os.close(fd)
+        self._reserved_to = upto
+
     def is_write_full(self) -> bool:
         return self.index_count >= self.index_num
 
@@ -345,6 +374,7 @@ class IndexFile:
         idx = self.index_count
         if idx >= self.index_num:
             return False
+        self._reserve_for(idx + 1)
         mm = self._mm
         abs_slot = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         slot_value = _SLOT.unpack_from(mm, abs_slot)[0]
@@ -382,6 +412,7 @@ class IndexFile:
         n = min(len(key_hashes), self.index_num - base)
         if n <= 0:
             return 0
+        self._reserve_for(base + n)
         if n < len(key_hashes):
             key_hashes, phy_offsets, timestamps = key_hashes[:n], phy_offsets[:n], timestamps[:n]
         hashes = np.asarray(key_hashes)

@@ -19,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from tidalmq.common.fileutil import reserve_file_space
+
 log = logging.getLogger("tidalmq.store")
 
 OS_PAGE_SIZE = 4096
@@ -90,22 +92,22 @@ class MappedFile:
         self.file_from_offset = int(os.path.basename(path))
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         self.fd = os.open(path, flags, 0o644)
+        actual = file_size
         try:
             actual = os.fstat(self.fd).st_size
-            if actual < file_size:
-                # New file, or one whose creation a crash interrupted: extend it. posix_fallocate reserves
-                # the blocks so a full disk fails here and not as SIGBUS on a later store into the mmap.
-                try:
-                    os.posix_fallocate(self.fd, 0, file_size)
-                except (OSError, AttributeError):
-                    os.ftruncate(self.fd, file_size)
-                if create:
-                    os.fsync(self.fd)
-            elif actual > file_size:
+            if actual > file_size:
                 raise ValueError(f"{path}: size {actual} != configured mapped file size {file_size}")
+            # New file, one whose creation a crash interrupted, or one left sparse: reserve its blocks, so
+            # a full disk fails here (DiskFullError) and never as SIGBUS on a later store into the mmap.
+            reserve_file_space(self.fd, file_size)
+            if create and actual < file_size:
+                os.fsync(self.fd)
             self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)
+            if create and actual < file_size:
+                # Do not leave a half-reserved file behind: it would hold space and read as a short file.
+                _unlink_quietly(path)
             raise
         self.view = memoryview(self.mm)
         self.wrote_position = 0
@@ -221,6 +223,13 @@ class MappedFile:
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _has_nonzero(mm: mmap.mmap, p: int, n: int) -> bool:
@@ -410,14 +419,17 @@ class MappedFileQueue:
 
     def delete_expired_file_by_time(self, expired_ms: int, delete_files_interval_ms: int,
                                     clean_immediately: bool, batch_max: int,
-                                    now_ms: Callable[[], int]) -> int:
+                                    now_ms: Callable[[], int], clean_below: int | None = None) -> int:
         """RocketMQ's deleteExpiredFileByTime: oldest first, never the last (written) file; stops at the
-        first file still within its reserved time so the remaining files stay contiguous."""
+        first file still within its reserved time so the remaining files stay contiguous.
+        ``clean_immediately`` deletes unexpired files too: all of them, or with ``clean_below`` only
+        those ending at or below that offset."""
         files = self.files[:-1]
         doomed: list[MappedFile] = []
         for f in files:
             live_max = int(f.last_modified() * 1000) + expired_ms
-            if now_ms() >= live_max or clean_immediately:
+            at_once = clean_immediately and (clean_below is None or f.end_offset <= clean_below)
+            if now_ms() >= live_max or at_once:
                 doomed.append(f)
                 if len(doomed) >= batch_max:
                     break

@@ -20,7 +20,7 @@ import numpy as np
 
 from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
-from tidalmq.common.fileutil import UnsafePathError, path_under
+from tidalmq.common.fileutil import DiskFullError, UnsafePathError, path_under
 from tidalmq.common.message import KEY_SEPARATOR
 from tidalmq.common.record import RecordError, StoredMessage, decode_record
 from tidalmq.store.checkpoint import StoreCheckpoint
@@ -28,6 +28,7 @@ from tidalmq.store.clean import CleanCommitLogService, CleanConsumeQueueService,
 from tidalmq.store.commit_log import CommitLog
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE, MessageStoreConfig
 from tidalmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
+from tidalmq.store.disk_space import COMMIT_LOG, CONSUME_QUEUE, INDEX, DiskSpaceGuard
 from tidalmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from tidalmq.store.mapped_file import fsync_dir
 from tidalmq.store.reput import ReputMessageService
@@ -107,7 +108,13 @@ class DefaultMessageStore:
         self.clean_consume_queue = CleanConsumeQueueService(self)
         self._clean_lock = threading.Lock()
         self._flush_cq_lock = threading.Lock()
-        self.disk_full = False
+        self.disk_space = DiskSpaceGuard(clock)
+        self.commit_log.on_no_space = lambda e: self.disk_space.set(COMMIT_LOG, str(e))
+        # The CommitLog offset below which every message has been consumed by every group that reads its
+        # topic (the broker knows the groups; a store alone knows none, so nothing counts as consumed).
+        # Cleanup over diskSpaceCleanForciblyRatio deletes unexpired files only below it.
+        self.consumed_commit_log_offset: Callable[[], tuple[int, str]] = (
+            lambda: (self.commit_log.min_offset, "no consumer progress known to the store"))
         self.last_exit_ok = True
         self._loaded = False
         self._started = False
@@ -297,19 +304,32 @@ class DefaultMessageStore:
         ``dispatch_myself`` the caller promises to call ``dispatch()`` right after (the broker's group
         commit does, on the event loop): the reput thread is not woken, so it does not take the
         interpreter from the caller; it still catches up within a second if the promise is broken."""
-        if self._shutdown or not self._loaded or self.disk_full:
+        if self._shutdown or not self._loaded or self.disk_space.refuse_writes():
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
         results = self.commit_log.put(requests, wake_reput=not dispatch_myself)
         stats = self._stats
+        ok = False
         for r in results:
             if r.status is PutStatus.PUT_OK:
+                ok = True
                 stats["putMessageTimesTotal"] += r.msg_num
                 stats["putMessageSizeTotal"] += r.wrote_bytes
+        if ok:
+            self.disk_space.clear(COMMIT_LOG)
         return results
 
+    @property
+    def disk_full(self) -> bool:
+        """Writes are being refused for lack of space (see ``store.disk_space``)."""
+        return self.disk_space.full
+
     def dispatch(self) -> None:
-        """Dispatch (reput) everything appended so far, on the calling thread."""
-        self.reput.do_reput()
+        """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the
+        rest to the reput thread, which retries every second."""
+        try:
+            self.reput.do_reput()
+        except DiskFullError:
+            pass
 
     def request_flush(self, offset: int, callback: Callable[[bool], None]) -> None:
         """SYNC_FLUSH: ``callback(True)`` (from the flush thread) once the CommitLog is durable up to
@@ -412,12 +432,22 @@ class DefaultMessageStore:
                     # past them): it stays in the CommitLog, readable by offset, but is queued nowhere.
                     log.error("record(s) of topic %r queue %d not queued: the name is not a safe path", topic, queue_id)
                     continue
-                touched[(topic, queue_id)] = cq.put_entries(
-                    batch.queue_offsets[idx], batch.commit_log_offsets[idx], batch.sizes[idx], batch.tags_codes[idx])
+                try:
+                    touched[(topic, queue_id)] = cq.put_entries(batch.queue_offsets[idx], batch.commit_log_offsets[idx],
+                                                                batch.sizes[idx], batch.tags_codes[idx])
+                except DiskFullError as e:
+                    # The round is not done: the reput retries it (entries already put are skipped then).
+                    self.disk_space.set(CONSUME_QUEUE, f"{topic}-{queue_id}: {e}")
+                    raise
+        self.disk_space.clear(CONSUME_QUEUE)
         index = self.index_service
         if index is not None:
             try:
                 self._build_index(index, batch, tx == sf.TRANSACTION_ROLLBACK_TYPE)
+                self.disk_space.clear(INDEX)
+            except DiskFullError as e:
+                # The index is a lookup aid: this round's keys are not indexed, the messages are queued.
+                self.disk_space.set(INDEX, str(e))
             except Exception:
                 log.exception("build index failed")
         return touched
@@ -699,6 +729,7 @@ class DefaultMessageStore:
             "commitLogDiskRatio": str(self.clean_commit_log.disk_usage(cfg.commit_log_path)),
             "consumeQueueDiskRatio": str(self.clean_commit_log.disk_usage(cfg.consume_queue_path)),
             "diskFull": str(self.disk_full).lower(),
+            "diskFullReason": self.disk_space.reason(),
             "flushDiskType": cfg.flush_disk_type,
         })
         cp = self.checkpoint

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from tidalmq.common.fileutil import DiskFullError
 from tidalmq.store.commit_log import CommitLog
 from tidalmq.store.flush import ServiceThread
 from tidalmq.store.results import DispatchBatch
@@ -80,6 +81,8 @@ class ReputMessageService(ServiceThread):
             time.sleep(ROUND_PAUSE_S)
             try:
                 self.do_reput()
+            except DiskFullError:
+                pass  # the store's DiskSpaceGuard said so once; retried on the next wake-up (<= 1 s)
             except Exception:
                 log.exception("reput failed")
         # Dispatch what is left so a clean shutdown leaves complete ConsumeQueues.

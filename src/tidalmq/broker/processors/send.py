@@ -354,6 +354,13 @@ class SendMessageProcessor:
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
             reply(resp)
 
+    def _not_available_remark(self) -> str:
+        """RocketMQ's remark for SERVICE_NOT_AVAILABLE, with what actually refuses writes here."""
+        store = self.broker.store
+        why = store.disk_space.reason()
+        return ("service not available now. It may be caused by one of the following reasons: the broker's disk "
+                f"is full [{why or 'no'}], messages are put to the slave, message store has been shut down, etc.")
+
     def _response(self, req: RemotingCommand, put: PutRequest, res: AppendResult) -> RemotingCommand:
         status = res.status
         if status == PutStatus.PUT_OK:
@@ -369,7 +376,7 @@ class SendMessageProcessor:
             PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
             PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, "the message properties are too long"),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
-            PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now, maybe disk full or the store is shutting down"),
+            PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, self._not_available_remark()),
             PutStatus.OS_PAGE_CACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
             PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
         }.get(status, (ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}"))
