@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,14 @@ from tidalmq.broker.consumed import consumed_commit_log_offset
 from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
+from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
 from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
-from tidalmq.broker.processors.send import InnerMessage, SendMessageProcessor
+from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
 from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
@@ -48,11 +49,20 @@ from tidalmq.remoting.tls import TlsConfig, client_context_from, server_context
 from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
 from tidalmq.schedule.delay_level import ScheduleMessageService
 from tidalmq.schedule.stats import ScheduleStats
-from tidalmq.schedule.timer_service import TimerMessageService, check_precision, find_cancel_target
+from tidalmq.schedule.timer_service import (
+    CancelTarget,
+    TimerMessageService,
+    check_precision,
+    find_cancel_target,
+)
+from tidalmq.store.async_face import StoreFace
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
 
 log = logging.getLogger(__name__)
+
+# How long a timer cancel waits for its target to be indexed (a cancel sent right after its target).
+CANCEL_INDEX_WAIT_S = 0.5
 
 
 class BrokerController:
@@ -116,10 +126,10 @@ class BrokerController:
         if sc.timer_wheel_enable:
             self.timer = TimerMessageService(self.store, root, precision_ms=sc.timer_precision_ms,
                                              max_delay_ms=sc.timer_max_delay_sec * 1000, stats=self.timer_stats)
-        self.rewrite_hooks.append(TimerRewrite(
-            sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
-            lookup=lambda topic, uniq: find_cancel_target(self.store, topic, uniq, int(time.time() * 1000)),
-            enabled=sc.timer_wheel_enable))
+        self.store_face = StoreFace(self.store)
+        self.timer_rewrite = TimerRewrite(sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
+                                          lookup=self._lookup_cancel, enabled=sc.timer_wheel_enable)
+        self.rewrite_hooks.append(self.timer_rewrite)
         # Transactions: half messages, END_TRANSACTION and check-back (docs/transactions.md). Its hook
         # goes first, so that the schedule hooks never see a half message.
         self.transactions = TransactionalMessageService(self, cfg_dir / "transactionState.json")
@@ -335,6 +345,19 @@ class BrokerController:
             members.pop(conn, None)
 
     # hooks for processors ---------------------------------------------------------------------
+    def cancel_lookup(self, msg: InnerMessage) -> Awaitable[CancelTarget] | None:
+        """For a timer cancel (TIMER_DEL_UNIQKEY): the lookup of its target, to await before
+        ``rewrite_before_store``; None for any other message."""
+        key = self.timer_rewrite.cancel_of(msg)
+        return None if key is None else self._lookup_cancel(*key)
+
+    async def _lookup_cancel(self, topic: str, uniq: str) -> CancelTarget:
+        store, face = self.store, self.store_face
+        if store.has_index:
+            # A cancel sent right after its target: let reput index the target first (usually done).
+            await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
+        return await face.run(find_cancel_target, store, topic, uniq, int(time.time() * 1000))
+
     def rewrite_before_store(self, msg: InnerMessage) -> None:
         """Run the rewrite hooks that concern ``msg``. Most messages concern none: a hook declaring
         ``markers`` is skipped when none of them occurs in the message's properties text (a message whose

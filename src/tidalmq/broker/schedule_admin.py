@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
 
 MAX_SCAN = 200_000
+FRESH_VIEW_WAIT_S = 1.0
 
 
 def delay_level_by_topic(broker: BrokerController, now_ms: int, max_scan: int = MAX_SCAN) -> tuple[dict[str, Counter[int]], bool]:
@@ -34,21 +35,18 @@ def delay_level_by_topic(broker: BrokerController, now_ms: int, max_scan: int = 
     out: dict[str, Counter[int]] = {}
     budget = max_scan
     for level in svc.levels:
-        cq = store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
-        if cq is None:
-            continue
-        off = max(svc.offsets.get(level, 0), cq.min_offset_in_queue)
-        while off < cq.max_offset_in_queue:
+        off = svc.offsets.get(level, 0)
+        while off < store.queue_range(SCHEDULE_TOPIC, level - 1).max_offset:
             if budget <= 0:
                 return out, True
-            arr = cq.entries(off, min(4096, budget))
-            if arr is None:
-                off = cq.roll_next_file(off)
+            got = store.read_queue(SCHEDULE_TOPIC, level - 1, off, min(4096, budget))
+            if len(got) == 0:
+                if got.next_offset == got.start:
+                    break
+                off = got.next_offset
                 continue
-            if len(arr) == 0:
-                break
-            for phys, size, tag in arr.tolist():
-                view = store.select_one_message_by_offset(int(phys), int(size))
+            for phys, size, tag in got.rows():
+                view = store.select_one_message_by_offset(phys, size)
                 if view is None:
                     continue
                 try:
@@ -58,9 +56,9 @@ def delay_level_by_topic(broker: BrokerController, now_ms: int, max_scan: int = 
                 c = out.get(topic)
                 if c is None:
                     c = out[topic] = Counter()
-                c[int(tag) // 60_000] += 1
-            off += len(arr)
-            budget -= len(arr)
+                c[tag // 60_000] += 1
+            off = got.next_offset
+            budget -= len(got)
     return out, False
 
 
@@ -68,6 +66,8 @@ def schedule_report(broker: BrokerController) -> dict[str, Any]:
     now = int(time.time() * 1000)
     delay, truncated = delay_level_by_topic(broker, now)
     timer = broker.timer
+    if timer is not None:
+        timer.fresh_view(FRESH_VIEW_WAIT_S)  # this report runs in an executor: it may wait a little
     timer_topics = timer.topic_minutes() if timer is not None else {}
     topics: dict[str, Any] = {}
     for name in sorted(set(delay) | set(timer_topics)):

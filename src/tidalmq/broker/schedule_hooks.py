@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from tidalmq.broker.processors.send import InnerMessage, SendError
+from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -113,11 +113,13 @@ class TimerRewrite:
     - TIMER_OUT_MS is the exact deliver time (RocketMQ floors it to the precision, which can deliver up to
       one precision early; the timer store releases at ceil(deliver / precision) instead: never early).
     - a cancel is checked against the store (``lookup``): unknown, delivered or already cancelled targets
-      are answered QUERY_NOT_FOUND and nothing is stored (RocketMQ stores the marker blindly).
+      are answered QUERY_NOT_FOUND and nothing is stored (RocketMQ stores the marker blindly). The lookup
+      may wait for the index and reads it, so it is awaited before the rewrites run, never inside them:
+      the send path asks ``cancel_of``, awaits ``lookup`` and leaves the answer in ``msg.cancel_target``.
     """
 
     def __init__(self, max_delay_ms: int, precision_ms: int,
-                 lookup: Callable[[str, str], CancelTarget] | None = None,
+                 lookup: Callable[[str, str], Awaitable[CancelTarget]] | None = None,
                  clock: Callable[[], int] = _now_ms, enabled: bool = True) -> None:
         self.max_delay_ms = max_delay_ms
         self.precision_ms = precision_ms
@@ -128,15 +130,34 @@ class TimerRewrite:
         # is due sooner than this (the service enqueues within milliseconds; this leaves a wide margin).
         self.cancel_guard_ms = max(precision_ms, 200)
 
-    def __call__(self, msg: InnerMessage) -> None:
+    def cancel_of(self, msg: InnerMessage) -> tuple[str, str] | None:
+        """(topic, uniq key) whose target the send path must look up (``lookup``) before this rewrite
+        runs on ``msg``; None when ``msg`` is no cancel this hook would look up. Raises SendError for a
+        malformed cancel, as the rewrite would."""
+        if not msg.is_parsed and mc.TIMER_DEL_UNIQKEY not in msg.properties_text:
+            return None  # nearly every send: one substring test
+        if self.lookup is None or msg.cancel_target is not None or not self._concerns(msg, cancel=True):
+            return None
+        if not self.enabled or _delay_level_set(msg):
+            return None  # refused by the rewrite itself, with no lookup
+        return msg.topic, self._cancel_key(msg)
+
+    @staticmethod
+    def _concerns(msg: InnerMessage, cancel: bool) -> bool:
         if msg.topic == TIMER_TOPIC:
+            return False
+        is_cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
+        if cancel and not is_cancel:
+            return False
+        if not is_cancel and not any(msg.has_property(k) for k in TIMER_REQUEST_PROPERTIES):
+            return False
+        # A half message is scheduled when it is committed.
+        return sf.transaction_type(msg.sysflag) in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
+
+    def __call__(self, msg: InnerMessage) -> None:
+        if not self._concerns(msg, cancel=False):
             return
         is_cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
-        if not is_cancel and not any(msg.has_property(k) for k in TIMER_REQUEST_PROPERTIES):
-            return
-        ttype = sf.transaction_type(msg.sysflag)
-        if ttype not in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE):
-            return  # a half message is scheduled when it is committed
         if not self.enabled:
             raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         if is_cancel:
@@ -169,9 +190,10 @@ class TimerRewrite:
         msg.topic = TIMER_TOPIC
         msg.queue_id = 0
 
-    def _cancel(self, msg: InnerMessage) -> None:
-        props = msg.properties
-        raw = props.get(mc.TIMER_DEL_UNIQKEY, "").strip()
+    @staticmethod
+    def _cancel_key(msg: InnerMessage) -> str:
+        """The target's uniq key from TIMER_DEL_UNIQKEY."""
+        raw = (msg.get_property(mc.TIMER_DEL_UNIQKEY) or "").strip()
         topic = msg.topic
         # RocketMQ's value is buildDeleteKey(realTopic, uniqKey) = "topic+uniqKey"; a bare uniq key is
         # accepted too (topics cannot contain '+', uniq keys are hex).
@@ -184,12 +206,22 @@ class TimerRewrite:
             uniq = raw
         if not uniq:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"cancel illegal: {mc.TIMER_DEL_UNIQKEY} is empty")
+        return uniq
+
+    def _cancel(self, msg: InnerMessage) -> None:
+        topic = msg.topic
+        uniq = self._cancel_key(msg)
+        props = msg.properties
         if _delay_level_set(msg):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, "cancel illegal: a TIMER_DEL_UNIQKEY message cannot carry DELAY")
         now = self.clock()
         asked = requested_deliver_ms(msg, now)
         given = asked[0] if asked is not None else None
-        target = self.lookup(topic, uniq) if self.lookup is not None else CancelTarget("unchecked")
+        target = msg.cancel_target
+        if target is None:
+            if self.lookup is not None:  # the send path skipped cancel_of: refuse rather than guess
+                raise SendError(ResponseCode.SYSTEM_ERROR, "cancel: the target was not looked up")
+            target = CancelTarget("unchecked")
         where = f"message {uniq} of topic {topic}"
         if target.state == "unknown":
             raise SendError(ResponseCode.QUERY_NOT_FOUND, f"cancel: no scheduled {where}")

@@ -4,10 +4,11 @@ Pure and synchronous: the store indexes (deliver time, CommitLog offset, size, u
 back the ones that fell due; reading and re-storing message bodies is the caller's business.
 """
 
+from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.timer_checkpoint import TimerCheckpoint
 from tidalmq.schedule.timer_log import MAGIC_DELETE, MAGIC_ROLL, TimerLog
-from tidalmq.schedule.timer_store import TIMER_TOPIC, EnqueueResult, TimerStore
+from tidalmq.schedule.timer_store import EnqueueResult, TimerStore
 from tidalmq.schedule.timer_wheel import TimerWheel
 
 __all__ = [

@@ -106,19 +106,18 @@ class ScheduleMessageService:
         return earliest
 
     def _deliver_level(self, level: int, delay_ms: int) -> int | None:
-        cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
-        if cq is None:
-            return None
-        offset = max(self.offsets.get(level, 0), cq.min_offset_in_queue)
+        qid = level - 1
+        offset = self.offsets.get(level, 0)
         while not self._stop.is_set():
-            entries = cq.entries(offset, MAX_BATCH)
-            if entries is None or len(entries) == 0:
-                if entries is None and offset < cq.max_offset_in_queue:
-                    offset = cq.roll_next_file(offset)  # past the end of one ConsumeQueue file
+            entries = self.store.read_queue(SCHEDULE_TOPIC, qid, offset, MAX_BATCH)
+            offset = entries.start
+            if len(entries) == 0:
+                if entries.next_offset != offset:
+                    offset = entries.next_offset  # past the end of one ConsumeQueue file
                     continue
                 return None
             now = self._clock()
-            deliver = entries["tag"].astype("int64")
+            deliver = entries.tags_codes
             # A deliver time further out than the level's delay came from a clock that went back:
             # correct it as RocketMQ's correctDeliverTimestamp does.
             deliver = deliver.clip(max=now + delay_ms)
@@ -130,7 +129,8 @@ class ScheduleMessageService:
                 due = int(not_due[0]) if len(not_due) else len(deliver)
             if due == 0:
                 return int(deliver[0])
-            delivered = self._restore(entries[:due], deliver[:due], now)
+            delivered = self._restore(entries.commit_log_offsets[:due].tolist(), entries.sizes[:due].tolist(),
+                                      deliver[:due].tolist(), now)
             offset += delivered
             self.offsets[level] = offset
             self._dirty = True
@@ -138,11 +138,10 @@ class ScheduleMessageService:
                 return now + 1000  # the store refused: try again in a second
         return None
 
-    def _restore(self, entries, deliver, now: int) -> int:  # type: ignore[no-untyped-def]
+    def _restore(self, phys_offsets: list[int], sizes: list[int], deliver: list[int], now: int) -> int:
         requests: list[PutRequest] = []
         lateness: list[int] = []
-        for e, when in zip(entries.tolist(), deliver.tolist(), strict=True):
-            phys, size = int(e[0]), int(e[1])
+        for phys, size, when in zip(phys_offsets, sizes, deliver, strict=True):
             msg = self.store.look_message_by_offset(phys, size)
             if msg is None:
                 log.error("scheduled message at %d (size %d) cannot be read; skipped", phys, size)
@@ -176,7 +175,7 @@ class ScheduleMessageService:
         """Messages waiting per level."""
         out = {}
         for level in self.levels:
-            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
-            if cq is not None:
-                out[level] = max(0, cq.max_offset_in_queue - max(self.offsets.get(level, 0), cq.min_offset_in_queue))
+            if self.store.has_queue(SCHEDULE_TOPIC, level - 1):
+                rng = self.store.queue_range(SCHEDULE_TOPIC, level - 1)
+                out[level] = max(0, rng.max_offset - max(self.offsets.get(level, 0), rng.min_offset))
         return out

@@ -37,12 +37,13 @@ import numpy as np
 
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
+from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import RecordError, decode_record
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
-from tidalmq.schedule.timer_store import DAY_MS, TIMER_TOPIC, TimerStore, ms_now
+from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ DELIVER_BATCH = 512
 IDLE_WAIT_S = 1.0
 SYNC_INTERVAL_MS = 1000  # how often the TimerStore's commit is made durable (bounds re-pops after a crash)
 SLOT_MS = 1000
+# While it works, the thread publishes its view (TimerView) at most this often unless a reader asked:
+# counting the pending entries walks the whole wheel (tens of ms with the default 7-day wheel).
+VIEW_INTERVAL_S = 1.0
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
 
@@ -66,6 +70,20 @@ class CancelTarget:
     state: str  # "pending", "delivered", "cancelled", "unknown"; "unchecked" when there is no index
     deliver_ms: int = 0
     real_qid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimerView:
+    """What the timer thread last published, for readers on other threads (runtime info, metrics): they
+    read this instead of taking the thread's lock, which it holds through a put, an fsync and a wait.
+    Replaced whole (one attribute store), never changed after publication."""
+
+    published_ms: int
+    pending: int
+    histogram: dict[str, int]
+    next_due_ms: int | None
+    enqueue_offset: int
+    topics: dict[str, Counter[int]]  # pending per real topic by deliver minute
 
 
 def check_precision(precision_ms: int) -> int:
@@ -172,7 +190,12 @@ class TimerMessageService:
         self._retry = np.empty(0, ENTRY_DTYPE)  # popped, the store refused them: re-stored first next round
         self._cq_offset = -1
         self._load_watermark = 0  # everything delivered before a crash lies below this CommitLog offset
-        self._lock = threading.Lock()  # the TimerStore is single-owner: stats readers take this lock
+        self._lock = threading.Lock()  # the TimerStore is single-owner: the thread, load and shutdown
+        self.view: TimerView | None = None  # published by the thread; readers never take the lock
+        self._view_at = 0.0
+        self._view_wanted = False
+        self._changed = False
+        self._view_cond = threading.Condition()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -204,6 +227,7 @@ class TimerMessageService:
                 self._verify_upto = self._journal_intent
         else:
             self._write_journal(_NONE_KEY, _NONE_KEY)
+        self._publish_view(self.timer.next_due_ms())
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
@@ -246,6 +270,9 @@ class TimerMessageService:
                     if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
                         self._sync()
                     nxt = self.timer.next_due_ms()
+                    self._changed |= busy
+                    if self._view_wanted or (self._changed and time.monotonic() - self._view_at >= VIEW_INTERVAL_S):
+                        self._publish_view(nxt)
             except Exception:
                 log.exception("timer round failed")
                 busy, nxt = False, self.clock() + 1000
@@ -264,39 +291,24 @@ class TimerMessageService:
         self._dirty = False
 
     # ------------------------------------------------------------------ enqueue
-    def _start_offset(self, cq: Any) -> int:
-        """The first ConsumeQueue entry not yet counted (CommitLog offset >= the marks), by binary search."""
-        mark = min(self.timer.enqueue_offset, self._metrics_mark)
-        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            if e is None or e[0] >= mark:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
     def _enqueue_round(self) -> bool:
-        cq = self.store.find_consume_queue(TIMER_TOPIC, 0)
-        if cq is None:
+        store = self.store
+        if not store.has_queue(TIMER_TOPIC, 0):
             return False
         if self._cq_offset < 0:
-            self._cq_offset = self._start_offset(cq)
-        off = max(self._cq_offset, cq.min_offset_in_queue)
-        arr = cq.entries(off, ENQUEUE_BATCH)
-        if arr is None:
-            if off < cq.max_offset_in_queue:
-                self._cq_offset = cq.roll_next_file(off)
+            # The first entry not yet counted: CommitLog offset at or past the marks.
+            mark = min(self.timer.enqueue_offset, self._metrics_mark)
+            self._cq_offset = store.queue_offset_at_or_after(TIMER_TOPIC, 0, mark)
+        got = store.read_queue(TIMER_TOPIC, 0, self._cq_offset, ENQUEUE_BATCH)
+        if len(got) == 0:
+            if got.next_offset != got.start:  # a missing ConsumeQueue file: go on at the next one
+                self._cq_offset = got.next_offset
                 return True
             return False
-        if len(arr) == 0:
-            return False
-        arr = arr.copy()
-        self._cq_offset = off + len(arr)
-        phys = arr["offset"].astype(np.int64)
-        sizes = arr["size"].astype(np.int32)
-        deliver = arr["tag"].astype(np.int64)
+        self._cq_offset = got.next_offset
+        phys = got.commit_log_offsets
+        sizes = got.sizes.astype(np.int32)
+        deliver = got.tags_codes
         watermark = self.timer.enqueue_offset
         new = phys >= min(watermark, self._metrics_mark)
         cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
@@ -387,7 +399,7 @@ class TimerMessageService:
                     self.counters["duplicatesSkipped"] += 1
                     skipped_keys.append((msg.properties.get(mc.REAL_TOPIC, ""), real_deliver))
                     continue
-                if self.store.index_service is None:
+                if not self.store.has_index:
                     self.counters["redelivered"] += 1
             try:
                 topic, qid, record = restore_record(msg, {
@@ -442,7 +454,7 @@ class TimerMessageService:
         """After a crash mid-batch: is this message's copy in its real topic already?"""
         uniq = msg.properties.get(mc.UNIQ_KEY)
         real = msg.properties.get(mc.REAL_TOPIC)
-        if not uniq or not real or self.store.index_service is None:
+        if not uniq or not real or not self.store.has_index:
             return False
         for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
             try:
@@ -458,18 +470,47 @@ class TimerMessageService:
         os.pwrite(self._journal_fd, _JOURNAL.pack(intent[0], intent[1], done[0], done[1]), 0)
 
     # ------------------------------------------------------------------ observability
+    def _publish_view(self, nxt: int | None) -> None:
+        """Timer thread (or load): publish a new TimerView in one attribute store."""
+        now = self.clock()
+        view = TimerView(now, self.timer.pending_count(), self.timer.histogram(now), nxt,
+                         self.timer.enqueue_offset, {t: Counter(c) for t, c in self.topics.by_topic.items()})
+        with self._view_cond:
+            self.view = view
+            self._view_at = time.monotonic()
+            self._view_wanted = self._changed = False
+            self._view_cond.notify_all()
+
+    def request_view(self) -> None:
+        """Ask the thread for a fresh view at its next round (readers call this; it never waits)."""
+        self._view_wanted = True
+        self._wake.set()
+
+    def fresh_view(self, timeout: float) -> TimerView | None:
+        """Block (off the event loop only) until the thread published a view after this call; after
+        ``timeout`` seconds (the thread is busy in a put or an fsync) the last one published."""
+        with self._view_cond:
+            old = self.view
+            self.request_view()
+            if self._thread is not None and self._thread.is_alive():
+                self._view_cond.wait_for(lambda: self.view is not old, timeout)
+            return self.view
+
     def topic_minutes(self) -> dict[str, Counter[int]]:
-        """Pending timer messages per real topic by deliver minute (a copy)."""
-        with self._lock:
-            return {t: Counter(c) for t, c in self.topics.by_topic.items()}
+        """Pending timer messages per real topic by deliver minute, as last published (a copy)."""
+        view = self.view
+        return {} if view is None else {t: Counter(c) for t, c in view.topics.items()}
 
     def snapshot(self) -> dict[str, Any]:
-        """Counters, rates, lateness and the pending histogram (callable from any thread)."""
+        """Counters, rates, lateness and the pending histogram (callable from any thread, never waits on
+        the timer thread). Pending counts are from the last TimerView (``viewAgeMs`` old); counters and
+        rates are current. Asks for a fresh view for the next reader."""
         now = self.clock()
-        with self._lock:
-            pending = self.timer.pending_count()
-            hist = self.timer.histogram(now)
-            nxt = self.timer.next_due_ms()
+        view = self.view
+        self.request_view()
+        if view is None:  # not loaded
+            view = TimerView(now, 0, dict.fromkeys(("due", "minute", "hour", "day", "later", "rolled"), 0), None, 0, {})
+        pending, hist, nxt = view.pending, view.histogram, view.next_due_ms
         s = self.stats.snapshot()
         out: dict[str, Any] = {
             "pending": pending,
@@ -486,7 +527,8 @@ class TimerMessageService:
             "latenessNowMs": max(0, now - nxt) if nxt is not None and nxt <= now else 0,
             "nextDueMs": nxt if nxt is not None else -1,
             "precisionMs": self.precision_ms,
-            "enqueueOffset": self.timer.enqueue_offset,
+            "enqueueOffset": view.enqueue_offset,
+            "viewAgeMs": max(0, now - view.published_ms),
         }
         for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"):
             out[k] = self.counters[k]
@@ -502,14 +544,13 @@ def _deliver_of(props: dict[str, str], default: int) -> int:
         return default
 
 
-def find_cancel_target(store: DefaultMessageStore, topic: str, uniq: str, now_ms: int,
-                       wait_reput_s: float = 0.5) -> CancelTarget:
+def find_cancel_target(store: DefaultMessageStore, topic: str, uniq: str, now_ms: int) -> CancelTarget:
     """Look the target of a cancel up in the store's index: parked in rmq_sys_wheel_timer (pending), a cancel
-    marker for it there (cancelled), or its copy in the real topic (delivered). "unchecked" without an index."""
-    if store.index_service is None:
+    marker for it there (cancelled), or its copy in the real topic (delivered). "unchecked" without an index.
+    Reads the index (it may block on files): the broker calls it off its event loop, once reput has indexed
+    what was appended before the cancel."""
+    if not store.has_index:
         return CancelTarget("unchecked")
-    # A cancel sent right after its target: let reput index the target first (usually already done).
-    store.wait_reput(store.max_phy_offset, wait_reput_s)
     found: CancelTarget | None = None
     for view in store.query_message(TIMER_TOPIC, uniq, 64, 0, 1 << 62):
         try:

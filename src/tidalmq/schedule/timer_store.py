@@ -32,7 +32,6 @@ from tidalmq.schedule.timer_log import (
 )
 from tidalmq.schedule.timer_wheel import TimerWheel
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 DAY_MS = 86_400_000
 _NO_LIMIT = 1 << 62
 

@@ -26,6 +26,7 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.columns import gather_be
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
+from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
     DISPATCH_PROPERTIES,
@@ -49,8 +50,6 @@ from tidalmq.store.results import AppendResult, DispatchBatch, PutRequest, PutSt
 
 log = logging.getLogger("tidalmq.store")
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")

@@ -39,6 +39,8 @@ from tidalmq.store.results import (
     GetStatus,
     PutRequest,
     PutStatus,
+    QueueEntries,
+    QueueRange,
 )
 
 try:  # written in parallel by the index engineer; the store works without it
@@ -54,6 +56,8 @@ __all__ = [
     "MessageStoreConfig",
     "PutRequest",
     "PutStatus",
+    "QueueEntries",
+    "QueueRange",
 ]
 
 log = logging.getLogger("tidalmq.store")
@@ -391,6 +395,17 @@ class DefaultMessageStore:
             self.reput.do_reput()
         return self.reput.wait_reput(offset, timeout)
 
+    def on_reput(self, offset: int, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once everything before CommitLog ``offset`` is dispatched, without waiting: at
+        once when it already is, else from the thread that dispatches past it (the reput thread, or the
+        broker's loop after a group commit). For awaiting this on an event loop see ``StoreFace``."""
+        self.reput.on_reput(offset, fn)
+
+    @property
+    def dispatch_running(self) -> bool:
+        """True while the reput thread runs (else nothing dispatches unless ``dispatch()`` is called)."""
+        return self.reput.is_alive()
+
     def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
         cq = self._cqs.get(key)
@@ -590,6 +605,65 @@ class DefaultMessageStore:
             res.status = GetStatus.NO_MATCHED_MESSAGE
         if max_phy_pulling:
             res.suggest_pulling_from_slave = (max_offset_py - max_phy_pulling) > memory
+
+    # ------------------------------------------------------------------ the read API for services
+    # What the broker's services (schedule, timer, transactions, admin) read. Nothing outside store/
+    # touches ConsumeQueue arrays, mapped files or the CommitLog directly (tests/store/test_face.py).
+    def queue_range(self, topic: str, queue_id: int) -> QueueRange:
+        cq = self._cqs.get((topic, queue_id))
+        return QueueRange(0, 0) if cq is None else QueueRange(cq.min_offset_in_queue, cq.max_offset_in_queue)
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_n: int) -> QueueEntries:
+        """Up to ``max_n`` entries from logical ``offset`` (read from the queue's min offset when
+        ``offset`` is below it), never past one ConsumeQueue file: loop on ``next_offset`` while it is
+        below ``queue_range().max_offset`` and the read was not empty."""
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return QueueEntries.empty(offset, offset)
+        start = max(offset, cq.min_offset_in_queue)
+        arr = cq.entries(start, max_n) if max_n > 0 and start < cq.max_offset_in_queue else None
+        if arr is None:
+            # No file holds ``start`` (retention took it): the next read starts at the next file.
+            nxt = cq.roll_next_file(start) if max_n > 0 and start < cq.max_offset_in_queue else start
+            return QueueEntries.empty(start, nxt)
+        out = QueueEntries(start, start + len(arr), arr["offset"].astype(np.int64), arr["size"].astype(np.int64),
+                           arr["tag"].astype(np.int64))
+        del arr  # the view of the mapped file; the result holds copies
+        return out
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self._cqs
+
+    def queue_entry(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
+        """(CommitLog offset, size, tag code) of one entry; None outside the queue's range."""
+        cq = self._cqs.get((topic, queue_id))
+        return cq.entry(offset) if cq is not None else None
+
+    def queue_offset_at_or_after(self, topic: str, queue_id: int, commit_log_offset: int) -> int:
+        """The first logical offset whose entry points at or past ``commit_log_offset`` (the max offset
+        when none does): entries of a queue follow CommitLog order, so a binary search finds it."""
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is None or e[0] >= commit_log_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message appended to (topic, queue) gets: ahead of
+        ``queue_range().max_offset`` by what is appended but not yet dispatched."""
+        return self.commit_log.topic_queue_table.get((topic, queue_id), 0)
+
+    @property
+    def has_index(self) -> bool:
+        """True when messages are indexed by key (``query_message`` can find them)."""
+        return self.index_service is not None
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))

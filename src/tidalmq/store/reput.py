@@ -7,6 +7,8 @@ with the queues the round touched (not per message), which is what long polling 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +41,9 @@ class ReputMessageService(ServiceThread):
         self._progress = threading.Condition()
         self._round = threading.Lock()  # one dispatcher at a time: this thread or an appender's
         self._stalled = False
+        # (offset, seq, fn): called once reput passes offset (see on_reput); seq keeps the heap off fn.
+        self._waiters: list[tuple[int, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
 
     def behind(self) -> int:
         return self.commit_log.max_offset - self.reput_from_offset
@@ -58,6 +63,9 @@ class ReputMessageService(ServiceThread):
             with self._progress:
                 self.reput_from_offset = next_offset
                 self._progress.notify_all()
+                ready = self._take_waiters(next_offset) if self._waiters else ()
+            for fn in ready:
+                self._call(fn)
             if touched:
                 for fn in self.listeners:
                     try:
@@ -74,6 +82,28 @@ class ReputMessageService(ServiceThread):
     def wait_reput(self, offset: int, timeout: float) -> bool:
         with self._progress:
             return self._progress.wait_for(lambda: self.reput_from_offset >= offset, timeout)
+
+    def on_reput(self, offset: int, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once everything before ``offset`` is dispatched: now (on the caller's thread) if it
+        is, else from whichever thread dispatches past it. ``fn`` must be quick and must not block."""
+        with self._progress:
+            if self.reput_from_offset < offset:
+                heapq.heappush(self._waiters, (offset, next(self._seq), fn))
+                return
+        self._call(fn)
+
+    def _take_waiters(self, reached: int) -> list[Callable[[], None]]:
+        out = []
+        while self._waiters and self._waiters[0][0] <= reached:
+            out.append(heapq.heappop(self._waiters)[2])
+        return out
+
+    @staticmethod
+    def _call(fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("reput waiter failed")
 
     def run(self) -> None:
         while not self.stopped:

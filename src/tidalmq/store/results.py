@@ -12,14 +12,13 @@ from tidalmq.common.record import RecordBatch
 
 
 class PutStatus(enum.Enum):
+    """The statuses ``put_messages`` produces (a subset of RocketMQ's PutMessageStatus). A SYNC_FLUSH
+    timeout is not one: it is reported by ``request_flush``'s callback, after the append."""
+
     PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
 class GetStatus(enum.Enum):
@@ -69,6 +68,40 @@ class GetMessageResult:
     queue_offsets: list[int] = field(default_factory=list)
     suggest_pulling_from_slave: bool = False
     filter_message_count: int = 0
+
+
+class QueueRange(NamedTuple):
+    """Logical offsets of a ConsumeQueue: ``min_offset`` is the first readable entry, ``max_offset`` the
+    next to be dispatched (both 0 for a queue the store does not have)."""
+
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntries:
+    """Consecutive ConsumeQueue entries, copied out of the mapped file (so they stay valid after the
+    file is deleted or unmapped). Entry ``i`` is logical offset ``start + i``; pre-blank entries (size
+    ``BLANK_SIZE``) are included as they are stored. ``next_offset`` is where the next read starts: past
+    these entries, or past the end of a missing file (roll-over), or ``start`` when nothing was readable."""
+
+    start: int
+    next_offset: int
+    commit_log_offsets: np.ndarray  # int64
+    sizes: np.ndarray  # int64
+    tags_codes: np.ndarray  # int64; the deliver time for the schedule and timer topics
+
+    def __len__(self) -> int:
+        return len(self.commit_log_offsets)
+
+    def rows(self) -> list[tuple[int, int, int]]:
+        """(CommitLog offset, size, tag code) per entry, as Python ints."""
+        return list(zip(self.commit_log_offsets.tolist(), self.sizes.tolist(), self.tags_codes.tolist(), strict=True))
+
+    @staticmethod
+    def empty(start: int, next_offset: int) -> QueueEntries:
+        none = np.zeros(0, dtype=np.int64)
+        return QueueEntries(start, next_offset, none, none, none)
 
 
 class DispatchRequest(NamedTuple):

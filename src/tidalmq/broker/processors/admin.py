@@ -131,15 +131,13 @@ class AdminProcessor:
             qid, index, count = int(h["queueId"]), int(h.get("index", "0")), min(int(h.get("count", "32")), 1024)
         except (KeyError, ValueError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal QUERY_CONSUME_QUEUE header: {e}")
-        cq = self.broker.store.find_consume_queue(topic, qid)
-        if cq is None:
+        store = self.broker.store
+        if not store.has_queue(topic, qid):
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"{topic}, {qid} cq not found")
-        index = max(index, cq.min_offset_in_queue)
-        entries = cq.entries(index, count)
-        rows = [] if entries is None else [
-            {"physicOffset": int(e[0]), "physicSize": int(e[1]), "tagsCode": int(e[2])} for e in entries.tolist()
-        ]
-        body = {"queueData": rows, "minQueueIndex": cq.min_offset_in_queue, "maxQueueIndex": cq.max_offset_in_queue}
+        rng = store.queue_range(topic, qid)
+        rows = [{"physicOffset": p, "physicSize": s, "tagsCode": t}
+                for p, s, t in store.read_queue(topic, qid, index, count).rows()]
+        body = {"queueData": rows, "minQueueIndex": rng.min_offset, "maxQueueIndex": rng.max_offset}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

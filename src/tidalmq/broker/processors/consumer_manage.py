@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.processors.send import InnerMessage
+from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc

@@ -11,13 +11,12 @@ import logging
 import random
 import time
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
-from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_batch_records, encode_record
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
@@ -28,6 +27,7 @@ from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
+    from tidalmq.schedule.timer_service import CancelTarget
 
 log = logging.getLogger(__name__)
 
@@ -64,72 +64,6 @@ SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIM
 _BROKER_PROPERTY_MARKERS = tuple(n + mc.NAME_VALUE_SEPARATOR for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES)
 
 
-class SendError(Exception):
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-@dataclass(slots=True)
-class InnerMessage:
-    """A message after the broker's rewrites (delay, retry ...), ready to encode.
-
-    Properties stay in their wire text unless a rewrite needs them as a dict: most messages
-    cross the broker without their properties ever being parsed.
-    """
-
-    topic: str
-    queue_id: int
-    body: bytes | memoryview
-    flag: int
-    properties_text: str
-    sysflag: int
-    born_timestamp: int
-    born_host: bytes
-    born_port: int
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    _props: dict[str, str] | None = None
-
-    def has_property(self, name: str) -> bool:
-        if self._props is not None:
-            return name in self._props
-        text = self.properties_text
-        return text.startswith(name + "\x01") or f"\x02{name}\x01" in text
-
-    @property
-    def is_parsed(self) -> bool:
-        """True once the properties were parsed (or built) as a dict."""
-        return self._props is not None
-
-    def get_property(self, name: str) -> str | None:
-        """One property's value, without parsing the others."""
-        if self._props is not None:
-            return self._props.get(name)
-        text = self.properties_text
-        key = name + "\x01"
-        if text.startswith(key):
-            start = len(key)
-        else:
-            i = text.find("\x02" + key)
-            if i < 0:
-                return None
-            start = i + 1 + len(key)
-        end = text.find("\x02", start)
-        return text[start:end] if end >= 0 else text[start:]
-
-    @property
-    def properties(self) -> dict[str, str]:
-        """The properties as a dict (parsed on first use; changes to it are what gets stored)."""
-        if self._props is None:
-            self._props = decode_properties(self.properties_text)
-        return self._props
-
-    def encoded_properties(self) -> str:
-        return self.properties_text if self._props is None else encode_properties(self._props)
-
-
 def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
     """The header names this send request uses (the C++ client sends batches with the V2 letters)."""
     if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in req.ext_fields):
@@ -163,6 +97,7 @@ class SendMessageProcessor:
         self.broker = broker
         self._pending: list[tuple[PutRequest, RemotingCommand, Respond, bool]] = []
         self._drain_scheduled = False
+        self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
 
     # entry point ------------------------------------------------------------------------------
     def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
@@ -279,9 +214,27 @@ class SendMessageProcessor:
     def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond) -> None:
         b = self.broker
         if b.rewrite_hooks:
+            lookup = b.cancel_lookup(msg)
+            if lookup is not None:
+                # A timer cancel: its target is looked up off the loop, then the message goes on.
+                task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup))
+                self._lookups.add(task)
+                task.add_done_callback(self._lookups.discard)
+                return
             b.rewrite_before_store(msg)
         wait = msg.get_property(mc.WAIT_STORE_MSG_OK) != "false"
         self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply)
+
+    async def _store_cancel(self, req: RemotingCommand, msg: InnerMessage, reply: Respond,
+                            lookup: Awaitable[CancelTarget]) -> None:
+        try:
+            msg.cancel_target = await lookup
+            self._store(req, msg, reply)
+        except SendError as e:
+            reply(req.make_response(e.code, e.remark))
+        except Exception as e:
+            log.exception("timer cancel lookup failed")
+            reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"cancel: the target lookup failed: {e}"))
 
     def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond) -> None:
         self._pending.append((put, req, reply, wait))
@@ -374,11 +327,8 @@ class SendMessageProcessor:
             return req.make_response(ResponseCode.SUCCESS, None, ext)
         code, remark = {
             PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
-            PutStatus.PROPERTIES_SIZE_EXCEEDED: (ResponseCode.MESSAGE_ILLEGAL, "the message properties are too long"),
             PutStatus.CREATE_MAPPED_FILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
             PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, self._not_available_remark()),
-            PutStatus.OS_PAGE_CACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
-            PutStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
         }.get(status, (ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}"))
         return req.make_response(code, remark)
 

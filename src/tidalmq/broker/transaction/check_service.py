@@ -83,17 +83,15 @@ class TransactionCheckService:
     # 1. scan ----------------------------------------------------------------------------------
     def scan(self, now: int) -> None:
         svc = self.service
-        cq = self.store.find_consume_queue(nm.TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        if cq is None:
-            return
-        c = max(svc.check_offset, cq.min_offset_in_queue)
-        end = min(cq.max_offset_in_queue, c + MAX_SCAN_PER_ROUND)
+        rng = self.store.queue_range(nm.TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+        c = max(svc.check_offset, rng.min_offset)
+        end = min(rng.max_offset, c + MAX_SCAN_PER_ROUND)
         timeout = max(0, self.config.transaction_time_out)
         while c < end:
             if svc.resolved_ahead.pop(c, None) is not None or c in svc.inflight:
                 c += 1  # decided (a failing decision re-opens itself into pending)
                 continue
-            e = cq.entry(c)
+            e = self.store.queue_entry(nm.TRANS_HALF_TOPIC, HALF_QUEUE_ID, c)
             if e is None:
                 break
             phy, size, _ = e

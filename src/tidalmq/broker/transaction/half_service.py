@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.processors.send import InnerMessage, SendError
+from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
@@ -207,8 +207,7 @@ class TransactionalMessageService:
 
     def open_count(self) -> int:
         """Half messages without a decision (pending below the check offset, plus those not yet examined)."""
-        cq = self.store.find_consume_queue(nm.TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        ahead = max(0, (cq.max_offset_in_queue if cq is not None else 0) - self.check_offset)
+        ahead = max(0, self.store.queue_range(nm.TRANS_HALF_TOPIC, HALF_QUEUE_ID).max_offset - self.check_offset)
         return len(self.pending) + ahead - len(self.resolved_ahead)
 
     # END_TRANSACTION --------------------------------------------------------------------------
@@ -364,14 +363,13 @@ class TransactionalMessageService:
                  self.check_offset, len(self.pending), len(self.resolved_ahead), replayed)
 
     def _replay_ops(self) -> int:
-        cq = self.store.find_consume_queue(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID)
-        if cq is None:
+        if not self.store.has_queue(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID):
             return 0
-        off = max(self.op_offset, cq.min_offset_in_queue)
-        end = cq.max_offset_in_queue
+        rng = self.store.queue_range(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID)
+        off = max(self.op_offset, rng.min_offset)
         n = 0
-        while off < end:
-            e = cq.entry(off)
+        while off < rng.max_offset:
+            e = self.store.queue_entry(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, off)
             off += 1
             if e is None:
                 continue
@@ -391,7 +389,7 @@ class TransactionalMessageService:
     def persist(self) -> None:
         # Decisions still being written count as made: their op messages sit at or above ``opOffset``
         # (the op queue's next offset now), so a replay after a crash finds them if they were stored.
-        op_next = self.store.commit_log.topic_queue_table.get((nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID), 0)
+        op_next = self.store.next_queue_offset(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID)
         resolved = dict(self.resolved_ahead)
         for k, d in self.inflight.items():
             if k >= self.check_offset:
