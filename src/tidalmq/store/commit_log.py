@@ -23,23 +23,26 @@ from typing import NamedTuple
 import numpy as np
 
 from tidalmq.common import sysflag as sf
-from tidalmq.common.columns import gather_be
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
     DISPATCH_PROPERTIES,
     END_FILE_MIN_BLANK_LENGTH,
-    HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_SIZE,
     POS_BORNHOST,
+    POS_MAGIC,
     POS_SYSFLAG,
     DispatchProperties,
     RecordBatch,
+    RecordError,
     body_crc,
     encode_blank,
     patch_for_append,
+    record_columns,
     store_timestamp_pos,
+    view_record,
 )
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
@@ -54,11 +57,6 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
-_H = struct.Struct(">H")
-_IQ = struct.Struct(">iq")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET, BODYLEN
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_MIN_RECORD = 48 + 8 + 8 + 8 + 12 + 4 + 1 + 2
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
@@ -72,9 +70,6 @@ SCAN_MAX_RECORDS = 1 << 16
 # operations, ~100 us in all) would outweigh what it saves.
 SCAN_FEW = 8
 
-_AR48 = np.arange(48, dtype=np.int64)
-_AR16 = np.arange(16, dtype=np.int64)
-_TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
 # Batches whose dispatch columns the append already built, kept for the dispatcher (bounded: past it the
 # oldest are dropped and simply read back from the CommitLog).
 PREREAD_MAX = 4096
@@ -241,7 +236,7 @@ class CommitLog:
             return PutStatus.MESSAGE_ILLEGAL
         for rec in recs:
             n = len(rec)
-            if n < _MIN_RECORD or n > max_size:
+            if n < MIN_RECORD_SIZE or n > max_size:
                 return PutStatus.MESSAGE_ILLEGAL
             total, magic = _II.unpack_from(rec, 0)
             if total != n or magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
@@ -254,7 +249,7 @@ class CommitLog:
         heads = batch.heads
         if len(sizes) == 0 or len(heads) != len(sizes):
             return PutStatus.MESSAGE_ILLEGAL
-        if int(sizes.min()) < _MIN_RECORD or int(sizes.max()) > max_size:
+        if int(sizes.min()) < MIN_RECORD_SIZE or int(sizes.max()) > max_size:
             return PutStatus.MESSAGE_ILLEGAL
         if not (np.array_equal(heads["total"], sizes) and (heads["magic"] == MESSAGE_MAGIC_CODE).all()):
             return PutStatus.MESSAGE_ILLEGAL
@@ -394,7 +389,7 @@ class CommitLog:
                 verdict = INVALID
                 break
             total = total_at(mm, p)[0]
-            if total < _MIN_RECORD or p + total > limit:
+            if total < MIN_RECORD_SIZE or p + total > limit:
                 verdict = BLANK if total_at(mm, p + 4)[0] == BLANK_MAGIC_CODE else INVALID
                 break
             add(p)
@@ -405,63 +400,43 @@ class CommitLog:
             return self._scan_few(mf, starts, pos, verdict, check_crc)
         u8 = mf.numpy(np.uint8)
         s = np.array(starts, dtype=np.int64)
-        head = u8[s[:, None] + _AR48].view(HEAD_DTYPE).ravel()
-        magic = head["magic"]
-        not_record = (magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2)
-        if not_record.any():
-            k = int(np.argmax(not_record))
-            verdict = BLANK if int(magic[k]) == BLANK_MAGIC_CODE else INVALID
-            if k == 0:
-                return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
-            starts = starts[:k]
-            s = s[:k]
-            head = head[:k]
-        total = head["total"].astype(np.int64)
-        end = s + total
-        sysflag = head["sysflag"].astype(np.int64)
-        p_store = s + np.where(sysflag & sf.BORNHOST_V6_FLAG, 68, 56)
-        store_ts = gather_be(u8, p_store, 8)
-        p_tail = p_store + np.where(sysflag & sf.STOREHOSTADDRESS_V6_FLAG, 28, 16)
-        # (clamped into the record: a short record with IPv6 flags must fail the checks below, not the gather)
-        tail = u8[np.minimum(p_tail, end - 16)[:, None] + _AR16].view(_TAIL_DTYPE).ravel()
-        body_len = tail["body_len"].astype(np.int64)  # reconsume, prepared, body length
-        # A bad length must not send a gather outside the record: clamp, and let the checks below fail.
-        p_topic = np.minimum(p_tail + 16 + np.maximum(body_len, 0), end - 2)
-        v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
-        topic_len = np.where(v2, gather_be(u8, p_topic, 2, signed=False), u8[p_topic].astype(np.int64))
-        topic_at = p_topic + np.where(v2, 2, 1)
-        p_props = np.minimum(topic_at + topic_len, end - 2)
-        props_len = gather_be(u8, p_props, 2, signed=False)
-        props_at = p_props + 2
-        ok = (body_len >= 0) & (p_tail + 16 + body_len <= end) & (props_at + props_len == end) \
-            & (head["phys"] == s + file_from)  # a record's own offset catches stale bytes that merely parse
+        cols = record_columns(u8, s)
+        # A record's own offset catches stale bytes that merely parse.
+        ok = cols.ok & (cols.head["phys"] == s + file_from)
         n = len(starts)
         if not ok.all():
             n = int(np.argmin(ok))
-            log.warning("undecodable record at %d", file_from + starts[n])
-            verdict = INVALID
+            if int(cols.head["magic"][n]) == BLANK_MAGIC_CODE:
+                verdict = BLANK
+            else:
+                log.warning("undecodable record at %d", file_from + starts[n])
+                verdict = INVALID
+            del starts[n:]
         if check_crc:
             view = mf.view
-            for i, (b0, bl, crc) in enumerate(zip((p_tail[:n] + 16).tolist(), body_len[:n].tolist(),
-                                                  head["crc"][:n].tolist(), strict=True)):
+            for i, (b0, bl, crc) in enumerate(zip(cols.body_at[:n].tolist(), cols.body_len[:n].tolist(),
+                                                  cols.head["crc"][:n].tolist(), strict=True)):
                 if bl > 0 and body_crc(view[b0 : b0 + bl]) != crc:
                     log.warning("CRC check failed at %d", file_from + starts[i])
                     n, verdict = i, INVALID
                     break
         if n == 0:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
-        topic_ids = self._read_topics(u8, topic_at[:n], topic_len[:n])
+        head = cols.head[:n]
+        store_ts = cols.store_ts[:n]
+        topic_ids = self._read_topics(u8, cols.topic_at[:n], cols.topic_len[:n])
         find = DISPATCH_PROPERTIES.findall
-        found = [find(mm[p0 - 1 : p0 + pn]) if pn else [] for p0, pn in zip(props_at[:n].tolist(), props_len[:n].tolist(), strict=True)]
-        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts[:n].tolist())
+        found = [find(mm[p0 - 1 : p0 + pn]) if pn else []
+                 for p0, pn in zip(cols.props_at[:n].tolist(), cols.props_len[:n].tolist(), strict=True)]
+        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts.tolist())
         batch = DispatchBatch(
-            self._topic_names, topic_ids, head["queue_id"][:n].astype(np.int64),
-            s[:n] + file_from, total[:n], np.array(tags_codes, dtype=np.int64), store_ts[:n],
-            head["queue_offset"][:n].astype(np.int64), sysflag[:n], tail["prepared"][:n].astype(np.int64), keys, uniq)
-        return Scan(batch, int(end[n - 1]), verdict if n == len(starts) else INVALID, int(store_ts[n - 1]))
+            self._topic_names, topic_ids, head["queue_id"].astype(np.int64), s[:n] + file_from,
+            head["total"].astype(np.int64), np.array(tags_codes, dtype=np.int64), store_ts,
+            head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64), cols.prepared[:n], keys, uniq)
+        return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]))
 
     def _scan_few(self, mf: MappedFile, starts: list[int], pos: int, verdict: int, check_crc: bool) -> Scan:
-        """``scan_records`` for a few records: the same checks and columns, one record at a time."""
+        """``scan_records`` for a few records: the same checks and columns, through ``view_record``."""
         mm = mf.mm
         file_from = mf.file_from_offset
         cols: list[tuple[int, int, int, int, int, int, int, int]] = []  # queue id .. prepared offset, topic id
@@ -469,46 +444,25 @@ class CommitLog:
         find = DISPATCH_PROPERTIES.findall
         end = pos
         for p in starts:
-            total, magic, crc, queue_id, _flag, queue_offset, phys, sysflag, _born = _HEAD.unpack_from(mm, p)
-            if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
-                verdict = BLANK if magic == BLANK_MAGIC_CODE else INVALID
+            try:
+                v = view_record(mm, p)
+            except RecordError:
+                verdict = BLANK if _I.unpack_from(mm, p + POS_MAGIC)[0] == BLANK_MAGIC_CODE else INVALID
                 break
-            rec_end = p + total
-            q = p + (68 if sysflag & sf.BORNHOST_V6_FLAG else 56)
-            store_ts = _Q.unpack_from(mm, q)[0]
-            q += 28 if sysflag & sf.STOREHOSTADDRESS_V6_FLAG else 16
-            if q + 16 > rec_end:  # a short record with IPv6 flags
+            # A record's own offset catches stale bytes that merely parse.
+            if v.physical_offset != file_from + p:
                 verdict = INVALID
                 break
-            _reconsume, prepared, body_len = _TAIL.unpack_from(mm, q)
-            q += 16
-            if body_len < 0 or q + body_len + 3 > rec_end:
-                verdict = INVALID
-                break
-            if check_crc and body_len > 0 and body_crc(mf.view[q : q + body_len]) != crc:
+            if check_crc and v.body_len > 0 and not v.crc_ok():
                 log.warning("CRC check failed at %d", file_from + p)
                 verdict = INVALID
                 break
-            q += body_len
-            if magic == MESSAGE_MAGIC_CODE_V2:
-                topic_len = _H.unpack_from(mm, q)[0]
-                q += 2
-            else:
-                topic_len = mm[q]
-                q += 1
-            topic = mm[q : q + topic_len]
-            q += topic_len
-            props_len = _H.unpack_from(mm, q)[0] if q + 2 <= rec_end else -1
-            q += 2
-            # A record's own offset catches stale bytes that merely parse.
-            if q + props_len != rec_end or phys != file_from + p:
-                verdict = INVALID
-                break
+            topic = mm[v.topic_at : v.topic_at + v.topic_len]
             tid = self._topic_ids.get(topic)
-            cols.append((queue_id, queue_offset, file_from + p, total, store_ts, sysflag, prepared,
-                         tid if tid is not None else self._topic_id(topic)))
-            found.append(find(mm[q - 1 : q + props_len]) if props_len else [])
-            end = rec_end
+            cols.append((v.queue_id, v.queue_offset, file_from + p, v.total, v.store_timestamp, v.sysflag,
+                         v.prepared_transaction_offset, tid if tid is not None else self._topic_id(topic)))
+            found.append(find(mm[v.props_at - 1 : v.props_at + v.props_len]) if v.props_len else [])
+            end = p + v.total
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
         if not cols:
