@@ -137,7 +137,6 @@ HEAD_DTYPE = np.dtype([(f.column, f">i{f.width}") for f in _FIXED[: _FIXED.index
     next(f for f in _FIXED if f.code == _HOST))]])
 assert HEAD_DTYPE.itemsize == POS_BORNHOST
 
-_HEAD = struct.Struct(">" + "".join(f.code for f in _FIXED if f.column in HEAD_DTYPE.names))
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 _H = struct.Struct(">H")
@@ -211,56 +210,42 @@ def encode_record(
     physical_offset: int = 0,
     store_timestamp: int = 0,
     body_crc: int | None = None,
+    magic: int = MESSAGE_MAGIC_CODE,
 ) -> bytearray:
-    """Encode one record. Host flags in ``sysflag`` are set from the address lengths."""
+    """Encode one record. Host flags in ``sysflag`` are set from the address lengths; the v2 ``magic``
+    gives the topic a 2-byte length."""
     props = properties if isinstance(properties, str) else encode_properties(properties)
     props_b = props.encode("utf-8")
     topic_b = topic.encode("utf-8")
-    if len(topic_b) > 127:
-        raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+    v2 = magic == MESSAGE_MAGIC_CODE_V2
+    if len(topic_b) > (32767 if v2 else 127):
+        raise RecordError(f"topic too long for the record: {len(topic_b)} bytes")
     if len(props_b) > 32767:
         raise RecordError(f"properties too long: {len(props_b)} bytes > 32767")
-    v6_born = len(born_host) == 16
-    v6_store = len(store_host) == 16
-    sysflag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
-    if v6_born:
-        sysflag |= sf.BORNHOST_V6_FLAG
-    if v6_store:
-        sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
+    sysflag = (sysflag & ~_V6_HOSTS) | (sf.BORNHOST_V6_FLAG if len(born_host) == 16 else 0) \
+        | (sf.STOREHOSTADDRESS_V6_FLAG if len(store_host) == 16 else 0)
     crc = _crc32(body) & 0x7FFFFFFF if body_crc is None else body_crc
-    born_len = 20 if v6_born else 8
-    store_len = 20 if v6_store else 8
-    total = 48 + born_len + 8 + store_len + 4 + 8 + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
+    layout = LAYOUTS[sysflag & _V6_HOSTS]
+    pos = layout.body_at
+    topic_len_width = 2 if v2 else 1
+    total = pos + len(body) + topic_len_width + len(topic_b) + 2 + len(props_b)
     out = bytearray(total)
-    _HEAD.pack_into(
-        out, 0, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_timestamp
-    )
-    pos = 48
-    out[pos : pos + born_len - 4] = born_host
-    _I.pack_into(out, pos + born_len - 4, born_port)
-    pos += born_len
-    _Q.pack_into(out, pos, store_timestamp)
-    pos += 8
-    out[pos : pos + store_len - 4] = store_host
-    _I.pack_into(out, pos + store_len - 4, store_port)
-    pos += store_len
-    _I.pack_into(out, pos, reconsume_times)
-    _Q.pack_into(out, pos + 4, prepared_transaction_offset)
-    pos += 12
-    _I.pack_into(out, pos, len(body))
-    pos += 4
+    layout.prefix.pack_into(out, 0, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sysflag,
+                            born_timestamp, born_host, born_port, store_timestamp, store_host, store_port,
+                            reconsume_times, prepared_transaction_offset, len(body))
     out[pos : pos + len(body)] = body
     pos += len(body)
-    out[pos] = len(topic_b)
-    out[pos + 1 : pos + 1 + len(topic_b)] = topic_b
-    pos += 1 + len(topic_b)
+    out[pos : pos + topic_len_width] = len(topic_b).to_bytes(topic_len_width, "big")
+    pos += topic_len_width
+    out[pos : pos + len(topic_b)] = topic_b
+    pos += len(topic_b)
     _H.pack_into(out, pos, len(props_b))
     out[pos + 2 :] = props_b
     return out
 
 
 def store_timestamp_pos(sysflag: int) -> int:
-    return POS_BORNHOST + (20 if sysflag & sf.BORNHOST_V6_FLAG else 8)
+    return LAYOUTS[sysflag & _V6_HOSTS].offsets["store_ts"]
 
 
 def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, physical_offset: int,
@@ -274,11 +259,11 @@ def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, 
 
 def encode_blank(size: int) -> bytes:
     """The BLANK record that fills the end of a CommitLog file."""
-    return struct.pack(">ii", size, BLANK_MAGIC_CODE)
+    return _II.pack(size, BLANK_MAGIC_CODE)
 
 
 def peek_size_magic(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
-    return struct.unpack_from(">ii", buf, pos)
+    return _II.unpack_from(buf, pos)
 
 
 # ---------------------------------------------------------------- one record, read in place

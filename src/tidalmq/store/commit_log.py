@@ -37,6 +37,7 @@ from tidalmq.common.record import (
     DispatchProperties,
     RecordBatch,
     RecordError,
+    RecordView,
     body_crc,
     encode_blank,
     patch_for_append,
@@ -90,6 +91,8 @@ class Scan(NamedTuple):
     end: int  # file position after the last of them
     verdict: int  # END, BLANK or INVALID: what stopped the scan
     last_store_timestamp: int  # of the last record (0 if none)
+    # CommitLog offsets of records in ``batch`` whose body failed its CRC (checked scans only)
+    crc_failed: tuple[int, ...] = ()
 
 
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
@@ -122,6 +125,13 @@ class CommitLog:
         self._preread: collections.deque[Preread] = collections.deque()
         self.on_written: Callable[[], None] = lambda: None
         self._recovered_store_ts = 0
+        # checkCRCOnRead: verify every record before it is served (off by default: it costs a CRC pass
+        # over every body read, where the read path otherwise copies nothing).
+        self.check_on_read = config.check_crc_on_read
+        # CommitLog offsets of records found corrupt (by recovery or a checked read): never served.
+        self.corrupt: frozenset[int] = frozenset()
+        self.corrupt_records = 0
+        self._corrupt_lock = threading.Lock()
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -329,7 +339,37 @@ class CommitLog:
         pos = phys - mf.file_from_offset
         if pos + size > mf.wrote_position or size <= 0:
             return None
-        return mf.view[pos : pos + size]
+        view = mf.view[pos : pos + size]
+        if self.corrupt or self.check_on_read:  # both almost always false: the zero-copy path stays as it was
+            return view if self._servable(view, phys) else None
+        return view
+
+    def _servable(self, view: memoryview, phys: int) -> bool:
+        """Whether the record at ``phys`` may be served: not found corrupt before and, with
+        checkCRCOnRead, sound now (structure, property text, body CRC, its own offset)."""
+        if phys in self.corrupt:
+            return False
+        if not self.check_on_read:
+            return True
+        try:
+            v = view_record(view)
+            v.check(crc=True)
+            if v.physical_offset != phys or v.total != len(view):
+                raise RecordError(f"record at {phys} claims offset {v.physical_offset}, size {v.total}")
+        except RecordError as e:
+            self.mark_corrupt(phys, str(e))
+            return False
+        return True
+
+    def mark_corrupt(self, phys: int, reason: str) -> None:
+        """Never serve the record at ``phys`` again (until restart; recovery and checked reads find it
+        again). Logged once per record; counted in ``corrupt_records``."""
+        with self._corrupt_lock:
+            if phys in self.corrupt:
+                return
+            self.corrupt = self.corrupt | {phys}  # replaced, not mutated: readers take no lock
+            self.corrupt_records += 1
+        log.error("corrupt record at CommitLog offset %d, not served: %s", phys, reason)
 
     def record_size_at(self, phys: int) -> int:
         mf = self.mfq.find_mapped_file_by_offset(phys)
@@ -412,14 +452,11 @@ class CommitLog:
                 log.warning("undecodable record at %d", file_from + starts[n])
                 verdict = INVALID
             del starts[n:]
+        crc_failed: tuple[int, ...] = ()
         if check_crc:
-            view = mf.view
-            for i, (b0, bl, crc) in enumerate(zip(cols.body_at[:n].tolist(), cols.body_len[:n].tolist(),
-                                                  cols.head["crc"][:n].tolist(), strict=True)):
-                if bl > 0 and body_crc(view[b0 : b0 + bl]) != crc:
-                    log.warning("CRC check failed at %d", file_from + starts[i])
-                    n, verdict = i, INVALID
-                    break
+            n, verdict, crc_failed = self._check_crcs(mf, starts[:n], cols.body_at[:n].tolist(),
+                                                      cols.body_len[:n].tolist(), cols.head["crc"][:n].tolist(),
+                                                      verdict)
         if n == 0:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         head = cols.head[:n]
@@ -433,7 +470,7 @@ class CommitLog:
             self._topic_names, topic_ids, head["queue_id"].astype(np.int64), s[:n] + file_from,
             head["total"].astype(np.int64), np.array(tags_codes, dtype=np.int64), store_ts,
             head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64), cols.prepared[:n], keys, uniq)
-        return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]))
+        return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)
 
     def _scan_few(self, mf: MappedFile, starts: list[int], pos: int, verdict: int, check_crc: bool) -> Scan:
         """``scan_records`` for a few records: the same checks and columns, through ``view_record``."""
@@ -443,6 +480,7 @@ class CommitLog:
         found: list[DispatchProperties] = []
         find = DISPATCH_PROPERTIES.findall
         end = pos
+        views: list[RecordView] = []
         for p in starts:
             try:
                 v = view_record(mm, p)
@@ -453,10 +491,7 @@ class CommitLog:
             if v.physical_offset != file_from + p:
                 verdict = INVALID
                 break
-            if check_crc and v.body_len > 0 and not v.crc_ok():
-                log.warning("CRC check failed at %d", file_from + p)
-                verdict = INVALID
-                break
+            views.append(v)
             topic = mm[v.topic_at : v.topic_at + v.topic_len]
             tid = self._topic_ids.get(topic)
             cols.append((v.queue_id, v.queue_offset, file_from + p, v.total, v.store_timestamp, v.sysflag,
@@ -465,6 +500,14 @@ class CommitLog:
             end = p + v.total
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
+        crc_failed: tuple[int, ...] = ()
+        if check_crc and views:
+            n, verdict, crc_failed = self._check_crcs(mf, [v.pos for v in views], [v.body_at for v in views],
+                                                      [v.body_len for v in views], [v.body_crc for v in views],
+                                                      verdict)
+            del cols[n:], found[n:]
+            if n < len(views):
+                end = views[n].pos
         if not cols:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         queue_ids, queue_offsets, phys_l, sizes, store_ts_l, sysflags, prepared_l, topic_ids = (
@@ -473,7 +516,28 @@ class CommitLog:
         batch = DispatchBatch(self._topic_names, topic_ids, queue_ids, phys_l, sizes,
                               np.array(tags_codes, dtype=np.int64), store_ts_l, queue_offsets, sysflags,
                               prepared_l, keys, uniq)
-        return Scan(batch, end, verdict, int(store_ts_l[-1]))
+        return Scan(batch, end, verdict, int(store_ts_l[-1]), crc_failed)
+
+    @staticmethod
+    def _check_crcs(mf: MappedFile, starts: list[int], body_at: list[int], body_len: list[int], crcs: list[int],
+                    verdict: int) -> tuple[int, int, tuple[int, ...]]:
+        """The body CRC of each record a scan found. A record that fails it and is the last before an
+        unreadable one is a torn write (RocketMQ's recovery truncates there): the scan ends before it,
+        INVALID. Any other is damage in the middle of the log: the records after it are intact and
+        must not be lost, so the scan keeps going and reports it. Returns (records kept, verdict,
+        CommitLog offsets of the records that failed)."""
+        view = mf.view
+        n = len(starts)
+        failed: list[int] = []
+        for i, (b0, bl, crc) in enumerate(zip(body_at, body_len, crcs, strict=True)):
+            if body_crc(view[b0 : b0 + bl]) == crc:
+                continue
+            if i == n - 1 and verdict == INVALID:
+                log.warning("CRC check failed at %d: a torn record, the end of valid data", mf.file_from_offset
+                            + starts[i])
+                return i, INVALID, tuple(failed)
+            failed.append(mf.file_from_offset + starts[i])
+        return n, verdict, tuple(failed)
 
     def _read_topics(self, u8: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> np.ndarray:
         """Each record's topic id, compared as byte rows with numpy (a round rarely holds many topics)."""
@@ -596,6 +660,8 @@ class CommitLog:
             scan = self.scan_records(mf, pos, self.file_size, check_crc=check_crc)
             if scan.last_store_timestamp:
                 self._recovered_store_ts = scan.last_store_timestamp
+            for phys in scan.crc_failed:
+                self.mark_corrupt(phys, "body CRC mismatch found by recovery")
             pos = scan.end
             if scan.verdict != END:
                 return pos, scan.verdict == BLANK
