@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from tidalmq.common import sysflag as sf
+from tidalmq.common.msgid import encode_offset_msg_id
 from tidalmq.common.record import RecordError, view_record
 
 COLUMNS = ("topic", "broker", "queueId", "queueOffset", "msgId", "tags", "keys", "properties", "body",
@@ -80,22 +81,24 @@ class Columns:
         last_topic_raw = b""
         last_topic = ""
         while pos + 8 <= n:
-            v = view_record(body, pos)
-            pos = v.end
-            qoff = v.queue_offset
+            # A RecordView is a tuple in RecordView.ITEMS order: one unpack instead of a property call per field.
+            (total, _magic, _crc, qid, _flag, qoff, phys, sysflag, born, _bh, _bp, store, sh, sp, reconsume, _prep,
+             blen, _buf, _pos, body_at, topic_at, topic_len, props_at, props_len) = view_record(body, pos)
+            rec_at = pos
+            pos += total
             if qoff < lo or qoff >= hi:
                 continue
             self.last_offset = qoff
-            traw = v.topic_raw
+            traw = body[topic_at : topic_at + topic_len]
             if traw != last_topic_raw:
-                last_topic_raw, last_topic = traw, v.topic
+                last_topic_raw, last_topic = traw, _text(traw, rec_at, "topic")
             tags = keys = uniq = None
             npk = len(pkeys)
-            if v.props_len:
+            if props_len:
                 try:
-                    props = v.properties_raw.decode("utf-8")
+                    props = body[props_at : props_at + props_len].decode("utf-8")
                 except UnicodeDecodeError:
-                    raise RecordError(f"corrupt record at {v.pos}: properties are not UTF-8") from None
+                    raise RecordError(f"corrupt record at {rec_at}: properties are not UTF-8") from None
                 for item in props.split("\x02"):
                     if not item:
                         continue
@@ -111,23 +114,23 @@ class Columns:
             if tag_set is not None and tags not in tag_set:
                 del pkeys[npk:], pvals[npk:]
                 continue
-            mbody = v.body()
-            if v.sysflag & sf.COMPRESSED_FLAG:
+            mbody = body[body_at : body_at + blen]
+            if sysflag & sf.COMPRESSED_FLAG:
                 try:
                     mbody = zlib.decompress(mbody)
                 except zlib.error:
                     pass  # as MessageDecoder: a body that does not inflate is kept as it is
             poffs.append(len(pkeys))
             topic_l(last_topic)
-            qid_l(v.queue_id)
+            qid_l(qid)
             qoff_l(qoff)
-            msgid_l(uniq or v.msg_id)
+            msgid_l(uniq or encode_offset_msg_id(sh, sp, phys))
             tags_l(tags)
             keys_l(keys)
             body_l(mbody)
-            born_l(v.born_timestamp)
-            store_l(v.store_timestamp)
-            rec_l(v.reconsume_times)
+            born_l(born)
+            store_l(store)
+            rec_l(reconsume)
             added += 1
         return added
 
@@ -153,6 +156,13 @@ class Columns:
         ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _text(raw: bytes, pos: int, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RecordError(f"corrupt record at {pos}: {what} is not UTF-8") from None
 
 
 def _millis_to_ts(values: list[int], ts: pa.DataType) -> pa.Array:
