@@ -114,6 +114,12 @@ LAYOUTS: dict[int, Layout] = {
     for b in (False, True) for s in (False, True)
 }
 _V4 = LAYOUTS[0]
+# Per host combination, indexed by (SYSFLAG & _V6_HOSTS) >> _HOSTS_SHIFT (a tuple index is cheaper than a
+# dict lookup on the per-record paths): (prefix unpack, its size), and STORETIMESTAMP's offset.
+_HOSTS_SHIFT = min(sf.BORNHOST_V6_FLAG, sf.STOREHOSTADDRESS_V6_FLAG).bit_length() - 1
+assert [k >> _HOSTS_SHIFT for k in sorted(LAYOUTS)] == list(range(len(LAYOUTS)))
+_BY_HOSTS = tuple((LAYOUTS[k].prefix.unpack_from, LAYOUTS[k].body_at) for k in sorted(LAYOUTS))
+_STORE_TS_AT = tuple(LAYOUTS[k].offsets["store_ts"] for k in sorted(LAYOUTS))
 # The smallest record: IPv4 hosts, empty body, topic and properties.
 MIN_RECORD_SIZE = _V4.body_at + 1 + 2
 
@@ -246,7 +252,7 @@ def encode_record(
 
 
 def store_timestamp_pos(sysflag: int) -> int:
-    return LAYOUTS[sysflag & _V6_HOSTS].offsets["store_ts"]
+    return _STORE_TS_AT[(sysflag & _V6_HOSTS) >> _HOSTS_SHIFT]
 
 
 def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, physical_offset: int,
@@ -254,8 +260,8 @@ def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, 
     """Fill in the fields only known when the record is appended."""
     _Q.pack_into(buf, base + POS_QUEUEOFFSET, queue_offset)
     _Q.pack_into(buf, base + POS_PHYSICALOFFSET, physical_offset)
-    sysflag = _I.unpack_from(buf, base + POS_SYSFLAG)[0]
-    _Q.pack_into(buf, base + store_timestamp_pos(sysflag), store_timestamp)
+    _Q.pack_into(buf, base + _STORE_TS_AT[(buf[base + _SYSFLAG_LOW_BYTE] & _V6_HOSTS) >> _HOSTS_SHIFT],
+                 store_timestamp)
 
 
 def encode_blank(size: int) -> bytes:
@@ -400,11 +406,6 @@ assert RecordView.ITEMS.index("buf") == len(_V4.prefix.unpack(bytes(_V4.prefix.s
 for _i, _name in enumerate(RecordView.ITEMS):
     setattr(RecordView, _name, property(operator.itemgetter(_i)))
 _new_view = tuple.__new__
-# (prefix unpack, its size) per host combination, indexed by (SYSFLAG & _V6_HOSTS) >> _HOSTS_SHIFT.
-_HOSTS_SHIFT = min(sf.BORNHOST_V6_FLAG, sf.STOREHOSTADDRESS_V6_FLAG).bit_length() - 1
-_BY_HOSTS = tuple((LAYOUTS[k].prefix.unpack_from, LAYOUTS[k].body_at)
-                  for k in sorted(LAYOUTS))
-assert [k >> _HOSTS_SHIFT for k in sorted(LAYOUTS)] == list(range(len(LAYOUTS)))
 
 
 def view_record(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> RecordView:

@@ -487,17 +487,20 @@ class CommitLog:
             except RecordError:
                 verdict = BLANK if _I.unpack_from(mm, p + POS_MAGIC)[0] == BLANK_MAGIC_CODE else INVALID
                 break
+            # One unpack of the view (a tuple in RecordView.ITEMS order) instead of a property per field.
+            (total, _magic, _crc, queue_id, _flag, queue_offset, phys, sysflag, _born, _bh, _bp, store_ts, _sh, _sp,
+             _reconsume, prepared, _body_len, _buf, _pos, _body_at, topic_at, topic_len, props_at, props_len) = v
             # A record's own offset catches stale bytes that merely parse.
-            if v.physical_offset != file_from + p:
+            if phys != file_from + p:
                 verdict = INVALID
                 break
             views.append(v)
-            topic = mm[v.topic_at : v.topic_at + v.topic_len]
+            topic = mm[topic_at : topic_at + topic_len]
             tid = self._topic_ids.get(topic)
-            cols.append((v.queue_id, v.queue_offset, file_from + p, v.total, v.store_timestamp, v.sysflag,
-                         v.prepared_transaction_offset, tid if tid is not None else self._topic_id(topic)))
-            found.append(find(mm[v.props_at - 1 : v.props_at + v.props_len]) if v.props_len else [])
-            end = p + v.total
+            cols.append((queue_id, queue_offset, phys, total, store_ts, sysflag, prepared,
+                         tid if tid is not None else self._topic_id(topic)))
+            found.append(find(mm[props_at - 1 : props_at + props_len]) if props_len else [])
+            end = p + total
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
         crc_failed: tuple[int, ...] = ()
