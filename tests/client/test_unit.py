@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import struct
 import zlib
 
 import pytest
@@ -164,6 +166,31 @@ def test_compression_threshold_and_pull_decode() -> None:
     assert [m.body for m in msgs] == [big, b"plain"]
     assert msgs[0].msg_id == "U1" and msgs[0].queue_offset == 5 and msgs[0].broker_name == "b"
     assert msgs[1].tags == "x" and msgs[1].msg_id == msgs[1].offset_msg_id
+
+
+def test_pull_body_with_a_damaged_record_delivers_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    """A 32-record pull body: a record that does not decode is skipped (one warning naming its queue
+    offset); only a broken TOTALSIZE loses what follows it, and the warning says so."""
+    recs = [encode_record(topic="T", queue_id=0, body=b"b%d" % i, properties={"TAGS": "t"}, queue_offset=i)
+            for i in range(32)]
+    bad_props, bad_magic = bytearray(recs[10]), bytearray(recs[20])
+    bad_props[len(bad_props) - 5] ^= 0x80  # a property byte that is not UTF-8
+    bad_magic[4] ^= 0x01
+    body = b"".join([*recs[:10], bad_props, *recs[11:20], bad_magic, *recs[21:]])
+    with caplog.at_level(logging.WARNING, logger="tidalmq.client.codec"):
+        msgs = codec.decode_messages(body, "b")
+    assert [m.queue_offset for m in msgs] == [i for i in range(32) if i not in (10, 20)]
+    assert [m.body for m in msgs][:10] == [b"b%d" % i for i in range(10)]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "2 undecodable record(s) at queue offset(s) [10, 20]" in warning
+    caplog.clear()
+    torn = bytearray(recs[5])
+    struct.pack_into(">i", torn, 0, 10**6)  # TOTALSIZE past the body: the next record cannot be found
+    with caplog.at_level(logging.WARNING, logger="tidalmq.client.codec"):
+        msgs = codec.decode_messages(b"".join([*recs[:5], torn, *recs[6:]]), "b")
+    assert [m.queue_offset for m in msgs] == list(range(5))
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "queue offset(s) [5]" in warning and "unreadable" in warning
 
 
 def test_route_parsing_with_fastjson_integer_keys() -> None:

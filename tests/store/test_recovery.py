@@ -80,20 +80,42 @@ def test_abnormal_recovery_torn_tail(make_store) -> None:
     assert res[0].wrote_offset == 0
 
 
-def test_abnormal_recovery_corrupt_body_truncates(make_store) -> None:
-    store = make_store()
-    res = fill(store, 30, queues=1)
-    crash(store)
-    victim = res[20]
+def _damage_body(store, victim) -> None:  # noqa: ANN001
     fs = store.config.mapped_file_size_commit_log
     path = os.path.join(store.config.commit_log_path, f"{victim.wrote_offset - victim.wrote_offset % fs:020d}")
     with open(path, "r+b") as f:
         f.seek(victim.wrote_offset % fs + victim.wrote_bytes - 40)  # inside the body: CRC breaks
         f.write(b"!!!!")
+
+
+def test_abnormal_recovery_skips_a_corrupt_body_and_keeps_what_follows(make_store) -> None:
+    """A body damaged in the middle of the log: recovery keeps every record after it (RocketMQ would
+    truncate there and lose them) and the damaged one is never served; it is logged and counted."""
+    store = make_store()
+    res = fill(store, 30, queues=1)
+    end = store.max_phy_offset
+    crash(store)
+    _damage_body(store, res[20])
+    again = make_store()
+    assert again.max_phy_offset == end
+    assert [m.queue_offset for m in read_queue(again, "R", 0)] == [*range(20), *range(21, 30)]
+    assert again.look_message_by_offset(res[20].wrote_offset) is None
+    assert again.runtime_info()["commitLogCorruptRecords"] == "1"
+    assert put_one(again, "R", 0).queue_offset == 30
+
+
+def test_abnormal_recovery_truncates_a_torn_last_record(make_store) -> None:
+    """A CRC failure in the last record before unreadable bytes is a torn write: truncated there, as
+    RocketMQ's recovery does."""
+    store = make_store()
+    res = fill(store, 30, queues=1)
+    crash(store)
+    victim = res[-1]
+    _damage_body(store, victim)
     again = make_store()
     assert again.max_phy_offset == victim.wrote_offset
-    assert [m.queue_offset for m in read_queue(again, "R", 0)] == list(range(20))
-    assert put_one(again, "R", 0).queue_offset == 20
+    assert [m.queue_offset for m in read_queue(again, "R", 0)] == list(range(29))
+    assert put_one(again, "R", 0).queue_offset == 29
 
 
 def test_abnormal_recovery_rebuilds_lagging_consume_queue(make_store, clock) -> None:

@@ -452,8 +452,10 @@ def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
 
 
 @pytest.mark.parametrize("few", [0, 1000], ids=["column-wise", "one-by-one"])
-def test_scan_paths_agree_on_fields_and_faults(make_store, monkeypatch, few) -> None:
-    """scan_records reads a few records one by one and many with numpy: same columns, same verdicts."""
+def test_scan_reads_dispatch_fields_and_stops_at_faults(make_store, monkeypatch, few) -> None:
+    """scan_records (numpy for many records, RecordView for a few) over IPv4/IPv6 hosts and both magics:
+    the dispatch fields of every record; a body CRC failure in the middle reported but not fatal, one in
+    the last record before garbage a torn end; a record lying about its own offset stops the scan."""
     from tidalmq.common.record import MESSAGE_MAGIC_CODE_V2, encode_record
     from tidalmq.store import commit_log as clm
 
@@ -462,31 +464,38 @@ def test_scan_paths_agree_on_fields_and_faults(make_store, monkeypatch, few) -> 
     recs = [rec("SA", 0, tags="a", uniq="u0"), rec("SA", 1, keys="k1 k2", props={"X": "y"}),
             encode_record(topic="SB", queue_id=2, body=b"six", properties={"TAGS": "b"}, born_host=v6, store_host=v6,
                           store_port=10911),
-            rec("SA", 0, body=b""), rec("SCHEDULE_TOPIC_XXXX", 1, props={"DELAY": "2", "TAGS": "t"})]
-    v2 = bytearray(encode_record(topic="SA", queue_id=3, body=b"v2", properties={"UNIQ_KEY": "v2"}))
-    # the v2 magic has a 2-byte topic length
-    body_end = len(v2) - 2 - len(b"UNIQ_KEY\x01v2\x02") - 1 - 2
-    v2 = v2[:body_end] + b"\x00\x02SA" + v2[body_end + 3 :]
-    struct.pack_into(">ii", v2, 0, len(v2), MESSAGE_MAGIC_CODE_V2)
-    recs.append(v2)
-    store.put_messages([PutRequest("X", i, [r]) for i, r in enumerate(recs)])
+            rec("SA", 0, body=b""), rec("SCHEDULE_TOPIC_XXXX", 1, props={"DELAY": "2", "TAGS": "t"}),
+            encode_record(topic="SA", queue_id=3, body=b"v2", properties={"UNIQ_KEY": "v2"},
+                          magic=MESSAGE_MAGIC_CODE_V2)]
+    put = store.put_messages([PutRequest("X", i, [r]) for i, r in enumerate(recs)])
     cl = store.commit_log
     mf = cl.mfq.files[0]
-    monkeypatch.setattr(clm, "SCAN_FEW", 1000)
-    expected = cl.scan_records(mf, 0, mf.wrote_position)
     monkeypatch.setattr(clm, "SCAN_FEW", few)
     got = cl.scan_records(mf, 0, mf.wrote_position)
-    assert got.batch.rows() == expected.batch.rows() and len(got.batch) == 6
-    assert (got.end, got.verdict, got.last_store_timestamp) == (expected.end, expected.verdict, expected.last_store_timestamp)
-    assert [r.tags_code for r in got.batch.rows()][-2] == got.last_store_timestamp + 5000  # level 2: 5 s
-    # a flipped body byte under CRC checking, and a record lying about its offset
-    second, third = (int(o) for o in got.batch.commit_log_offsets[1:3])
+    assert (got.end, got.verdict, got.crc_failed) == (mf.wrote_position, clm.END, ())
+    ts = got.last_store_timestamp
+    assert ts == put[0].store_timestamp
+    assert [(r.topic, r.queue_id, r.commit_log_offset, r.msg_size, r.keys, r.uniq_key, r.store_timestamp)
+            for r in got.batch.rows()] == [
+        ("SA", 0, put[0].wrote_offset, len(recs[0]), None, "u0", ts),
+        ("SA", 1, put[1].wrote_offset, len(recs[1]), "k1 k2", None, ts),
+        ("SB", 2, put[2].wrote_offset, len(recs[2]), None, None, ts),
+        ("SA", 0, put[3].wrote_offset, len(recs[3]), None, None, ts),
+        ("SCHEDULE_TOPIC_XXXX", 1, put[4].wrote_offset, len(recs[4]), None, None, ts),
+        ("SA", 3, put[5].wrote_offset, len(recs[5]), None, "v2", ts)]
+    codes = [r.tags_code for r in got.batch.rows()]
+    assert codes[0] == cl.tags_code_of(b"a") and codes[2] == cl.tags_code_of(b"b") and codes[1] == 0
+    assert codes[4] == ts + 5000  # SCHEDULE_TOPIC_XXXX: the deliver time of level 2 (5 s)
+    # a flipped body byte in the middle: every record kept, the damaged one reported
+    second, last = put[1].wrote_offset, put[5].wrote_offset
     mf.mm[second + 88] ^= 0xFF  # the first byte of its body (IPv4 hosts)
     crc = cl.scan_records(mf, 0, mf.wrote_position, check_crc=True)
-    assert (len(crc.batch), crc.verdict, crc.end) == (1, clm.INVALID, second)
-    mf.mm[second + 88] ^= 0xFF
-    assert len(cl.scan_records(mf, 0, mf.wrote_position, check_crc=True).batch) == 6
-    struct.pack_into(">q", mf.mm, third + 28, 12345)
+    assert (len(crc.batch), crc.verdict, crc.crc_failed) == (6, clm.END, (second,))
+    # in the last record, followed by unwritten bytes: a torn write, the scan ends before it
+    mf.mm[last + 88] ^= 0xFF  # its body (b"v2")
+    torn = cl.scan_records(mf, 0, mf.file_size, check_crc=True)
+    assert (len(torn.batch), torn.verdict, torn.end, torn.crc_failed) == (5, clm.INVALID, last, (second,))
+    struct.pack_into(">q", mf.mm, put[2].wrote_offset + 28, 12345)
     lying = cl.scan_records(mf, 0, mf.wrote_position)
     assert (len(lying.batch), lying.verdict) == (2, clm.INVALID)
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import struct
@@ -21,7 +22,7 @@ from tidalmq.client.message import Message, MessageExt, MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
-from tidalmq.common.record import RecordError, decode_record
+from tidalmq.common.record import MIN_RECORD_SIZE, POS_QUEUEOFFSET, RecordError, view_record
 from tidalmq.common.taghash import tags_hash_code
 
 DEFAULT_TOPIC = "TBW102"
@@ -34,6 +35,10 @@ SUB_ALL = "*"
 
 _BATCH_HEAD = struct.Struct(">iiiii")
 _SHORT = struct.Struct(">h")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+log = logging.getLogger(__name__)
 
 
 # ---- send -----------------------------------------------------------------------------------------
@@ -103,23 +108,41 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 # ---- pull -----------------------------------------------------------------------------------------
 
 def decode_messages(body: bytes | memoryview, broker_name: str = "") -> list[MessageExt]:
-    """The records of a PULL_MESSAGE (or QUERY_MESSAGE) body, bodies uncompressed."""
+    """The records of a PULL_MESSAGE (or QUERY_MESSAGE) body, bodies uncompressed.
+
+    A record that does not decode (bad magic or lengths, a topic or properties that are not text) is
+    skipped and the rest of the batch is delivered; one warning per body names the queue offsets of the
+    skipped records. Only when a record's TOTALSIZE itself is unusable is the rest of the body lost
+    (there is no way to find the next record), and the warning says so."""
     out: list[MessageExt] = []
     buf = memoryview(body)
     pos, n = 0, len(buf)
+    skipped: list[int] = []
+    lost = 0
+    reason = ""
     while pos + 8 <= n:
         try:
-            m = decode_record(buf, pos)
-        except RecordError:
-            break
-        mbody = m.body
-        if m.sysflag & sf.COMPRESSED_FLAG:
-            try:
-                mbody = zlib.decompress(mbody)
-            except zlib.error:
-                pass  # as MessageDecoder: leave a body that does not inflate as it is
-        out.append(MessageExt.from_stored(m, mbody, broker_name))
-        pos += m.store_size
+            v = view_record(buf, pos)
+            mbody = v.body()
+            if v.sysflag & sf.COMPRESSED_FLAG:
+                try:
+                    mbody = zlib.decompress(mbody)
+                except zlib.error:
+                    pass  # as MessageDecoder: leave a body that does not inflate as it is
+            out.append(MessageExt.from_view(v, mbody, broker_name))
+            pos = v.end
+        except RecordError as e:
+            total = _INT.unpack_from(buf, pos)[0]
+            skipped.append(_LONG.unpack_from(buf, pos + POS_QUEUEOFFSET)[0] if pos + POS_QUEUEOFFSET + 8 <= n else -1)
+            reason = str(e)
+            if total < MIN_RECORD_SIZE or pos + total > n:
+                lost = n - pos
+                break
+            pos += total
+    if skipped:
+        log.warning("pull body from broker %r: skipped %d undecodable record(s) at queue offset(s) %s%s (%s)",
+                    broker_name, len(skipped), skipped, f"; {lost} bytes after them unreadable" if lost else "",
+                    reason)
     return out
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.client.errors import ValidationError
 from tidalmq.common import message as mc
-from tidalmq.common.record import StoredMessage
+from tidalmq.common.record import RecordView
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -155,13 +155,15 @@ class MessageExt:
     prepared_transaction_offset: int = 0
 
     @classmethod
-    def from_stored(cls, m: StoredMessage, body: bytes, broker_name: str = "") -> MessageExt:
-        return cls(topic=m.topic, body=body, queue_id=m.queue_id, queue_offset=m.queue_offset,
-                   commit_log_offset=m.commit_log_offset, properties=m.properties, flag=m.flag, sysflag=m.sysflag,
-                   born_timestamp=m.born_timestamp, born_host=m.born_host, store_timestamp=m.store_timestamp,
-                   store_host=m.store_host, reconsume_times=m.reconsume_times, offset_msg_id=m.msg_id,
-                   broker_name=broker_name, store_size=m.store_size,
-                   prepared_transaction_offset=m.prepared_transaction_offset)
+    def from_view(cls, v: RecordView, body: bytes, broker_name: str = "") -> MessageExt:
+        """The message of a stored record; ``body`` is its (uncompressed) body. Raises ``RecordError``
+        when the topic or properties do not decode."""
+        return cls(topic=v.topic, body=body, queue_id=v.queue_id, queue_offset=v.queue_offset,
+                   commit_log_offset=v.physical_offset, properties=v.properties, flag=v.flag, sysflag=v.sysflag,
+                   born_timestamp=v.born_timestamp, born_host=v.born_host, store_timestamp=v.store_timestamp,
+                   store_host=v.store_host, reconsume_times=v.reconsume_times, offset_msg_id=v.msg_id,
+                   broker_name=broker_name, store_size=v.total,
+                   prepared_transaction_offset=v.prepared_transaction_offset)
 
     @property
     def msg_id(self) -> str:

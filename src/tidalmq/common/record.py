@@ -15,9 +15,13 @@ The queue offset, physical offset and store timestamp are only known at append t
 from __future__ import annotations
 
 import functools
+import ipaddress
+import mmap
+import operator
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -36,24 +40,114 @@ MESSAGE_MAGIC_CODE_V2 = -626843477
 BLANK_MAGIC_CODE = -875286124
 END_FILE_MIN_BLANK_LENGTH = 8
 
-# Offsets of the fields that are patched at append time (IPv4 or IPv6 born host alike up to SYSFLAG).
-POS_TOTALSIZE = 0
-POS_MAGIC = 4
-POS_BODYCRC = 8
-POS_QUEUEID = 12
-POS_FLAG = 16
-POS_QUEUEOFFSET = 20
-POS_PHYSICALOFFSET = 28
-POS_SYSFLAG = 36
-POS_BORNTIMESTAMP = 40
-POS_BORNHOST = 48
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # totalsize .. borntimestamp (48 bytes)
+# ---------------------------------------------------------------- the layout, declared once
+class Field(NamedTuple):
+    """One field of the stored record. ``code`` is its ``struct`` code; ``column`` its name in numpy
+    columns and in ``RecordView``. Hosts are 4 (IPv4) or 16 (IPv6) address bytes and a 4-byte port, per
+    SYSFLAG; BODY, TOPIC and PROPERTIES are a length (``width`` bytes; TOPIC's is 2 under the v2 magic)
+    followed by that many bytes."""
+
+    name: str
+    column: str
+    width: int
+    code: str
+
+
+_HOST = "host"
+_SECTION = "section"
+FIELDS: tuple[Field, ...] = (
+    Field("TOTALSIZE", "total", 4, "i"),
+    Field("MAGICCODE", "magic", 4, "i"),
+    Field("BODYCRC", "crc", 4, "i"),
+    Field("QUEUEID", "queue_id", 4, "i"),
+    Field("FLAG", "flag", 4, "i"),
+    Field("QUEUEOFFSET", "queue_offset", 8, "q"),
+    Field("PHYSICALOFFSET", "phys", 8, "q"),
+    Field("SYSFLAG", "sysflag", 4, "i"),
+    Field("BORNTIMESTAMP", "born", 8, "q"),
+    Field("BORNHOST", "born_host", 8, _HOST),
+    Field("STORETIMESTAMP", "store_ts", 8, "q"),
+    Field("STOREHOST", "store_host", 8, _HOST),
+    Field("RECONSUMETIMES", "reconsume", 4, "i"),
+    Field("PREPARED_TRANSACTION_OFFSET", "prepared", 8, "q"),
+    Field("BODY", "body", 4, _SECTION),
+    Field("TOPIC", "topic", 1, _SECTION),
+    Field("PROPERTIES", "properties", 2, _SECTION),
+)
+_V6_HOSTS = sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG
+assert _V6_HOSTS < 256  # both host flags live in SYSFLAG's low byte
+_FIXED = FIELDS[: FIELDS.index(next(f for f in FIELDS if f.code == _SECTION))]
+
+
+class Layout(NamedTuple):
+    """Where the fixed fields sit for one combination of host address families."""
+
+    offsets: dict[str, int]  # column -> offset from the record's start
+    prefix: struct.Struct  # every fixed field and the body length (hosts as address bytes, port)
+    body_at: int  # the first body byte
+
+
+def _layout(born_v6: bool, store_v6: bool) -> Layout:
+    offsets: dict[str, int] = {}
+    fmt = ">"
+    pos = 0
+    for f in _FIXED:
+        offsets[f.column] = pos
+        if f.code == _HOST:
+            v6 = born_v6 if f.name == "BORNHOST" else store_v6
+            fmt += "16si" if v6 else "4si"
+            pos += 20 if v6 else 8
+        else:
+            fmt += f.code
+            pos += f.width
+    offsets["body_len"] = pos
+    fmt += "i"
+    prefix = struct.Struct(fmt)
+    assert prefix.size == pos + 4
+    return Layout(offsets, prefix, prefix.size)
+
+
+# Indexed by SYSFLAG & _V6_HOSTS.
+LAYOUTS: dict[int, Layout] = {
+    (sf.BORNHOST_V6_FLAG if b else 0) | (sf.STOREHOSTADDRESS_V6_FLAG if s else 0): _layout(b, s)
+    for b in (False, True) for s in (False, True)
+}
+_V4 = LAYOUTS[0]
+# Per host combination, indexed by (SYSFLAG & _V6_HOSTS) >> _HOSTS_SHIFT (a tuple index is cheaper than a
+# dict lookup on the per-record paths): (prefix unpack, its size), and STORETIMESTAMP's offset.
+_HOSTS_SHIFT = min(sf.BORNHOST_V6_FLAG, sf.STOREHOSTADDRESS_V6_FLAG).bit_length() - 1
+assert [k >> _HOSTS_SHIFT for k in sorted(LAYOUTS)] == list(range(len(LAYOUTS)))
+_BY_HOSTS = tuple((LAYOUTS[k].prefix.unpack_from, LAYOUTS[k].body_at) for k in sorted(LAYOUTS))
+_STORE_TS_AT = tuple(LAYOUTS[k].offsets["store_ts"] for k in sorted(LAYOUTS))
+# The smallest record: IPv4 hosts, empty body, topic and properties.
+MIN_RECORD_SIZE = _V4.body_at + 1 + 2
+
+# Offsets of the fields before BORNHOST (the same for every layout).
+POS_TOTALSIZE = _V4.offsets["total"]
+POS_MAGIC = _V4.offsets["magic"]
+POS_BODYCRC = _V4.offsets["crc"]
+POS_QUEUEID = _V4.offsets["queue_id"]
+POS_FLAG = _V4.offsets["flag"]
+POS_QUEUEOFFSET = _V4.offsets["queue_offset"]
+POS_PHYSICALOFFSET = _V4.offsets["phys"]
+POS_SYSFLAG = _V4.offsets["sysflag"]
+POS_BORNTIMESTAMP = _V4.offsets["born"]
+POS_BORNHOST = _V4.offsets["born_host"]
+_SYSFLAG_LOW_BYTE = POS_SYSFLAG + 3
+# v1 and v2 magic codes differ in their last byte.
+_V2_MAGIC_LOW_BYTE = MESSAGE_MAGIC_CODE_V2 & 0xFF
+assert MESSAGE_MAGIC_CODE & 0xFF != _V2_MAGIC_LOW_BYTE
+
+# The fields before BORNHOST as one numpy record (48 bytes).
+HEAD_DTYPE = np.dtype([(f.column, f">i{f.width}") for f in _FIXED[: _FIXED.index(
+    next(f for f in _FIXED if f.code == _HOST))]])
+assert HEAD_DTYPE.itemsize == POS_BORNHOST
+
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 _H = struct.Struct(">H")
-_TAIL4 = struct.Struct(">4si q 4si iq")  # bornhost(ip4)+port, storets, storehost+port, reconsume, prepared
-_TAIL6 = struct.Struct(">16si q 16si iq")
+_II = struct.Struct(">ii")
 
 
 class RecordError(ValueError):
@@ -101,8 +195,6 @@ class StoredMessage:
 
 
 def _addr_text(raw: bytes) -> str:
-    import ipaddress
-
     return str(ipaddress.ip_address(raw))
 
 
@@ -125,56 +217,42 @@ def encode_record(
     physical_offset: int = 0,
     store_timestamp: int = 0,
     body_crc: int | None = None,
+    magic: int = MESSAGE_MAGIC_CODE,
 ) -> bytearray:
-    """Encode one record. Host flags in ``sysflag`` are set from the address lengths."""
+    """Encode one record. Host flags in ``sysflag`` are set from the address lengths; the v2 ``magic``
+    gives the topic a 2-byte length."""
     props = properties if isinstance(properties, str) else encode_properties(properties)
     props_b = props.encode("utf-8")
     topic_b = topic.encode("utf-8")
-    if len(topic_b) > 127:
-        raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+    v2 = magic == MESSAGE_MAGIC_CODE_V2
+    if len(topic_b) > (32767 if v2 else 127):
+        raise RecordError(f"topic too long for the record: {len(topic_b)} bytes")
     if len(props_b) > 32767:
         raise RecordError(f"properties too long: {len(props_b)} bytes > 32767")
-    v6_born = len(born_host) == 16
-    v6_store = len(store_host) == 16
-    sysflag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
-    if v6_born:
-        sysflag |= sf.BORNHOST_V6_FLAG
-    if v6_store:
-        sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
+    sysflag = (sysflag & ~_V6_HOSTS) | (sf.BORNHOST_V6_FLAG if len(born_host) == 16 else 0) \
+        | (sf.STOREHOSTADDRESS_V6_FLAG if len(store_host) == 16 else 0)
     crc = _crc32(body) & 0x7FFFFFFF if body_crc is None else body_crc
-    born_len = 20 if v6_born else 8
-    store_len = 20 if v6_store else 8
-    total = 48 + born_len + 8 + store_len + 4 + 8 + 4 + len(body) + 1 + len(topic_b) + 2 + len(props_b)
+    layout = LAYOUTS[sysflag & _V6_HOSTS]
+    pos = layout.body_at
+    topic_len_width = 2 if v2 else 1
+    total = pos + len(body) + topic_len_width + len(topic_b) + 2 + len(props_b)
     out = bytearray(total)
-    _HEAD.pack_into(
-        out, 0, total, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset, physical_offset, sysflag, born_timestamp
-    )
-    pos = 48
-    out[pos : pos + born_len - 4] = born_host
-    _I.pack_into(out, pos + born_len - 4, born_port)
-    pos += born_len
-    _Q.pack_into(out, pos, store_timestamp)
-    pos += 8
-    out[pos : pos + store_len - 4] = store_host
-    _I.pack_into(out, pos + store_len - 4, store_port)
-    pos += store_len
-    _I.pack_into(out, pos, reconsume_times)
-    _Q.pack_into(out, pos + 4, prepared_transaction_offset)
-    pos += 12
-    _I.pack_into(out, pos, len(body))
-    pos += 4
+    layout.prefix.pack_into(out, 0, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sysflag,
+                            born_timestamp, born_host, born_port, store_timestamp, store_host, store_port,
+                            reconsume_times, prepared_transaction_offset, len(body))
     out[pos : pos + len(body)] = body
     pos += len(body)
-    out[pos] = len(topic_b)
-    out[pos + 1 : pos + 1 + len(topic_b)] = topic_b
-    pos += 1 + len(topic_b)
+    out[pos : pos + topic_len_width] = len(topic_b).to_bytes(topic_len_width, "big")
+    pos += topic_len_width
+    out[pos : pos + len(topic_b)] = topic_b
+    pos += len(topic_b)
     _H.pack_into(out, pos, len(props_b))
     out[pos + 2 :] = props_b
     return out
 
 
 def store_timestamp_pos(sysflag: int) -> int:
-    return POS_BORNHOST + (20 if sysflag & sf.BORNHOST_V6_FLAG else 8)
+    return _STORE_TS_AT[(sysflag & _V6_HOSTS) >> _HOSTS_SHIFT]
 
 
 def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, physical_offset: int,
@@ -182,92 +260,283 @@ def patch_for_append(buf: bytearray | memoryview, base: int, queue_offset: int, 
     """Fill in the fields only known when the record is appended."""
     _Q.pack_into(buf, base + POS_QUEUEOFFSET, queue_offset)
     _Q.pack_into(buf, base + POS_PHYSICALOFFSET, physical_offset)
-    sysflag = _I.unpack_from(buf, base + POS_SYSFLAG)[0]
-    _Q.pack_into(buf, base + store_timestamp_pos(sysflag), store_timestamp)
+    _Q.pack_into(buf, base + _STORE_TS_AT[(buf[base + _SYSFLAG_LOW_BYTE] & _V6_HOSTS) >> _HOSTS_SHIFT],
+                 store_timestamp)
 
 
 def encode_blank(size: int) -> bytes:
     """The BLANK record that fills the end of a CommitLog file."""
-    return struct.pack(">ii", size, BLANK_MAGIC_CODE)
+    return _II.pack(size, BLANK_MAGIC_CODE)
 
 
 def peek_size_magic(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int]:
-    return struct.unpack_from(">ii", buf, pos)
+    return _II.unpack_from(buf, pos)
+
+
+# ---------------------------------------------------------------- one record, read in place
+class RecordView(tuple):
+    """One stored record read where it lies: its fixed fields unpacked at once (one ``struct`` call),
+    its body, topic and properties located, and only copied or decoded when asked for.
+
+    ``view_record`` builds it and checks the record's structure; ``check`` adds what costs more (the
+    property text, the body CRC). Every reader of records (the store's scans, the pull path's checks,
+    the schedule and transaction services, the client, Spark) goes through this class or through
+    ``record_columns``, which reads the same layout column-wise.
+
+    A tuple of the unpacked fixed fields, then the positions found, in ``ITEMS`` order: building one
+    is a single allocation, and a hot loop may unpack it at once instead of calling a property per
+    field (Spark's columns do)."""
+
+    __slots__ = ()
+    ITEMS: ClassVar[tuple[str, ...]] = (
+        "total", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sysflag",
+        "born_timestamp", "born_host_raw", "born_port", "store_timestamp", "store_host_raw", "store_port",
+        "reconsume_times", "prepared_transaction_offset", "body_len",  # the prefix, in FIELDS order
+        "buf", "pos", "body_at", "topic_at", "topic_len", "props_at", "props_len")
+
+    total: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sysflag: int
+    born_timestamp: int
+    born_host_raw: bytes
+    born_port: int
+    store_timestamp: int
+    store_host_raw: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_len: int
+    buf: bytes | bytearray | memoryview
+    pos: int
+    body_at: int
+    topic_at: int
+    topic_len: int
+    props_at: int
+    props_len: int
+
+    @property
+    def end(self) -> int:
+        """The position after the record in ``buf``."""
+        return self.pos + self.total
+
+    def body(self) -> bytes:
+        return bytes(self.buf[self.body_at : self.body_at + self.body_len])
+
+    def body_view(self) -> memoryview:
+        return memoryview(self.buf)[self.body_at : self.body_at + self.body_len]
+
+    @property
+    def topic_raw(self) -> bytes:
+        return bytes(self.buf[self.topic_at : self.topic_at + self.topic_len])
+
+    @property
+    def topic(self) -> str:
+        try:
+            return self.topic_raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RecordError(f"corrupt record at {self.pos}: topic is not UTF-8") from e
+
+    @property
+    def properties_raw(self) -> bytes:
+        return bytes(self.buf[self.props_at : self.props_at + self.props_len])
+
+    @property
+    def properties(self) -> dict[str, str]:
+        if not self.props_len:
+            return {}
+        try:
+            return decode_properties(self.properties_raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise RecordError(f"corrupt record at {self.pos}: properties are not UTF-8") from e
+
+    @property
+    def born_host(self) -> tuple[str, int]:
+        return _addr_text(self.born_host_raw), self.born_port
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return _addr_text(self.store_host_raw), self.store_port
+
+    @property
+    def msg_id(self) -> str:
+        """The offset msgId: store host, port and CommitLog offset."""
+        return encode_offset_msg_id(self.store_host_raw, self.store_port, self.physical_offset)
+
+    def crc_ok(self) -> bool:
+        return body_crc(self.body_view()) == self.body_crc
+
+    def check(self, *, crc: bool = True) -> None:
+        """Raise ``RecordError`` unless the properties read as ``name\\x01value\\x02`` pairs of UTF-8 text
+        and (``crc``) the body matches BODYCRC. The body CRC does not cover the topic or properties;
+        this structural check is what catches a damaged separator or an undecodable byte there."""
+        if self.props_len and not properties_ok(self.buf[self.props_at : self.props_at + self.props_len]):
+            raise RecordError(f"corrupt record at {self.pos}: properties are not name/value pairs")
+        if crc and not self.crc_ok():
+            raise RecordError(f"body CRC mismatch at {self.pos}")
+
+    def to_stored(self, *, read_body: bool = True) -> StoredMessage:
+        """The record as a ``StoredMessage`` (every field decoded)."""
+        return StoredMessage(
+            topic=self.topic,
+            queue_id=self.queue_id,
+            queue_offset=self.queue_offset,
+            commit_log_offset=self.physical_offset,
+            store_size=self.total,
+            body=self.body() if read_body else b"",
+            flag=self.flag,
+            sysflag=self.sysflag,
+            body_crc=self.body_crc,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            store_timestamp=self.store_timestamp,
+            store_host=self.store_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+            properties=self.properties,
+            store_host_bytes=bytes(self.store_host_raw),
+        )
+
+
+assert RecordView.ITEMS.index("buf") == len(_V4.prefix.unpack(bytes(_V4.prefix.size)))
+for _i, _name in enumerate(RecordView.ITEMS):
+    setattr(RecordView, _name, property(operator.itemgetter(_i)))
+_new_view = tuple.__new__
+
+
+def view_record(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> RecordView:
+    """The record at ``pos`` of ``buf``, its structure checked: MAGICCODE, TOTALSIZE within ``buf``, and
+    the body, topic and properties lengths adding up to TOTALSIZE. Raises ``RecordError`` otherwise."""
+    try:
+        unpack, fixed = _BY_HOSTS[(buf[pos + _SYSFLAG_LOW_BYTE] & _V6_HOSTS) >> _HOSTS_SHIFT]
+        fields = unpack(buf, pos)
+    except (IndexError, struct.error):
+        raise RecordError(f"truncated record at {pos}: {len(buf) - pos} bytes") from None
+    total, magic, body_len = fields[0], fields[1], fields[16]
+    body_at = pos + fixed
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        raise RecordError(f"bad magic code {magic} at {pos}")
+    end = pos + total
+    if end > len(buf) or end < body_at + 3:
+        raise RecordError(f"bad total size {total} at {pos}")
+    p = body_at + body_len
+    if body_len < 0 or p + 3 > end:
+        raise RecordError(f"bad body length {body_len} at {pos}")
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[p]
+        topic_at = p + 1
+    else:
+        topic_len = (buf[p] << 8) | buf[p + 1]
+        topic_at = p + 2
+    p = topic_at + topic_len
+    if p + 2 > end:
+        raise RecordError(f"bad topic length {topic_len} at {pos}")
+    props_len = (buf[p] << 8) | buf[p + 1]
+    if p + 2 + props_len != end:
+        raise RecordError(f"record length mismatch at {pos}: fields end at {p + 2 + props_len - pos}, "
+                          f"total {total}")
+    return _new_view(RecordView, fields + (buf, pos, body_at, topic_at, topic_len, p + 2, props_len))
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False,
                   read_body: bool = True) -> StoredMessage:
     """Decode the record at ``pos``. Raises ``RecordError`` for a torn or corrupt record."""
-    n = len(buf)
-    if pos + 8 > n:
-        raise RecordError("truncated record header")
-    total, magic = struct.unpack_from(">ii", buf, pos)
-    if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
-        raise RecordError(f"bad magic code {magic} at {pos}")
-    if total < 48 or pos + total > n:
-        raise RecordError(f"bad total size {total} at {pos}")
+    v = view_record(buf, pos)
+    if check_crc and not v.crc_ok():
+        raise RecordError(f"body CRC mismatch at {pos}")
+    return v.to_stored(read_body=read_body)
+
+
+def properties_ok(raw: bytes | bytearray | memoryview) -> bool:
+    """Whether a stored properties section reads as RocketMQ writes it: UTF-8 text of ``name\\x01value``
+    items, each ended by ``\\x02`` (the last one's may be missing), every name non-empty and every item
+    holding exactly one ``\\x01``."""
     try:
-        (_, _, crc, queue_id, flag, queue_offset, phys, sysflag, born_ts) = _HEAD.unpack_from(buf, pos)
-        p = pos + 48
-        if sysflag & sf.BORNHOST_V6_FLAG:
-            bh, bport = struct.unpack_from(">16si", buf, p)
-            p += 20
-        else:
-            bh, bport = struct.unpack_from(">4si", buf, p)
-            p += 8
-        store_ts = _Q.unpack_from(buf, p)[0]
-        p += 8
-        if sysflag & sf.STOREHOSTADDRESS_V6_FLAG:
-            sh, sport = struct.unpack_from(">16si", buf, p)
-            p += 20
-        else:
-            sh, sport = struct.unpack_from(">4si", buf, p)
-            p += 8
-        reconsume, prepared = struct.unpack_from(">iq", buf, p)
-        p += 12
-        body_len = _I.unpack_from(buf, p)[0]
-        p += 4
-        if body_len < 0 or p + body_len > pos + total:
-            raise RecordError(f"bad body length {body_len} at {pos}")
-        body = bytes(buf[p : p + body_len]) if read_body else b""
-        if check_crc and (_crc32(buf[p : p + body_len]) & 0x7FFFFFFF) != crc:
-            raise RecordError(f"body CRC mismatch at {pos}")
-        p += body_len
-        if magic == MESSAGE_MAGIC_CODE_V2:
-            tlen = _H.unpack_from(buf, p)[0]
-            p += 2
-        else:
-            tlen = buf[p]
-            p += 1
-        topic = bytes(buf[p : p + tlen]).decode("utf-8")
-        p += tlen
-        plen = _H.unpack_from(buf, p)[0]
-        p += 2
-        props = decode_properties(bytes(buf[p : p + plen]).decode("utf-8")) if plen else {}
-        p += plen
-    except (struct.error, UnicodeDecodeError, IndexError) as e:
-        raise RecordError(f"corrupt record at {pos}: {e}") from e
-    if p != pos + total:
-        raise RecordError(f"record length mismatch at {pos}: fields end at {p - pos}, total {total}")
-    return StoredMessage(
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        commit_log_offset=phys,
-        store_size=total,
-        body=body,
-        flag=flag,
-        sysflag=sysflag,
-        body_crc=crc,
-        born_timestamp=born_ts,
-        born_host=(_addr_text(bh), bport),
-        store_timestamp=store_ts,
-        store_host=(_addr_text(sh), sport),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        properties=props,
-        store_host_bytes=bytes(sh),
-    )
+        text = str(raw, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    items = text.split("\x02")
+    if not items[-1]:
+        items.pop()
+    for item in items:
+        if item.count("\x01") != 1 or item[0] == "\x01":
+            return False
+    return True
+
+
+def properties_span(record: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """Where the properties of one trusted record (the store's own, just read) start, and their length,
+    without building a view: the filter's hot path."""
+    layout = LAYOUTS[record[_SYSFLAG_LOW_BYTE] & _V6_HOSTS]
+    p = layout.body_at + _I.unpack_from(record, layout.body_at - 4)[0]
+    if record[POS_MAGIC + 3] == _V2_MAGIC_LOW_BYTE:
+        p += 2 + ((record[p] << 8) | record[p + 1])
+    else:
+        p += 1 + record[p]
+    return p + 2, (record[p] << 8) | record[p + 1]
+
+
+# ---------------------------------------------------------------- many records, column-wise
+class RecordColumns(NamedTuple):
+    """Fields and section positions of many records (``record_columns``), one numpy array each."""
+
+    head: np.ndarray  # HEAD_DTYPE: TOTALSIZE .. BORNTIMESTAMP
+    end: np.ndarray  # int64 positions after each record
+    store_ts: np.ndarray
+    prepared: np.ndarray
+    body_at: np.ndarray
+    body_len: np.ndarray
+    topic_at: np.ndarray
+    topic_len: np.ndarray
+    props_at: np.ndarray
+    props_len: np.ndarray
+    ok: np.ndarray  # bool: the checks of ``view_record`` (magic, lengths adding up to TOTALSIZE)
+
+
+def _layout_table(column: str) -> np.ndarray:
+    """An offset of every layout, indexed by SYSFLAG & _V6_HOSTS."""
+    return np.array([LAYOUTS[k].offsets[column] if k in LAYOUTS else 0 for k in range(_V6_HOSTS + 1)],
+                    dtype=np.int64)
+
+
+_OFF_STORE_TS = _layout_table("store_ts")
+_OFF_PREPARED = _layout_table("prepared")
+_OFF_BODY_LEN = _layout_table("body_len")
+_AR_HEAD = np.arange(POS_BORNHOST, dtype=np.int64)
+
+
+def record_columns(u8: np.ndarray, starts: np.ndarray) -> RecordColumns:
+    """The records starting at ``starts`` of the byte array ``u8``, read column by column with numpy:
+    the same layout and checks as ``view_record``, for when many records are read at once (reput,
+    recovery). Each start's TOTALSIZE must be at least MIN_RECORD_SIZE and the record lie within ``u8``
+    (what a walk of the TOTALSIZE chain establishes); positions are clamped into the record, so a
+    record whose lengths lie reads as not ``ok`` instead of sending a gather outside it."""
+    head = u8[starts[:, None] + _AR_HEAD].view(HEAD_DTYPE).ravel()
+    end = starts + head["total"].astype(np.int64)
+    hosts = head["sysflag"].astype(np.int64) & _V6_HOSTS
+    last = end - 1
+    store_ts = gather_be(u8, np.minimum(starts + _OFF_STORE_TS[hosts], last - 8), 8)
+    prepared = gather_be(u8, np.minimum(starts + _OFF_PREPARED[hosts], last - 8), 8)
+    len_at = np.minimum(starts + _OFF_BODY_LEN[hosts], last - 4)
+    body_len = gather_be(u8, len_at, 4)
+    body_at = len_at + 4
+    magic = head["magic"]
+    v2 = magic == MESSAGE_MAGIC_CODE_V2
+    p_topic = np.minimum(body_at + np.maximum(body_len, 0), last - 2)
+    topic_len = np.where(v2, gather_be(u8, p_topic, 2, signed=False), u8[p_topic].astype(np.int64))
+    topic_at = p_topic + np.where(v2, 2, 1)
+    p_props = np.minimum(topic_at + topic_len, last - 1)
+    props_len = gather_be(u8, p_props, 2, signed=False)
+    props_at = p_props + 2
+    ok = ((magic == MESSAGE_MAGIC_CODE) | v2) & (body_len >= 0) & (body_at == starts + _OFF_BODY_LEN[hosts] + 4) \
+        & (body_at + body_len + np.where(v2, 4, 3) <= end) & (topic_at + topic_len + 2 <= end) \
+        & (props_at + props_len == end)
+    return RecordColumns(head, end, store_ts, prepared, body_at, body_len, topic_at, topic_len, props_at, props_len,
+                         ok)
 
 
 def body_crc(body: bytes | memoryview) -> int:
@@ -279,10 +548,6 @@ def body_crc(body: bytes | memoryview) -> int:
 # a 2-byte properties length and the properties.
 _BATCH_ITEM_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
 _AR20 = np.arange(20, dtype=np.int64)
-# The first 48 bytes of a record, TOTALSIZE .. BORNTIMESTAMP.
-HEAD_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-                       ("queue_offset", ">i8"), ("phys", ">i8"), ("sysflag", ">i4"), ("born", ">i8")])
-assert HEAD_DTYPE.itemsize == 48
 
 
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'

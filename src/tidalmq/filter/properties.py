@@ -3,38 +3,13 @@ without decoding the rest of it: only what a filter needs, on the pull path."""
 
 from __future__ import annotations
 
-import struct
-
-from tidalmq.common import sysflag as sf
-from tidalmq.common.record import (
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
-    POS_BORNHOST,
-    POS_MAGIC,
-    POS_SYSFLAG,
-)
-
-_unpack_i = struct.Struct(">i").unpack_from
-# BORNHOST (ip4+port) + STORETIMESTAMP + STOREHOST (ip4+port) + RECONSUMETIMES + PREPARED_TRANSACTION_OFFSET
-_BODYLEN_POS = POS_BORNHOST + 8 + 8 + 8 + 4 + 8
-_BORN_V6 = sf.BORNHOST_V6_FLAG
-_STORE_V6 = sf.STOREHOSTADDRESS_V6_FLAG
-_V2_LAST_BYTE = MESSAGE_MAGIC_CODE_V2 & 0xFF
-assert _BORN_V6 < 256 and _STORE_V6 < 256 and (MESSAGE_MAGIC_CODE & 0xFF) != _V2_LAST_BYTE
+from tidalmq.common.record import properties_span
 
 
 def properties_bytes(record: bytes | bytearray | memoryview) -> bytes:
     """The raw ``name\\x01value\\x02`` properties section of one stored record."""
-    # Host flags live in the low byte of SYSFLAG; the v2 magic differs from v1 in its last byte.
-    flags = record[POS_SYSFLAG + 3]
-    p = _BODYLEN_POS + (12 if flags & _BORN_V6 else 0) + (12 if flags & _STORE_V6 else 0)
-    p += 4 + _unpack_i(record, p)[0]  # body
-    if record[POS_MAGIC + 3] == _V2_LAST_BYTE:
-        p += 2 + ((record[p] << 8) | record[p + 1])
-    else:
-        p += 1 + record[p]
-    n = (record[p] << 8) | record[p + 1]
-    return bytes(record[p + 2 : p + 2 + n])
+    at, n = properties_span(record)
+    return bytes(record[at : at + n])
 
 
 def lookup(raw: bytes, key: bytes) -> str | None:

@@ -23,7 +23,6 @@ from typing import NamedTuple
 import numpy as np
 
 from tidalmq.common import sysflag as sf
-from tidalmq.common.columns import gather_be
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -31,17 +30,22 @@ from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
     DISPATCH_PROPERTIES,
     END_FILE_MIN_BLANK_LENGTH,
-    HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_SIZE,
     POS_BORNHOST,
+    POS_MAGIC,
     POS_SYSFLAG,
     DispatchProperties,
     RecordBatch,
+    RecordError,
+    RecordView,
     body_crc,
     encode_blank,
     patch_for_append,
+    record_columns,
     store_timestamp_pos,
+    view_record,
 )
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
@@ -54,11 +58,6 @@ log = logging.getLogger("tidalmq.store")
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
-_H = struct.Struct(">H")
-_IQ = struct.Struct(">iq")
-_TAIL = struct.Struct(">iqi")  # RECONSUMETIMES, PREPARED_TRANSACTION_OFFSET, BODYLEN
-_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_MIN_RECORD = 48 + 8 + 8 + 8 + 12 + 4 + 1 + 2
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
@@ -72,9 +71,6 @@ SCAN_MAX_RECORDS = 1 << 16
 # operations, ~100 us in all) would outweigh what it saves.
 SCAN_FEW = 8
 
-_AR48 = np.arange(48, dtype=np.int64)
-_AR16 = np.arange(16, dtype=np.int64)
-_TAIL_DTYPE = np.dtype([("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
 # Batches whose dispatch columns the append already built, kept for the dispatcher (bounded: past it the
 # oldest are dropped and simply read back from the CommitLog).
 PREREAD_MAX = 4096
@@ -95,6 +91,8 @@ class Scan(NamedTuple):
     end: int  # file position after the last of them
     verdict: int  # END, BLANK or INVALID: what stopped the scan
     last_store_timestamp: int  # of the last record (0 if none)
+    # CommitLog offsets of records in ``batch`` whose body failed its CRC (checked scans only)
+    crc_failed: tuple[int, ...] = ()
 
 
 RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
@@ -128,6 +126,13 @@ class CommitLog:
         self.on_written: Callable[[], None] = lambda: None
         self.on_no_space: Callable[[OSError], None] = lambda e: None
         self._recovered_store_ts = 0
+        # checkCRCOnRead: verify every record before it is served (off by default: it costs a CRC pass
+        # over every body read, where the read path otherwise copies nothing).
+        self.check_on_read = config.check_crc_on_read
+        # CommitLog offsets of records found corrupt (by recovery or a checked read): never served.
+        self.corrupt: frozenset[int] = frozenset()
+        self.corrupt_records = 0
+        self._corrupt_lock = threading.Lock()
 
     # ------------------------------------------------------------------ offsets
     @property
@@ -251,7 +256,7 @@ class CommitLog:
             return PutStatus.MESSAGE_ILLEGAL
         for rec in recs:
             n = len(rec)
-            if n < _MIN_RECORD or n > max_size:
+            if n < MIN_RECORD_SIZE or n > max_size:
                 return PutStatus.MESSAGE_ILLEGAL
             total, magic = _II.unpack_from(rec, 0)
             if total != n or magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
@@ -264,7 +269,7 @@ class CommitLog:
         heads = batch.heads
         if len(sizes) == 0 or len(heads) != len(sizes):
             return PutStatus.MESSAGE_ILLEGAL
-        if int(sizes.min()) < _MIN_RECORD or int(sizes.max()) > max_size:
+        if int(sizes.min()) < MIN_RECORD_SIZE or int(sizes.max()) > max_size:
             return PutStatus.MESSAGE_ILLEGAL
         if not (np.array_equal(heads["total"], sizes) and (heads["magic"] == MESSAGE_MAGIC_CODE).all()):
             return PutStatus.MESSAGE_ILLEGAL
@@ -344,7 +349,37 @@ class CommitLog:
         pos = phys - mf.file_from_offset
         if pos + size > mf.wrote_position or size <= 0:
             return None
-        return mf.view[pos : pos + size]
+        view = mf.view[pos : pos + size]
+        if self.corrupt or self.check_on_read:  # both almost always false: the zero-copy path stays as it was
+            return view if self._servable(view, phys) else None
+        return view
+
+    def _servable(self, view: memoryview, phys: int) -> bool:
+        """Whether the record at ``phys`` may be served: not found corrupt before and, with
+        checkCRCOnRead, sound now (structure, property text, body CRC, its own offset)."""
+        if phys in self.corrupt:
+            return False
+        if not self.check_on_read:
+            return True
+        try:
+            v = view_record(view)
+            v.check(crc=True)
+            if v.physical_offset != phys or v.total != len(view):
+                raise RecordError(f"record at {phys} claims offset {v.physical_offset}, size {v.total}")
+        except RecordError as e:
+            self.mark_corrupt(phys, str(e))
+            return False
+        return True
+
+    def mark_corrupt(self, phys: int, reason: str) -> None:
+        """Never serve the record at ``phys`` again (until restart; recovery and checked reads find it
+        again). Logged once per record; counted in ``corrupt_records``."""
+        with self._corrupt_lock:
+            if phys in self.corrupt:
+                return
+            self.corrupt = self.corrupt | {phys}  # replaced, not mutated: readers take no lock
+            self.corrupt_records += 1
+        log.error("corrupt record at CommitLog offset %d, not served: %s", phys, reason)
 
     def record_size_at(self, phys: int) -> int:
         mf = self.mfq.find_mapped_file_by_offset(phys)
@@ -404,7 +439,7 @@ class CommitLog:
                 verdict = INVALID
                 break
             total = total_at(mm, p)[0]
-            if total < _MIN_RECORD or p + total > limit:
+            if total < MIN_RECORD_SIZE or p + total > limit:
                 verdict = BLANK if total_at(mm, p + 4)[0] == BLANK_MAGIC_CODE else INVALID
                 break
             add(p)
@@ -415,112 +450,77 @@ class CommitLog:
             return self._scan_few(mf, starts, pos, verdict, check_crc)
         u8 = mf.numpy(np.uint8)
         s = np.array(starts, dtype=np.int64)
-        head = u8[s[:, None] + _AR48].view(HEAD_DTYPE).ravel()
-        magic = head["magic"]
-        not_record = (magic != MESSAGE_MAGIC_CODE) & (magic != MESSAGE_MAGIC_CODE_V2)
-        if not_record.any():
-            k = int(np.argmax(not_record))
-            verdict = BLANK if int(magic[k]) == BLANK_MAGIC_CODE else INVALID
-            if k == 0:
-                return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
-            starts = starts[:k]
-            s = s[:k]
-            head = head[:k]
-        total = head["total"].astype(np.int64)
-        end = s + total
-        sysflag = head["sysflag"].astype(np.int64)
-        p_store = s + np.where(sysflag & sf.BORNHOST_V6_FLAG, 68, 56)
-        store_ts = gather_be(u8, p_store, 8)
-        p_tail = p_store + np.where(sysflag & sf.STOREHOSTADDRESS_V6_FLAG, 28, 16)
-        # (clamped into the record: a short record with IPv6 flags must fail the checks below, not the gather)
-        tail = u8[np.minimum(p_tail, end - 16)[:, None] + _AR16].view(_TAIL_DTYPE).ravel()
-        body_len = tail["body_len"].astype(np.int64)  # reconsume, prepared, body length
-        # A bad length must not send a gather outside the record: clamp, and let the checks below fail.
-        p_topic = np.minimum(p_tail + 16 + np.maximum(body_len, 0), end - 2)
-        v2 = head["magic"] == MESSAGE_MAGIC_CODE_V2
-        topic_len = np.where(v2, gather_be(u8, p_topic, 2, signed=False), u8[p_topic].astype(np.int64))
-        topic_at = p_topic + np.where(v2, 2, 1)
-        p_props = np.minimum(topic_at + topic_len, end - 2)
-        props_len = gather_be(u8, p_props, 2, signed=False)
-        props_at = p_props + 2
-        ok = (body_len >= 0) & (p_tail + 16 + body_len <= end) & (props_at + props_len == end) \
-            & (head["phys"] == s + file_from)  # a record's own offset catches stale bytes that merely parse
+        cols = record_columns(u8, s)
+        # A record's own offset catches stale bytes that merely parse.
+        ok = cols.ok & (cols.head["phys"] == s + file_from)
         n = len(starts)
         if not ok.all():
             n = int(np.argmin(ok))
-            log.warning("undecodable record at %d", file_from + starts[n])
-            verdict = INVALID
+            if int(cols.head["magic"][n]) == BLANK_MAGIC_CODE:
+                verdict = BLANK
+            else:
+                log.warning("undecodable record at %d", file_from + starts[n])
+                verdict = INVALID
+            del starts[n:]
+        crc_failed: tuple[int, ...] = ()
         if check_crc:
-            view = mf.view
-            for i, (b0, bl, crc) in enumerate(zip((p_tail[:n] + 16).tolist(), body_len[:n].tolist(),
-                                                  head["crc"][:n].tolist(), strict=True)):
-                if bl > 0 and body_crc(view[b0 : b0 + bl]) != crc:
-                    log.warning("CRC check failed at %d", file_from + starts[i])
-                    n, verdict = i, INVALID
-                    break
+            n, verdict, crc_failed = self._check_crcs(mf, starts[:n], cols.body_at[:n].tolist(),
+                                                      cols.body_len[:n].tolist(), cols.head["crc"][:n].tolist(),
+                                                      verdict)
         if n == 0:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
-        topic_ids = self._read_topics(u8, topic_at[:n], topic_len[:n])
+        head = cols.head[:n]
+        store_ts = cols.store_ts[:n]
+        topic_ids = self._read_topics(u8, cols.topic_at[:n], cols.topic_len[:n])
         find = DISPATCH_PROPERTIES.findall
-        found = [find(mm[p0 - 1 : p0 + pn]) if pn else [] for p0, pn in zip(props_at[:n].tolist(), props_len[:n].tolist(), strict=True)]
-        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts[:n].tolist())
+        found = [find(mm[p0 - 1 : p0 + pn]) if pn else []
+                 for p0, pn in zip(cols.props_at[:n].tolist(), cols.props_len[:n].tolist(), strict=True)]
+        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts.tolist())
         batch = DispatchBatch(
-            self._topic_names, topic_ids, head["queue_id"][:n].astype(np.int64),
-            s[:n] + file_from, total[:n], np.array(tags_codes, dtype=np.int64), store_ts[:n],
-            head["queue_offset"][:n].astype(np.int64), sysflag[:n], tail["prepared"][:n].astype(np.int64), keys, uniq)
-        return Scan(batch, int(end[n - 1]), verdict if n == len(starts) else INVALID, int(store_ts[n - 1]))
+            self._topic_names, topic_ids, head["queue_id"].astype(np.int64), s[:n] + file_from,
+            head["total"].astype(np.int64), np.array(tags_codes, dtype=np.int64), store_ts,
+            head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64), cols.prepared[:n], keys, uniq)
+        return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)
 
     def _scan_few(self, mf: MappedFile, starts: list[int], pos: int, verdict: int, check_crc: bool) -> Scan:
-        """``scan_records`` for a few records: the same checks and columns, one record at a time."""
+        """``scan_records`` for a few records: the same checks and columns, through ``view_record``."""
         mm = mf.mm
         file_from = mf.file_from_offset
         cols: list[tuple[int, int, int, int, int, int, int, int]] = []  # queue id .. prepared offset, topic id
         found: list[DispatchProperties] = []
         find = DISPATCH_PROPERTIES.findall
         end = pos
+        views: list[RecordView] = []
         for p in starts:
-            total, magic, crc, queue_id, _flag, queue_offset, phys, sysflag, _born = _HEAD.unpack_from(mm, p)
-            if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
-                verdict = BLANK if magic == BLANK_MAGIC_CODE else INVALID
+            try:
+                v = view_record(mm, p)
+            except RecordError:
+                verdict = BLANK if _I.unpack_from(mm, p + POS_MAGIC)[0] == BLANK_MAGIC_CODE else INVALID
                 break
-            rec_end = p + total
-            q = p + (68 if sysflag & sf.BORNHOST_V6_FLAG else 56)
-            store_ts = _Q.unpack_from(mm, q)[0]
-            q += 28 if sysflag & sf.STOREHOSTADDRESS_V6_FLAG else 16
-            if q + 16 > rec_end:  # a short record with IPv6 flags
-                verdict = INVALID
-                break
-            _reconsume, prepared, body_len = _TAIL.unpack_from(mm, q)
-            q += 16
-            if body_len < 0 or q + body_len + 3 > rec_end:
-                verdict = INVALID
-                break
-            if check_crc and body_len > 0 and body_crc(mf.view[q : q + body_len]) != crc:
-                log.warning("CRC check failed at %d", file_from + p)
-                verdict = INVALID
-                break
-            q += body_len
-            if magic == MESSAGE_MAGIC_CODE_V2:
-                topic_len = _H.unpack_from(mm, q)[0]
-                q += 2
-            else:
-                topic_len = mm[q]
-                q += 1
-            topic = mm[q : q + topic_len]
-            q += topic_len
-            props_len = _H.unpack_from(mm, q)[0] if q + 2 <= rec_end else -1
-            q += 2
+            # One unpack of the view (a tuple in RecordView.ITEMS order) instead of a property per field.
+            (total, _magic, _crc, queue_id, _flag, queue_offset, phys, sysflag, _born, _bh, _bp, store_ts, _sh, _sp,
+             _reconsume, prepared, _body_len, _buf, _pos, _body_at, topic_at, topic_len, props_at, props_len) = v
             # A record's own offset catches stale bytes that merely parse.
-            if q + props_len != rec_end or phys != file_from + p:
+            if phys != file_from + p:
                 verdict = INVALID
                 break
+            views.append(v)
+            topic = mm[topic_at : topic_at + topic_len]
             tid = self._topic_ids.get(topic)
-            cols.append((queue_id, queue_offset, file_from + p, total, store_ts, sysflag, prepared,
+            cols.append((queue_id, queue_offset, phys, total, store_ts, sysflag, prepared,
                          tid if tid is not None else self._topic_id(topic)))
-            found.append(find(mm[q - 1 : q + props_len]) if props_len else [])
-            end = rec_end
+            found.append(find(mm[props_at - 1 : props_at + props_len]) if props_len else [])
+            end = p + total
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
+        crc_failed: tuple[int, ...] = ()
+        if check_crc and views:
+            n, verdict, crc_failed = self._check_crcs(mf, [v.pos for v in views], [v.body_at for v in views],
+                                                      [v.body_len for v in views], [v.body_crc for v in views],
+                                                      verdict)
+            del cols[n:], found[n:]
+            if n < len(views):
+                end = views[n].pos
         if not cols:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         queue_ids, queue_offsets, phys_l, sizes, store_ts_l, sysflags, prepared_l, topic_ids = (
@@ -529,7 +529,28 @@ class CommitLog:
         batch = DispatchBatch(self._topic_names, topic_ids, queue_ids, phys_l, sizes,
                               np.array(tags_codes, dtype=np.int64), store_ts_l, queue_offsets, sysflags,
                               prepared_l, keys, uniq)
-        return Scan(batch, end, verdict, int(store_ts_l[-1]))
+        return Scan(batch, end, verdict, int(store_ts_l[-1]), crc_failed)
+
+    @staticmethod
+    def _check_crcs(mf: MappedFile, starts: list[int], body_at: list[int], body_len: list[int], crcs: list[int],
+                    verdict: int) -> tuple[int, int, tuple[int, ...]]:
+        """The body CRC of each record a scan found. A record that fails it and is the last before an
+        unreadable one is a torn write (RocketMQ's recovery truncates there): the scan ends before it,
+        INVALID. Any other is damage in the middle of the log: the records after it are intact and
+        must not be lost, so the scan keeps going and reports it. Returns (records kept, verdict,
+        CommitLog offsets of the records that failed)."""
+        view = mf.view
+        n = len(starts)
+        failed: list[int] = []
+        for i, (b0, bl, crc) in enumerate(zip(body_at, body_len, crcs, strict=True)):
+            if body_crc(view[b0 : b0 + bl]) == crc:
+                continue
+            if i == n - 1 and verdict == INVALID:
+                log.warning("CRC check failed at %d: a torn record, the end of valid data", mf.file_from_offset
+                            + starts[i])
+                return i, INVALID, tuple(failed)
+            failed.append(mf.file_from_offset + starts[i])
+        return n, verdict, tuple(failed)
 
     def _read_topics(self, u8: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> np.ndarray:
         """Each record's topic id, compared as byte rows with numpy (a round rarely holds many topics)."""
@@ -652,6 +673,8 @@ class CommitLog:
             scan = self.scan_records(mf, pos, self.file_size, check_crc=check_crc)
             if scan.last_store_timestamp:
                 self._recovered_store_ts = scan.last_store_timestamp
+            for phys in scan.crc_failed:
+                self.mark_corrupt(phys, "body CRC mismatch found by recovery")
             pos = scan.end
             if scan.verdict != END:
                 return pos, scan.verdict == BLANK

@@ -48,6 +48,9 @@ class MessageStoreConfig:
 
     max_message_size: int = 1024 * 1024 * 4
     check_crc_on_recover: bool = True
+    # Not a RocketMQ 4.x key (it checks CRCs only on recovery): verify each record before serving it
+    # (pull, query, view by id); see docs/broker.md.
+    check_crc_on_read: bool = False
 
     message_index_enable: bool = True
     message_index_safe: bool = False

@@ -799,6 +799,7 @@ class DefaultMessageStore:
             "commitLogMinOffset": str(self.min_phy_offset),
             "commitLogMaxOffset": str(self.max_phy_offset),
             "commitLogFlushedOffset": str(self.commit_log.flushed_where),
+            "commitLogCorruptRecords": str(self.commit_log.corrupt_records),
             "dispatchBehindBytes": str(self.reput.behind()),
             "commitLogDiskRatio": str(self.clean_commit_log.disk_usage(cfg.commit_log_path)),
             "consumeQueueDiskRatio": str(self.clean_commit_log.disk_usage(cfg.consume_queue_path)),
