@@ -15,7 +15,7 @@ from tidalmq.remoting.tls import client_context as tls_context
 from tidalmq.remoting.transport import RemotingError
 
 
-def add_admin_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_admin_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("admin", help="operate a running TidalMQ (topics, consumer progress)")
     p.add_argument("-n", "--namesrv", help="NameServer address (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     p.add_argument("--access-key", help="ACL account to sign requests with (default $TIDALMQ_ACCESS_KEY, "
@@ -121,20 +121,20 @@ async def run_admin(args: argparse.Namespace) -> int:
                     for t in await admin.topic_list():
                         print(t)
                 elif args.topic_cmd == "status":
-                    rows = await admin.topic_status(args.topic)
-                    print(_table([[r.broker_name, r.queue_id, r.min_offset, r.max_offset] for r in rows],
+                    queues = await admin.topic_status(args.topic)
+                    print(_table([[r.broker_name, r.queue_id, r.min_offset, r.max_offset] for r in queues],
                                  ["broker", "queue", "minOffset", "maxOffset"]))
                 elif args.topic_cmd == "delete":
                     await admin.delete_topic(args.topic)
                     print(f"delete topic {args.topic}: success")
             elif args.admin_cmd == "progress":
-                rows = await admin.consumer_progress(args.group, args.topic)
-                if not rows:
+                progress = await admin.consumer_progress(args.group, args.topic)
+                if not progress:
                     print(f"group {args.group} has no consumer progress", file=sys.stderr)
                     return 1
                 print(_table([[r.topic, r.broker_name, r.queue_id, r.broker_offset, r.consumer_offset, r.lag]
-                              for r in rows], ["topic", "broker", "queue", "brokerOffset", "consumerOffset", "lag"]))
-                print(f"total lag: {sum(r.lag for r in rows)}")
+                              for r in progress], ["topic", "broker", "queue", "brokerOffset", "consumerOffset", "lag"]))
+                print(f"total lag: {sum(r.lag for r in progress)}")
             elif args.admin_cmd == "schedule":
                 return await _run_schedule(admin, args)
             elif args.admin_cmd == "rewind":
@@ -145,7 +145,7 @@ async def run_admin(args: argparse.Namespace) -> int:
                 return await _run_query(admin, args)
             elif args.admin_cmd == "cluster":
                 info = await admin.cluster_info()
-                rows = []
+                rows: list[list[object]] = []
                 for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
                     for n in names:
                         for bid, addr in sorted(info["brokerAddrTable"][n]["brokerAddrs"].items()):
