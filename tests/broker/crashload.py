@@ -21,9 +21,10 @@ QUEUES = 4
 Sender = Callable[[int], tuple[str, RemotingCommand]]
 
 
-def plain_sender(topic: str) -> Sender:
-    """Message i to queue i % QUEUES of ``topic``, with key ``k<i>``."""
-    return lambda i: (f"k{i}", send_cmd(topic, f"body-{i}".encode(), queue_id=i % QUEUES, props={"KEYS": f"k{i}"}))
+def plain_sender(topic: str, prefix: str = "k") -> Sender:
+    """Message i to queue i % QUEUES of ``topic``, with key ``<prefix><i>``."""
+    return lambda i: (f"{prefix}{i}", send_cmd(topic, f"body-{i}".encode(), queue_id=i % QUEUES,
+                                               props={"KEYS": f"{prefix}{i}"}))
 
 
 async def create_topic(addr: str, topic: str, queues: int = QUEUES) -> None:

@@ -21,6 +21,7 @@ The model:
 from __future__ import annotations
 
 import errno
+import fnmatch
 import json
 import os
 import random
@@ -37,6 +38,7 @@ SECTOR = 512
 @dataclass
 class _Inode:
     fd: int  # our own O_RDWR descriptor on the backing file, for write-back
+    name: str  # its path under the mount when first written (for ``cut``'s pattern)
     dirty: dict[int, bytearray] = field(default_factory=dict)  # page number -> the page's 4 KiB
 
     def page(self, n: int) -> bytearray:
@@ -71,11 +73,11 @@ class LazyFs(mfusepy.Operations):
     def _p(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
 
-    def _inode(self, fd: int) -> _Inode:
+    def _inode(self, fd: int, path: str) -> _Inode:
         ino = os.fstat(fd).st_ino
         node = self.inodes.get(ino)
         if node is None:
-            node = self.inodes[ino] = _Inode(os.dup(fd))
+            node = self.inodes[ino] = _Inode(os.dup(fd), path or "")
         return node
 
     def _drop(self, ino: int) -> None:
@@ -211,7 +213,7 @@ class LazyFs(mfusepy.Operations):
             end = offset + len(data)
             if os.fstat(fh).st_size < end:
                 os.ftruncate(fh, end)  # the size is metadata: durable at once (see the module docstring)
-            node = self._inode(fh)
+            node = self._inode(fh, path)
             mv = memoryview(data)
             for n in range(offset // PAGE, (end + PAGE - 1) // PAGE):
                 a, b = max(offset, n * PAGE), min(end, (n + 1) * PAGE)
@@ -240,14 +242,20 @@ class LazyFs(mfusepy.Operations):
                 "dirty_files": sum(1 for n in self.inodes.values() if n.dirty),
                 "fsyncs": self.fsyncs, "pages_synced": self.pages_synced}
 
-    def cut(self, torn: float, seed: int) -> dict[str, int]:
-        """Write back a random ``torn`` share of the dirty pages, some of them only partly, drop the rest.
-        Holds the lock to the end: the caller exits the process with it held, so nothing gets in between."""
+    def cut(self, torn: float, seed: int, keep_files: str = "") -> dict[str, int]:
+        """Write back a random ``torn`` share of the dirty pages, some of them only partly, and every dirty
+        page of the files whose path matches the glob ``keep_files`` (the kernel may write back any dirty
+        page before a crash, in any order); drop the rest. Holds the lock to the end: the caller exits the
+        process with it held, so nothing gets in between."""
         self.lock.acquire()
         report = self.stats()
         rng = random.Random(seed)
         whole = partial = 0
         for node in self.inodes.values():
+            if keep_files and fnmatch.fnmatch(node.name, keep_files):
+                node.write_back(node.dirty)
+                whole += len(node.dirty)
+                continue
             keep = {n: p for n, p in node.dirty.items() if rng.random() < torn}
             upto = {n: rng.randrange(1, PAGE // SECTOR) * SECTOR for n in keep if rng.random() < 0.5}
             node.write_back(keep, upto)
@@ -258,14 +266,14 @@ class LazyFs(mfusepy.Operations):
 
 
 def _control(fs: LazyFs) -> None:
-    """Commands on stdin, one a line: ``stats`` or ``cut TORN SEED`` (answers one JSON line on stdout)."""
+    """Commands on stdin, one a line: ``stats`` or ``cut TORN SEED [GLOB]`` (answers a JSON line on stdout)."""
     for line in sys.stdin:
         cmd = line.split()
         if cmd[:1] == ["stats"]:
             with fs.lock:
                 print(json.dumps(fs.stats()), flush=True)
         elif cmd[:1] == ["cut"]:
-            print(json.dumps(fs.cut(float(cmd[1]), int(cmd[2]))), flush=True)
+            print(json.dumps(fs.cut(float(cmd[1]), int(cmd[2]), cmd[3] if len(cmd) > 3 else "")), flush=True)
             os._exit(0)
     os._exit(0)  # the harness went away: cut without writing anything back
 
