@@ -11,5 +11,6 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >/dev/null
-apt-get install -y -qq --no-install-recommends fuse3 >/dev/null
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends fuse3; } >/dev/null; then
+  echo "setup-system: apt-get install fuse3 failed; tests/faults will skip" >&2
+fi
