@@ -97,6 +97,7 @@ def test_harness_drops_unsynced_writes(power_fs: PowerCutFs, tmp_path: Path) -> 
     print(f"\nASYNC_FLUSH, no flush: {cuts.lost} of {cuts.acked} acknowledged lost; lazyfs {cuts.reports[0]}")
 
 
+@pytest.mark.timeout(300)  # ten restarts: about 30 s alone, more on a busy machine
 def test_sync_flush_loses_nothing_acknowledged(power_fs: PowerCutFs, tmp_path: Path) -> None:
     cuts = power_cuts(power_fs, tmp_path, "SYNC_FLUSH", 10, kill_after=lambda r: 0.4 + 0.1 * (r % 5))
     print(f"\nSYNC_FLUSH: {cuts.lost} of {cuts.acked} acknowledged lost over 10 power cuts")
@@ -170,6 +171,7 @@ def test_timer_messages_survive_a_power_cut(power_fs: PowerCutFs, tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_sync_flush_100_power_cuts(power_fs: PowerCutFs, tmp_path: Path) -> None:
     cuts = power_cuts(power_fs, tmp_path, "SYNC_FLUSH", 100, torn=0.3, kill_after=lambda r: 0.3 + 0.1 * (r % 9))
     print(f"\nSYNC_FLUSH: {cuts.lost} of {cuts.acked} acknowledged lost over 100 power cuts (torn 0.3)")
