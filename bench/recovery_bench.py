@@ -16,7 +16,8 @@ recovery in-process, phase by phase (``load_s`` open files, ``recover_s`` Commit
 re-dispatch of ConsumeQueues and index), and seconds per GiB. The timer store's load (no timer messages
 here) is inside the standalone figure only.
 
-    .venv/bin/python bench/recovery_bench.py [--gib 1.0] [--file-mib 1024] [--profile] [--compare bench/out/recovery-latest.json]
+    .venv/bin/python bench/recovery_bench.py [--gib 1.0] [--file-mib 1024] [--profile] [--py-spy]
+        [--compare bench/out/recovery-latest.json]
 """
 
 from __future__ import annotations
@@ -118,12 +119,16 @@ def rewind_checkpoint(data_dir: Path, file_mib: int) -> None:
         f.write(b"\0" * size)
 
 
-def time_standalone(data_dir: Path, file_mib: int, timeout: float = 600) -> float:
+def time_standalone(data_dir: Path, file_mib: int, py_spy: Path | None = None, timeout: float = 600) -> float:
+    """Seconds from exec to the ready line. With ``py_spy``, sampled by py-spy (raw stacks to that path)."""
     from tests.support import free_port_pair
 
     ns, br = free_port_pair()
     cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(data_dir), "--namesrv-port",
            str(ns), "--broker-port", str(br), "--set", f"mappedFileSizeCommitLog={file_mib * 1024 * 1024}"]
+    if py_spy is not None:
+        cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "250", "-f", "raw", "-o", str(py_spy),
+               "--", *cmd]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -135,8 +140,28 @@ def time_standalone(data_dir: Path, file_mib: int, timeout: float = 600) -> floa
                 break
         raise RuntimeError("standalone did not become ready")
     finally:
-        proc.send_signal(signal.SIGKILL)  # leave the crash state for the next measurement
+        # SIGKILL leaves the crash state for the next measurement; under py-spy kill the standalone itself, so
+        # py-spy sees it exit and writes its samples.
+        if py_spy is not None:
+            import psutil
+
+            for child in psutil.Process(proc.pid).children():
+                child.kill()
+        else:
+            proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+
+
+def top_frames(raw: Path, n: int = 8) -> list[tuple[str, float]]:
+    """The functions most often on top of the stack in py-spy's raw output, with their share of samples."""
+    leaves: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + int(count)
+        total += int(count)
+    return [(k, v / total) for k, v in sorted(leaves.items(), key=lambda kv: -kv[1])[:n]]
 
 
 def time_phases(data_dir: Path, file_mib: int, profile: str | None) -> dict[str, float]:
@@ -171,6 +196,8 @@ def main() -> int:
     ap.add_argument("--gib", type=float, default=1.0, help="CommitLog to build, GiB")
     ap.add_argument("--file-mib", type=int, default=1024, help="mappedFileSizeCommitLog, MiB")
     ap.add_argument("--profile", action="store_true", help="cProfile the recovery phase to bench/out/*.prof")
+    ap.add_argument("--py-spy", action="store_true",
+                    help="also run each standalone start under py-spy (raw stacks in bench/out, top frames printed)")
     ap.add_argument("--compare", help="a previous bench/out/recovery-*.json")
     ap.add_argument("--keep", help="build into this directory and keep it")
     ap.add_argument("--fill", help=argparse.SUPPRESS)
@@ -205,6 +232,13 @@ def main() -> int:
             _restore(snapshot, data / "store")
             standalone = time_standalone(data, args.file_mib)
             _restore(snapshot, data / "store")
+            if args.py_spy:
+                raw = Path(__file__).parent / "out" / f"recovery-{case}-standalone.txt"
+                time_standalone(data, args.file_mib, raw)
+                _restore(snapshot, data / "store")
+                print(f"{case}: py-spy samples of the standalone start in {raw}; most on top of the stack:")
+                for frame, share in top_frames(raw):
+                    print(f"  {share:6.1%}  {frame}")
             for k, v in phases.items():
                 results[f"{case}_{k}"] = v
             results[f"{case}_standalone_s"] = standalone

@@ -644,7 +644,7 @@ class CommitLog:
         most of a scan's cost."""
         pos = 0
         first_since: int | None = None
-        crc_now = check_crc and since_ts is None
+        crc_now = check_crc and (since_ts is None or since_ts <= 0)  # 0: nothing known flushed
         while True:
             scan = self.scan_records(mf, pos, self.file_size, check_crc=crc_now)
             if since_ts is not None and first_since is None and len(scan.batch):
