@@ -225,3 +225,36 @@ def test_long_outage_with_rolled_entries(open_store: Open, clock: Clock) -> None
     got = drain(s, t + 1_000_000)
     assert offsets(got) == list(range(199)) and list(got["deliver_ms"]) == list(d)
     assert s.pending_count() == 0 and s.next_due_ms() is None
+
+
+def test_commit_after_a_last_tick_pop_then_a_lull_longer_than_a_revolution(open_store: Open, clock: Clock) -> None:
+    # Driven as the broker's timer service drives it: pop, commit the last popped key (sync=False), a periodic
+    # sync. The message is due in its slot's last tick (t + 95 rounds up to t + 100, the next slot), so the pop
+    # that releases it also moves the cursor into the next slot.
+    s = open_store()  # 100 ms slots, 20 slots: a 2 s revolution
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 95], offset=[1]), 2)
+    clock.now = t + 100
+    got = s.pop_due(clock.now)
+    assert offsets(got) == [1]
+    s.commit_delivered((int(got["deliver_ms"][-1]), int(got["offset"][-1])), sync=False)
+    s.commit_delivered(s.committed_cursor, sync=True)
+    clock.now += 3 * 2_000  # a lull of three revolutions, nothing due
+    assert len(s.pop_due(clock.now)) == 0
+    s.enqueue(make_entries(deliver_ms=[clock.now + 50], offset=[3]), 4)
+    clock.now += 50
+    assert offsets(s.pop_due(clock.now)) == [3]
+    assert s.next_due_ms() is None
+
+
+def test_commit_of_the_last_pop_follows_the_cursor_into_empty_slots(open_store: Open, clock: Clock) -> None:
+    # A late pop with a limit: the entry is taken and the cursor runs on over empty slots up to its bound.
+    # Committing that entry must let the cursor go further (a roll filed beyond the bound comes back due).
+    s = open_store()
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t], offset=[0]), 1)
+    clock.now = t + 2_000  # one revolution late
+    got = s.pop_due(clock.now, 1)
+    s.commit_delivered((int(got["deliver_ms"][0]), int(got["offset"][0])), sync=False)
+    assert s.enqueue(make_entries(deliver_ms=[clock.now], offset=[2]), 3).rolled == 1
+    assert offsets(s.pop_due(clock.now, 1)) == [2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from tidalmq.common.record import decode_record
 from tidalmq.store.consume_queue import CQ_DTYPE
 from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
 
-from .conftest import crash, put_one, rec
+from .conftest import FakeIndex, crash, put_one, rec
 
 
 def read_queue(store, topic: str, qid: int) -> list:  # noqa: ANN001
@@ -197,3 +198,38 @@ def test_empty_commit_log_destroys_queues(make_store) -> None:
     again = make_store()
     assert again.topics_and_queues() == {}
     assert put_one(again, "R", 0).queue_offset == 0
+
+
+def test_abnormal_recovery_redispatches_only_what_the_checkpoint_does_not_cover(make_store, clock) -> None:
+    """One CommitLog file holds everything (RocketMQ would re-dispatch all of it); re-dispatch starts at the
+    first record stored at or after the checkpoint's minimum timestamp (its time - 3 s)."""
+    one_file = 1 << 20
+
+    def put(n: int, tag: str) -> list:  # noqa: ANN001
+        res = store.put_messages([PutRequest("R", i % 3, [rec("R", i % 3, body=b"." * 200, keys=f"{tag}{i}")])
+                                  for i in range(n)])
+        assert store.wait_reput(store.max_phy_offset, 5)
+        return [r.wrote_offset for r in res]
+
+    store = make_store(mapped_file_size_commit_log=one_file)
+    old = put(30, "old")
+    clock.now += 10_000
+    recent = put(30, "recent")  # stored at the checkpoint's time: within its 3 s margin
+    deadline = time.monotonic() + 5
+    while store.commit_log.flushed_store_timestamp != clock.now and time.monotonic() < deadline:
+        time.sleep(0.01)  # the flush service's next round
+    store.flush_consume_queues(0)  # the thorough flush that advances the checkpoint
+    clock.now += 10_000
+    after = put(30, "after")
+    crash(store)
+    # The ConsumeQueue tail past the checkpoint never reached the disk.
+    qpath = os.path.join(store.config.consume_queue_path, "R", "0", f"{0:020d}")
+    with open(qpath, "r+b") as f:
+        f.seek(20 * 20)
+        f.write(bytes(10 * 20))
+    index = FakeIndex()
+    again = make_store(mapped_file_size_commit_log=one_file, index=index)
+    assert {off for _, off, _ in index.entries} == set(recent + after)
+    every = old + recent + after
+    for q in range(3):
+        assert [m.commit_log_offset for m in read_queue(again, "R", q)] == every[q::3]

@@ -188,6 +188,21 @@ class BrokerController:
     # lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # Loading recovers the store after a crash (a CommitLog scan, queues re-dispatched): seconds on a
+        # large store. Off the loop, so what already serves on it (a standalone's NameServer) keeps answering.
+        await self._loop.run_in_executor(None, self._load_and_start_store)
+        await self.server.start()
+        self.config.listen_port = self.server.port
+        self._register_event = asyncio.Event()
+        self._tasks.append(self._loop.create_task(self._register_loop()))
+        self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
+        self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+        if self.acl is not None:
+            self._tasks.append(self._loop.create_task(self.acl.watch()))
+        log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
+
+    def _load_and_start_store(self) -> None:
+        """The configs, the store (with its recovery) and the schedule services, loaded and started."""
         self.topics.load()
         self.offsets.load()
         self.groups.load()
@@ -215,15 +230,6 @@ class BrokerController:
         if self.timer is not None:
             self.timer.start()
         self.topics.persist()
-        await self.server.start()
-        self.config.listen_port = self.server.port
-        self._register_event = asyncio.Event()
-        self._tasks.append(self._loop.create_task(self._register_loop()))
-        self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
-        self._tasks.append(self._loop.create_task(self.transaction_check.run()))
-        if self.acl is not None:
-            self._tasks.append(self._loop.create_task(self.acl.watch()))
-        log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -83,7 +83,11 @@ class TimerStore:
         self._buf = np.empty(0, ENTRY_DTYPE)  # the current slot's deliverable entries, sorted
         self._bi = 0  # next of them to pop
         self._cancels = np.empty(0, ENTRY_DTYPE)  # delete markers filed in the current slot
-        self._released = (0, -1)
+        self._released = (0, -1)  # the read cursor: last popped entry, or (slot start, -1) once past it
+        # The last entry actually popped. Entering the next slot moves the read cursor past it, so "all popped
+        # is committed" must be judged against this key, not the cursor (else a commit of the last popped
+        # entry never clears _uncommitted and the cursor wedges a revolution later).
+        self._popped = (0, -1)
         self._durable_slot = 0  # slot of the commit in the checkpoint on disk
         self._uncommitted = False  # popped entries not yet committed
 
@@ -116,6 +120,7 @@ class TimerStore:
         self._commit = (cp.read_ms, cp.read_offset)
         self._slot = self._durable_slot = cp.read_ms // self.slot_ms
         self._uncommitted = False
+        self._popped = self._commit
         self._recover_tail(cp.flush_pos)
         # The commit slot was entered (and its rolls re-filed) before anything in it could be committed.
         self._enter(self._slot, roll=False)
@@ -280,7 +285,7 @@ class TimerStore:
                     out.append(buf[i : i + take])
                     self._bi = i = i + take
                     limit -= take
-                    self._released = (int(buf["deliver_ms"][i - 1]), int(buf["offset"][i - 1]))
+                    self._released = self._popped = (int(buf["deliver_ms"][i - 1]), int(buf["offset"][i - 1]))
                     self._uncommitted = True
                 if i < len(buf):
                     break  # the rest of this slot is not due yet, or the limit is reached
@@ -329,8 +334,12 @@ class TimerStore:
             raise ValueError(f"cannot commit {key}: only popped up to {self._released}")
         if key > self._commit:
             self._commit = key
-        if key == self._released:
+        if key >= self._popped:
+            # Everything popped is re-stored. The cursor may have entered later (empty) slots since the last
+            # pop: those are done too, so the commit follows the cursor, or the bound on the cursor (one
+            # revolution past the durable commit) would never move.
             self._uncommitted = False
+            self._commit = max(self._commit, self._released)
         if sync:
             self.flush()
             self._delete_consumed()

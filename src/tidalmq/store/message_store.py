@@ -191,7 +191,7 @@ class DefaultMessageStore:
             min_ts = cp.min_timestamp_index() if self.config.message_index_safe else cp.min_timestamp()
             process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
             cut = rebuild_from
-            log.info("abnormal recovery: CommitLog valid to %d, rebuilding queues from %d", process, rebuild_from)
+            log.info("abnormal recovery: CommitLog valid to %d, re-dispatching from %d", process, rebuild_from)
         min_phy = self.commit_log.min_offset
         if min_phy < 0:
             # No CommitLog at all: the queues point at nothing (RocketMQ destroys them too).
