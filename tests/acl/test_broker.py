@@ -168,6 +168,11 @@ def test_file_change_is_picked_up_and_a_broken_file_ignored(acl_standalone: Stan
         finally:
             path.write_text(acl_text())
         await _wait_code(addr, anonymous, want_ok=False)
+        # The NameServer watches the same file on its own: wait until it has the restored ACL too, so
+        # the tests after this one see both servers without the loopback white address.
+        await _wait_code(acl_standalone.namesrv_addr,
+                         lambda: _request(RC.PUT_KV_CONFIG, {"namespace": "acltest", "key": "k", "value": "v"}),
+                         want_ok=False)
 
     run(go(), 60)
 

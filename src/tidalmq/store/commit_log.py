@@ -415,13 +415,18 @@ class CommitLog:
         return code
 
     def scan_records(self, mf: MappedFile, pos: int, limit: int, *, check_crc: bool = False,
-                     max_bytes: int = 1 << 62, max_records: int = SCAN_MAX_RECORDS) -> Scan:
+                     max_bytes: int = 1 << 62, max_records: int = SCAN_MAX_RECORDS,
+                     dispatch_fields: bool = True) -> Scan:
         """RocketMQ's checkMessageAndReturnSize over a run of records of one file, from ``pos``: walk the
         TOTALSIZE chain (records starting before ``pos + max_bytes``, at most ``max_records``), then
         read and check every record's fields with numpy, then look up the properties dispatch needs.
 
         The run stops at ``limit``, at a BLANK record (end of file) or at the first record that does not
-        check out (torn, corrupt, CRC mismatch, or lying about its own PHYSICALOFFSET)."""
+        check out (torn, corrupt, CRC mismatch, or lying about its own PHYSICALOFFSET).
+
+        Without ``dispatch_fields`` (recovery, which wants where valid data ends and when it was stored)
+        the batch's topics, tag codes and keys are left empty: finding them in the properties is most of
+        a scan's cost, and reput reads them again when it dispatches."""
         mm = mf.mm
         file_from = mf.file_from_offset
         starts: list[int] = []
@@ -471,6 +476,14 @@ class CommitLog:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         head = cols.head[:n]
         store_ts = cols.store_ts[:n]
+        if not dispatch_fields:
+            none: list[str | None] = [None] * n
+            zeros = np.zeros(n, dtype=np.int64)
+            batch = DispatchBatch(
+                self._topic_names, zeros, head["queue_id"].astype(np.int64), s[:n] + file_from,
+                head["total"].astype(np.int64), zeros, store_ts, head["queue_offset"].astype(np.int64),
+                head["sysflag"].astype(np.int64), cols.prepared[:n], none, none)
+            return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)
         topic_ids = self._read_topics(u8, cols.topic_at[:n], cols.topic_len[:n])
         find = DISPATCH_PROPERTIES.findall
         found = [find(mm[p0 - 1 : p0 + pn]) if pn else []
@@ -677,7 +690,7 @@ class CommitLog:
         first_since: int | None = None
         crc_now = check_crc and (since_ts is None or since_ts <= 0)  # 0: nothing known flushed
         while True:
-            scan = self.scan_records(mf, pos, self.file_size, check_crc=crc_now)
+            scan = self.scan_records(mf, pos, self.file_size, check_crc=crc_now, dispatch_fields=False)
             if since_ts is not None and first_since is None and len(scan.batch):
                 hits = np.flatnonzero(scan.batch.store_timestamps >= since_ts)
                 if len(hits):
