@@ -282,14 +282,14 @@ class IndexFile:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
-            self._write_header()
+            self._write_header(self._mm)
         else:
-            self._load_header()
+            self._load_header(self._mm)
         self.dirty = create
 
     # ------------------------------------------------------------------ header
 
-    def _load_header(self) -> None:
+    def _load_header(self, mm: mmap.mmap) -> None:
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -297,7 +297,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = _HEADER.unpack_from(self._open_map(), 0)
+        ) = _HEADER.unpack_from(mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > self.index_num:
@@ -309,9 +309,9 @@ class IndexFile:
             )
             self.index_count = self.index_num
 
-    def _write_header(self) -> None:
+    def _write_header(self, mm: mmap.mmap) -> None:
         _HEADER.pack_into(
-            self._open_map(),
+            mm,
             0,
             self.begin_timestamp,
             self.end_timestamp,
@@ -404,7 +404,7 @@ class IndexFile:
         self.index_count = idx + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
+        self._write_header(mm)
         self.dirty = True
         return True
 
@@ -485,7 +485,7 @@ class IndexFile:
         self.index_count = end
         self.end_phy_offset = int(offs[-1])
         self.end_timestamp = int(tss[-1])
-        self._write_header()
+        self._write_header(self._open_map())
         self.dirty = True
         return n
 
@@ -524,7 +524,7 @@ class IndexFile:
     def flush(self) -> None:
         if self._mm is None:
             return
-        self._write_header()
+        self._write_header(self._mm)
         self._mm.flush()
         self.dirty = False
 
