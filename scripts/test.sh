@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs TidalMQ with its test dependencies into .venv and runs the default test suite.
+# Installs TidalMQ with its test dependencies into .venv, runs ruff and mypy, then the default test suite.
 # Extra arguments go to pytest (e.g. --run-slow for the crash loops and soak tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-system.sh  # Debian packages the suite needs (fuse3 for the power-cut harness)
 bash scripts/setup.sh test
 .venv/bin/ruff check src tests bench
+.venv/bin/mypy  # src/tidalmq, with the settings in pyproject.toml's [tool.mypy]
 exec .venv/bin/python -m pytest "$@"

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tidalmq import __version__
-from tidalmq.acl.config import AclConfigError
+from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
 from tidalmq.remoting.config import RemotingServerConfig
@@ -117,7 +117,7 @@ async def _standalone(args: argparse.Namespace) -> int:
 
         # The NameServer reads the same files; the broker beside it signs with its own accessKey, or
         # else with an admin account that exists only in this process.
-        extra = ()
+        extra: tuple[Account, ...] = ()
         if not (bc.access_key and bc.secret_key):
             account, internal = internal_account()
             extra = (account,)

@@ -135,7 +135,7 @@ class BrokerController:
         self.transactions = TransactionalMessageService(self, cfg_dir / "transactionState.json")
         self.rewrite_hooks.insert(0, self.transactions.rewrite)
         self.transaction_check = TransactionCheckService(self.transactions, config)
-        self.send_processor = SendMessageProcessor(self)
+        self.send_processor: SendMessageProcessor = SendMessageProcessor(self)  # annotated: read across an import cycle
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)

@@ -220,9 +220,10 @@ class Subscription:
         if expression_type != "TAG":
             if expression_type not in EXPRESSION_TYPES:
                 raise ValueError(f"expression type must be one of {EXPRESSION_TYPES}, got {expression_type!r}")
-            if not (expression or "").strip():
+            sql = (expression or "").strip()
+            if not sql:
                 raise ValueError("a SQL92 subscription needs an expression")
-            return cls(topic, expression.strip(), version, set(), expression_type)  # type: ignore[union-attr]
+            return cls(topic, sql, version, set(), expression_type)
         expr = (expression or "").strip() or SUB_ALL
         tags: set[str] = set()
         if expr != SUB_ALL:

@@ -181,20 +181,20 @@ def equals(lv: object, rv: object) -> bool:
     """``lv.equals(rv)``: same Java type and value (Double.equals compares bits: NaN equals NaN)."""
     if jtype(lv) != jtype(rv):
         return False
-    if type(lv) is float:
-        return double_compare(lv, rv) == 0  # type: ignore[arg-type]
+    if type(lv) is float and type(rv) is float:  # (the second holds when the first does: same jtype)
+        return double_compare(lv, rv) == 0
     return lv == rv
 
 
 def negate(v: object) -> object:
     """UnaryExpression.createNegate: numbers are negated with Java's overflow, anything else is null."""
-    t = type(v)
-    if t is int:
-        return v if v == INT_MIN else -v  # type: ignore[operator]
-    if t is JLong:
-        return v if v == LONG_MIN else JLong(-v)  # type: ignore[operator]
-    if t is float:
-        return -v  # type: ignore[operator]
+    # ``type(v) is`` each time rather than once into a local: the type checker narrows ``v`` only so
+    if type(v) is int:
+        return v if v == INT_MIN else -v
+    if type(v) is JLong:
+        return v if v == LONG_MIN else JLong(-v)
+    if type(v) is float:
+        return -v
     return None
 
 

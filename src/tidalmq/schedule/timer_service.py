@@ -372,6 +372,7 @@ class TimerMessageService:
                 return False
         now = self.clock()
         requests: list[PutRequest] = []
+        last_records: list[bytearray] = []  # the records of requests[-1]
         owners: list[int] = []  # index in ``due`` of each request's last entry
         lateness: list[int] = []
         topics: list[tuple[str, int]] = []
@@ -409,17 +410,18 @@ class TimerMessageService:
                 log.error("%s; skipped", err)
                 continue
             if requests and requests[-1].topic == topic and requests[-1].queue_id == qid:
-                requests[-1].records.append(record)
+                last_records.append(record)
                 owners[-1] = i
             else:
-                requests.append(PutRequest(topic, qid, [record]))
+                last_records = [record]
+                requests.append(PutRequest(topic, qid, last_records))
                 owners.append(i)
             lateness.append(now - real_deliver)
             topics.append((topic, real_deliver))
         for t, d in skipped_keys:
             self.topics.add(t, d, -1)
         last = (int(due["deliver_ms"][-1]), int(due["offset"][-1]))
-        done_upto = last
+        done_upto: tuple[int, int] | None = last
         if requests:
             self._write_journal(last, self._journal_done)
             results = self.store.put_messages(requests)

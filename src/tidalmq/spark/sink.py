@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -144,6 +144,12 @@ class TidalMQStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
 # ---- the sending (executors) ---------------------------------------------------------------------------
 
+@overload
+def _column(rb: Any, name: str, *, body: bool = False) -> list[Any]: ...
+@overload
+def _column(rb: Any, name: str | None, *, body: bool = False) -> list[Any] | None: ...
+
+
 def _column(rb: Any, name: str | None, *, body: bool = False) -> list[Any] | None:
     if name is None:
         return None
@@ -221,7 +227,7 @@ class _Sender:
         checked = self.checked_topics
         max_size = self.p.max_message_size
         for i in range(n):
-            body = bodies[i]  # type: ignore[index]
+            body = bodies[i]
             if not body or len(body) > max_size:
                 what = "null" if body is None else "empty" if not body else f"{len(body)} bytes, over {max_size}"
                 raise TidalMQSinkError(f"tidalmq sink: row {self.rows + i}: the 'body' column is {what}")

@@ -117,7 +117,6 @@ class ConsumeQueue:
         i = 0
         while i < len(arr):
             mf = self.mfq.get_last_mapped_file(self.mfq.max_offset())
-            assert mf is not None
             local = mf.wrote_position // CQ_STORE_UNIT_SIZE
             k = min(len(arr) - i, self.per_file - local)
             mf.numpy(CQ_DTYPE)[local : local + k] = arr[i : i + k]

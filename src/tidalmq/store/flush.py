@@ -16,7 +16,7 @@ from tidalmq.store.commit_log import CommitLog
 
 log = logging.getLogger("tidalmq.store")
 
-FlushCallback = Callable[[bool], None]
+FlushCallback = Callable[[bool], object]
 
 
 def _call(cb: FlushCallback, ok: bool) -> None:

@@ -188,16 +188,16 @@ def index_hashes_with_prefix(
             h += prefix_hashes * np.uint32(p)
     else:
         try:
-            p = _POW31[lengths]
+            pows = _POW31[lengths]
         except IndexError:  # lengths string_hashes did not make: grow the table
-            p = _pow_tables(int(lengths.max()) + 1)[0][lengths]
+            pows = _pow_tables(int(lengths.max()) + 1)[0][lengths]
         if isinstance(prefix_hashes, int):
             if prefix_hashes:
-                p *= np.uint32(prefix_hashes)
-                h += p
+                pows *= np.uint32(prefix_hashes)
+                h += pows
         else:
-            p *= prefix_hashes
-            h += p
+            pows *= prefix_hashes
+            h += pows
     v = h.view(np.int32)
     np.abs(v, out=v)  # Math.abs: MIN_VALUE stays MIN_VALUE ...
     np.maximum(v, 0, out=v)  # ... which RocketMQ maps to 0
@@ -251,7 +251,8 @@ class IndexFile:
                 # reservation is never written until it is reserved in turn.
                 os.ftruncate(fd, self.file_size)
                 self._reserve_for(1)
-            self._mm = mmap.mmap(
+            # None once unmapped (``closed``); every other method runs only on an open file.
+            self._mm: mmap.mmap | None = mmap.mmap(
                 fd, self.file_size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
             )
         except BaseException:
@@ -281,14 +282,14 @@ class IndexFile:
                 self.begin_phy_offset = self.end_phy_offset = end_phy_offset
             if end_timestamp > 0:
                 self.begin_timestamp = self.end_timestamp = end_timestamp
-            self._write_header()
+            self._write_header(self._mm)
         else:
-            self._load_header()
+            self._load_header(self._mm)
         self.dirty = create
 
     # ------------------------------------------------------------------ header
 
-    def _load_header(self) -> None:
+    def _load_header(self, mm: mmap.mmap) -> None:
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -296,7 +297,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = _HEADER.unpack_from(self._mm, 0)
+        ) = _HEADER.unpack_from(mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
         if self.index_count > self.index_num:
@@ -308,9 +309,9 @@ class IndexFile:
             )
             self.index_count = self.index_num
 
-    def _write_header(self) -> None:
+    def _write_header(self, mm: mmap.mmap) -> None:
         _HEADER.pack_into(
-            self._mm,
+            mm,
             0,
             self.begin_timestamp,
             self.end_timestamp,
@@ -329,6 +330,11 @@ class IndexFile:
     @property
     def closed(self) -> bool:
         return self._mm is None
+
+    def _open_map(self) -> mmap.mmap:
+        mm = self._mm
+        assert mm is not None, "index file used after close"  # callers check ``closed`` first
+        return mm
 
     def _reserve_for(self, entries: int) -> None:
         """Make sure the header, the slots and the first ``entries`` entries are backed by blocks before
@@ -376,6 +382,7 @@ class IndexFile:
             return False
         self._reserve_for(idx + 1)
         mm = self._mm
+        assert mm is not None, "index file used after close"  # inline: once per key (_put_scalar)
         abs_slot = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
         slot_value = _SLOT.unpack_from(mm, abs_slot)[0]
         if slot_value <= INVALID_INDEX or slot_value > idx:
@@ -397,7 +404,7 @@ class IndexFile:
         self.index_count = idx + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
+        self._write_header(mm)
         self.dirty = True
         return True
 
@@ -437,7 +444,7 @@ class IndexFile:
             distinct = not np.count_nonzero(slot_view[slots] != idx)
         if distinct and not np.count_nonzero(heads.view(">u4") >= base):  # as unsigned: negatives too
             prev = heads
-            new_slots = n - np.count_nonzero(heads)
+            new_slots = n - int(np.count_nonzero(heads))
         else:
             order = np.argsort(slots, kind="stable")
             s_sorted = slots[order]
@@ -474,11 +481,11 @@ class IndexFile:
             self._e_time_diff[base:end] = np.minimum(diffs, INT_MAX, out=diffs)
         self._e_prev_index[base:end] = prev
 
-        self.hash_slot_count += int(new_slots)
+        self.hash_slot_count += new_slots
         self.index_count = end
         self.end_phy_offset = int(offs[-1])
         self.end_timestamp = int(tss[-1])
-        self._write_header()
+        self._write_header(self._open_map())
         self.dirty = True
         return n
 
@@ -492,7 +499,7 @@ class IndexFile:
         count = self.index_count
         if count <= 1:
             return
-        mm = self._mm
+        mm = self._open_map()
         nxt = _SLOT.unpack_from(mm, HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
         if nxt <= INVALID_INDEX or nxt > count:
             return
@@ -517,7 +524,7 @@ class IndexFile:
     def flush(self) -> None:
         if self._mm is None:
             return
-        self._write_header()
+        self._write_header(self._mm)
         self._mm.flush()
         self.dirty = False
 
@@ -531,10 +538,11 @@ class IndexFile:
         self._unmap()
 
     def _unmap(self) -> None:
-        mm = self._mm
-        self._slots = None
-        self._entries = None
-        self._e_key_hash = self._e_phy_offset = self._e_time_diff = self._e_prev_index = None
+        mm = self._open_map()
+        # Drop the numpy views, or the mapping cannot be closed. Deleted rather than set to None, so each
+        # keeps one type; only an open file (``_mm`` not None) reads them.
+        del self._slots, self._entries
+        del self._e_key_hash, self._e_phy_offset, self._e_time_diff, self._e_prev_index
         self._mm = None
         try:
             mm.close()

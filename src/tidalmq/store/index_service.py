@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -283,16 +284,21 @@ class IndexService:
         return self._columns_of(topics, keyss, uniqs, offs, tss, skip, last_off)
 
     def _columns_of(
-        self, topics: Sequence[str], keyss: Sequence[object], uniqs: Sequence[str | None], offs: Sequence[int],
+        self, topics: Sequence[str], keyss: Sequence[list[str] | str | None], uniqs: Sequence[str | None],
+        offs: Sequence[int],
         tss: Sequence[int], skip: bool, last_off: int, off_arr: np.ndarray | None = None,
         ts_arr: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """:meth:`_columns` once the round is in columns."""
         if None in uniqs:
             return None
+        # Both checked here, once per round: no unique key is None, and (when any record has keys) every
+        # record's keys are a list; other rounds go the per-record way.
+        uniq_keys = cast("Sequence[str]", uniqs)
+        key_lists = cast("Sequence[list[str]]", keyss)
         no_keys = not any(keyss)
         if not no_keys and (
-            set(map(type, keyss)) != _LIST or "" in (flat := list(chain.from_iterable(keyss)))
+            set(map(type, keyss)) != _LIST or "" in (flat := list(chain.from_iterable(key_lists)))
         ):
             return None
         n = len(offs)
@@ -303,12 +309,12 @@ class IndexService:
         if ts_arr is None:
             ts_arr = np.fromiter(tss, dtype=np.int64, count=n)
         prefixes = self._prefix_hashes(topics)
-        hashes = index_hashes_with_prefix(prefixes, *string_hashes(uniqs))
+        hashes = index_hashes_with_prefix(prefixes, *string_hashes(uniq_keys))
         if no_keys:
             return hashes, off_arr, ts_arr
         # each record: its unique key's entry, then one per key
         m = len(flat)
-        counts = list(map(len, keyss))
+        counts = list(map(len, key_lists))
         c = counts[0]
         if counts.count(c) == n:  # the same number of keys in every record (usually 1)
             key_prefixes = prefixes if isinstance(prefixes, int) else np.repeat(prefixes, c)
@@ -323,12 +329,12 @@ class IndexService:
         per += 1
         firsts = np.cumsum(per)
         firsts -= per
-        out = np.empty(n + m, dtype=np.int32)
-        out[firsts] = hashes
+        merged = np.empty(n + m, dtype=np.int32)
+        merged[firsts] = hashes
         is_key = np.ones(n + m, dtype=bool)
         is_key[firsts] = False
-        out[is_key] = key_hashes
-        return out, np.repeat(off_arr, per), np.repeat(ts_arr, per)
+        merged[is_key] = key_hashes
+        return merged, np.repeat(off_arr, per), np.repeat(ts_arr, per)
 
     @staticmethod
     def _collect(

@@ -18,8 +18,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from tidalmq.common.fileutil import reserve_file_space
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 log = logging.getLogger("tidalmq.store")
 
@@ -112,7 +116,7 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
-        self._np = None
+        self._np: npt.NDArray[Any] | None = None
         self.first_create_in_queue = False
 
     @property
@@ -126,7 +130,7 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def numpy(self, dtype):  # noqa: ANN001, ANN201 - numpy is an implementation detail of the callers
+    def numpy(self, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
         """A cached numpy view of the whole file (ConsumeQueue reads); dropped before unmapping."""
         arr = self._np
         if arr is None or arr.dtype != dtype:
@@ -261,7 +265,7 @@ class MappedFileQueue:
             names = sorted(n for n in os.listdir(self.store_path) if n.isdigit() and len(n) == 20)
         except FileNotFoundError:
             return True
-        files = []
+        files: list[MappedFile] = []
         for i, name in enumerate(names):
             path = os.path.join(self.store_path, name)
             size = os.path.getsize(path)
@@ -319,6 +323,11 @@ class MappedFileQueue:
             if f.file_from_offset <= offset < f.file_from_offset + self.mapped_file_size:
                 return f
         return None
+
+    @overload
+    def get_last_mapped_file(self, start_offset: int = 0, need_create: Literal[True] = True) -> MappedFile: ...
+    @overload
+    def get_last_mapped_file(self, start_offset: int, need_create: bool) -> MappedFile | None: ...
 
     def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
         """The file being written; a new one when there is none or the last is full."""

@@ -30,6 +30,7 @@ from tidalmq.store.config import CQ_STORE_UNIT_SIZE, MessageStoreConfig
 from tidalmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from tidalmq.store.disk_space import COMMIT_LOG, CONSUME_QUEUE, INDEX, DiskSpaceGuard
 from tidalmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
+from tidalmq.store.index_service import IndexService
 from tidalmq.store.mapped_file import fsync_dir
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
@@ -42,11 +43,6 @@ from tidalmq.store.results import (
     QueueEntries,
     QueueRange,
 )
-
-try:  # written in parallel by the index engineer; the store works without it
-    from tidalmq.store.index_service import IndexService as _IndexService
-except ImportError:  # pragma: no cover - depends on the checkout
-    _IndexService = None
 
 __all__ = [
     "AppendResult",
@@ -98,8 +94,8 @@ class DefaultMessageStore:
         self.commit_log = CommitLog(config, clock, store_host)
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_lock = threading.Lock()
-        if index_service is None and config.message_index_enable and _IndexService is not None:
-            index_service = _IndexService(config.index_path, config.max_hash_slot_num, config.max_index_num)
+        if index_service is None and config.message_index_enable:
+            index_service = IndexService(config.index_path, config.max_hash_slot_num, config.max_index_num)
         self.index_service: IndexServiceLike | None = index_service if config.message_index_enable else None
         self.checkpoint: StoreCheckpoint | None = None
         self._listeners: list[Callable[[dict[tuple[str, int], int]], None]] = []
@@ -335,7 +331,7 @@ class DefaultMessageStore:
         except DiskFullError:
             pass
 
-    def request_flush(self, offset: int, callback: Callable[[bool], None]) -> None:
+    def request_flush(self, offset: int, callback: Callable[[bool], object]) -> None:
         """SYNC_FLUSH: ``callback(True)`` (from the flush thread) once the CommitLog is durable up to
         ``offset`` (pass ``wrote_offset + wrote_bytes``), ``callback(False)`` when that took longer than
         ``sync_flush_timeout``. ASYNC_FLUSH: answered at once with True (RocketMQ does not wait)."""
@@ -395,7 +391,7 @@ class DefaultMessageStore:
             self.reput.do_reput()
         return self.reput.wait_reput(offset, timeout)
 
-    def on_reput(self, offset: int, fn: Callable[[], None]) -> None:
+    def on_reput(self, offset: int, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once everything before CommitLog ``offset`` is dispatched, without waiting: at
         once when it already is, else from the thread that dispatches past it (the reput thread, or the
         broker's loop after a group commit). For awaiting this on an event loop see ``StoreFace``."""

@@ -42,7 +42,7 @@ class ReputMessageService(ServiceThread):
         self._round = threading.Lock()  # one dispatcher at a time: this thread or an appender's
         self._stalled = False
         # (offset, seq, fn): called once reput passes offset (see on_reput); seq keeps the heap off fn.
-        self._waiters: list[tuple[int, int, Callable[[], None]]] = []
+        self._waiters: list[tuple[int, int, Callable[[], object]]] = []
         self._seq = itertools.count()
 
     def behind(self) -> int:
@@ -67,9 +67,9 @@ class ReputMessageService(ServiceThread):
             for fn in ready:
                 self._call(fn)
             if touched:
-                for fn in self.listeners:
+                for listener in self.listeners:
                     try:
-                        fn(touched)
+                        listener(touched)
                     except Exception:
                         log.exception("arrival listener failed")
             if stalled:
@@ -83,7 +83,7 @@ class ReputMessageService(ServiceThread):
         with self._progress:
             return self._progress.wait_for(lambda: self.reput_from_offset >= offset, timeout)
 
-    def on_reput(self, offset: int, fn: Callable[[], None]) -> None:
+    def on_reput(self, offset: int, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once everything before ``offset`` is dispatched: now (on the caller's thread) if it
         is, else from whichever thread dispatches past it. ``fn`` must be quick and must not block."""
         with self._progress:
@@ -92,14 +92,14 @@ class ReputMessageService(ServiceThread):
                 return
         self._call(fn)
 
-    def _take_waiters(self, reached: int) -> list[Callable[[], None]]:
+    def _take_waiters(self, reached: int) -> list[Callable[[], object]]:
         out = []
         while self._waiters and self._waiters[0][0] <= reached:
             out.append(heapq.heappop(self._waiters)[2])
         return out
 
     @staticmethod
-    def _call(fn: Callable[[], None]) -> None:
+    def _call(fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception:

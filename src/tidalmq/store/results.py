@@ -156,7 +156,7 @@ class DispatchBatch:
     @staticmethod
     def empty(topic_names: list[str]) -> DispatchBatch:
         none = np.zeros(0, dtype=np.int64)
-        return DispatchBatch(topic_names, *(none for _ in _ARRAY_FIELDS), [], [])
+        return DispatchBatch(topic_names, keys=[], uniq_keys=[], **dict.fromkeys(_ARRAY_FIELDS, none))
 
     @staticmethod
     def concat(parts: list[DispatchBatch]) -> DispatchBatch:
@@ -165,10 +165,10 @@ class DispatchBatch:
         if not parts:
             return DispatchBatch.empty([])
         names = parts[-1].topic_names  # the name table only grows, so the last one covers all ids
-        cols = [np.concatenate([getattr(p, f) for p in parts]) for f in _ARRAY_FIELDS]
+        cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _ARRAY_FIELDS}
         keys = [k for p in parts for k in p.keys]
         uniq = [u for p in parts for u in p.uniq_keys]
-        return DispatchBatch(names, *cols, keys, uniq)
+        return DispatchBatch(names, keys=keys, uniq_keys=uniq, **cols)
 
 
 _ARRAY_FIELDS = ("topic_ids", "queue_ids", "commit_log_offsets", "sizes", "tags_codes", "store_timestamps",

@@ -63,6 +63,7 @@ class PullMessageProcessor:
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{conn.addr}]",
             )
         flagged = bool(sysflag & FLAG_SUBSCRIPTION)
+        sub: SubscriptionData | None
         if flagged:
             sub = SubscriptionData.build(topic, h.get("subscription"), sub_version, h.get("expressionType") or "TAG")
         else:
