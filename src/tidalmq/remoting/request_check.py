@@ -159,12 +159,29 @@ HEADERS: dict[int, tuple[Field, ...]] = {
 }
 
 
+# Per request code, each field with its fast-path data resolved once: the per-request loop below then
+# touches no Enum (Enum hashing runs Python code) and calls no function for a name it has seen or a short
+# run of digits.
+_Compiled = tuple[str, Kind, bool, int, "set[str] | None"]
+_COMPILED: dict[int, tuple[_Compiled, ...]] = {
+    int(code): tuple((name, kind, required, _SAFE_DIGITS.get(kind, 0), _KNOWN_NAMES.get(kind))
+                     for name, kind, required in fields)
+    for code, fields in HEADERS.items()
+}
+
+
 def check_headers(code: int, ext: dict[str, str]) -> None:
-    for name, kind, required in HEADERS.get(code, ()):
+    for name, kind, required, safe_digits, known in _COMPILED.get(code, ()):
         value = ext.get(name)
         if value is None or (value == "" and not required):
             if required:
                 raise RequestError(f"the custom field <{name}> is null")
+            continue
+        if known is not None:
+            if value in known:
+                continue
+        elif (safe_digits and value.__class__ is str and len(value) <= safe_digits and value.isascii()
+              and value.isdigit()):
             continue
         check_value(name, kind, value)
 

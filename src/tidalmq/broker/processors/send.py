@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -61,7 +62,9 @@ Respond = Callable[[RemotingCommand], object]
 
 SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
-_BROKER_PROPERTY_MARKERS = tuple(n + mc.NAME_VALUE_SEPARATOR for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES)
+# One pass over the properties text finds any of them (a hit only means "parse and look").
+_BROKER_PROPERTY_MARKERS = re.compile("|".join(
+    re.escape(n + mc.NAME_VALUE_SEPARATOR) for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES))
 
 
 def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
@@ -76,7 +79,7 @@ def screen_client_properties(msg: InnerMessage) -> None:
     BROKER_ONLY_PROPERTIES are refused, BROKER_WRITTEN_PROPERTIES dropped. Messages the broker builds
     itself (send-back, schedule delivery) do not come through here."""
     text = msg.properties_text
-    if not any(marker in text for marker in _BROKER_PROPERTY_MARKERS):
+    if _BROKER_PROPERTY_MARKERS.search(text) is None:
         return
     props = msg.properties
     for name in mc.BROKER_ONLY_PROPERTIES:
