@@ -258,3 +258,27 @@ def test_commit_of_the_last_pop_follows_the_cursor_into_empty_slots(open_store: 
     s.commit_delivered((int(got["deliver_ms"][0]), int(got["offset"][0])), sync=False)
     assert s.enqueue(make_entries(deliver_ms=[clock.now], offset=[2]), 3).rolled == 1
     assert offsets(s.pop_due(clock.now, 1)) == [2]
+
+
+def test_live_cells_are_the_window_of_the_wheel(tmp_path) -> None:  # noqa: ANN001
+    """live_cells compares in place; the cells it returns are those a walk over the window (after,
+    after + slots) finds: the slot each cell holds matches the window's, and the cell has records."""
+    import numpy as np
+
+    from tidalmq.schedule.timer_wheel import TimerWheel
+
+    slots = 97
+    wheel = TimerWheel(tmp_path / "wheel", slots)
+    rng = np.random.default_rng(7)
+    for after in (0, 5, 96, 97, 1000, 12345):
+        cells = wheel.cells
+        cells["slot"] = after + rng.integers(-slots, 2 * slots, slots)  # stale, current and future revolutions
+        cells["last"] = np.where(rng.random(slots) < 0.7, rng.integers(0, 1 << 20, slots), -1)
+        n = np.arange(after + 1, after + slots, dtype=np.int64)
+        walk = cells[n % slots]
+        expected = walk[(walk["slot"] == n) & (walk["last"] >= 0)]
+        got = wheel.live_cells(after)
+        assert sorted(got["slot"].tolist()) == sorted(expected["slot"].tolist())
+        assert sorted(got["last"].tolist()) == sorted(expected["last"].tolist())
+    del cells, walk, expected, got  # views of the mapping: closing it needs them gone
+    wheel.close()

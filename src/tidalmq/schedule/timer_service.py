@@ -475,7 +475,8 @@ class TimerMessageService:
     def _publish_view(self, nxt: int | None) -> None:
         """Timer thread (or load): publish a new TimerView in one attribute store."""
         now = self.clock()
-        view = TimerView(now, self.timer.pending_count(), self.timer.histogram(now), nxt,
+        hist = self.timer.histogram(now)  # its buckets add up to pending_count(): one walk of the wheel
+        view = TimerView(now, max(0, sum(hist.values())), hist, nxt,
                          self.timer.enqueue_offset, {t: Counter(c) for t, c in self.topics.by_topic.items()})
         with self._view_cond:
             self.view = view

@@ -128,10 +128,17 @@ class TimerWheel:
         return None
 
     def live_cells(self, after: int) -> np.ndarray:
-        """All cells of slots in (after, after + slots) holding records (a copy)."""
-        n = np.arange(after + 1, after + self.slots, dtype=np.int64)
-        cells = self.cells[n % self.slots]
-        return cells[(cells["slot"] == n) & (cells["last"] >= 0)].copy()
+        """All cells of slots in (after, after + slots) holding records (a copy), in index order.
+
+        Cell i can only hold slot ``after + 1 + (i - after - 1) % slots`` of that window; the cell of
+        ``after`` itself would be ``after + slots``, outside it. Comparing in place copies only the live
+        cells: gathering the whole wheel first (32 bytes a slot, 19 MB for a 7-day wheel) made each
+        runtime-info view cost the timer thread ~90 ms, and deliveries due meanwhile waited."""
+        start = after + 1
+        cells = self.cells
+        live = (cells["slot"] == start + (self._ramp - start) % self.slots) & (cells["last"] >= 0)
+        live[after % self.slots] = False
+        return cells[live]
 
     def flush(self) -> None:
         self._mm.flush()
