@@ -165,19 +165,3 @@ def test_damage_is_caught_by_structure_property_text_or_crc() -> None:
     (b"A\x01\xff\x02", False)])
 def test_properties_ok(raw: bytes, ok: bool) -> None:
     assert properties_ok(raw) is ok
-
-
-def test_spark_columns_read_records_through_the_view() -> None:
-    pytest.importorskip("pyarrow")
-    from tidalmq.spark.records import decode_bodies
-
-    recs = [_record(b, s, m) for b, s, m in CASES]
-    table = decode_bodies([(b"".join(recs), 0, 100)], "broker-a").to_pydict()
-    assert table["topic"] == ["Topic-é"] * len(CASES) and table["tags"] == ["t"] * len(CASES)
-    assert table["keys"] == ["a b"] * len(CASES) and table["queueOffset"] == [12] * len(CASES)
-    # COMPRESSED is set but the body does not inflate: kept as it is, as MessageDecoder does
-    assert table["body"] == [b"body \x00\xff bytes"] * len(CASES)
-    second = bytearray(recs[1])
-    second[4] ^= 0xFF  # its magic
-    with pytest.raises(RecordError):
-        decode_bodies([(bytes(recs[0] + second), 0, 100)], "b")
