@@ -117,12 +117,21 @@ async def create_topic(c: RemotingClient, addr: str, topic: str) -> None:
     assert r.code == ResponseCode.SUCCESS, r.remark
 
 
-async def pipelined_sends(c: RemotingClient, addr: str, topic: str, n: int, window: int, batch: int = 1) -> float:
-    """Keep ``window`` sends in flight on one connection until ``n`` messages are acknowledged."""
+def build_sends(topic: str, n: int, batch: int = 1) -> list[RemotingCommand]:
+    """The requests ``pipelined_sends`` would make for ``n`` messages, built (and signed) ahead."""
+    bodies = BatchBodies(batch) if batch > 1 else None
+    return [send_req(topic, i % QUEUES, i, batch=bodies.body(i * batch) if bodies is not None else None)
+            for i in range(n // batch)]
+
+
+async def pipelined_sends(c: RemotingClient, addr: str, topic: str, n: int, window: int, batch: int = 1,
+                          prebuilt: list[RemotingCommand] | None = None) -> float:
+    """Keep ``window`` sends in flight on one connection until ``n`` messages are acknowledged; with
+    ``prebuilt`` (``build_sends``), the load generator only encodes and writes them."""
     conn = await c.connection(addr)
     loop = asyncio.get_running_loop()
     total = n // batch
-    bodies = BatchBodies(batch) if batch > 1 else None
+    bodies = BatchBodies(batch) if batch > 1 and prebuilt is None else None
     state = {"sent": 0, "acked": 0, "errors": 0}
     done = loop.create_future()
 
@@ -139,7 +148,10 @@ async def pipelined_sends(c: RemotingClient, addr: str, topic: str, n: int, wind
     def send_one() -> None:
         i = state["sent"]
         state["sent"] += 1
-        req = send_req(topic, i % QUEUES, i, batch=bodies.body(i * batch) if bodies is not None else None)
+        if prebuilt is not None:
+            req = prebuilt[i]
+        else:
+            req = send_req(topic, i % QUEUES, i, batch=bodies.body(i * batch) if bodies is not None else None)
         conn.request(req).add_done_callback(on_response)
 
     t0 = time.perf_counter()
