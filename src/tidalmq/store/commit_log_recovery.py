@@ -15,7 +15,7 @@ from tidalmq.store.mapped_file import MappedFile
 
 
 class CommitLogRecovery(CommitLogScan):
-    """The recovery half of ``CommitLog``: the attributes below are the CommitLog's."""
+    """The recovery part of ``CommitLog``: the attributes below are the CommitLog's."""
 
     config: MessageStoreConfig
     confirm_offset: int

@@ -72,10 +72,8 @@ class Scan(NamedTuple):
     crc_failed: tuple[int, ...] = ()
 
 
-
-
 class CommitLogScan:
-    """The scan half of ``CommitLog``: the attributes below are the CommitLog's, set by its ``__init__``."""
+    """The scan part of ``CommitLog``: the attributes below are the CommitLog's, set by its ``__init__``."""
 
     file_size: int
     mfq: MappedFileQueue
