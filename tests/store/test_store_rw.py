@@ -317,7 +317,7 @@ def _batch(topic: str, queue_id: int, bodies: list[bytes], props: list[dict[str,
            sysflag: int = 0, born_host: bytes = bytes([10, 0, 0, 7])):  # noqa: ANN202
     """A SEND_BATCH_MESSAGE body encoded by the broker's batch encoder."""
     from tidalmq.common.message import encode_properties
-    from tidalmq.common.record import encode_batch_records
+    from tidalmq.common.record_batch import encode_batch_records
 
     items = []
     for i, (body, p) in enumerate(zip(bodies, props, strict=True)):

@@ -34,13 +34,13 @@ from tidalmq.common.record import (
     MIN_RECORD_SIZE,
     POS_BORNHOST,
     POS_SYSFLAG,
-    RecordBatch,
     RecordError,
     encode_blank,
     patch_for_append,
     store_timestamp_pos,
     view_record,
 )
+from tidalmq.common.record_batch import RecordBatch
 from tidalmq.store.commit_log_recovery import CommitLogRecovery
 from tidalmq.store.commit_log_scan import Preread
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels

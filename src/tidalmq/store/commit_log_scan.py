@@ -23,13 +23,13 @@ from tidalmq.common.record import (
     MIN_RECORD_SIZE,
     POS_MAGIC,
     DispatchProperties,
-    RecordBatch,
     RecordError,
     RecordView,
     body_crc,
-    record_columns,
     view_record,
 )
+from tidalmq.common.record_batch import RecordBatch
+from tidalmq.common.record_columns import record_columns
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
 from tidalmq.store.results import DispatchBatch
