@@ -34,7 +34,8 @@ from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.selector import FaultStrategy, RoundRobin, java_hash, not_available_duration
 from tidalmq.common import sysflag as sf
 from tidalmq.common.message import decode_properties
-from tidalmq.common.record import decode_record, encode_batch_records, encode_record
+from tidalmq.common.record import decode_record, encode_record
+from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.remoting.codes import RequestCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType, decode_frame_body, encode_frame
 

@@ -114,7 +114,7 @@ def test_fastjson_integer_keys_both_ways() -> None:
 def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[str, str], int]], v6: bool) -> None:
     import struct
 
-    from tidalmq.common.record import encode_batch_records
+    from tidalmq.common.record_batch import encode_batch_records
 
     host = bytes(16) if v6 else bytes([10, 0, 0, 2])
     parts = []
@@ -132,7 +132,7 @@ def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[s
 
 
 def test_malformed_batch_body_raises() -> None:
-    from tidalmq.common.record import encode_batch_records
+    from tidalmq.common.record_batch import encode_batch_records
 
     kw = dict(topic="T", queue_id=0, sysflag=0, born_timestamp=0, born_host=bytes(4), born_port=0,
               store_host=bytes(4), store_port=0)

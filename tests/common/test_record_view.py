@@ -17,13 +17,13 @@ from tidalmq.common.record import (
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_SIZE,
     RecordError,
-    encode_batch_records,
     encode_record,
     properties_ok,
     properties_span,
-    record_columns,
     view_record,
 )
+from tidalmq.common.record_batch import encode_batch_records
+from tidalmq.common.record_columns import record_columns
 
 V4 = bytes([10, 1, 2, 3])
 V6 = bytes(range(1, 17))

@@ -317,7 +317,7 @@ def _batch(topic: str, queue_id: int, bodies: list[bytes], props: list[dict[str,
            sysflag: int = 0, born_host: bytes = bytes([10, 0, 0, 7])):  # noqa: ANN202
     """A SEND_BATCH_MESSAGE body encoded by the broker's batch encoder."""
     from tidalmq.common.message import encode_properties
-    from tidalmq.common.record import encode_batch_records
+    from tidalmq.common.record_batch import encode_batch_records
 
     items = []
     for i, (body, p) in enumerate(zip(bodies, props, strict=True)):
@@ -457,7 +457,7 @@ def test_scan_reads_dispatch_fields_and_stops_at_faults(make_store, monkeypatch,
     the dispatch fields of every record; a body CRC failure in the middle reported but not fatal, one in
     the last record before garbage a torn end; a record lying about its own offset stops the scan."""
     from tidalmq.common.record import MESSAGE_MAGIC_CODE_V2, encode_record
-    from tidalmq.store import commit_log as clm
+    from tidalmq.store import commit_log_scan as clm
 
     store = make_store(start=False, mapped_file_size_commit_log=64 * 1024)
     v6 = bytes(range(16))
@@ -505,7 +505,7 @@ def test_scan_of_a_short_ipv6_flagged_record_at_the_end_of_a_file(make_store, mo
     """Garbage that claims IPv6 hosts in a record too short for them, in the last bytes of a file: the
     scan must call it INVALID, not read past the record (or the mapping)."""
     from tidalmq.common.record import MESSAGE_MAGIC_CODE
-    from tidalmq.store import commit_log as clm
+    from tidalmq.store import commit_log_scan as clm
 
     store = make_store(start=False, mapped_file_size_commit_log=64 * 1024)
     put_one(store, "SV")

@@ -4,6 +4,10 @@ Threads once started: a flush service (GroupCommitService in SYNC_FLUSH, FlushRe
 ASYNC_FLUSH), FlushConsumeQueueService, ReputMessageService and CleanService. The broker calls
 ``put_messages`` / ``get_message`` from its own thread; callbacks and arrival listeners run on the
 store's threads.
+
+The class is split by responsibility: the lifecycle, the put path and flushing here; the dispatchers
+the reput calls in store/message_store_dispatch.py; the read API (getMessage and what services read) in
+store/message_store_read.py; admin and runtime stats in store/message_store_admin.py.
 """
 
 from __future__ import annotations
@@ -13,29 +17,25 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
-
-import numpy as np
+from collections.abc import Callable, Sequence
 
 from tidalmq.common import naming as nm
-from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError, path_under
-from tidalmq.common.message import KEY_SEPARATOR
-from tidalmq.common.record import RecordError, StoredMessage, decode_record
 from tidalmq.store.checkpoint import StoreCheckpoint
 from tidalmq.store.clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from tidalmq.store.commit_log import CommitLog
-from tidalmq.store.config import CQ_STORE_UNIT_SIZE, MessageStoreConfig
-from tidalmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
-from tidalmq.store.disk_space import COMMIT_LOG, CONSUME_QUEUE, INDEX, DiskSpaceGuard
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.consume_queue import ConsumeQueue
+from tidalmq.store.disk_space import COMMIT_LOG, DiskSpaceGuard
 from tidalmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from tidalmq.store.index_service import IndexService
 from tidalmq.store.mapped_file import fsync_dir
+from tidalmq.store.message_store_admin import MessageStoreAdmin
+from tidalmq.store.message_store_dispatch import IndexServiceLike, MessageStoreDispatch
+from tidalmq.store.message_store_read import MessageStoreRead
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
     AppendResult,
-    DispatchBatch,
     GetMessageResult,
     GetStatus,
     PutRequest,
@@ -58,21 +58,6 @@ __all__ = [
 
 log = logging.getLogger("tidalmq.store")
 
-MAX_PULL_MSG_SIZE = 128 * 1024 * 1024
-_NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
-
-
-class IndexServiceLike(Protocol):
-    def load(self, last_exit_ok: bool) -> bool: ...
-    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
-    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None],
-                            uniqs: Sequence[str | None], offsets: np.ndarray, timestamps: np.ndarray) -> None: ...
-    def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
-    def flush(self) -> None: ...
-    def delete_expired(self, min_commit_log_offset: int) -> Any: ...
-    def destroy(self) -> None: ...
-    def close(self) -> None: ...
-
 
 def _ms_clock() -> int:
     return time.time_ns() // 1_000_000
@@ -85,7 +70,7 @@ def _total_physical_memory() -> int:
         return 8 * 1024 ** 3
 
 
-class DefaultMessageStore:
+class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAdmin):
     def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911),
                  clock: Callable[[], int] = _ms_clock, *, index_service: IndexServiceLike | None = None) -> None:
         self.config = config
@@ -318,11 +303,6 @@ class DefaultMessageStore:
             self.disk_space.clear(COMMIT_LOG)
         return results
 
-    @property
-    def disk_full(self) -> bool:
-        """Writes are being refused for lack of space (see ``store.disk_space``)."""
-        return self.disk_space.full
-
     def dispatch(self) -> None:
         """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the
         rest to the reput thread, which retries every second."""
@@ -401,413 +381,6 @@ class DefaultMessageStore:
     def dispatch_running(self) -> bool:
         """True while the reput thread runs (else nothing dispatches unless ``dispatch()`` is called)."""
         return self.reput.is_alive()
-
-    def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        key = (topic, queue_id)
-        cq = self._cqs.get(key)
-        if cq is None:
-            with self._cq_lock:
-                cq = self._cqs.get(key)
-                if cq is None:
-                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path,
-                                      self.config.mapped_file_size_consume_queue)
-                    self._cqs[key] = cq
-        return cq
-
-    def _dispatch(self, batch: DispatchBatch) -> dict[tuple[str, int], int]:
-        """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for one round."""
-        tx = batch.sysflags & sf.TRANSACTION_TYPE_MASK
-        names = batch.topic_names
-        touched: dict[tuple[str, int], int] = {}
-        in_queue = np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
-        if len(in_queue):
-            # One group per (topic, queue), CommitLog order kept inside each.
-            group_keys = (batch.topic_ids[in_queue] << 32) | (batch.queue_ids[in_queue] & 0xFFFFFFFF)
-            if (group_keys == group_keys[0]).all():
-                groups = [(int(group_keys[0]), in_queue)]
-            else:
-                order = np.argsort(group_keys, kind="stable")
-                sorted_keys = group_keys[order]
-                cuts = (np.flatnonzero(np.diff(sorted_keys)) + 1).tolist()
-                groups = [(int(sorted_keys[a]), in_queue[order[a:b]])
-                          for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True)]
-            for key, idx in groups:
-                queue_id = key & 0xFFFFFFFF
-                if queue_id >= 1 << 31:
-                    queue_id -= 1 << 32
-                topic = names[key >> 32]
-                try:
-                    cq = self._find_or_create_cq(topic, queue_id)
-                except UnsafePathError:
-                    # A record whose topic cannot be a directory (written before the naming rules, or
-                    # past them): it stays in the CommitLog, readable by offset, but is queued nowhere.
-                    log.error("record(s) of topic %r queue %d not queued: the name is not a safe path", topic, queue_id)
-                    continue
-                try:
-                    touched[(topic, queue_id)] = cq.put_entries(batch.queue_offsets[idx], batch.commit_log_offsets[idx],
-                                                                batch.sizes[idx], batch.tags_codes[idx])
-                except DiskFullError as e:
-                    # The round is not done: the reput retries it (entries already put are skipped then).
-                    self.disk_space.set(CONSUME_QUEUE, f"{topic}-{queue_id}: {e}")
-                    raise
-        self.disk_space.clear(CONSUME_QUEUE)
-        index = self.index_service
-        if index is not None:
-            try:
-                self._build_index(index, batch, tx == sf.TRANSACTION_ROLLBACK_TYPE)
-                self.disk_space.clear(INDEX)
-            except DiskFullError as e:
-                # The index is a lookup aid: this round's keys are not indexed, the messages are queued.
-                self.disk_space.set(INDEX, str(e))
-            except Exception:
-                log.exception("build index failed")
-        return touched
-
-    @staticmethod
-    def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:
-        """CommitLogDispatcherBuildIndex: KEYS and UNIQ_KEY of every record but rolled-back half messages."""
-        names = batch.topic_names
-        keys = [[k for k in text.split(KEY_SEPARATOR) if k] if text else None for text in batch.keys]
-        uniqs = batch.uniq_keys
-        if not rolled_back.any() and None not in uniqs:  # the usual round: every record has a UNIQ_KEY
-            index.build_index_columns([names[t] for t in batch.topic_ids.tolist()], keys, uniqs,
-                                      batch.commit_log_offsets, batch.store_timestamps)
-            return
-        offsets = batch.commit_log_offsets.tolist()
-        times = batch.store_timestamps.tolist()
-        items = [(names[t], k, u, offsets[i], times[i])
-                 for i, (t, k, u, rb) in enumerate(zip(batch.topic_ids.tolist(), keys, uniqs, rolled_back.tolist(),
-                                                       strict=True))
-                 if (k or u) and not rb]
-        if items:
-            index.build_index_batch(items)
-
-    # ================================================================== read
-    def consume_queues(self) -> Iterable[ConsumeQueue]:
-        return list(self._cqs.values())
-
-    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._cqs.get((topic, queue_id))
-
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    max_total_bytes: int = MAX_PULL_MSG_SIZE, tag_codes: set[int] | None = None,
-                    filter: Callable[[int, memoryview], bool] | None = None) -> GetMessageResult:  # noqa: A002
-        """RocketMQ's getMessage. ``tag_codes``: ConsumeQueue-level filter on tag hash codes (None: all).
-        ``filter(tags_code, raw_record)``: CommitLog-level filter (e.g. SQL92), called for entries that
-        passed ``tag_codes``."""
-        if self._shutdown or not self._loaded:
-            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset)
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            # RocketMQ creates the (empty) queue on lookup, so it answers NO_MESSAGE_IN_QUEUE, next 0.
-            self._stats["getMessageTimesTotalMiss"] += 1
-            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0)
-        min_off = cq.min_offset_in_queue
-        max_off = cq.max_offset_in_queue
-        res = GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, min_off, max_off)
-        if max_off == 0:
-            res.status, res.next_begin_offset = GetStatus.NO_MESSAGE_IN_QUEUE, 0
-        elif offset < min_off:
-            res.status, res.next_begin_offset = GetStatus.OFFSET_TOO_SMALL, min_off
-        elif offset == max_off:
-            res.status, res.next_begin_offset = GetStatus.OFFSET_OVERFLOW_ONE, offset
-        elif offset > max_off:
-            res.status, res.next_begin_offset = GetStatus.OFFSET_OVERFLOW_BADLY, max_off
-        else:
-            self._read_range(res, cq, offset, max_off, max_msg_nums, max_total_bytes, tag_codes, filter)
-        self._stats["getMessageTimesTotalFound" if res.status is GetStatus.FOUND else "getMessageTimesTotalMiss"] += 1
-        return res
-
-    def _read_range(self, res: GetMessageResult, cq: ConsumeQueue, offset: int, max_off: int, max_msg_nums: int,
-                    max_total_bytes: int, tag_codes: set[int] | None,
-                    filter: Callable[[int, memoryview], bool] | None) -> None:  # noqa: A002
-        cfg = self.config
-        max_offset_py = self.commit_log.max_offset
-        # Entries examined per call are bounded like RocketMQ (maxFilterMessageSize, one CQ file).
-        max_filter_bytes = max(cfg.max_filter_message_size, max_msg_nums * CQ_STORE_UNIT_SIZE)
-        n_scan = min(max_off - offset, -(-max_filter_bytes // CQ_STORE_UNIT_SIZE))
-        max_pull = min(max(max_total_bytes, 100), MAX_PULL_MSG_SIZE)
-        arr = cq.entries(offset, n_scan)
-        if arr is None:
-            res.status = GetStatus.OFFSET_FOUND_NULL
-            res.next_begin_offset = cq.roll_next_file(offset)
-            return
-        n = len(arr)
-        if n == 0:  # the entry is being written; nothing readable yet
-            res.status = GetStatus.OFFSET_FOUND_NULL
-            res.next_begin_offset = offset
-            return
-        phys = arr["offset"].astype(np.int64)
-        sizes = arr["size"].astype(np.int64)
-        tags = arr["tag"].astype(np.int64)
-        del arr  # drop the view of the mapped file
-        live = sizes != BLANK_SIZE
-        removed = phys < self.commit_log.min_offset
-        cand = live & ~removed
-        if tag_codes is not None:
-            cand &= np.isin(tags, np.fromiter(tag_codes, np.int64, len(tag_codes)))
-        cand_idx = np.flatnonzero(cand).tolist()
-        phys_l = phys.tolist()
-        sizes_l = sizes.tolist()
-        total = count = 0
-        buffers = res.buffers
-        qoffs = res.queue_offsets
-        memory = self._memory
-        next_rel = n
-        max_phy_pulling = 0
-        filtered = 0
-        get = self.commit_log.get_message
-        for i in cand_idx:
-            size = sizes_l[i]
-            p = phys_l[i]
-            if count:
-                # isTheBatchFull
-                if count + 1 > max_msg_nums or total + size > max_pull:
-                    next_rel = i
-                    break
-                if max_offset_py - p <= memory:
-                    if total + size > cfg.max_transfer_bytes_on_message_in_memory \
-                            or count > cfg.max_transfer_count_on_message_in_memory - 1:
-                        next_rel = i
-                        break
-                elif total + size > cfg.max_transfer_bytes_on_message_in_disk \
-                        or count > cfg.max_transfer_count_on_message_in_disk - 1:
-                    next_rel = i
-                    break
-            if total >= max_pull:
-                next_rel = i
-                break
-            max_phy_pulling = p
-            view = get(p, size)
-            if view is None:
-                continue
-            if filter is not None and not filter(int(tags[i]), view):
-                filtered += 1
-                continue
-            buffers.append(view)
-            qoffs.append(offset + i)
-            total += size
-            count += 1
-        res.next_begin_offset = offset + next_rel
-        res.message_count = count
-        res.buffer_total_size = total
-        res.filter_message_count = filtered
-        if count:
-            res.status = GetStatus.FOUND
-            self._stats["getMessageTransferedMsgCount"] += count
-        elif next_rel > 0 and bool(removed[next_rel - 1]) and bool(live[next_rel - 1]):
-            res.status = GetStatus.MESSAGE_WAS_REMOVING
-        else:
-            res.status = GetStatus.NO_MATCHED_MESSAGE
-        if max_phy_pulling:
-            res.suggest_pulling_from_slave = (max_offset_py - max_phy_pulling) > memory
-
-    # ------------------------------------------------------------------ the read API for services
-    # What the broker's services (schedule, timer, transactions, admin) read. Nothing outside store/
-    # touches ConsumeQueue arrays, mapped files or the CommitLog directly (tests/store/test_face.py).
-    def queue_range(self, topic: str, queue_id: int) -> QueueRange:
-        cq = self._cqs.get((topic, queue_id))
-        return QueueRange(0, 0) if cq is None else QueueRange(cq.min_offset_in_queue, cq.max_offset_in_queue)
-
-    def read_queue(self, topic: str, queue_id: int, offset: int, max_n: int) -> QueueEntries:
-        """Up to ``max_n`` entries from logical ``offset`` (read from the queue's min offset when
-        ``offset`` is below it), never past one ConsumeQueue file: loop on ``next_offset`` while it is
-        below ``queue_range().max_offset`` and the read was not empty."""
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return QueueEntries.empty(offset, offset)
-        start = max(offset, cq.min_offset_in_queue)
-        arr = cq.entries(start, max_n) if max_n > 0 and start < cq.max_offset_in_queue else None
-        if arr is None:
-            # No file holds ``start`` (retention took it): the next read starts at the next file.
-            nxt = cq.roll_next_file(start) if max_n > 0 and start < cq.max_offset_in_queue else start
-            return QueueEntries.empty(start, nxt)
-        out = QueueEntries(start, start + len(arr), arr["offset"].astype(np.int64), arr["size"].astype(np.int64),
-                           arr["tag"].astype(np.int64))
-        del arr  # the view of the mapped file; the result holds copies
-        return out
-
-    def has_queue(self, topic: str, queue_id: int) -> bool:
-        return (topic, queue_id) in self._cqs
-
-    def queue_entry(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
-        """(CommitLog offset, size, tag code) of one entry; None outside the queue's range."""
-        cq = self._cqs.get((topic, queue_id))
-        return cq.entry(offset) if cq is not None else None
-
-    def queue_offset_at_or_after(self, topic: str, queue_id: int, commit_log_offset: int) -> int:
-        """The first logical offset whose entry points at or past ``commit_log_offset`` (the max offset
-        when none does): entries of a queue follow CommitLog order, so a binary search finds it."""
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            if e is None or e[0] >= commit_log_offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        """The queue offset the next message appended to (topic, queue) gets: ahead of
-        ``queue_range().max_offset`` by what is appended but not yet dispatched."""
-        return self.commit_log.topic_queue_table.get((topic, queue_id), 0)
-
-    @property
-    def has_index(self) -> bool:
-        """True when messages are indexed by key (``query_message`` can find them)."""
-        return self.index_service is not None
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._cqs.get((topic, queue_id))
-        return cq.max_offset_in_queue if cq is not None else 0
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self._cqs.get((topic, queue_id))
-        return cq.min_offset_in_queue if cq is not None else 0
-
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
-        cq = self._cqs.get((topic, queue_id))
-        e = cq.entry(offset) if cq is not None else None
-        return e[0] if e is not None else 0
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
-        cq = self._cqs.get((topic, queue_id))
-        e = cq.entry(offset) if cq is not None else None
-        if e is None or e[1] == BLANK_SIZE:
-            return -1
-        return self.commit_log.store_timestamp_at(e[0])
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return -1
-        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        """Logical offset of the first message stored at or after ``timestamp_ms``; the max offset when
-        there is none. Binary search over the queue, reading store times from the CommitLog."""
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue - 1
-        min_phy = self.commit_log.min_offset
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            ts = -1
-            if e is not None and e[1] != BLANK_SIZE and e[0] >= min_phy:
-                ts = self.commit_log.store_timestamp_at(e[0])
-            if ts < 0 or ts < timestamp_ms:  # unreadable entries only exist at the head: treat as older
-                lo = mid + 1
-            else:
-                hi = mid - 1
-        return lo
-
-    def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> memoryview | None:
-        if size is None:
-            size = self.commit_log.record_size_at(commit_log_offset)
-            if size <= 0:
-                return None
-        return self.commit_log.get_message(commit_log_offset, size)
-
-    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
-        view = self.select_one_message_by_offset(commit_log_offset, size)
-        if view is None:
-            return None
-        try:
-            return decode_record(view)
-        except RecordError:
-            return None
-
-    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]:
-        index = self.index_service
-        if index is None:
-            return []
-        max_num = min(max_num, self.config.max_msgs_num_batch)
-        out: list[memoryview] = []
-        seen: set[int] = set()
-        for off in index.query_offsets(topic, key, max_num, begin_ts, end_ts):
-            if off in seen:  # re-dispatch after a crash may index a record twice
-                continue
-            seen.add(off)
-            view = self.select_one_message_by_offset(off)
-            if view is None:
-                continue
-            try:
-                msg = decode_record(view, read_body=False)
-            except RecordError:
-                continue
-            if msg.topic != topic:
-                continue
-            keys = msg.properties.get("KEYS")
-            if msg.properties.get("UNIQ_KEY") == key or (keys and key in keys.split(KEY_SEPARATOR)):
-                out.append(view)
-        return out
-
-    # ================================================================== admin
-    @property
-    def max_phy_offset(self) -> int:
-        return self.commit_log.max_offset
-
-    @property
-    def min_phy_offset(self) -> int:
-        return max(self.commit_log.min_offset, 0)
-
-    def topics_and_queues(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for topic, qid in list(self._cqs):
-            out.setdefault(topic, []).append(qid)
-        for qids in out.values():
-            qids.sort()
-        return out
-
-    def delete_topics(self, names: Iterable[str]) -> int:
-        """Delete the ConsumeQueues of these topics (the CommitLog keeps its records until retention)."""
-        names = set(names)
-        count = 0
-        with self._cq_lock:
-            doomed = [(k, cq) for k, cq in self._cqs.items() if k[0] in names]
-            for k, _ in doomed:
-                del self._cqs[k]
-                self.commit_log.topic_queue_table.pop(k, None)
-        for _, cq in doomed:
-            with cq.write_lock:
-                cq.destroy()
-            count += 1
-        for name in names:
-            try:
-                doomed_dir = path_under(self.config.consume_queue_path, name)
-            except UnsafePathError:
-                log.error("not deleting %r: the name is not a safe path under the store", name)
-                continue
-            if not os.path.islink(doomed_dir):
-                shutil.rmtree(doomed_dir, ignore_errors=True)
-        return count
-
-    def runtime_info(self) -> dict[str, str]:
-        cfg = self.config
-        info = {k: str(v) for k, v in self._stats.items()}
-        info.update({
-            "commitLogMinOffset": str(self.min_phy_offset),
-            "commitLogMaxOffset": str(self.max_phy_offset),
-            "commitLogFlushedOffset": str(self.commit_log.flushed_where),
-            "commitLogCorruptRecords": str(self.commit_log.corrupt_records),
-            "dispatchBehindBytes": str(self.reput.behind()),
-            "commitLogDiskRatio": str(self.clean_commit_log.disk_usage(cfg.commit_log_path)),
-            "consumeQueueDiskRatio": str(self.clean_commit_log.disk_usage(cfg.consume_queue_path)),
-            "diskFull": str(self.disk_full).lower(),
-            "diskFullReason": self.disk_space.reason(),
-            "flushDiskType": cfg.flush_disk_type,
-        })
-        cp = self.checkpoint
-        if cp is not None:
-            info["physicMsgTimestamp"] = str(cp.physic_msg_timestamp)
-            info["logicsMsgTimestamp"] = str(cp.logics_msg_timestamp)
-        return info
 
     # ================================================================== retention
     def clean_expired_now(self, force: bool = False) -> int:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tidalmq.common.record import RecordBatch
+from tidalmq.common.record_batch import RecordBatch
 
 
 class PutStatus(enum.Enum):

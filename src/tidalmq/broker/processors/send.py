@@ -19,7 +19,8 @@ from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import host_bytes
-from tidalmq.common.record import RecordError, encode_batch_records, encode_record
+from tidalmq.common.record import RecordError, encode_record
+from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand

@@ -1,0 +1,184 @@
+"""The records of a SEND_BATCH_MESSAGE (``encode_batch_records``): a batch body (MessageDecoder's
+encodeMessages layout) turned into stored records without copying the bodies, as a ``RecordBatch``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import final
+
+import numpy as np
+
+from tidalmq.common import sysflag as sf
+from tidalmq.common.columns import gather_be
+from tidalmq.common.record import (
+    _I,
+    _Q,
+    DISPATCH_PROPERTIES,
+    HEAD_DTYPE,
+    MESSAGE_MAGIC_CODE,
+    DispatchProperties,
+    RecordError,
+    _crc32,
+)
+
+# A batch item (MessageDecoder.encodeMessages): totalsize, magic, bodycrc, flag, bodylen, then the body,
+# a 2-byte properties length and the properties.
+_BATCH_ITEM_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
+_AR20 = np.arange(20, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=16)
+def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
+    """Matches any of ``names`` as a property name in a stored properties string."""
+    alternatives = b"|".join(re.escape(n.encode()) for n in names)
+    return re.compile(rb"(?:^|\x02)(" + alternatives + rb")\x01")
+
+
+@functools.lru_cache(maxsize=16)
+def _name_markers(names: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(n.encode() + b"\x01" for n in names)
+
+
+@final  # lets ``type(x) is RecordBatch`` narrow both ways (the CommitLog put loop tells it from a list)
+@dataclass(slots=True)
+class RecordBatch:
+    """The records of a SEND_BATCH_MESSAGE as the buffers that make them up, in order: per record its
+    48-byte head, the part every record shares, and slices of the request body (nothing is copied).
+
+    The fields only known at append time live in ``heads`` (QUEUEOFFSET, PHYSICALOFFSET: one numpy
+    store each for the whole batch) and ``shared`` (STORETIMESTAMP, the same for the whole batch); the
+    CommitLog patches them there and hands ``pieces`` to pwritev."""
+
+    pieces: list[bytes | bytearray | memoryview]
+    heads: np.ndarray  # HEAD_DTYPE, one per record (``pieces`` holds views of it)
+    shared: bytearray  # born host+port | store timestamp | store host+port | reconsume | prepared offset
+    sizes: np.ndarray  # int64: each record's length
+    sysflag: int  # the same for every record (so are the host address lengths)
+    # Per record, what DISPATCH_PROPERTIES finds in its properties: read while the batch is encoded,
+    # so dispatching the batch right after its append need not read the records back.
+    dispatch_properties: list[DispatchProperties]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.sizes.sum())
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each record begins, relative to the first."""
+        return np.cumsum(self.sizes) - self.sizes
+
+    def records(self) -> list[bytes]:
+        """One buffer per record (copies; for tools and tests)."""
+        data = b"".join(self.pieces)
+        return [data[a : a + n] for a, n in zip(self.starts.tolist(), self.sizes.tolist(), strict=True)]
+
+
+def encode_batch_records(
+    batch_body: bytes | memoryview,
+    *,
+    topic: str,
+    queue_id: int,
+    sysflag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    born_port: int,
+    store_host: bytes,
+    store_port: int,
+    reconsume_times: int = 0,
+    forbidden_properties: tuple[str, ...] = (),
+) -> RecordBatch:
+    """Turn a SEND_BATCH_MESSAGE body into stored records without copying the bodies.
+
+    One pass walks the items' TOTALSIZE chain; their fixed fields are then read and checked with numpy,
+    and the heads built column by column; a last pass computes each body's CRC and lists the pieces.
+    Raises ``RecordError`` for a malformed body, or for a message carrying one of
+    ``forbidden_properties`` (the error names it).
+    """
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 127:
+        raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+    sysflag &= ~(sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG)
+    if len(born_host) == 16:
+        sysflag |= sf.BORNHOST_V6_FLAG
+    if len(store_host) == 16:
+        sysflag |= sf.STOREHOSTADDRESS_V6_FLAG
+    shared = bytearray(born_host + _I.pack(born_port) + _Q.pack(0) + store_host + _I.pack(store_port)
+                       + _I.pack(reconsume_times) + _Q.pack(0))
+    topic_part = bytes([len(topic_b)]) + topic_b
+    mv = memoryview(batch_body).cast("B")
+    n = len(mv)
+    starts: list[int] = []
+    add = starts.append
+    total_at = _I.unpack_from
+    pos = 0
+    while pos < n:
+        if pos + 20 > n:
+            raise RecordError("batch body truncated")
+        total = total_at(mv, pos)[0]
+        if total < 22 or pos + total > n:
+            raise RecordError(f"batch message at {pos} has an illegal size")
+        add(pos)
+        pos += total
+    count = len(starts)
+    s = np.array(starts, dtype=np.int64)
+    u8 = np.frombuffer(mv, dtype=np.uint8)
+    items = u8[s[:, None] + _AR20].view(_BATCH_ITEM_DTYPE).ravel()
+    total = items["total"].astype(np.int64)
+    body_len = items["body_len"].astype(np.int64)
+    bad = (body_len < 0) | (body_len + 22 > total)
+    if bad.any():
+        raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal size")
+    props_at = s + 20 + body_len  # the 2-byte properties length
+    bad = props_at + 2 + gather_be(u8, props_at, 2, signed=False) != s + total
+    if bad.any():
+        raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal properties length")
+    # A record takes the item from BODYLEN on, with the topic inserted before PROPLEN.
+    sizes = total + (48 + len(shared) + len(topic_part) - 16)
+    heads = np.zeros(count, dtype=HEAD_DTYPE)
+    heads["total"] = sizes
+    heads["magic"] = MESSAGE_MAGIC_CODE
+    heads["queue_id"] = queue_id
+    heads["flag"] = items["flag"]
+    heads["sysflag"] = sysflag
+    heads["born"] = born_timestamp
+    head_view = heads.view(np.uint8).data  # the bytes' memoryview (numpy's stubs give 3.12+ only __buffer__)
+    crcs: list[int] = []
+    crc_add = crcs.append
+    crc32 = _crc32
+    pieces: list[bytes | bytearray | memoryview] = []
+    props: list[memoryview] = []
+    props_add = props.append
+    found: list[DispatchProperties] = []
+    found_add = found.append
+    find = DISPATCH_PROPERTIES.findall
+    for h, a, p, e in zip(range(0, 48 * count, 48), starts, props_at.tolist(), (s + total).tolist(), strict=True):
+        crc_add(crc32(mv[a + 20 : p]))
+        pm = mv[p:e]
+        pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
+        props_add(pm)
+        found_add(find(pm[1:]))
+    heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
+    if forbidden_properties:
+        _refuse_properties(props, forbidden_properties)
+    return RecordBatch(pieces, heads, shared, sizes, sysflag, found)
+
+
+def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
+    """RecordError naming the first of ``names`` that one of the messages carries. ``props`` are the
+    messages' 2-byte properties lengths and properties."""
+    pattern = _property_names_pattern(names)
+    # One search over them all first (a name then follows a separator or a length): cheap, and
+    # almost always negative; then find which message really carries one.
+    joined = b"\x02".join(props)
+    if not any(marker in joined for marker in _name_markers(names)):
+        return
+    for pm in props:
+        found = pattern.search(pm[2:])
+        if found is not None:
+            raise RecordError(f"the property {found.group(1).decode()} is not supported for batched messages")

@@ -1,0 +1,128 @@
+"""The CommitLog dispatchers of ``DefaultMessageStore`` (RocketMQ's CommitLogDispatcherBuildConsumeQueue
+and CommitLogDispatcherBuildIndex): what the reput does with each round of records it reads.
+
+``MessageStoreDispatch`` is a base of ``DefaultMessageStore`` (store/message_store.py), which owns the
+state it writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from tidalmq.common import sysflag as sf
+from tidalmq.common.fileutil import DiskFullError, UnsafePathError
+from tidalmq.common.message import KEY_SEPARATOR
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.consume_queue import ConsumeQueue
+from tidalmq.store.disk_space import CONSUME_QUEUE, INDEX, DiskSpaceGuard
+from tidalmq.store.results import DispatchBatch
+
+log = logging.getLogger("tidalmq.store")
+
+
+class IndexServiceLike(Protocol):
+    def load(self, last_exit_ok: bool) -> bool: ...
+    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
+    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None],
+                            uniqs: Sequence[str | None], offsets: np.ndarray, timestamps: np.ndarray) -> None: ...
+    def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
+    def flush(self) -> None: ...
+    def delete_expired(self, min_commit_log_offset: int) -> Any: ...
+    def destroy(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class MessageStoreDispatch:
+    """The dispatch part of ``DefaultMessageStore``: the attributes below are the store's."""
+
+    config: MessageStoreConfig
+    index_service: IndexServiceLike | None
+    disk_space: DiskSpaceGuard
+    _cqs: dict[tuple[str, int], ConsumeQueue]
+    _cq_lock: threading.Lock
+
+
+    def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._cqs.get(key)
+        if cq is None:
+            with self._cq_lock:
+                cq = self._cqs.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path,
+                                      self.config.mapped_file_size_consume_queue)
+                    self._cqs[key] = cq
+        return cq
+
+    def _dispatch(self, batch: DispatchBatch) -> dict[tuple[str, int], int]:
+        """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for one round."""
+        tx = batch.sysflags & sf.TRANSACTION_TYPE_MASK
+        names = batch.topic_names
+        touched: dict[tuple[str, int], int] = {}
+        in_queue = np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if len(in_queue):
+            # One group per (topic, queue), CommitLog order kept inside each.
+            group_keys = (batch.topic_ids[in_queue] << 32) | (batch.queue_ids[in_queue] & 0xFFFFFFFF)
+            if (group_keys == group_keys[0]).all():
+                groups = [(int(group_keys[0]), in_queue)]
+            else:
+                order = np.argsort(group_keys, kind="stable")
+                sorted_keys = group_keys[order]
+                cuts = (np.flatnonzero(np.diff(sorted_keys)) + 1).tolist()
+                groups = [(int(sorted_keys[a]), in_queue[order[a:b]])
+                          for a, b in zip([0, *cuts], [*cuts, len(order)], strict=True)]
+            for key, idx in groups:
+                queue_id = key & 0xFFFFFFFF
+                if queue_id >= 1 << 31:
+                    queue_id -= 1 << 32
+                topic = names[key >> 32]
+                try:
+                    cq = self._find_or_create_cq(topic, queue_id)
+                except UnsafePathError:
+                    # A record whose topic cannot be a directory (written before the naming rules, or
+                    # past them): it stays in the CommitLog, readable by offset, but is queued nowhere.
+                    log.error("record(s) of topic %r queue %d not queued: the name is not a safe path", topic, queue_id)
+                    continue
+                try:
+                    touched[(topic, queue_id)] = cq.put_entries(batch.queue_offsets[idx], batch.commit_log_offsets[idx],
+                                                                batch.sizes[idx], batch.tags_codes[idx])
+                except DiskFullError as e:
+                    # The round is not done: the reput retries it (entries already put are skipped then).
+                    self.disk_space.set(CONSUME_QUEUE, f"{topic}-{queue_id}: {e}")
+                    raise
+        self.disk_space.clear(CONSUME_QUEUE)
+        index = self.index_service
+        if index is not None:
+            try:
+                self._build_index(index, batch, tx == sf.TRANSACTION_ROLLBACK_TYPE)
+                self.disk_space.clear(INDEX)
+            except DiskFullError as e:
+                # The index is a lookup aid: this round's keys are not indexed, the messages are queued.
+                self.disk_space.set(INDEX, str(e))
+            except Exception:
+                log.exception("build index failed")
+        return touched
+
+    @staticmethod
+    def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:
+        """CommitLogDispatcherBuildIndex: KEYS and UNIQ_KEY of every record but rolled-back half messages."""
+        names = batch.topic_names
+        keys = [[k for k in text.split(KEY_SEPARATOR) if k] if text else None for text in batch.keys]
+        uniqs = batch.uniq_keys
+        if not rolled_back.any() and None not in uniqs:  # the usual round: every record has a UNIQ_KEY
+            index.build_index_columns([names[t] for t in batch.topic_ids.tolist()], keys, uniqs,
+                                      batch.commit_log_offsets, batch.store_timestamps)
+            return
+        offsets = batch.commit_log_offsets.tolist()
+        times = batch.store_timestamps.tolist()
+        items = [(names[t], k, u, offsets[i], times[i])
+                 for i, (t, k, u, rb) in enumerate(zip(batch.topic_ids.tolist(), keys, uniqs, rolled_back.tolist(),
+                                                       strict=True))
+                 if (k or u) and not rb]
+        if items:
+            index.build_index_batch(items)
