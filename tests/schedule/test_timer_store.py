@@ -204,6 +204,25 @@ def test_wheel_written_back_past_the_durable_log_loses_nothing(tmp_path: Path, c
     s.close()
 
 
+def test_chain_walk_stops_at_a_broken_link(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A chain link past the log's end, to an unwritten record, or not to an older record ends the walk
+    with an error, keeping what was read (it used to read zeros as records, or loop for ever)."""
+    log = TimerLog(tmp_path / "timerlog", 64)
+    recs = np.zeros(5, RECORD_DTYPE)
+    recs["magic"] = MAGIC_SIGNATURE | 1
+    recs["prev"] = [-1, 0, 1, 3, 2]  # slot chain 4 -> 2 -> 1 -> 0; record 3 links to itself
+    log.append(recs)
+    assert list(log.chain(4)) == [4, 2, 1, 0]
+    with caplog.at_level("ERROR", logger="tidalmq.schedule.timer_log"):
+        assert list(log.chain(7)) == []
+        assert list(log.chain(3)) == [3]
+        log.zero(1, 2)  # a record the cut took: its zeros would read as a link to 0
+        assert list(log.chain(4)) == [4, 2]
+    assert ["past the log's end" in m for m in caplog.messages] == [True, False, False]
+    assert "links forward" in caplog.messages[1] and "unwritten record 1" in caplog.messages[2]
+    log.close()
+
+
 def test_consumed_segments_are_deleted(open_store: Open, clock: Clock) -> None:
     s = open_store()
     t = clock.now
