@@ -131,9 +131,9 @@ def mixed_sender(topic: str, r: int) -> Sender:
 def test_torn_pages_recover(power_fs: PowerCutFs, tmp_path: Path) -> None:
     """Cuts that write back half the unsynced pages, some partly, in every file that has any: CommitLog,
     ConsumeQueue, index, checkpoint. The broker restarts and serves every acknowledged SYNC_FLUSH message
-    exactly once. Timer messages are left out of this load: torn timer files are the known bug of
-    test_timer_messages_survive_a_power_cut[wheel-written-back] (once, here, they also kept the broker
-    from starting)."""
+    exactly once. Timer messages are left out of this load: their delivery after a cut is
+    test_timer_messages_survive_a_power_cut's (before the wheel was re-filed from the TimerLog on load,
+    torn timer files once kept the broker from starting here)."""
     cuts = power_cuts(power_fs, tmp_path, "SYNC_FLUSH", 2, torn=0.5)
     print(f"\ntorn: {cuts.lost} of {cuts.acked} acknowledged lost over 2 cuts; lazyfs {cuts.reports}")
     assert cuts.lost == 0
