@@ -131,24 +131,16 @@ def mixed_sender(topic: str, r: int) -> Sender:
 def test_torn_pages_recover(power_fs: PowerCutFs, tmp_path: Path) -> None:
     """Cuts that write back half the unsynced pages, some partly, in every file that has any: CommitLog,
     ConsumeQueue, index, checkpoint. The broker restarts and serves every acknowledged SYNC_FLUSH message
-    exactly once. Timer messages are left out of this load: torn timer files are the known bug of
-    test_timer_messages_survive_a_power_cut[wheel-written-back] (once, here, they also kept the broker
-    from starting)."""
+    exactly once. Timer messages are left out of this load: their delivery after a cut is
+    test_timer_messages_survive_a_power_cut's (before the wheel was re-filed from the TimerLog on load,
+    torn timer files once kept the broker from starting here)."""
     cuts = power_cuts(power_fs, tmp_path, "SYNC_FLUSH", 2, torn=0.5)
     print(f"\ntorn: {cuts.lost} of {cuts.acked} acknowledged lost over 2 cuts; lazyfs {cuts.reports}")
     assert cuts.lost == 0
     assert sum(r["pages_written_partly"] for r in cuts.reports) > 0
 
 
-TIMER_WHEEL_BUG = (
-    "TimerStore recovery (src/tidalmq/schedule/timer_store.py, load/_recover_tail) keeps timerwheel cells "
-    "that point past the durable TimerLog tail (the kernel wrote the wheel's mmapped page back after the "
-    "last TimerStore.flush, the TimerLog's pwrites were not synced); replayed records are threaded onto "
-    "those dangling heads and most acknowledged timer messages are never delivered")
-
-
-@pytest.mark.parametrize("keep_files", ["", pytest.param("*/timerwheel", marks=pytest.mark.xfail(
-    strict=True, reason=TIMER_WHEEL_BUG))], ids=["plain-cut", "wheel-written-back"])
+@pytest.mark.parametrize("keep_files", ["", "*/timerwheel"], ids=["plain-cut", "wheel-written-back"])
 def test_timer_messages_survive_a_power_cut(power_fs: PowerCutFs, tmp_path: Path, keep_files: str) -> None:
     """Every acknowledged SYNC_FLUSH timer message is delivered (at least once) after a cut - a plain one,
     and one after which the kernel had written back the timer wheel's dirty pages (it may, at any time and

@@ -26,7 +26,7 @@ def drain(s: TimerStore, now: int) -> np.ndarray:
     while len(got := s.pop_due(now)):
         parts.append(got)
         s.commit_delivered()
-    return np.concatenate(parts) if parts else np.empty(0)
+    return np.concatenate(parts) if parts else got  # pop_due's empty answer, with the entry dtype
 
 
 def test_never_early_and_rounded_to_precision(open_store: Open, clock: Clock) -> None:
@@ -166,6 +166,61 @@ def test_torn_batch_is_cut_and_wheel_revised(tmp_path: Path, clock: Clock) -> No
     got = drain(s, t + 10_000)
     assert offsets(got) == list(range(1, 117))
     s.close()
+
+
+def test_wheel_written_back_past_the_durable_log_loses_nothing(tmp_path: Path, clock: Clock) -> None:
+    """A power cut after which the kernel had written the mmapped wheel back, but not the TimerLog records
+    appended since the last flush: cells point past the durable log. Everything flushed is still delivered,
+    and what the cut lost is re-filed by the CommitLog replay from ``enqueue_offset``, each exactly once."""
+    root = tmp_path / "timer"
+    s = TimerStore(str(root), precision_ms=10, slot_ms=100, wheel_slots=20, clock=clock, records_per_segment=64)
+    s.load()
+    t = clock.now
+    # Durable: 40 entries over the whole horizon, and one beyond it (rolled).
+    a = make_entries(deliver_ms=np.append(t + 100 + np.arange(40) * 45, t + 5_000), offset=np.arange(1, 42))
+    s.enqueue(a, 42)
+    s.flush()
+    saved = {p.name: p.read_bytes() for p in (root / "timerlog").iterdir()}
+    checkpoint = (root / "timercheck").read_bytes()
+    # Not durable: as many again into the same slots, crossing into a new TimerLog segment.
+    b = make_entries(deliver_ms=np.append(t + 120 + np.arange(40) * 45, t + 5_050), offset=np.arange(42, 83))
+    s.enqueue(b, 83)
+    # The cut: the wheel reached the disk (its mmap written back), the TimerLog's pwrites and the
+    # checkpoint did not. Preallocated segments read back as zeros past what was synced.
+    log, wheel = s._files()
+    wheel.close()
+    log.close()
+    s._log = s._wheel = None
+    for seg in (root / "timerlog").iterdir():
+        seg.write_bytes(saved.get(seg.name, bytes(seg.stat().st_size)))
+    (root / "timercheck").write_bytes(checkpoint)
+
+    s = TimerStore(str(root), precision_ms=10, slot_ms=100, wheel_slots=20, clock=clock, records_per_segment=64)
+    s.load()
+    assert s.enqueue_offset == 42
+    s.enqueue(b, 83)  # the timer service's replay of the CommitLog from enqueue_offset
+    got = [o for k in range(5) for o in offsets(drain(s, t + 2_500 + k * 1_000))]
+    assert sorted(got) == list(range(1, 83))
+    s.close()
+
+
+def test_chain_walk_stops_at_a_broken_link(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A chain link past the log's end, to an unwritten record, or not to an older record ends the walk
+    with an error, keeping what was read (it used to read zeros as records, or loop for ever)."""
+    log = TimerLog(tmp_path / "timerlog", 64)
+    recs = np.zeros(5, RECORD_DTYPE)
+    recs["magic"] = MAGIC_SIGNATURE | 1
+    recs["prev"] = [-1, 0, 1, 3, 2]  # slot chain 4 -> 2 -> 1 -> 0; record 3 links to itself
+    log.append(recs)
+    assert list(log.chain(4)) == [4, 2, 1, 0]
+    with caplog.at_level("ERROR", logger="tidalmq.schedule.timer_log"):
+        assert list(log.chain(7)) == []
+        assert list(log.chain(3)) == [3]
+        log.zero(1, 2)  # a record the cut took: its zeros would read as a link to 0
+        assert list(log.chain(4)) == [4, 2]
+    assert ["past the log's end" in m for m in caplog.messages] == [True, False, False]
+    assert "links forward" in caplog.messages[1] and "unwritten record 1" in caplog.messages[2]
+    log.close()
 
 
 def test_consumed_segments_are_deleted(open_store: Open, clock: Clock) -> None:

@@ -11,13 +11,17 @@ through read-only mmaps viewed as numpy arrays.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from tidalmq.common.fileutil import reserve_file_space
+
+log = logging.getLogger(__name__)
 
 RECORD_DTYPE = np.dtype(
     [
@@ -170,38 +174,62 @@ class TimerLog:
 
         Pointer chasing does not vectorise, but a batch filed into one slot is written contiguously, so its
         records link ``pos -> pos - 1``: such runs are found with numpy a window at a time, and the Python
-        loop only steps between runs."""
+        loop only steps between runs.
+
+        A link at or past the written end, to a record never written (no signature) or not strictly older
+        ends the chain with an error: the wheel or the log is damaged, and following it would read zeros as
+        records (or loop). Recovery rebuilds cells that point past the log (TimerStore.load), so this is
+        the last guard, not the repair."""
         out: list[np.ndarray] = []
         p = last
         shift, mask = self.shift, self.mask
         while p >= 0:
+            if p >= self.write_pos:
+                log.error("TimerLog chain from %d links to %d, past the log's end %d; chain cut", last, p,
+                          self.write_pos)
+                break
             seg = p >> shift
             arr = self.array(seg)
             if arr is None:
                 break  # segment already deleted: nothing older in this slot can be live
             base = seg << shift
-            off = p & mask
+            off = hi = p & mask
             prev = int(self._words[seg][off * _WORDS + _PREV_WORD])
             if prev != p - 1 or off == 0:
-                out.append(np.array([p], dtype=np.int64))
-                p = prev
-                continue
-            hi = off
-            while True:
-                lo = max(0, off - 4096)
-                pv = arr["prev"][lo : off + 1]
-                bad = np.flatnonzero(pv != np.arange(base + lo - 1, base + off, dtype=np.int64))
-                if len(bad):
-                    low = lo + int(bad[-1])  # last record of the run; its prev leaves the run
-                    out.append(np.arange(base + hi, base + low - 1, -1, dtype=np.int64))
-                    p = int(arr["prev"][low])
-                    break
-                if lo == 0:
-                    out.append(np.arange(base + hi, base - 1, -1, dtype=np.int64))
-                    p = base - 1  # the run continues into the previous segment
-                    break
-                off = lo - 1
+                low, p = off, prev
+            else:
+                while True:
+                    lo = max(0, off - 4096)
+                    pv = arr["prev"][lo : off + 1]
+                    bad = np.flatnonzero(pv != np.arange(base + lo - 1, base + off, dtype=np.int64))
+                    if len(bad):
+                        low = lo + int(bad[-1])  # last record of the run; its prev leaves the run
+                        p = int(arr["prev"][low])
+                        break
+                    if lo == 0:
+                        low, p = 0, base - 1  # the run continues into the previous segment
+                        break
+                    off = lo - 1
+            ok = valid_mask(arr["magic"][low : hi + 1])
+            if not ok.all():
+                low = low + int(np.flatnonzero(~ok)[-1]) + 1  # keep the written records above the first hole
+                log.error("TimerLog chain from %d reaches unwritten record %d; chain cut", last, base + low - 1)
+                p = -1
+            elif p >= base + low:
+                log.error("TimerLog record %d links forward to %d; chain cut", base + low, p)
+                p = -1
+            out.append(np.arange(base + hi, base + low - 1, -1, dtype=np.int64))
         return np.concatenate(out) if out else np.empty(0, np.int64)
+
+    def records_below(self, end: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Each segment on disk as (index of its first record, its records below ``end``), oldest first:
+        views into the mappings, valid until the segment is deleted."""
+        for seg in self.segments():
+            base = seg << self.shift
+            arr = self.array(seg)
+            if arr is None or base >= end:
+                continue
+            yield base, arr[: end - base]
 
     def scan_tail(self, start: int) -> np.ndarray:
         """The records written from ``start`` on, up to the first unwritten or torn one (a copy)."""

@@ -12,6 +12,7 @@ cursor's time), so it goes out at once and after everything already delivered.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +30,11 @@ from tidalmq.schedule.timer_log import (
     MAGIC_SIGNATURE,
     RECORD_DTYPE,
     TimerLog,
+    valid_mask,
 )
 from tidalmq.schedule.timer_wheel import TimerWheel
+
+logger = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
 _NO_LIMIT = 1 << 62
@@ -420,6 +424,7 @@ class TimerStore:
             # record more in case a half-written record stopped the scan.
             log.zero(flush_pos + keep, end + 1)
         log.write_pos = flush_pos + keep
+        self._rebuild_dangling_cells(log.write_pos)
         tail, is_batch = tail[:keep], is_batch[:keep]
         if len(marks):
             self._watermark = max(self._watermark, int(tail["offset"][marks[-1]]))
@@ -429,6 +434,35 @@ class TimerStore:
             live = recs["filed_slot"] >= self._slot
             wheel.commit(recs["filed_slot"][live], recs_pos[live], recs["magic"][live])
             self._note_segments(recs["filed_slot"], recs_pos)
+
+    def _rebuild_dangling_cells(self, end: int) -> None:
+        """Re-file from the TimerLog every live cell that points at or past its valid end ``end``.
+
+        A power cut can leave the wheel newer than the log: the kernel may write the wheel's mmapped pages
+        back at any moment, while TimerLog records appended since the last flush() were never synced. Such
+        a cell's head is gone, and everything else chained under it would be lost with it (or, linked onto
+        by new records, read back as zeros). Its durable records are still in the log, each with a correct
+        ``prev`` (a record only ever links to an older one), so the cell is emptied and re-filed from the
+        records below ``end`` filed in a slot still ahead of the commit. The records the cut lost were
+        appended after the checkpoint's enqueue watermark, so the caller's CommitLog replay files them again.
+        A cheap check (one compare over the wheel); the log is read only after such a cut."""
+        log, wheel = self._files()
+        cells = wheel.reset_dangling(end, self._slot)
+        if len(cells) == 0:
+            return
+        want = np.zeros(self.wheel_slots, dtype=bool)
+        want[cells] = True
+        first, last = self._slot, self._slot + self.wheel_slots - 1
+        refiled = 0
+        for base, recs in log.records_below(end):
+            f = recs["filed_slot"]
+            mine = (f >= first) & (f <= last) & valid_mask(recs["magic"])
+            mine[mine] = want[f[mine] % self.wheel_slots]
+            at = np.flatnonzero(mine)
+            wheel.commit(f[at], base + at, recs["magic"][at])
+            refiled += len(at)
+        logger.warning("timer wheel: %d cells pointed past the TimerLog's end %d (a power cut); re-filed %d "
+                    "records from the log", len(cells), end, refiled)
 
     def _delete_consumed(self) -> None:
         """Delete TimerLog segments whose every record is filed in a slot before the committed cursor's:

@@ -108,6 +108,25 @@ class TimerWheel:
         cells["last"][gi] = p[ends]
         cells["slot"][gi] = f[starts]
 
+    def reset_dangling(self, end: int, first_slot: int) -> np.ndarray:
+        """Empty every cell of a slot in [first_slot, first_slot + slots) whose chain starts at or past
+        TimerLog index ``end`` (the log's valid end); returns their indexes for the caller to rebuild from
+        the log. Cells tagged outside that window hold nothing live (a fresh one is all zeros).
+
+        The cells are stored through an mmap the kernel may write back at any time, the TimerLog through
+        pwrite synced only at a flush: after a power cut the wheel can be newer than the log. Such a cell
+        cannot be trusted at all (its older records may be a prefix of the chain, or of an older revolution),
+        so it is emptied: tag -1 is no slot, and the next commit into it starts afresh."""
+        cells = self.cells
+        tag = cells["slot"]
+        live = (tag >= first_slot) & (tag < first_slot + self.slots)
+        idx = np.flatnonzero(live & ((cells["last"] >= end) | (cells["first"] >= end)))
+        if len(idx):
+            cells["slot"][idx] = -1
+            cells["first"][idx] = cells["last"][idx] = -1
+            cells["num"][idx] = cells["rolls"][idx] = 0
+        return idx
+
     def next_live(self, after: int, limit: int | None = None) -> int | None:
         """The first slot n in (after, after + slots) whose cell holds records, or None.
 
