@@ -89,10 +89,6 @@ class CommitLogScan:
     corrupt_records: int
     _corrupt_lock: threading.Lock
 
-    @property
-    def min_offset(self) -> int:
-        raise NotImplementedError  # CommitLog's
-
     def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
                       ts: int) -> None:
         """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
@@ -379,7 +375,7 @@ class CommitLogScan:
                 continue
             mf = self.mfq.find_mapped_file_by_offset(offset)
             if mf is None:
-                min_off = self.min_offset
+                min_off = self.mfq.min_offset()
                 if 0 <= offset < min_off:
                     offset = min_off  # files were deleted under us: skip ahead
                     continue
