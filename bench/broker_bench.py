@@ -21,6 +21,7 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -74,10 +75,11 @@ def send_req(topic: str, qid: int, i: int, *, batch: bytes | None = None) -> Rem
                   USER_SIGNER)
 
 
-def batch_body(n: int, base: int) -> bytes:
+def batch_body(n: int, base: int, extra: Callable[[int], dict[str, str]] | None = None) -> bytes:
+    """A SEND_BATCH_MESSAGE body of ``n`` messages; ``extra(i)`` adds properties to message ``i``."""
     parts = []
     for i in range(n):
-        props = encode_properties({"UNIQ_KEY": f"{base + i:032X}"}).encode()
+        props = encode_properties({"UNIQ_KEY": f"{base + i:032X}", **(extra(i) if extra else {})}).encode()
         total = 20 + len(BODY) + 2 + len(props)
         parts.append(struct.pack(">iiiii", total, 0, 0, 0, len(BODY)) + BODY + struct.pack(">h", len(props)) + props)
     return b"".join(parts)

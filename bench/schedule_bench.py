@@ -8,15 +8,20 @@ Figures:
   copy - deliver time), and early deliveries (must be 0), measured on the delivered messages themselves;
 - restart: many pending (far future) + a batch due while the broker is down, SIGKILL, restart; seconds until the
   broker answers, until the first overdue message is delivered, until all are.
+- enqueue vs plain (``--enqueue-only`` runs just this): timer messages against plain sends in the same broker with
+  the same load generator (``broker_bench.pipelined_sends``: requests built ahead, 1 KiB bodies, 512 single sends
+  or 16 batches of 64 in flight), alternated over rounds; acks/s, the broker's CPU µs per message, and the ratio
+  timer / plain. A broker that refuses timer batches (before they were supported) reports 0 for them.
 Writes bench/out/schedule-*.json and a lateness plot bench/out/schedule-lateness.png.
 
-    .venv/bin/python bench/schedule_bench.py [--quick] [--compare bench/out/schedule-latest.json]
+    .venv/bin/python bench/schedule_bench.py [--quick] [--enqueue-only] [--compare bench/out/schedule-latest.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sys
 import tempfile
@@ -28,13 +33,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import psutil  # noqa: E402
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
+from bench.broker_bench import BODY, batch_body, create_topic, pipelined_sends  # noqa: E402
 from bench.common import OUT, compare, percentile, print_machine, save  # noqa: E402
+from tidalmq.common.message import encode_properties  # noqa: E402
 from tidalmq.common.record import decode_record  # noqa: E402
 from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
-from tidalmq.remoting.command import RemotingCommand  # noqa: E402
+from tidalmq.remoting.command import RemotingCommand, SerializeType  # noqa: E402
 from tidalmq.remoting.transport import RemotingClient  # noqa: E402
 
 QUEUES = 4
@@ -127,6 +135,66 @@ async def bench_enqueue(c: RemotingClient, addr: str, n: int) -> dict[str, float
     await wait_info(c, addr, "timer.enqueued", base + n, 60)
     all_in = time.perf_counter() - t0
     return {"enqueue_n": n, "enqueue_send_per_s": n / took, "enqueue_indexed_per_s": n / all_in}
+
+
+ENQ_QUEUES = 8
+ENQ_BATCH = 64
+
+
+def enqueue_requests(topic: str, n: int, *, timer: bool, batch: int) -> list[RemotingCommand]:
+    """``n`` messages (1 KiB bodies) as SEND_MESSAGE_V2 requests, single or ``batch`` a request; with ``timer``
+    each carries TIMER_DELIVER_MS one to two hours ahead (so the timer service only enqueues them)."""
+    far = now_ms() + 3_600_000
+    reqs = []
+    for r in range(n // batch):
+        if batch == 1:
+            props = {"UNIQ_KEY": f"{os.getpid():08X}{r:024X}", "WAIT": "true"}
+            if timer:
+                props["TIMER_DELIVER_MS"] = str(far + random.randrange(3_600_000))
+            body = BODY
+        else:
+            props = {"WAIT": "true"}
+            body = batch_body(batch, r * batch, lambda i: {"TIMER_DELIVER_MS": str(far + random.randrange(3_600_000))}
+                              if timer else {})
+        ext = {"a": "benchPG", "b": topic, "c": "TBW102", "d": str(ENQ_QUEUES), "e": str(r % ENQ_QUEUES), "f": "0",
+               "g": str(now_ms()), "h": "0", "i": encode_properties(props), "j": "0", "k": "false"}
+        if batch > 1:
+            ext["m"] = "true"
+        reqs.append(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, ext_fields=ext, body=body,
+                                    serialize_type=SerializeType.ROCKETMQ))
+    return reqs
+
+
+async def bench_enqueue_vs_plain(c: RemotingClient, addr: str, broker: psutil.Process, n: int,
+                                 rounds: int) -> dict[str, float]:
+    """Timer vs plain sends, single and batched, alternated ``rounds`` times; the best round of each kind."""
+    kinds = {"plain": (False, 1, 512), "timer": (True, 1, 512),
+             "plain_batch64": (False, ENQ_BATCH, 16), "timer_batch64": (True, ENQ_BATCH, 16)}
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(rounds):
+        for kind, (timer, batch, window) in kinds.items():
+            topic = f"BenchEnq_{kind}"
+            if r == 0:
+                await create_topic(c, addr, topic)
+            reqs = enqueue_requests(topic, n, timer=timer, batch=batch)
+            probe = await c.invoke(addr, reqs[0], 10)
+            if probe.code != ResponseCode.SUCCESS:  # e.g. a broker that refuses timer batches
+                print(f"  {kind}: refused ({probe.code}: {probe.remark})")
+                best[kind] = (0.0, 0.0)
+                continue
+            cpu0 = sum(broker.cpu_times()[:2])
+            rate = await pipelined_sends(c, addr, topic, len(reqs[1:]) * batch, window, batch, prebuilt=reqs[1:])
+            cpu_us = (sum(broker.cpu_times()[:2]) - cpu0) / ((len(reqs) - 1) * batch) * 1e6
+            print(f"  round {r + 1} {kind}: {rate:,.0f} msg/s acknowledged, broker CPU {cpu_us:.1f} us/msg")
+            if rate > best.get(kind, (0.0, 0.0))[0]:
+                best[kind] = (rate, cpu_us)
+    out: dict[str, float] = {}
+    for kind, (rate, cpu_us) in best.items():
+        out[f"enq_{kind}_per_s"] = rate
+        out[f"enq_{kind}_cpu_us"] = cpu_us
+    out["enq_ratio_single"] = best["timer"][0] / best["plain"][0]
+    out["enq_ratio_batch64"] = best["timer_batch64"][0] / best["plain_batch64"][0]
+    return out
 
 
 async def bench_burst(c: RemotingClient, addr: str, n: int, send_rate: float) -> dict[str, float]:
@@ -230,6 +298,29 @@ def bench_restart(data: Path, pending: int, overdue: int) -> dict[str, float]:
             "restart_pending_after": left}
 
 
+def run_enqueue_vs_plain(precision: str, n: int, rounds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="tidalmq-schedbench-") as tmp:
+        s = Standalone(Path(tmp) / "data", {"timerPrecisionMs": precision,
+                                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+        s.start()
+        try:
+            async def run() -> dict[str, float]:
+                c = RemotingClient()
+                try:
+                    assert s.proc is not None
+                    return await bench_enqueue_vs_plain(c, s.broker_addr, psutil.Process(s.proc.pid), n, rounds)
+                finally:
+                    await c.close()
+
+            r = asyncio.run(run())
+        finally:
+            s.stop()
+    print(f"enqueue vs plain ({n} messages a run, best of {rounds}): single {r['enq_timer_per_s']:,.0f} vs "
+          f"{r['enq_plain_per_s']:,.0f}/s = {r['enq_ratio_single']:.0%}; batch64 {r['enq_timer_batch64_per_s']:,.0f} vs "
+          f"{r['enq_plain_batch64_per_s']:,.0f}/s = {r['enq_ratio_batch64']:.0%}")
+    return r
+
+
 def plot(series: dict[str, list[tuple[int, int]]], path: Path) -> None:
     import matplotlib
 
@@ -263,10 +354,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller runs (a smoke test of the bench itself)")
     ap.add_argument("--precision", default="10", help="timerPrecisionMs of the broker (default 10)")
     ap.add_argument("--compare", help="a previous bench/out/schedule-*.json to compare with")
+    ap.add_argument("--enqueue-only", action="store_true", help="only timer enqueue vs plain sends")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the enqueue-vs-plain figure (default 3)")
     args = ap.parse_args()
     print_machine()
     q = args.quick
     results: dict[str, Any] = {"precision_ms": int(args.precision)}
+    if args.enqueue_only:
+        results.update(run_enqueue_vs_plain(args.precision, 10_000 if q else 40_000, args.rounds))
+        print(f"saved {save('schedule-enqueue', results)}")
+        compare(args.compare, results)
+        return
     series: dict[str, list[tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="tidalmq-schedbench-") as tmp:
         s = Standalone(Path(tmp) / "data", {"timerPrecisionMs": args.precision,

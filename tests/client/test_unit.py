@@ -280,6 +280,21 @@ def test_batch_validation() -> None:
         v.check_batch([Message("%RETRY%G", b"x")])
 
 
+def test_batch_of_timer_messages_validation() -> None:
+    at = now_ms() + 60_000
+    v.check_batch([Message("A", b"x", deliver_time_ms=at), Message("A", b"y", delay_ms=500), Message("A", b"z", delay_sec=2)])
+    with pytest.raises(ValidationError, match="cannot share a batch"):
+        v.check_batch([Message("A", b"x", deliver_time_ms=at), Message("A", b"y")])
+    with pytest.raises(ValidationError, match="cannot share a batch"):
+        v.check_batch([Message("A", b"y"), Message("A", b"x", delay_ms=5)])
+    with pytest.raises(ValidationError, match="only one of"):
+        v.check_batch([Message("A", b"x", delay_ms=5, delay_sec=1)])
+    with pytest.raises(ValidationError, match="timerMaxDelaySec"):
+        v.check_batch([Message("A", b"x", delay_sec=7200)], timer_max_delay_sec=3600)
+    with pytest.raises(ValidationError, match="sent alone"):
+        v.check_batch([Message("A", b"x", properties={"TIMER_DEL_UNIQKEY": "A+U", "TIMER_DELIVER_MS": str(at)})])
+
+
 def test_calls_before_start_and_after_shutdown() -> None:
     async def go() -> None:
         p = Producer("PG", "127.0.0.1:1")

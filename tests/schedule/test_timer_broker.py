@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
+from tests.schedule.test_timer_rewrite import batch_item
 from tests.support import Standalone
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import fastjson
@@ -259,3 +260,116 @@ def test_admin_cancel_and_schedule_stats(broker: Standalone) -> None:
     assert "TimerAdmin" in out.stdout and "lateness" in out.stdout
     out = subprocess.run([*cli, "cancel", "TimerAdmin", uid()], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "22" in out.stderr and "no scheduled message" in out.stderr
+
+
+def batch_cmd(topic: str, items: list[tuple[bytes, dict[str, str]]], queue_id: int = 0) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE (V2 header letters) of ``items`` (body, properties)."""
+    body = b"".join(batch_item(b, p) for b, p in items)
+    req = send_cmd(topic, body, queue_id=queue_id)
+    req.code = RequestCode.SEND_BATCH_MESSAGE
+    req.ext_fields["m"] = "true"
+    return req
+
+
+def test_batch_of_timer_messages_each_delivered_at_its_time_never_early(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            base = now_ms()
+            asks: list[tuple[bytes, dict[str, str], int | None]] = [
+                (b"abs-1400", {"TIMER_DELIVER_MS": str(base + 1400)}, base + 1400),
+                (b"ms-600", {"TIMER_DELAY_MS": "600"}, None),
+                (b"sec-1", {"TIMER_DELAY_SEC": "1"}, None),
+                (b"abs-900", {"TIMER_DELIVER_MS": str(base + 900)}, base + 900),
+                (b"past", {"TIMER_DELIVER_MS": str(base - 5000)}, base - 5000),
+            ]
+            sent = now_ms()
+            r = await c.invoke(addr, batch_cmd("TimerBatch", [(b, {**p, "UNIQ_KEY": uid(), "u": "v"}) for b, p, _ in asks],
+                                               queue_id=2), 5)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            assert len(r.ext_fields["msgId"].split(",")) == len(asks)
+            expect = {b: d if d is not None else sent + (600 if b == b"ms-600" else 1000) for b, _, d in asks}
+            got = await pull_until(c, addr, "TimerBatch", 2, len(asks), 10)
+            assert sorted(m.body for m in got) == sorted(expect)
+            for m in got:
+                lateness = m.store_timestamp - expect[m.body]
+                assert lateness >= 0, f"{m.body!r} delivered {-lateness} ms early"
+                if m.body != b"past":
+                    assert lateness < SLACK_MS + 100, f"{m.body!r} delivered {lateness} ms late"
+                assert m.queue_id == 2 and m.properties["REAL_TOPIC"] == "TimerBatch" and m.properties["u"] == "v"
+                assert not any(k in m.properties for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+                                                            "TIMER_OUT_MS"))
+            # delivered in deliver-time order, the one due already first, and promptly
+            assert [m.body for m in got] == [b"past", b"ms-600", b"abs-900", b"sec-1", b"abs-1400"]
+            assert got[0].store_timestamp - sent < SLACK_MS
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_cancel_finds_a_target_sent_in_a_batch(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            keep, drop = uid(), uid()
+            deliver = now_ms() + 1500
+            r = await c.invoke(addr, batch_cmd("TimerBatchCancel", [
+                (b"keep", {"TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": keep}),
+                (b"drop", {"TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": drop})]), 5)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            r = await c.invoke(addr, send_cmd("TimerBatchCancel", b"x", props={
+                "TIMER_DEL_UNIQKEY": f"TimerBatchCancel+{drop}", "TIMER_DELIVER_MS": str(deliver), "UNIQ_KEY": uid()}), 5)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            got = await pull_until(c, addr, "TimerBatchCancel", 0, 2, 4)
+            assert [m.body for m in got] == [b"keep"]
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_timer_batch_refusals_store_nothing(broker: Standalone) -> None:
+    async def scenario() -> None:
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            before = await max_offset(c, addr, "rmq_sys_wheel_timer")
+            soon = {"TIMER_DELAY_MS": "800"}
+            for second, words in (({"KEYS": "plain"}, "cannot share a batch"),
+                                  ({"DELAY": "1"}, "DELAY is not supported for batched"),
+                                  ({"TIMER_DEL_UNIQKEY": uid()}, "TIMER_DEL_UNIQKEY is not supported for batched"),
+                                  ({"TIMER_DELAY_SEC": str(MAX_DELAY_SEC + 5)}, "max delay"),
+                                  ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS must be a whole number")):
+                r = await c.invoke(addr, batch_cmd("TimerBatchBad", [(b"a", soon), (b"b", second)]), 5)
+                assert r.code == ResponseCode.MESSAGE_ILLEGAL and words in (r.remark or ""), (second, r.remark)
+            await asyncio.sleep(0.2)
+            assert await max_offset(c, addr, "rmq_sys_wheel_timer") == before
+            assert await max_offset(c, addr, "TimerBatchBad") == 0
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_producer_send_batch_with_deliver_times(broker: Standalone) -> None:
+    from tests.client.helpers import create_topic
+    from tidalmq.client import Message, Producer
+
+    async def scenario() -> None:
+        await create_topic(broker.namesrv_addr, "TimerBatchClient", 1)
+        c, addr = RemotingClient(), broker.broker_addr
+        try:
+            async with Producer("TimerBatchPG", broker.namesrv_addr) as p:
+                sent = now_ms()
+                r = await p.send_batch([Message("TimerBatchClient", b"late", deliver_time_ms=sent + 1200),
+                                        Message("TimerBatchClient", b"soon", delay_ms=500),
+                                        Message("TimerBatchClient", b"mid", delay_sec=1)])
+                assert r.ok and len(r.msg_id.split(",")) == 3
+            got = await pull_until(c, addr, "TimerBatchClient", 0, 3, 10)
+            assert [m.body for m in got] == [b"soon", b"mid", b"late"]
+            for m, at in zip(got, (sent + 500, sent + 1000, sent + 1200), strict=True):
+                assert 0 <= m.store_timestamp - at < SLACK_MS + 100, (m.body, m.store_timestamp - at)
+        finally:
+            await c.close()
+
+    run(scenario())

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -10,6 +11,7 @@ from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
+from tidalmq.common.record_batch import RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.schedule.timer_service import CancelTarget
 
@@ -76,19 +78,30 @@ def _parse_ms(name: str, text: str) -> int:
     return min(int(t), _INT64_MAX)
 
 
+def deliver_ms_of(name: str, text: str, now: int) -> int:
+    """The deliver time one timer request property asks for (SendError if its value is illegal)."""
+    if name == mc.TIMER_DELAY_SEC:
+        return min(now + _parse_ms(name, text) * 1000, _INT64_MAX)
+    if name == mc.TIMER_DELAY_MS:
+        return min(now + _parse_ms(name, text), _INT64_MAX)
+    return _parse_ms(name, text)
+
+
 def requested_deliver_ms(msg: InnerMessage, now: int) -> tuple[int, str] | None:
     """(deliver time, property it came from) in RocketMQ's order of precedence: TIMER_DELAY_SEC, then
     TIMER_DELAY_MS (both relative to now), then TIMER_DELIVER_MS (absolute). None if it asks for none."""
-    text = msg.get_property(mc.TIMER_DELAY_SEC)
-    if text is not None:
-        return min(now + _parse_ms(mc.TIMER_DELAY_SEC, text) * 1000, _INT64_MAX), mc.TIMER_DELAY_SEC
-    text = msg.get_property(mc.TIMER_DELAY_MS)
-    if text is not None:
-        return min(now + _parse_ms(mc.TIMER_DELAY_MS, text), _INT64_MAX), mc.TIMER_DELAY_MS
-    text = msg.get_property(mc.TIMER_DELIVER_MS)
-    if text is not None:
-        return _parse_ms(mc.TIMER_DELIVER_MS, text), mc.TIMER_DELIVER_MS
+    for name in (mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_DELIVER_MS):
+        text = msg.get_property(name)
+        if text is not None:
+            return deliver_ms_of(name, text, now), name
     return None
+
+
+# Every property name that makes a timer message more than "one deliver time": the text fast path
+# (TimerRewrite.timer_properties) handles a message carrying exactly one of them, a timer request.
+_SCHEDULE_NAMES = re.compile("(?:^|\x02)(" + "|".join(re.escape(n) for n in (
+    *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID,
+)) + ")\x01([^\x02]*)")
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -154,7 +167,64 @@ class TimerRewrite:
         # A half message is scheduled when it is committed.
         return sf.transaction_type(msg.sysflag) in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 
+    def _check_horizon(self, deliver: int, now: int, source: str) -> None:
+        if deliver - now > self.max_delay_ms:
+            raise SendError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"timer message illegal: deliver time {deliver} ({source}) is {deliver - now} ms ahead, beyond the max delay "
+                f"of {self.max_delay_ms} ms (timerMaxDelaySec={self.max_delay_ms // 1000})",
+            )
+
+    def timer_properties(self, text: str, topic: str, queue_id: int, now: int) -> tuple[str, int] | None:
+        """The common case edited as text, without parsing the properties into a dict and encoding them
+        again: ``text`` carries exactly one timer request property and no other schedule property. Returns
+        the properties of its copy parked in the timer topic (``text`` + REAL_TOPIC, REAL_QID, TIMER_OUT_MS)
+        and the deliver time; None for anything else, which ``__call__``'s general path decides. Raises
+        SendError for an illegal value or a time beyond the max delay, as the general path would."""
+        found = _SCHEDULE_NAMES.findall(text)
+        if len(found) != 1:
+            return None
+        name, value = found[0]
+        if name not in TIMER_REQUEST_PROPERTIES:
+            return None
+        deliver = deliver_ms_of(name, value, now)
+        self._check_horizon(deliver, now, name)
+        sep = "" if not text or text.endswith(mc.PROPERTY_SEPARATOR) else mc.PROPERTY_SEPARATOR
+        return (f"{text}{sep}{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02"
+                f"{mc.TIMER_OUT_MS}\x01{deliver}\x02"), deliver
+
+    def park_batch(self, records: RecordBatch, topic: str, queue_id: int) -> None:
+        """A batch of timer messages (RocketMQ schedules no batched message; TidalMQ does): each message
+        parked in the timer topic at its own deliver time, the batch still one append. Every message must
+        ask for exactly one deliver time (the batch path refuses DELAY and cancels before this); one due
+        already is parked too, and the timer service delivers it at once. Raises SendError, nothing stored."""
+        if not self.enabled:
+            raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
+        now = self.clock()
+        parked: list[bytes] = []
+        for i, props in enumerate(records.item_properties()):
+            try:
+                text = str(props, "utf-8")
+            except UnicodeDecodeError:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer batch illegal: message {i}'s properties are not UTF-8") from None
+            fast = self.timer_properties(text, topic, queue_id, now)
+            if fast is None:
+                raise SendError(ResponseCode.MESSAGE_ILLEGAL,
+                                f"timer batch illegal: message {i} asks for no deliver time or for more than one "
+                                f"({', '.join(TIMER_REQUEST_PROPERTIES)}); timer and plain messages cannot share a batch")
+            parked.append(fast[0].encode("utf-8"))
+        records.redirect(TIMER_TOPIC, 0, parked)
+
     def __call__(self, msg: InnerMessage) -> None:
+        if (not msg.is_parsed and self.enabled and msg.topic != TIMER_TOPIC
+                and sf.transaction_type(msg.sysflag) in (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)):
+            now = self.clock()
+            fast = self.timer_properties(msg.properties_text, msg.topic, msg.queue_id, now)
+            if fast is not None and fast[1] > now:  # one due already is stored as it is: the general path
+                msg.properties_text = fast[0]
+                msg.topic = TIMER_TOPIC
+                msg.queue_id = 0
+                return
         if not self._concerns(msg, cancel=False):
             return
         is_cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
@@ -178,12 +248,7 @@ class TimerRewrite:
             for k in TIMER_REQUEST_PROPERTIES:
                 props.pop(k, None)
             return  # due already: delivered at once, as an ordinary message
-        if deliver - now > self.max_delay_ms:
-            raise SendError(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"timer message illegal: deliver time {deliver} ({source}) is {deliver - now} ms ahead, beyond the max delay "
-                f"of {self.max_delay_ms} ms (timerMaxDelaySec={self.max_delay_ms // 1000})",
-            )
+        self._check_horizon(deliver, now, source)
         props[mc.TIMER_OUT_MS] = str(deliver)
         props[mc.REAL_TOPIC] = msg.topic
         props[mc.REAL_QID] = str(msg.queue_id)

@@ -213,7 +213,7 @@ class Producer:
         return p
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
-        v.check_batch(msgs, self.max_message_size)
+        v.check_batch(msgs, self.max_message_size, self.timer_max_delay_sec)
         uniqs = []
         for m in msgs:
             u = m.properties.get(mc.UNIQ_KEY)
@@ -383,7 +383,9 @@ class Producer:
     async def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> SendResult:
         """Send messages of one topic in one request (stored to one queue). ``msg_id`` of the result
-        joins the messages' ids with commas, as RocketMQ's does."""
+        joins the messages' ids with commas, as RocketMQ's does. Messages with a deliver time
+        (``deliver_time_ms``, ``delay_ms``, ``delay_sec``) may be batched, each scheduled at its own time,
+        when every message of the batch has one (docs/scheduled-delivery.md)."""
         self._check_running()
         p = self._prepare_batch(list(msgs))
         res = await (self._send_to(p, queue, timeout) if queue is not None else self._send_default(p, _MODE_SYNC, timeout))

@@ -101,18 +101,26 @@ def check_properties(properties: dict[str, str]) -> None:
             raise ValidationError(error)
 
 
-def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
-    """All to one topic, none delayed or to a retry topic, WAIT alike (MessageBatch.generateFromList)."""
+def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC) -> None:
+    """All to one topic, none with a delay level or to a retry topic, WAIT alike (MessageBatch.generateFromList).
+    Beyond RocketMQ: a batch of timer messages, each with its own deliver time (all of the batch or none)."""
     if not msgs:
         raise ValidationError("the batch is empty")
     first = msgs[0]
+    timed = any(p in first.properties for p in _TIMER_PROPS)
     for m in msgs:
         check_message(m, max_message_size)
         if m.topic != first.topic:
             raise ValidationError("The topic of the messages in one batch should be the same")
         if m.topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
             raise ValidationError("Retry Group is not supported for batching")
-        if m.delay_level > 0 or any(p in m.properties for p in _TIMER_PROPS):
-            raise ValidationError("TimeDelayLevel and delivery times are not supported for batching")
+        if m.delay_level > 0:
+            raise ValidationError("TimeDelayLevel is not supported for batching")
+        if mc.TIMER_DEL_UNIQKEY in m.properties:
+            raise ValidationError("a cancel (TIMER_DEL_UNIQKEY) is sent alone, not in a batch")
+        if any(p in m.properties for p in _TIMER_PROPS) != timed:
+            raise ValidationError("timer and plain messages cannot share a batch: give every message a deliver time, or none")
+        check_delay(m, timer_max_delay_sec=timer_max_delay_sec)
         if m.properties.get(mc.WAIT_STORE_MSG_OK, "true") != first.properties.get(mc.WAIT_STORE_MSG_OK, "true"):
             raise ValidationError("The waitStoreMsgOK of the messages in one batch should the same")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
@@ -14,6 +15,7 @@ import numpy as np
 from tidalmq.common import sysflag as sf
 from tidalmq.common.columns import gather_be
 from tidalmq.common.record import (
+    _H,
     _I,
     _Q,
     DISPATCH_PROPERTIES,
@@ -72,6 +74,38 @@ class RecordBatch:
     def starts(self) -> np.ndarray:
         """Where each record begins, relative to the first."""
         return np.cumsum(self.sizes) - self.sizes
+
+    def item_properties(self) -> list[memoryview]:
+        """Each record's properties (without their 2-byte length)."""
+        return [memoryview(pm)[2:] for pm in self.pieces[4::5]]
+
+    def carries(self, names: tuple[str, ...]) -> bool:
+        """Whether one of the records carries a property named in ``names``."""
+        return _first_carried(self.pieces[4::5], names) is not None
+
+    def redirect(self, topic: str, queue_id: int, properties: list[bytes]) -> None:
+        """Store every record in ``topic`` / ``queue_id`` with new properties, one per record (the timer
+        rewrite of a batch: each message parked in the timer topic with its own deliver time). Only the
+        topic and properties pieces change; bodies stay views of the request."""
+        if len(properties) != len(self):
+            raise ValueError(f"{len(properties)} properties for {len(self)} records")
+        topic_b = topic.encode("utf-8")
+        if len(topic_b) > 127:
+            raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
+        topic_part = bytes([len(topic_b)]) + topic_b
+        pieces = self.pieces
+        grow: list[int] = []
+        for i, props in enumerate(properties):
+            if len(props) > 32767:
+                raise RecordError(f"properties too long: {len(props)} bytes > 32767")
+            pm = _H.pack(len(props)) + props
+            t = 5 * i + 3
+            grow.append(len(topic_part) - len(pieces[t]) + len(pm) - len(pieces[t + 1]))
+            pieces[t], pieces[t + 1] = topic_part, pm
+            self.dispatch_properties[i] = DISPATCH_PROPERTIES.findall(memoryview(pm)[1:])
+        self.sizes = self.sizes + np.array(grow, dtype=np.int64)
+        self.heads["total"] = self.sizes
+        self.heads["queue_id"] = queue_id
 
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
@@ -169,16 +203,24 @@ def encode_batch_records(
     return RecordBatch(pieces, heads, shared, sizes, sysflag, found)
 
 
-def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
-    """RecordError naming the first of ``names`` that one of the messages carries. ``props`` are the
-    messages' 2-byte properties lengths and properties."""
+def _first_carried(props: Sequence[bytes | bytearray | memoryview], names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that one of the messages carries, or None. ``props`` are the messages'
+    2-byte properties lengths and properties."""
     pattern = _property_names_pattern(names)
     # One search over them all first (a name then follows a separator or a length): cheap, and
     # almost always negative; then find which message really carries one.
     joined = b"\x02".join(props)
     if not any(marker in joined for marker in _name_markers(names)):
-        return
+        return None
     for pm in props:
-        found = pattern.search(pm[2:])
+        found = pattern.search(memoryview(pm)[2:])
         if found is not None:
-            raise RecordError(f"the property {found.group(1).decode()} is not supported for batched messages")
+            return found.group(1).decode()
+    return None
+
+
+def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
+    """RecordError naming the first of ``names`` that one of the messages carries."""
+    found = _first_carried(props, names)
+    if found is not None:
+        raise RecordError(f"the property {found} is not supported for batched messages")

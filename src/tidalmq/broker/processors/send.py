@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
+from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import host_bytes
@@ -61,7 +62,10 @@ SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j"
 # A reply to one send: sends the response to the client (or completes a broker-internal future).
 Respond = Callable[[RemotingCommand], object]
 
-SCHEDULE_PROPERTIES = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS)
+# Refused in a batch: delay levels (RocketMQ's rule), cancels (each needs its own lookup), and properties only
+# the broker writes (a client re-sends a delivered message alone). Timer deliver times are accepted
+# (TimerRewrite.park_batch).
+BATCH_FORBIDDEN_PROPERTIES = (mc.DELAY, mc.TIMER_DEL_UNIQKEY, *mc.BROKER_ONLY_PROPERTIES, *mc.BROKER_WRITTEN_PROPERTIES)
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
 # One pass over the properties text finds any of them (a hit only means "parse and look").
 _BROKER_PROPERTY_MARKERS = re.compile("|".join(
@@ -184,15 +188,17 @@ class SendMessageProcessor:
                     body, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=born_ts,
                     born_host=born_host, born_port=born_port, store_host=b.store_host_bytes,
                     store_port=b.config.listen_port, reconsume_times=reconsume,
-                    # Delays are not supported in batches; properties only the broker writes never come
-                    # in one (a client re-sends a delivered message alone).
-                    forbidden_properties=SCHEDULE_PROPERTIES + mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES,
+                    forbidden_properties=BATCH_FORBIDDEN_PROPERTIES,
                 )
+                if not records:
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+                put = PutRequest(topic=topic, queue_id=queue_id, records=records)
+                if records.carries(TIMER_REQUEST_PROPERTIES):
+                    b.timer_rewrite.park_batch(records, topic, queue_id)
+                    put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=records)
             except RecordError as e:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
-            if not records:
-                raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-            self._enqueue(req, PutRequest(topic=topic, queue_id=queue_id, records=records), True, reply)
+            self._enqueue(req, put, True, reply)
             return
         if len(body) > max_size:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")

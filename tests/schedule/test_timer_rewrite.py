@@ -1,0 +1,112 @@
+"""TimerRewrite without a broker: the properties-text fast path stores what the general (dict) path
+stores, and the batch rewrite parks each message of a batch at its own deliver time."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from tidalmq.broker.message import InnerMessage, SendError
+from tidalmq.broker.schedule_hooks import TimerRewrite
+from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.naming import TIMER_TOPIC
+from tidalmq.common.record import decode_record
+from tidalmq.common.record_batch import encode_batch_records
+from tidalmq.remoting.codes import ResponseCode
+
+NOW = 1_700_000_000_000
+MAX_DELAY_MS = 3_600_000
+
+
+def rewrite() -> TimerRewrite:
+    return TimerRewrite(MAX_DELAY_MS, 10, clock=lambda: NOW)
+
+
+def message(text: str, topic: str = "T", queue_id: int = 3) -> InnerMessage:
+    return InnerMessage(topic, queue_id, b"body", 0, text, 0, NOW, b"\x7f\x00\x00\x01", 1234)
+
+
+def through_general_path(text: str) -> InnerMessage:
+    msg = message(text)
+    msg.properties  # noqa: B018 - parsed: the rewrite takes its general (dict) path
+    rewrite()(msg)
+    return msg
+
+
+@pytest.mark.parametrize("text", [
+    "TIMER_DELIVER_MS\x011700000005000\x02UNIQ_KEY\x01AB\x02",
+    "UNIQ_KEY\x01AB\x02KEYS\x01k1 k2\x02TIMER_DELAY_SEC\x0130\x02",
+    "TIMER_DELAY_MS\x01250",  # no trailing separator (tolerated on the wire)
+    "a\x01TIMER_DELIVER_MS\x02TIMER_DELAY_MS\x019\x02",  # a value that looks like a name is a value
+])
+def test_fast_path_stores_what_the_general_path_stores(text: str) -> None:
+    fast = message(text)
+    rewrite()(fast)
+    assert not fast.is_parsed, "the fast path parsed the properties"
+    slow = through_general_path(text)
+    assert (fast.topic, fast.queue_id) == (slow.topic, slow.queue_id) == (TIMER_TOPIC, 0)
+    assert decode_properties(fast.properties_text) == slow.properties
+    assert slow.properties["REAL_TOPIC"] == "T" and slow.properties["REAL_QID"] == "3"
+
+
+@pytest.mark.parametrize("text", [
+    "TIMER_DELIVER_MS\x011000\x02",  # due already: stored at once, timer properties dropped
+    "TIMER_DELAY_SEC\x011\x02TIMER_DELIVER_MS\x011700000009000\x02",  # two: RocketMQ's precedence decides
+    "DELAY\x012\x02TIMER_DELAY_MS\x01500\x02",  # a delay level wins
+])
+def test_other_cases_take_the_general_path(text: str) -> None:
+    msg = message(text)
+    rewrite()(msg)
+    slow = through_general_path(text)
+    assert (msg.topic, msg.queue_id) == (slow.topic, slow.queue_id)
+    assert decode_properties(msg.encoded_properties()) == slow.properties
+
+
+def test_fast_path_refuses_what_the_general_path_refuses() -> None:
+    for text, words in (("TIMER_DELAY_SEC\x01-3\x02", "must not be negative"),
+                        (f"TIMER_DELIVER_MS\x01{NOW + MAX_DELAY_MS + 1}\x02", "beyond the max delay")):
+        with pytest.raises(SendError, match=words) as e:
+            rewrite()(message(text))
+        assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+def batch_item(body: bytes, props: dict[str, str]) -> bytes:
+    pb = encode_properties(props).encode()
+    return struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
+
+
+def encode(body: bytes):  # type: ignore[no-untyped-def]
+    return encode_batch_records(body, topic="T", queue_id=3, sysflag=0, born_timestamp=NOW,
+                                born_host=b"\x7f\x00\x00\x01", born_port=1, store_host=b"\x7f\x00\x00\x01",
+                                store_port=2)
+
+
+def test_batch_parks_each_message_at_its_own_time() -> None:
+    asks = [{"TIMER_DELIVER_MS": str(NOW + 5000)}, {"TIMER_DELAY_MS": "700"}, {"TIMER_DELAY_SEC": "2"},
+            {"TIMER_DELIVER_MS": str(NOW - 1)}]
+    records = encode(b"".join(batch_item(f"m{i}".encode(), {**a, "UNIQ_KEY": f"U{i}"}) for i, a in enumerate(asks)))
+    rewrite().park_batch(records, "T", 3)
+    stored = [decode_record(r) for r in records.records()]
+    assert [m.topic for m in stored] == [TIMER_TOPIC] * 4 and [m.queue_id for m in stored] == [0] * 4
+    assert [m.body for m in stored] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [int(m.properties["TIMER_OUT_MS"]) for m in stored] == [NOW + 5000, NOW + 700, NOW + 2000, NOW - 1]
+    assert all(m.properties["REAL_TOPIC"] == "T" and m.properties["REAL_QID"] == "3" for m in stored)
+    assert [m.properties["UNIQ_KEY"] for m in stored] == ["U0", "U1", "U2", "U3"]
+    # what the dispatch reads without reading the records back: the timer topic's tag is the deliver time
+    assert [dict(p)[b"TIMER_OUT_MS"] for p in records.dispatch_properties] == [
+        str(t).encode() for t in (NOW + 5000, NOW + 700, NOW + 2000, NOW - 1)]
+    assert records.nbytes == sum(len(r) for r in records.records()) == sum(m.store_size for m in stored)
+
+
+@pytest.mark.parametrize(("props", "words"), [
+    ({}, "cannot share a batch"),
+    ({"TIMER_DELAY_SEC": "1", "TIMER_DELAY_MS": "5"}, "more than one"),
+    ({"TIMER_DELAY_MS": "soon"}, "whole number"),
+    ({"TIMER_DELAY_SEC": str(MAX_DELAY_MS)}, "beyond the max delay"),
+])
+def test_batch_refusals_name_the_reason(props: dict[str, str], words: str) -> None:
+    records = encode(batch_item(b"a", {"TIMER_DELAY_MS": "500"}) + batch_item(b"b", props))
+    with pytest.raises(SendError, match=words) as e:
+        rewrite().park_batch(records, "T", 3)
+    assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
