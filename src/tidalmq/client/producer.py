@@ -421,7 +421,7 @@ class Producer:
                 return
         if isinstance(error, RemotingTimeout):
             error = MQClientError(ACCESS_BROKER_TIMEOUT, error.remark)
-        elif isinstance(error, RemotingError):
+        elif isinstance(error, RemotingError) and not isinstance(error, MQClientError):  # as ClientInstance.invoke
             error = MQClientError(error.code, error.remark)
         self.fault.update(mq.broker_name, elapsed_ms, True)
         first.error = error
