@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -184,7 +185,8 @@ def main() -> None:
     if args.namesrv:
         ns = args.namesrv
     else:
-        s = Standalone(Path(tempfile.mkdtemp(prefix="client-bench-")) / "data",
+        workdir = Path(tempfile.mkdtemp(prefix="client-bench-"))
+        s = Standalone(workdir / "data",
                        {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
         s.start()
         ns = s.namesrv_addr
@@ -233,6 +235,7 @@ def main() -> None:
     finally:
         if s is not None:
             s.stop()
+            shutil.rmtree(workdir, ignore_errors=True)  # a 256 MiB CommitLog file and more per run
     print(f"\n{n} messages of {args.size} bytes, {args.queues} queues, async window {args.window}, batch {args.batch} "
           f"(ours: {args.batch_window} in flight, official: 1), our listener batch {args.consume_batch}")
     print("CPU: seconds of the client's process and of the broker over the figure (the client's include its "
