@@ -64,6 +64,9 @@ METHOD = """\
   consumer receives; produced msgs/s = N / time until the last send was acknowledged, consumed msgs/s = N /
   time from the first send to the last receive. Latency: a separate run paced at 1,000 msgs/s; end-to-end
   latency = receive time - send time (p50 / p99).
+- **Per core used** (W1 produce, W2 enqueue): the broker process's CPU seconds (user + system, its children
+  included, from the kernel's accounting) over the phase divided by the phase's wall seconds = the cores it
+  used; the rate divided by that = messages per second per core the broker used. The client's CPU is not in it.
 - **W2 scheduled**: enqueue rate = 10,000 delayed messages (delays 1 min .. 1 h, 100-byte bodies) sent as fast
   as the client allows. Lateness at R = 1,000 and 10,000 messages due per second: for a window of W seconds
   (10 s and 5 s) starting at T0, R×W messages are due uniformly over [T0, T0+W] and R×W/2 background
@@ -146,10 +149,19 @@ def w1_rows(results: dict[str, Any]) -> list[list[str]]:
             rows.append([TITLE.get(name, name), st])
             continue
         r = p["workloads"]["W1"]
-        rows.append([TITLE.get(name, name), fmt(r["produced_per_s"]), fmt(r["consumed_per_s"]),
+        rows.append([TITLE.get(name, name), fmt(r["produced_per_s"]), cores_cell(r, "produce_broker_cores",
+                     "produced_per_core"), fmt(r["consumed_per_s"]),
                      f"{fmt(r['lat_p50_ms'], 2)} / {fmt(r['lat_p99_ms'], 2)}",
                      f"{r['received']:,}/{r['n']:,} + {r['paced_received']:,}/{r['paced_n']:,}"])
     return rows
+
+
+def cores_cell(r: dict[str, Any], cores_key: str, per_core_key: str) -> str:
+    """The broker's cores used over a phase (CPU s / wall s) and the rate per core used; runs made before
+    these figures were recorded have none."""
+    if cores_key not in r:
+        return "—"
+    return f"{fmt(r[cores_key], 2)} / {fmt(r[per_core_key])}"
 
 
 def w2_rows(results: dict[str, Any]) -> list[list[str]]:
@@ -175,7 +187,8 @@ def w2_rows(results: dict[str, Any]) -> list[list[str]]:
                 burst += f" (**{c['burst_missing']:,} missing**)"
             rows.append(head + [f"{fmt(c['p50_ms'])} / {fmt(c['p99_ms'])} / {fmt(c['max_ms'])}", str(c["early"]),
                                 miss, burst, f"{c['window_s']} s, {c['sent']:,} sent in {c['send_s']:.1f} s",
-                                fmt(r.get("enqueue_per_s")) if key == "r1000" else ""])
+                                fmt(r.get("enqueue_per_s")) if key == "r1000" else "",
+                                cores_cell(r, "enqueue_broker_cores", "enqueue_per_core") if key == "r1000" else ""])
     return rows
 
 
@@ -388,13 +401,15 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> None:
         "",
         "## W1 messaging (1 KiB, one producer, one consumer)",
         "",
-        table(["peer", "produced msgs/s", "consumed msgs/s", "latency p50 / p99 ms (at 1,000 msgs/s)",
+        table(["peer", "produced msgs/s", "broker cores used / produced msgs/s per core", "consumed msgs/s",
+               "latency p50 / p99 ms (at 1,000 msgs/s)",
                "received (throughput + latency runs)"], w1_rows(results)),
         "",
         "## W2 scheduled delivery (delays mixed 1 s .. 1 h)",
         "",
         table(["peer", "due/s", "lateness p50 / p99 / max ms (window)", "early", "missing (window)",
-               "due during the enqueue burst: n: p99 / max ms", "window, sent", "enqueue msgs/s"],
+               "due during the enqueue burst: n: p99 / max ms", "window, sent", "enqueue msgs/s",
+               "broker cores used / enqueued msgs/s per core"],
               w2_rows(results)),
         "",
         "## W3 memory with 1 M pending delayed messages",

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
+
 from bench.common import percentile
 from bench.compare.base import SCHED_BODY, ServerBase
 
@@ -24,6 +26,24 @@ W1_BODY = 1024
 
 def now_ms() -> float:
     return time.time() * 1000
+
+
+def server_cpu_s(server: ServerBase) -> float:
+    """User + system CPU seconds the broker's process (and its children) used so far; nan if unknown."""
+    pid = server.server_pid()
+    if pid is None:
+        return float("nan")
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return float("nan")
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def per_core(rate: float, cpu_s: float, wall_s: float) -> dict[str, float]:
+    """The broker's cores used over a phase (CPU seconds / wall seconds) and the rate per core used."""
+    cores = cpu_s / wall_s if wall_s > 0 else float("nan")
+    return {"cores": cores, "per_core": rate / cores if cores > 0 else float("nan")}
 
 
 def client_of(peer: str, conn: dict[str, Any]) -> Any:
@@ -116,14 +136,18 @@ def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
                 head = f"{i}|{time.time() * 1000:.3f}|".encode()
                 yield head + pad[: W1_BODY - len(head)]
 
+        c0 = server_cpu_s(server)
         t0 = time.time()
         cl.publish("w1t", bodies())
         t_pub = time.time() - t0
+        c_pub = server_cpu_s(server) - c0
         got = cons.result()
         last = max((r for _, r, _ in got), default=t0 * 1000)
         uniq = len({i for i, _, _ in got})
         out.update(produced_per_s=n / t_pub, consumed_per_s=uniq / max(1e-3, (last / 1000 - t0)),
-                   n=n, received=uniq)
+                   n=n, received=uniq, produce_broker_cpu_s=c_pub)
+        pc = per_core(n / t_pub, c_pub, t_pub)
+        out.update(produce_broker_cores=pc["cores"], produced_per_core=pc["per_core"])
         # latency at a paced rate
         m = paced_rate * paced_s
         cons = Consumer(peer, server.conn(), "w1l", m, time.time() + paced_s + 60)
@@ -172,11 +196,16 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
         items = [(base + random.randint(60_000, 3_600_000), sched_body(i, 0), "") for i in range(n)]
         for k, (d, _b, _) in enumerate(items):
             items[k] = (d, sched_body(k, d), "")
+        c0 = server_cpu_s(server)
         t0 = time.time()
         cl.schedule("w2enq", items)
-        rate = n / (time.time() - t0)
+        took = time.time() - t0
+        rate = n / took
         out["enqueue_per_s"] = rate
         out["enqueue_n"] = n
+        out["enqueue_broker_cpu_s"] = c_enq = server_cpu_s(server) - c0
+        pc = per_core(rate, c_enq, took)
+        out.update(enqueue_broker_cores=pc["cores"], enqueue_per_core=pc["per_core"])
         plan = ((1_000, 3 if quick else 10), (10_000, 1 if quick else 5))
         for due_rate, window in plan:
             key = f"r{due_rate}"

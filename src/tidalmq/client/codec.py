@@ -24,6 +24,7 @@ from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.record import MIN_RECORD_SIZE, POS_QUEUEOFFSET, RecordError, view_record
 from tidalmq.common.taghash import tags_hash_code
+from tidalmq.remoting.command import encode_ext_fields
 
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -67,6 +68,43 @@ def send_header_v2(*, group: str, topic: str, queue_id: int, sysflag: int, born_
     if broker_name:
         h["n"] = broker_name
     return h
+
+
+class SendHeaderTemplates:
+    """SendMessageRequestHeaderV2 encoded for the wire (``RemotingCommand.ext_encoded``) from templates:
+    the fields that stay the same from one send to the next (group, topic, queue, flags ...) are encoded
+    once per combination, and only the born timestamp (``g``) and properties (``i``) are encoded per send.
+    Holds at most ``max_entries`` templates (cleared when full)."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self._cache: dict[tuple[Any, ...], bytes] = {}
+        self._max = max_entries
+
+    def encode(self, *, group: str, topic: str, queue_id: int, sysflag: int, born_timestamp: int, flag: int,
+               properties: str, reconsume_times: int = 0, max_reconsume_times: int | None = None,
+               batch: bool = False, broker_name: str | None = None,
+               default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> bytes:
+        """The same fields as ``send_header_v2`` with the same arguments, encoded."""
+        key = (group, topic, queue_id, sysflag, flag, reconsume_times, max_reconsume_times, batch, broker_name,
+               default_topic_queue_nums)
+        const = self._cache.get(key)
+        if const is None:
+            fields = send_header_v2(group=group, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=0,
+                                    flag=flag, properties="", reconsume_times=reconsume_times,
+                                    max_reconsume_times=max_reconsume_times, batch=batch, broker_name=broker_name,
+                                    default_topic_queue_nums=default_topic_queue_nums)
+            del fields["g"], fields["i"]
+            const = bytes(encode_ext_fields(fields))
+            if len(self._cache) >= self._max:
+                self._cache.clear()
+            self._cache[key] = const
+        ts = str(born_timestamp).encode()
+        pb = properties.encode("utf-8")
+        return b"".join((const, _G_PREFIX, _INT.pack(len(ts)), ts, _I_PREFIX, _INT.pack(len(pb)), pb))
+
+
+_G_PREFIX = b"\x00\x01g"  # 2-byte key length + key, as encode_ext_fields writes them
+_I_PREFIX = b"\x00\x01i"
 
 
 def compress_body(body: bytes, threshold: int, level: int = COMPRESS_LEVEL) -> tuple[bytes, bool]:

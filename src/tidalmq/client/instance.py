@@ -176,6 +176,13 @@ class ClientInstance:
         _keep_cancel(cancels)
         return resp
 
+    def ready_connection(self, addr: str) -> Connection | None:
+        """The open connection to ``addr``, if there is one and ``addr`` is not backing off: the hot path
+        of async sends goes straight to it (anything else goes through ``invoke``)."""
+        if self.backoff.wait_left(addr) > 0:
+            return None
+        return self.remoting.open_connection(addr)
+
     def sign(self, cmd: RemotingCommand) -> RemotingCommand:
         """Add AccessKey and Signature when the client has credentials (re-signing is harmless)."""
         if self.signer is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from tidalmq.client.errors import ValidationError
 from tidalmq.common import message as mc
@@ -131,39 +131,98 @@ class Message:
         return f"Message(topic={self.topic!r}, body={len(self.body)} bytes, properties={self.properties!r})"
 
 
-@dataclass(slots=True)
+_LAZY = object()  # a field not decoded yet: it is read from the record view on first access
+
+
 class MessageExt:
     """A received message (RocketMQ's MessageExt). ``msg_id`` is the client id (``UNIQ_KEY``) when the
-    producer set one, else the offset id; ``offset_msg_id`` is always the broker's offset id."""
+    producer set one, else the offset id; ``offset_msg_id`` is always the broker's offset id.
 
-    topic: str
-    body: bytes
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    properties: dict[str, str]
-    flag: int = 0
-    sysflag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("", 0)
-    store_timestamp: int = 0
-    store_host: tuple[str, int] = ("", 0)
-    reconsume_times: int = 0
-    offset_msg_id: str = ""
-    broker_name: str = ""
-    store_size: int = 0
-    prepared_transaction_offset: int = 0
+    A message decoded from a pull (``from_view``) keeps its record view and turns the hosts and the
+    offset id into text only when they are read: a consumer pays for what its listener looks at."""
+
+    __slots__ = ("topic", "body", "queue_id", "queue_offset", "commit_log_offset", "properties", "flag", "sysflag",
+                 "born_timestamp", "_born_host", "store_timestamp", "_store_host", "reconsume_times",
+                 "_offset_msg_id", "broker_name", "store_size", "prepared_transaction_offset", "_view")
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "topic", "body", "queue_id", "queue_offset", "commit_log_offset", "properties", "flag", "sysflag",
+        "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "offset_msg_id",
+        "broker_name", "store_size", "prepared_transaction_offset")
+    _born_host: tuple[str, int] | object
+    _store_host: tuple[str, int] | object
+    _offset_msg_id: str | object
+
+    def __init__(self, topic: str, body: bytes, queue_id: int, queue_offset: int, commit_log_offset: int,
+                 properties: dict[str, str], flag: int = 0, sysflag: int = 0, born_timestamp: int = 0,
+                 born_host: tuple[str, int] = ("", 0), store_timestamp: int = 0,
+                 store_host: tuple[str, int] = ("", 0), reconsume_times: int = 0, offset_msg_id: str = "",
+                 broker_name: str = "", store_size: int = 0, prepared_transaction_offset: int = 0) -> None:
+        self.topic, self.body, self.queue_id, self.queue_offset = topic, body, queue_id, queue_offset
+        self.commit_log_offset, self.properties, self.flag, self.sysflag = commit_log_offset, properties, flag, sysflag
+        self.born_timestamp, self._born_host, self.store_timestamp = born_timestamp, born_host, store_timestamp
+        self._store_host, self.reconsume_times, self._offset_msg_id = store_host, reconsume_times, offset_msg_id
+        self.broker_name, self.store_size = broker_name, store_size
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self._view: RecordView | None = None
 
     @classmethod
     def from_view(cls, v: RecordView, body: bytes, broker_name: str = "") -> MessageExt:
         """The message of a stored record; ``body`` is its (uncompressed) body. Raises ``RecordError``
-        when the topic or properties do not decode."""
-        return cls(topic=v.topic, body=body, queue_id=v.queue_id, queue_offset=v.queue_offset,
-                   commit_log_offset=v.physical_offset, properties=v.properties, flag=v.flag, sysflag=v.sysflag,
-                   born_timestamp=v.born_timestamp, born_host=v.born_host, store_timestamp=v.store_timestamp,
-                   store_host=v.store_host, reconsume_times=v.reconsume_times, offset_msg_id=v.msg_id,
-                   broker_name=broker_name, store_size=v.total,
-                   prepared_transaction_offset=v.prepared_transaction_offset)
+        when the topic or properties do not decode. The hosts and the offset id are decoded lazily."""
+        m = _new(cls)
+        m.topic, m.body, m.queue_id, m.queue_offset = v.topic, body, v.queue_id, v.queue_offset
+        m.commit_log_offset, m.properties, m.flag, m.sysflag = v.physical_offset, v.properties, v.flag, v.sysflag
+        m.born_timestamp, m.store_timestamp, m.reconsume_times = v.born_timestamp, v.store_timestamp, v.reconsume_times
+        m._born_host = m._store_host = m._offset_msg_id = _LAZY
+        m.broker_name, m.store_size, m.prepared_transaction_offset = broker_name, v.total, v.prepared_transaction_offset
+        m._view = v
+        return m
+
+    @property
+    def born_host(self) -> tuple[str, int]:
+        h = self._born_host
+        if h is _LAZY:
+            assert self._view is not None
+            h = self._born_host = self._view.born_host
+        return h  # type: ignore[return-value]
+
+    @born_host.setter
+    def born_host(self, value: tuple[str, int]) -> None:
+        self._born_host = value
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        h = self._store_host
+        if h is _LAZY:
+            assert self._view is not None
+            h = self._store_host = self._view.store_host
+        return h  # type: ignore[return-value]
+
+    @store_host.setter
+    def store_host(self, value: tuple[str, int]) -> None:
+        self._store_host = value
+
+    @property
+    def offset_msg_id(self) -> str:
+        i = self._offset_msg_id
+        if i is _LAZY:
+            assert self._view is not None
+            i = self._offset_msg_id = self._view.msg_id
+        return i  # type: ignore[return-value]
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, value: str) -> None:
+        self._offset_msg_id = value
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, f) for f in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaces
 
     @property
     def msg_id(self) -> str:
@@ -188,6 +247,9 @@ class MessageExt:
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
                 f"msg_id={self.msg_id!r}, body={len(self.body)} bytes)")
+
+
+_new = object.__new__
 
 
 class SendStatus(str, Enum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -13,6 +14,8 @@ from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.errors import (
+    ACCESS_BROKER_TIMEOUT,
+    CONNECT_BROKER_EXCEPTION,
     IllegalStateError,
     MQBrokerError,
     MQClientError,
@@ -38,7 +41,7 @@ from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType
 from tidalmq.remoting.tls import TlsOption
-from tidalmq.remoting.transport import Connection
+from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,7 @@ class Producer:
         self._publish: dict[str, tuple[codec.TopicRoute, list[MessageQueue]]] = {}
         self._state = "created"
         self._pending: set[asyncio.Future[Any]] = set()
+        self._headers = codec.SendHeaderTemplates()
 
     # lifecycle --------------------------------------------------------------------------------
     @property
@@ -229,30 +233,29 @@ class Producer:
         return _Prepared(msgs[0].topic, body, 0, 0, props, ",".join(uniqs), True, None)
 
     def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
-        ext = codec.send_header_v2(
-            group=self.group, topic=p.topic, queue_id=mq.queue_id, sysflag=p.sysflag, born_timestamp=now_ms(),
-            flag=p.flag, properties=p.properties, reconsume_times=p.reconsume_times,
-            max_reconsume_times=p.max_reconsume_times, batch=p.batch, broker_name=mq.broker_name,
-            default_topic_queue_nums=self.default_topic_queue_nums)
         code = RC.SEND_BATCH_MESSAGE if p.batch else RC.SEND_MESSAGE_V2
-        return RemotingCommand(code=code, ext_fields=ext, body=p.body, serialize_type=SerializeType.ROCKETMQ)
+        args: dict[str, Any] = dict(group=self.group, topic=p.topic, queue_id=mq.queue_id, sysflag=p.sysflag, born_timestamp=now_ms(),
+                    flag=p.flag, properties=p.properties, reconsume_times=p.reconsume_times,
+                    max_reconsume_times=p.max_reconsume_times, batch=p.batch, broker_name=mq.broker_name,
+                    default_topic_queue_nums=self.default_topic_queue_nums)
+        if self._instance.signer is None:  # a signature covers every field: signed requests keep the dict
+            return RemotingCommand(code=code, body=p.body, serialize_type=SerializeType.ROCKETMQ,
+                                   ext_encoded=self._headers.encode(**args))
+        return RemotingCommand(code=code, ext_fields=codec.send_header_v2(**args), body=p.body,
+                               serialize_type=SerializeType.ROCKETMQ)
 
     # the send loop ----------------------------------------------------------------------------
     async def _send_once(self, p: _Prepared, route: codec.TopicRoute, mq: MessageQueue, timeout: float) -> SendResult:
         addr = self._broker_addr(route, mq)
         resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
-        status = _STATUS.get(resp.code)
-        if status is None:
-            raise MQBrokerError(resp.code, resp.remark, addr)
-        ext = resp.ext_fields
-        qid = int(ext.get("queueId", mq.queue_id))
-        return SendResult(status, p.uniq, ext.get("msgId", ""), MessageQueue(mq.topic, mq.broker_name, qid),
-                          int(ext.get("queueOffset", "-1")), ext.get("transactionId"),
-                          ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms)
+        return _send_result(p, mq, addr, resp)
 
-    async def _send_default(self, p: _Prepared, mode: int, timeout: float | None) -> SendResult | None:
+    async def _send_default(self, p: _Prepared, mode: int, timeout: float | None, *,
+                            first: _FirstAttempt | None = None) -> SendResult | None:
+        """Send with retries on other brokers. ``first``: the attempt ``_send_async_first`` made and
+        lost (it counts as one of the tries and its broker is avoided next)."""
         timeout = self.send_timeout if timeout is None else timeout
-        begin = time.monotonic()
+        begin = time.monotonic() if first is None else first.begin
         route, queues = await self._queues(p.topic)
         rr = self._rr.get(p.topic)
         if rr is None:
@@ -264,6 +267,9 @@ class Producer:
             times += max(0, self.retry_times_when_send_async_failed)
         last_broker: str | None = None
         last_error: BaseException | None = None
+        if first is not None:
+            times -= 1
+            last_broker, last_error = first.broker_name, first.error
         for _ in range(times):
             mq = self.fault.select(queues, rr, last_broker)
             last_broker = mq.broker_name
@@ -350,23 +356,82 @@ class Producer:
         Validation errors raise here, before anything is sent."""
         self._check_running()
         p = self._prepare(msg)
+        fut: asyncio.Future[SendResult] | None = None
+        if queue is None and selector is None:
+            fut = self._send_async_first(p, timeout)
+        if fut is None:
 
-        async def run() -> SendResult:
-            if queue is not None:
-                r = await self._send_to(p, queue, timeout)
-            elif selector is not None:
-                r = await self._send_to(p, await self._select(p, msg, selector, arg), timeout)
-            else:
-                r = await self._send_default(p, _MODE_ASYNC, timeout)
-            assert r is not None
-            return r
+            async def run() -> SendResult:
+                if queue is not None:
+                    r = await self._send_to(p, queue, timeout)
+                elif selector is not None:
+                    r = await self._send_to(p, await self._select(p, msg, selector, arg), timeout)
+                else:
+                    r = await self._send_default(p, _MODE_ASYNC, timeout)
+                assert r is not None
+                return r
 
-        fut = asyncio.ensure_future(run())
+            fut = asyncio.ensure_future(run())
         self._pending.add(fut)
         fut.add_done_callback(self._pending.discard)
         if callback is not None:
             fut.add_done_callback(lambda f: _invoke_callback(callback, f))
         return fut
+
+    def _send_async_first(self, p: _Prepared, timeout: float | None) -> asyncio.Future[SendResult] | None:
+        """The hot path of ``send_async`` (round-robin queue): when the topic's route is cached and the
+        broker's connection is open, the first attempt goes out at once and its answer is turned into
+        the result by a callback, with no Task or coroutine per send. A failed attempt that deserves a
+        retry continues in ``_send_default``. None: the send must take the general path."""
+        cached = self._publish.get(p.topic)
+        current = self._instance.routes.get(p.topic)
+        if cached is None or not (cached[0] is current or current is None):
+            return None
+        route, queues = cached
+        rr = self._rr.get(p.topic)
+        if rr is None:
+            rr = self._rr[p.topic] = RoundRobin()
+        mq = self.fault.select(queues, rr, None)
+        addr = route.master_addr(mq.broker_name) or self._instance.master_addr(mq.broker_name)
+        conn = self._instance.ready_connection(addr) if addr is not None else None
+        if conn is None:
+            return None
+        timeout = self.send_timeout if timeout is None else timeout
+        first = _FirstAttempt(p, mq, addr, timeout)  # type: ignore[arg-type]  # addr is set when conn is
+        out: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
+        conn.request(self._instance.sign(self._request(p, mq)), timeout).add_done_callback(
+            functools.partial(self._first_answered, first, out))
+        return out
+
+    def _first_answered(self, first: _FirstAttempt, out: asyncio.Future[SendResult],
+                        answer: asyncio.Future[RemotingCommand]) -> None:
+        mq = first.mq
+        elapsed_ms = int((time.monotonic() - first.begin) * 1000)
+        error: BaseException | None = answer.exception() if not answer.cancelled() else MQClientError(
+            CONNECT_BROKER_EXCEPTION, f"request to {first.addr} cancelled")
+        if error is None:
+            try:
+                result = _send_result(first.p, mq, first.addr, answer.result())
+            except MQBrokerError as e:
+                error = e
+            else:
+                self.fault.update(mq.broker_name, elapsed_ms, False)
+                if not out.done():
+                    out.set_result(result)
+                return
+        if isinstance(error, RemotingTimeout):
+            error = MQClientError(ACCESS_BROKER_TIMEOUT, error.remark)
+        elif isinstance(error, RemotingError) and not isinstance(error, MQClientError):  # as ClientInstance.invoke
+            error = MQClientError(error.code, error.remark)
+        self.fault.update(mq.broker_name, elapsed_ms, True)
+        first.error = error
+        if out.done():
+            return
+        if isinstance(error, MQBrokerError) and error.code not in RETRY_RESPONSE_CODES:
+            out.set_exception(error)
+            return
+        rest = asyncio.ensure_future(self._send_default(first.p, _MODE_ASYNC, first.timeout, first=first))
+        rest.add_done_callback(functools.partial(_chain, out))
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
                           selector: MessageQueueSelector | None = None, arg: Any = None) -> None:
@@ -428,6 +493,45 @@ class Producer:
         v.check_message(msg, self.max_message_size)
         return _Prepared(msg.topic, msg.body, 0, 0, mc.encode_properties(msg.properties),
                          msg.properties[mc.UNIQ_KEY], False, _deliver_ms(msg.properties))
+
+
+class _FirstAttempt:
+    """The first try of an async send made by ``_send_async_first``, and how it failed."""
+
+    __slots__ = ("p", "mq", "addr", "timeout", "begin", "error")
+
+    def __init__(self, p: _Prepared, mq: MessageQueue, addr: str, timeout: float) -> None:
+        self.p, self.mq, self.addr, self.timeout = p, mq, addr, timeout
+        self.begin = time.monotonic()
+        self.error: BaseException | None = None
+
+    @property
+    def broker_name(self) -> str:
+        return self.mq.broker_name
+
+
+def _send_result(p: _Prepared, mq: MessageQueue, addr: str, resp: RemotingCommand) -> SendResult:
+    """The broker's answer to a send as a ``SendResult``; an error code raises ``MQBrokerError``."""
+    status = _STATUS.get(resp.code)
+    if status is None:
+        raise MQBrokerError(resp.code, resp.remark, addr)
+    ext = resp.ext_fields
+    qid = ext.get("queueId")
+    queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
+    return SendResult(status, p.uniq, ext.get("msgId", ""), queue, int(ext.get("queueOffset", "-1")),
+                      ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms)
+
+
+def _chain(out: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    """Copy the outcome of ``done`` into ``out`` (unless ``out`` was cancelled meanwhile)."""
+    if out.done():
+        return
+    if done.cancelled():
+        out.cancel()
+    elif done.exception() is not None:
+        out.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        out.set_result(done.result())
 
 
 def _deliver_ms(props: dict[str, str]) -> int | None:

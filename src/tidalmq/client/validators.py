@@ -13,6 +13,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_MAX_DELAY_LEVEL = 18  # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 24 * 3600  # timerMaxDelaySec of a RocketMQ 5 broker
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
+_TIMER_SET = frozenset(_TIMER_PROPS)
 
 
 def check_group(group: str | None) -> None:
@@ -83,6 +84,10 @@ def check_message(msg: Message | None, max_message_size: int = DEFAULT_MAX_MESSA
     if not isinstance(msg, Message):
         raise ValidationError(f"expected a tidalmq.client.Message, got {type(msg).__name__}")
     check_topic_sendable(msg.topic)
+    _check_body_and_properties(msg, max_message_size)
+
+
+def _check_body_and_properties(msg: Message, max_message_size: int) -> None:
     if msg.body is None:
         raise ValidationError("the message body is null")
     if len(msg.body) == 0:
@@ -108,19 +113,28 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
     if not msgs:
         raise ValidationError("the batch is empty")
     first = msgs[0]
-    timed = any(p in first.properties for p in _TIMER_PROPS)
+    check_message(first, max_message_size)  # the topic is checked once: the others must have the same
+    topic = first.topic
+    if topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
+        raise ValidationError("Retry Group is not supported for batching")
+    wait = first.properties.get(mc.WAIT_STORE_MSG_OK, "true")
+    timed = not _TIMER_SET.isdisjoint(first.properties)
     for m in msgs:
-        check_message(m, max_message_size)
-        if m.topic != first.topic:
+        if m is None:
+            raise ValidationError("the message is null")
+        if not isinstance(m, Message):
+            raise ValidationError(f"expected a tidalmq.client.Message, got {type(m).__name__}")
+        if m.topic != topic:
             raise ValidationError("The topic of the messages in one batch should be the same")
-        if m.topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
-            raise ValidationError("Retry Group is not supported for batching")
+        _check_body_and_properties(m, max_message_size)
+        props = m.properties
         if m.delay_level > 0:
             raise ValidationError("TimeDelayLevel is not supported for batching")
-        if mc.TIMER_DEL_UNIQKEY in m.properties:
-            raise ValidationError("a cancel (TIMER_DEL_UNIQKEY) is sent alone, not in a batch")
-        if any(p in m.properties for p in _TIMER_PROPS) != timed:
+        if _TIMER_SET.isdisjoint(props) == timed:
             raise ValidationError("timer and plain messages cannot share a batch: give every message a deliver time, or none")
-        check_delay(m, timer_max_delay_sec=timer_max_delay_sec)
-        if m.properties.get(mc.WAIT_STORE_MSG_OK, "true") != first.properties.get(mc.WAIT_STORE_MSG_OK, "true"):
+        if timed:
+            if mc.TIMER_DEL_UNIQKEY in props:
+                raise ValidationError("a cancel (TIMER_DEL_UNIQKEY) is sent alone, not in a batch")
+            check_delay(m, timer_max_delay_sec=timer_max_delay_sec)
+        if props.get(mc.WAIT_STORE_MSG_OK, "true") != wait:
             raise ValidationError("The waitStoreMsgOK of the messages in one batch should the same")

@@ -72,6 +72,10 @@ class RemotingCommand:
     language: int = LanguageCode.PYTHON
     version: int = _CURRENT_VERSION
     serialize_type: SerializeType = SerializeType.JSON
+    # extFields already in the ROCKETMQ encoding (``encode_ext_fields``), sent before those of
+    # ``ext_fields``: a client's header template (the constant fields of a send) is encoded once.
+    # Only the ROCKETMQ serialization carries it; decoding never sets it.
+    ext_encoded: bytes = b""
 
     @property
     def is_response(self) -> bool:
@@ -145,13 +149,14 @@ def _key_prefix(k: str) -> bytes:
     return kp
 
 
-def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    remark = cmd.remark
-    rb = remark.encode("utf-8") if remark else b""
-    kv = bytearray()
+def encode_ext_fields(ext: Mapping[str, object], kv: bytearray | None = None) -> bytearray:
+    """extFields in the ROCKETMQ header encoding (2-byte key length + key, 4-byte value length + value),
+    appended to ``kv``; None values are left out, others turned into strings as ``_str_fields`` does."""
+    if kv is None:
+        kv = bytearray()
     prefixes = _KEY_PREFIXES
     pack_int = _INT.pack
-    for k, v in cmd.ext_fields.items():
+    for k, v in ext.items():
         if type(v) is not str:  # what _str_fields does, in line
             if v is None:
                 continue
@@ -160,8 +165,15 @@ def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
         kv += prefixes.get(k) or _key_prefix(k)
         kv += pack_int(len(vb))
         kv += vb
+    return kv
+
+
+def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark
+    rb = remark.encode("utf-8") if remark else b""
+    kv = encode_ext_fields(cmd.ext_fields, bytearray(cmd.ext_encoded)) if cmd.ext_fields else cmd.ext_encoded
     head = _RMQ_HEAD.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag, len(rb))
-    return b"".join((head, rb, pack_int(len(kv)), kv))
+    return b"".join((head, rb, _INT.pack(len(kv)), kv))
 
 
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -170,6 +182,8 @@ _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 def encode_header(cmd: RemotingCommand) -> bytes:
     if cmd.serialize_type == _ROCKETMQ:
         return _encode_rocketmq_header(cmd)
+    if cmd.ext_encoded:
+        raise ValueError("pre-encoded extFields need the ROCKETMQ header serialization")
     ext = cmd.ext_fields
     if not _all_str(ext):
         ext = _str_fields(ext)

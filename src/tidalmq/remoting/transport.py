@@ -311,17 +311,29 @@ class Connection(asyncio.Protocol):
         finally:
             self._pending.pop(cmd.opaque, None)
 
-    def request(self, cmd: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        """Send a request and return the future of its response, with no timeout of its own: for
-        callers that pipeline many requests and bound the wait of the whole lot themselves."""
-        if not cmd.opaque:
-            cmd.opaque = next_opaque()
-        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self._pending[cmd.opaque] = fut
+    def request(self, cmd: RemotingCommand, timeout: float | None = None) -> asyncio.Future[RemotingCommand]:
+        """Send a request and return the future of its response: no Task and no coroutine per request,
+        for callers that pipeline many (async sends). Without ``timeout`` the caller bounds the wait;
+        with it the future fails with ``RemotingTimeout`` after ``timeout`` seconds. A lost connection
+        fails it with ``RemotingConnectError`` (``connection_lost``)."""
+        opaque = cmd.opaque
+        if not opaque:
+            opaque = cmd.opaque = next_opaque()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand] = loop.create_future()
+        self._pending[opaque] = fut
         if not self.send(cmd):
-            del self._pending[cmd.opaque]
+            del self._pending[opaque]
             fut.set_exception(RemotingConnectError(f"connection to {self.addr} is closed"))
+        elif timeout is not None:
+            timer = loop.call_later(timeout, self._expire, opaque, timeout)
+            fut.add_done_callback(lambda _f: timer.cancel())
         return fut
+
+    def _expire(self, opaque: int, timeout: float) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms"))
 
     def invoke_oneway(self, cmd: RemotingCommand) -> bool:
         if not cmd.opaque:
@@ -524,6 +536,11 @@ class RemotingClient:
                 raise RemotingConnectError(f"connect to {addr} failed: {e}") from None
             self._conns[addr] = proto
             return proto
+
+    def open_connection(self, addr: str) -> Connection | None:
+        """The connection to ``addr`` when it is open now (no await: the hot path of async sends)."""
+        conn = self._conns.get(addr)
+        return conn if conn is not None and conn.is_open else None
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(addr)

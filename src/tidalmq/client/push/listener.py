@@ -27,10 +27,12 @@ def is_async(fn: Any) -> bool:
 def reset_retry_topic(group: str, msgs: list[MessageExt]) -> None:
     """resetRetryAndNamespace: a message pulled from ``%RETRY%<group>`` reaches the listener under
     the topic it was first sent to (its RETRY_TOPIC property)."""
-    rt = nm.retry_topic(group)
+    prefix = nm.RETRY_GROUP_TOPIC_PREFIX
     for m in msgs:
+        if not m.topic.startswith(prefix):  # the common case, checked without building the retry topic's name
+            continue
         real = m.properties.get(mc.RETRY_TOPIC)
-        if real and m.topic == rt:
+        if real and m.topic == nm.retry_topic(group):
             m.topic = real
 
 
