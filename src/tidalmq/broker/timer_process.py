@@ -71,6 +71,7 @@ class TimerProcess:
         self._state_wanted = threading.Event()
         self._view_wanted = False
         self._view: dict[str, Any] | None = None
+        self._ready = False  # the current child pushed a view: it is loaded and answers
         self._view_cond = threading.Condition()
         self._supervisor: threading.Thread | None = None
         self._publisher: threading.Thread | None = None
@@ -127,28 +128,37 @@ class TimerProcess:
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                proc, sock = self._spawn()
-            except OSError:
-                log.exception("schedule process could not be started")
-                self._stopping.wait(RESTART_DELAY_S[-1])
-                continue
-            self.proc, self._sock = proc, sock
-            self._send(self._state_frame())
-            if self._stopping.is_set():  # shutdown() began while the child was being started
-                self._send(frame(Kind.STOP))
-            try:
-                self._serve(sock)
-            finally:
-                with self._send_lock:
-                    self._sock = None
-                sock.close()
-            code = proc.wait()
+                self._run_child()
+            except Exception:
+                log.exception("schedule process supervision failed")
+                proc = self.proc
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
             if self._stopping.is_set():
                 break
             deaths = deaths + 1 if time.monotonic() - started < 10 else 1
             self.restarts += 1
-            log.error("schedule process %d exited (%s): restarting it", proc.pid, code)
             self._stopping.wait(RESTART_DELAY_S[min(deaths, len(RESTART_DELAY_S)) - 1])
+
+    def _run_child(self) -> None:
+        """Start a child, serve it until its channel closes, reap it."""
+        proc, sock = self._spawn()
+        with self._view_cond:
+            self._ready = False
+        self.proc, self._sock = proc, sock
+        self._send(self._state_frame())
+        if self._stopping.is_set():  # shutdown() began while the child was being started
+            self._send(frame(Kind.STOP))
+        try:
+            self._serve(proc, sock)
+        finally:
+            with self._send_lock:
+                self._sock = None
+            sock.close()
+        code = proc.wait()
+        if not self._stopping.is_set():
+            log.error("schedule process %d exited (%s): restarting it", proc.pid, code)
 
     # ------------------------------------------------------------------ the channel
     def _send(self, data: bytes) -> None:
@@ -161,7 +171,7 @@ class TimerProcess:
             except OSError:
                 pass  # the child died: the supervisor restarts it, and the new one is sent STATE first
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         reader = FrameReader()
         while True:
             try:
@@ -171,13 +181,13 @@ class TimerProcess:
             if not data:
                 return
             try:
-                frames = reader.feed(data)
-                for kind, payload in frames:
+                for kind, payload in reader.feed(data):
                     self._handle(kind, payload)
-            except ChannelError as e:
-                log.error("schedule process sent a bad frame (%s): restarting it", e)
-                if self.proc is not None:
-                    self.proc.kill()
+            except Exception:
+                # A bad frame, or a request that failed here: the child restarts from its journal, which
+                # has not moved past what was not answered.
+                log.exception("schedule process request failed: restarting it")
+                proc.kill()
                 return
 
     def _handle(self, kind: Kind, payload: bytes) -> None:
@@ -198,6 +208,7 @@ class TimerProcess:
             view["at"] = time.monotonic()
             with self._view_cond:
                 self._view = view
+                self._ready = True
                 self._view_cond.notify_all()
         else:
             raise ChannelError(f"unexpected {kind.name} from the schedule process")
@@ -237,7 +248,7 @@ class TimerProcess:
         with self._view_cond:
             old = self._view
             self.request_view()
-            if self.pid is not None:
+            if self._ready and self.pid is not None:  # a child still loading would not answer in time
                 self._view_cond.wait_for(lambda: self._view is not old, timeout)
             return self._view
 

@@ -128,8 +128,10 @@ class ViewPusher(threading.Thread):
         self._last: Any = None
 
     def run(self) -> None:
+        first = True  # the first push tells the broker this process is loaded
         while not self.channel.closed:
-            asked = self.wanted.wait(VIEW_PUSH_INTERVAL_S)
+            asked = first or self.wanted.wait(VIEW_PUSH_INTERVAL_S)
+            first = False
             self.wanted.clear()
             if asked:
                 self.svc.fresh_view(1.0)
