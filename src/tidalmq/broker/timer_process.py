@@ -257,8 +257,9 @@ class TimerProcess:
             return self._view
 
     def snapshot(self, *, ask_fresh: bool = True) -> dict[str, Any]:
-        """The child's last snapshot (``viewAgeMs`` counts from when it was taken), plus the process's
-        own figures; zeros before the first."""
+        """The child's last snapshot (``viewAgeMs`` counts from when it was taken; a restarted child's
+        counters start from zero, as a restarted broker's do), plus the process's own figures. Before the
+        first child loaded: zeros, with ``pending`` -1 (not known yet) and ``processReady`` false."""
         view = self._view
         if ask_fresh:
             self.request_view()
@@ -267,13 +268,14 @@ class TimerProcess:
                 ("pending", "enqueued", "delivered", "early", "enqueueTps", "deliverTps", "latenessP50Ms",
                  "latenessP99Ms", "latenessMaxMs", "latenessLastBatchMs", "latenessNowMs", "enqueueOffset",
                  "viewAgeMs", "duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"), 0)
-            out.update(nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0))
+            out.update(pending=-1, nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0))
         else:
             out = dict(view["snapshot"])
             out["viewAgeMs"] = int(out.get("viewAgeMs", 0)) + int((time.monotonic() - view["at"]) * 1000)
         out["process"] = "separate"
         out["processPid"] = self.pid or -1
         out["processRestarts"] = self.restarts
+        out["processReady"] = str(self._ready).lower()
         return out
 
     def topic_minutes(self) -> dict[str, Counter[int]]:
