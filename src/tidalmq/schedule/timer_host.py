@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -58,6 +59,7 @@ class BrokerChannel:
         self._send_lock = threading.Lock()
         self._answers: queue.Queue[tuple[Kind, bytes] | None] = queue.Queue()
         self.closed = False
+        self.append_ms: deque[float] = deque(maxlen=1000)  # round trips of the last delivery batches
 
     def send(self, data: bytes) -> bool:
         try:
@@ -89,7 +91,9 @@ class BrokerChannel:
 
     # Upstream
     def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
+        t0 = time.monotonic()
         payload = self._ask(frame(Kind.PUT, encode_puts(requests)), Kind.PUT_RESULT)
+        self.append_ms.append((time.monotonic() - t0) * 1000)
         if payload is None:  # the broker is gone: nothing was acknowledged, the journal stays put
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
         return [AppendResult(s, msg_num=len(r.records))
@@ -112,8 +116,13 @@ def apply_state(follower: StoreFollower, state: dict[str, Any]) -> None:
     follower.publish(ranges, int(state["minPhy"]), int(state["maxPhy"]), bool(state["index"]))
 
 
-def view_payload(svc: TimerMessageService) -> dict[str, Any]:
-    return {"snapshot": svc.snapshot(ask_fresh=False),
+def view_payload(svc: TimerMessageService, channel: BrokerChannel) -> dict[str, Any]:
+    snap = svc.snapshot(ask_fresh=False)
+    # How long the broker takes to append a delivery batch (the split's own latency).
+    took = sorted(channel.append_ms)
+    snap["appendP99Ms"] = round(took[int(0.99 * (len(took) - 1))], 1) if took else 0
+    snap["appendMaxMs"] = round(took[-1], 1) if took else 0
+    return {"snapshot": snap,
             "topics": {t: {str(m): n for m, n in c.items()} for t, c in svc.topic_minutes().items()}}
 
 
@@ -139,7 +148,7 @@ class ViewPusher(threading.Thread):
             key = (id(self.svc.view), stats.enqueued, stats.delivered_total, sum(self.svc.counters.values()))
             if asked or key != self._last:
                 self._last = key
-                self.channel.send(json_frame(Kind.VIEW, view_payload(self.svc)))
+                self.channel.send(json_frame(Kind.VIEW, view_payload(self.svc, self.channel)))
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 # Enqueue in modest batches and drain what is due between them, so a burst of sends does not keep due
 # messages waiting behind the indexing of newer ones.
 ENQUEUE_BATCH = 1024
+ENQUEUE_MIN = 128
 MAX_DELIVER_ROUNDS = 16
 DELIVER_BATCH = 512
 IDLE_WAIT_S = 1.0
@@ -333,15 +334,23 @@ class TimerMessageService:
                 self._cq_offset = got.next_offset
                 return True
             return False
-        self._cq_offset = got.next_offset
         phys = got.commit_log_offsets
         sizes = got.sizes.astype(np.int32)
         deliver = got.tags_codes
         watermark = self.timer.enqueue_offset
-        new = phys >= min(watermark, self._metrics_mark)
+        low = min(watermark, self._metrics_mark)
+        # Deliveries come first: once something falls due, the round stops (after ENQUEUE_MIN entries, so a
+        # backlog of due messages slows enqueueing down without stopping it) and the deliver rounds run.
+        due_at = self.timer.next_due_ms()
+        taken = len(got)
         cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
         enqueued = 0
-        for p, s, d in zip(phys[new].tolist(), sizes[new].tolist(), deliver[new].tolist(), strict=True):
+        for i, (p, s, d) in enumerate(zip(phys.tolist(), sizes.tolist(), deliver.tolist(), strict=True)):
+            if i >= ENQUEUE_MIN and i % ENQUEUE_MIN == 0 and due_at is not None and self.clock() >= due_at:
+                taken = i
+                break
+            if p < low:  # counted and filed before a restart
+                continue
             props = self._properties(p, s)
             if props is None:
                 self.counters["unreadable"] += 1
@@ -368,8 +377,9 @@ class TimerMessageService:
                     self.topics.add(real, d, 1)
             if p >= watermark and del_key is None:
                 enqueued += 1
+        self._cq_offset = got.start + taken
         entries = make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4])
-        end = int(phys[-1]) + int(sizes[-1])
+        end = int(phys[taken - 1]) + int(sizes[taken - 1])
         res = self.timer.enqueue(entries, max(end, watermark))
         self._dirty = True
         self.stats.enqueued_n(enqueued)
