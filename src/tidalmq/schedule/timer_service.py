@@ -38,7 +38,7 @@ import numpy as np
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import RecordError, StoredMessage, decode_record
+from tidalmq.common.record import RecordError, StoredMessage, decode_record, view_record
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -395,7 +395,7 @@ class TimerMessageService:
             log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
             return None
         try:
-            return decode_record(view, read_body=False).properties
+            return view_record(view).properties  # the properties alone: no hosts, no body decoded
         except RecordError as e:
             log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
             return None
