@@ -137,13 +137,13 @@ class ViewPusher(threading.Thread):
         self._last: Any = None
 
     def run(self) -> None:
-        first = True  # the first push tells the broker this process is loaded
+        first = True  # the first push (the view load() published) tells the broker this process is loaded
         while not self.channel.closed:
             asked = first or self.wanted.wait(VIEW_PUSH_INTERVAL_S)
-            first = False
             self.wanted.clear()
-            if asked:
+            if asked and not first:
                 self.svc.fresh_view(1.0)
+            first = False
             stats = self.svc.stats
             key = (id(self.svc.view), stats.enqueued, stats.delivered_total, sum(self.svc.counters.values()))
             if asked or key != self._last:
