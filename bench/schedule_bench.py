@@ -6,6 +6,9 @@ Figures:
 - burst: N messages due at the same millisecond; delivery throughput from that moment to the last delivery;
 - lateness at a steady 1,000 and 20,000 messages due per second: p50 / p99 / max of (store time of the delivered
   copy - deliver time), and early deliveries (must be 0), measured on the delivered messages themselves;
+- loaded: messages due at 1,000 and 10,000 a second while a burst of (far-future) timer sends runs: their lateness
+  (what a GIL shared by sends and deliveries makes late; docs/multicore.md);
+- CPU seconds of the broker and of its schedule process (timerProcessEnable) over the runs above;
 - restart: many pending (far future) + a batch due while the broker is down, SIGKILL, restart; seconds until the
   broker answers, until the first overdue message is delivered, until all are.
 - enqueue vs plain (``--enqueue-only`` runs just this): timer messages against plain sends in the same broker with
@@ -14,7 +17,8 @@ Figures:
   timer / plain. A broker that refuses timer batches (before they were supported) reports 0 for them.
 Writes bench/out/schedule-*.json and a lateness plot bench/out/schedule-lateness.png.
 
-    .venv/bin/python bench/schedule_bench.py [--quick] [--enqueue-only] [--compare bench/out/schedule-latest.json]
+    .venv/bin/python bench/schedule_bench.py [--quick] [--enqueue-only] [--set timerProcessEnable=false]
+        [--compare bench/out/schedule-latest.json]
 """
 
 from __future__ import annotations
@@ -233,9 +237,46 @@ async def bench_rate(c: RemotingClient, addr: str, rate: int, seconds: float, se
             f"{key}_max_ms": s["max_ms"], f"{key}_early": s["early"], f"{key}_missing": n - s["n"]}, lat
 
 
-def bench_restart(data: Path, pending: int, overdue: int) -> dict[str, float]:
+async def bench_loaded(c: RemotingClient, addr: str, rate: int, seconds: float, send_rate: float) -> tuple[dict[str, float], list]:
+    """``rate`` messages a second fall due while timer sends (due in an hour) keep the broker busy."""
+    topic = f"BenchLoaded{rate}"
+    n = int(rate * seconds)
+    start = now_ms() + int(n / send_rate * 1000 * 1.3) + 2000
+    deliver = [start + int(i * 1000 / rate) for i in range(n)]
+    random.shuffle(deliver)
+    await send_all(c, addr, topic, deliver)
+    assert now_ms() < start, "sending took longer than planned"
+    end = max(deliver)
+    await asyncio.sleep(max(0.0, (start - now_ms()) / 1000))
+    far = now_ms() + 3_600_000
+    burst = 0
+    while now_ms() < end:  # the burst covers the whole due window
+        await send_all(c, addr, "BenchLoadedFar", [far + random.randrange(3_600_000) for _ in range(2_000)])
+        burst += 2_000
+    await asyncio.sleep(1.0)
+    deadline = time.perf_counter() + 60
+    while await queue_total(c, addr, topic) < n and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    lat = await lateness_of(c, addr, topic)
+    s = summary(lat)
+    key = f"loaded{rate}"
+    return {f"{key}_n": s["n"], f"{key}_p50_ms": s["p50_ms"], f"{key}_p99_ms": s["p99_ms"], f"{key}_max_ms": s["max_ms"],
+            f"{key}_early": s["early"], f"{key}_missing": n - s["n"], f"{key}_burst_sends": burst}, lat
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc); -1 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_restart(data: Path, pending: int, overdue: int, extra: dict[str, str]) -> dict[str, float]:
     """Many pending, some falling due while the broker is down: SIGKILL, restart, time deliveries resuming."""
-    s = Standalone(data, {"timerPrecisionMs": "10", "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+    s = Standalone(data, {"timerPrecisionMs": "10", "mappedFileSizeCommitLog": str(256 * 1024 * 1024), **extra})
     s.start()
     topic = "BenchRestart"
 
@@ -298,10 +339,10 @@ def bench_restart(data: Path, pending: int, overdue: int) -> dict[str, float]:
             "restart_pending_after": left}
 
 
-def run_enqueue_vs_plain(precision: str, n: int, rounds: int) -> dict[str, float]:
+def run_enqueue_vs_plain(precision: str, n: int, rounds: int, extra: dict[str, str]) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="tidalmq-schedbench-") as tmp:
         s = Standalone(Path(tmp) / "data", {"timerPrecisionMs": precision,
-                                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+                                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024), **extra})
         s.start()
         try:
             async def run() -> dict[str, float]:
@@ -356,19 +397,22 @@ def main() -> None:
     ap.add_argument("--compare", help="a previous bench/out/schedule-*.json to compare with")
     ap.add_argument("--enqueue-only", action="store_true", help="only timer enqueue vs plain sends")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the enqueue-vs-plain figure (default 3)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker setting, e.g. timerProcessEnable=false (repeatable)")
     args = ap.parse_args()
     print_machine()
     q = args.quick
-    results: dict[str, Any] = {"precision_ms": int(args.precision)}
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    results: dict[str, Any] = {"precision_ms": int(args.precision), "settings": extra}
     if args.enqueue_only:
-        results.update(run_enqueue_vs_plain(args.precision, 10_000 if q else 40_000, args.rounds))
+        results.update(run_enqueue_vs_plain(args.precision, 10_000 if q else 40_000, args.rounds, extra))
         print(f"saved {save('schedule-enqueue', results)}")
         compare(args.compare, results)
         return
     series: dict[str, list[tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="tidalmq-schedbench-") as tmp:
         s = Standalone(Path(tmp) / "data", {"timerPrecisionMs": args.precision,
-                                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+                                            "mappedFileSizeCommitLog": str(256 * 1024 * 1024), **extra})
         s.start()
         try:
             async def run() -> None:
@@ -390,14 +434,27 @@ def main() -> None:
                         k = f"rate{due_rate}"
                         print(f"{due_rate}/s due for {secs}s: lateness p50 {r[k + '_p50_ms']} p99 {r[k + '_p99_ms']} "
                               f"max {r[k + '_max_ms']} ms, early {r[k + '_early']}, missing {r[k + '_missing']}")
+                    for due_rate in (1_000, 10_000):
+                        r, lat = await bench_loaded(c, s.broker_addr, due_rate, 2 if q else 5, rate)
+                        results.update(r)
+                        series[f"{due_rate}/s due during sends"] = lat
+                        k = f"loaded{due_rate}"
+                        print(f"{due_rate}/s due during {r[k + '_burst_sends']} timer sends: lateness p50 {r[k + '_p50_ms']} "
+                              f"p99 {r[k + '_p99_ms']} max {r[k + '_max_ms']} ms, early {r[k + '_early']}, "
+                              f"missing {r[k + '_missing']}")
                     results["broker_timer_early"] = await info_int(c, s.broker_addr, "timer.early")
+                    info = await runtime_info(c, s.broker_addr)
+                    results["broker_cpu_s"] = cpu_seconds(int(info.get("pid", "-1")))
+                    results["timer_process_cpu_s"] = cpu_seconds(int(info.get("timer.processPid", "-1")))
+                    print(f"CPU seconds so far: broker {results['broker_cpu_s']:.1f}, "
+                          f"schedule process {results['timer_process_cpu_s']:.1f}")
                 finally:
                     await c.close()
 
             asyncio.run(run())
         finally:
             s.stop()
-        r = bench_restart(Path(tmp) / "restart", 20_000 if q else 200_000, 2_000 if q else 10_000)
+        r = bench_restart(Path(tmp) / "restart", 20_000 if q else 200_000, 2_000 if q else 10_000, extra)
         results.update(r)
         print(f"restart after SIGKILL with {r['restart_pending']} pending + {r['restart_overdue']} overdue: ready "
               f"{r['restart_to_ready_s']:.2f} s, first delivery {r['restart_to_first_delivery_s']:.2f} s, all overdue "

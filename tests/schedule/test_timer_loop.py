@@ -31,7 +31,7 @@ MAX_LAG_S = 0.1  # a loop that waited on a thread would show the whole wait here
 @pytest.fixture
 def inproc(tmp_path: Path) -> Iterator[tuple[asyncio.AbstractEventLoop, BrokerController]]:
     sc = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 * 1024 * 1024,
-                            timer_precision_ms=10)
+                            timer_precision_ms=10, timer_process_enable=False)  # the timer thread's lock is held below
     bc = BrokerConfig(broker_name="loop-broker", listen_port=0, namesrv_addr="")  # a free loopback port
     loop = asyncio.new_event_loop()
     broker = BrokerController(bc, sc, host="127.0.0.1")

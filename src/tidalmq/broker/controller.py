@@ -31,6 +31,7 @@ from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
 from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
+from tidalmq.broker.timer_process import TimerProcess
 from tidalmq.broker.topic_config import TopicConfigManager
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 from tidalmq.broker.transaction.half_service import TransactionalMessageService
@@ -120,10 +121,12 @@ class BrokerController:
         self.rewrite_hooks.append(DelayLevelRewrite(max(levels) if levels else 0))
         # RocketMQ 5 timer messages: arbitrary delivery time and cancel, in <storePathRootDir>/timerwheel, timerlog/.
         self.timer_stats = ScheduleStats()
-        self.timer: TimerMessageService | None = None
+        self.timer: TimerMessageService | TimerProcess | None = None
         sc = store_config
         check_precision(sc.timer_precision_ms)
-        if sc.timer_wheel_enable:
+        if sc.timer_wheel_enable and sc.timer_process_enable:
+            self.timer = TimerProcess(self.store, sc, root, max_delay_ms=sc.timer_max_delay_sec * 1000)
+        elif sc.timer_wheel_enable:
             self.timer = TimerMessageService(self.store, root, precision_ms=sc.timer_precision_ms,
                                              max_delay_ms=sc.timer_max_delay_sec * 1000, stats=self.timer_stats)
         self.store_face = StoreFace(self.store)

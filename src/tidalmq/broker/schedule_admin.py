@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from tidalmq.broker.timer_process import TimerProcess
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common.naming import SCHEDULE_TOPIC
@@ -95,6 +97,15 @@ def get_timer_metrics(broker: BrokerController, conn: Connection, req: RemotingC
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(schedule_report(broker)))
 
     return loop.run_in_executor(None, build)
+
+
+def refresh_timer_view(broker: BrokerController) -> Awaitable[object] | None:
+    """With the schedule process (timerProcessEnable): ask it for a fresh view, off the event loop, at most
+    FRESH_VIEW_WAIT_S; None in the broker's own process, whose counters are read directly."""
+    timer = broker.timer
+    if not isinstance(timer, TimerProcess):
+        return None
+    return asyncio.get_running_loop().run_in_executor(None, timer.fresh_view, FRESH_VIEW_WAIT_S)
 
 
 def timer_runtime_info(broker: BrokerController) -> dict[str, str]:

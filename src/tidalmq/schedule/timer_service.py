@@ -28,29 +28,31 @@ import struct
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import RecordError, decode_record
+from tidalmq.common.record import RecordError, StoredMessage, decode_record, view_record
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
 from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
-from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
+from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
+from tidalmq.store.results import QueueEntries
 
 log = logging.getLogger(__name__)
 
 # Enqueue in modest batches and drain what is due between them, so a burst of sends does not keep due
 # messages waiting behind the indexing of newer ones.
 ENQUEUE_BATCH = 1024
+ENQUEUE_MIN = 128
 MAX_DELIVER_ROUNDS = 16
 DELIVER_BATCH = 512
 IDLE_WAIT_S = 1.0
@@ -61,6 +63,33 @@ SLOT_MS = 1000
 VIEW_INTERVAL_S = 1.0
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
+
+
+class TimerStoreAccess(Protocol):
+    """What the service reads and writes of the store: DefaultMessageStore in the broker's process, a
+    StoreFollower (store/follower.py) in the schedule process."""
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    @property
+    def has_index(self) -> bool: ...
+
+    def has_queue(self, topic: str, queue_id: int) -> bool: ...
+
+    def queue_offset_at_or_after(self, topic: str, queue_id: int, commit_log_offset: int) -> int: ...
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_n: int) -> QueueEntries: ...
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> memoryview | None: ...
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None: ...
+
+    def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]: ...
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]: ...
+
+    def wait_reput(self, offset: int, timeout: float) -> bool: ...
 
 
 @dataclass
@@ -170,7 +199,7 @@ def histogram_of(minutes: Counter[int] | dict[int, int], now_ms: int) -> dict[st
 
 
 class TimerMessageService:
-    def __init__(self, store: DefaultMessageStore, root_dir: str | Path, *, precision_ms: int = 1000,
+    def __init__(self, store: TimerStoreAccess, root_dir: str | Path, *, precision_ms: int = 1000,
                  max_delay_ms: int = 400 * DAY_MS, stats: ScheduleStats | None = None,
                  clock: Callable[[], int] = ms_now, wheel_slots: int | None = None) -> None:
         self.store = store
@@ -305,15 +334,23 @@ class TimerMessageService:
                 self._cq_offset = got.next_offset
                 return True
             return False
-        self._cq_offset = got.next_offset
         phys = got.commit_log_offsets
         sizes = got.sizes.astype(np.int32)
         deliver = got.tags_codes
         watermark = self.timer.enqueue_offset
-        new = phys >= min(watermark, self._metrics_mark)
+        low = min(watermark, self._metrics_mark)
+        # Deliveries come first: once something falls due, the round stops (after ENQUEUE_MIN entries, so a
+        # backlog of due messages slows enqueueing down without stopping it) and the deliver rounds run.
+        due_at = self.timer.next_due_ms()
+        taken = len(got)
         cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
         enqueued = 0
-        for p, s, d in zip(phys[new].tolist(), sizes[new].tolist(), deliver[new].tolist(), strict=True):
+        for i, (p, s, d) in enumerate(zip(phys.tolist(), sizes.tolist(), deliver.tolist(), strict=True)):
+            if i >= ENQUEUE_MIN and i % ENQUEUE_MIN == 0 and due_at is not None and self.clock() >= due_at:
+                taken = i
+                break
+            if p < low:  # counted and filed before a restart
+                continue
             props = self._properties(p, s)
             if props is None:
                 self.counters["unreadable"] += 1
@@ -340,8 +377,9 @@ class TimerMessageService:
                     self.topics.add(real, d, 1)
             if p >= watermark and del_key is None:
                 enqueued += 1
+        self._cq_offset = got.start + taken
         entries = make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4])
-        end = int(phys[-1]) + int(sizes[-1])
+        end = int(phys[taken - 1]) + int(sizes[taken - 1])
         res = self.timer.enqueue(entries, max(end, watermark))
         self._dirty = True
         self.stats.enqueued_n(enqueued)
@@ -357,7 +395,7 @@ class TimerMessageService:
             log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
             return None
         try:
-            return decode_record(view, read_body=False).properties
+            return view_record(view).properties  # the properties alone: no hosts, no body decoded
         except RecordError as e:
             log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
             return None
@@ -504,13 +542,14 @@ class TimerMessageService:
         view = self.view
         return {} if view is None else {t: Counter(c) for t, c in view.topics.items()}
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, ask_fresh: bool = True) -> dict[str, Any]:
         """Counters, rates, lateness and the pending histogram (callable from any thread, never waits on
         the timer thread). Pending counts are from the last TimerView (``viewAgeMs`` old); counters and
-        rates are current. Asks for a fresh view for the next reader."""
+        rates are current. Asks for a fresh view for the next reader unless ``ask_fresh`` is False."""
         now = self.clock()
         view = self.view
-        self.request_view()
+        if ask_fresh:
+            self.request_view()
         if view is None:  # not loaded
             view = TimerView(now, 0, dict.fromkeys(("due", "minute", "hour", "day", "later", "rolled"), 0), None, 0, {})
         pending, hist, nxt = view.pending, view.histogram, view.next_due_ms

@@ -74,6 +74,9 @@ class MessageStoreConfig:
     # under a tenth of a second out of the box at the cost of ten wake-ups a second when busy.
     timer_precision_ms: int = 100
     timer_max_delay_sec: int = 400 * 86400  # RocketMQ's default is 3 days; ours 400
+    # Not RocketMQ's: the timer service in a process of its own, following the CommitLog read-only and
+    # handing its deliveries back to the broker (docs/multicore.md); false keeps it a thread of the broker.
+    timer_process_enable: bool = True
 
     @property
     def commit_log_path(self) -> str:

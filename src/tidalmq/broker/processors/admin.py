@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
+from tidalmq.broker.schedule_admin import refresh_timer_view
 from tidalmq.broker.subscription_group import SubscriptionGroupConfig
 from tidalmq.broker.topic_config import PERM_RW, TopicConfig
 from tidalmq.common import fastjson
@@ -84,8 +86,19 @@ class AdminProcessor:
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
+    def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Task[RemotingCommand]:
+        def build() -> RemotingCommand:
+            return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
+
+        refresh = refresh_timer_view(self.broker)
+        if refresh is None:
+            return build()
+
+        async def fresh() -> RemotingCommand:
+            await refresh  # the schedule process's figures as of this request, not one push ago
+            return build()
+
+        return asyncio.ensure_future(fresh())
 
     def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}

@@ -1,0 +1,285 @@
+"""The broker's side of the schedule process (timerProcessEnable, docs/multicore.md).
+
+TimerProcess starts ``python -m tidalmq.schedule.timer_host`` with one end of a socket pair, restarts it
+when it dies, stops it on shutdown, and serves its requests on a thread of its own:
+
+- PUT: a batch of deliveries, appended with ``put_messages`` as soon as it arrives (this thread waits for
+  no event loop, so deliveries do not queue behind client sends), answered with the put statuses;
+- QUERY / WAIT_REPUT: the index lookups and the reput wait of the timer's post-crash check;
+- VIEW: the timer's snapshot, kept for runtime info and GET_TIMER_METRICS.
+
+It publishes (STATE) how far the child may read: the timer queue's range, the CommitLog's offsets.
+To the rest of the broker it shows the face of TimerMessageService that runtime info, metrics and the
+lifecycle use (load, start, shutdown, on_arrival, snapshot, topic_minutes, fresh_view).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tidalmq.common.naming import TIMER_TOPIC
+from tidalmq.schedule.channel import (
+    ChannelError,
+    FrameReader,
+    Kind,
+    decode_json,
+    decode_puts,
+    encode_records,
+    encode_statuses,
+    frame,
+    json_frame,
+)
+from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+STATE_INTERVAL_S = 1.0  # STATE also goes out unasked this often (retention moves the CommitLog's head)
+RESTART_DELAY_S = (0.1, 0.5, 2.0)  # after the child died: quick first, slower if it keeps dying
+STOP_WAIT_S = 15.0
+
+
+class TimerProcess:
+    def __init__(self, store: DefaultMessageStore, config: MessageStoreConfig, root: Path, *,
+                 max_delay_ms: int) -> None:
+        self.store = store
+        self.precision_ms = config.timer_precision_ms
+        self._child_config = {
+            "root": str(root), "commitLogPath": config.commit_log_path,
+            "commitLogFileSize": config.mapped_file_size_commit_log,
+            "consumeQueuePath": config.consume_queue_path,
+            "consumeQueueFileSize": config.mapped_file_size_consume_queue,
+            "precisionMs": config.timer_precision_ms, "maxDelayMs": max_delay_ms,
+            "parentPid": os.getpid(), "logLevel": logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._state_wanted = threading.Event()
+        self._view_wanted = False
+        self._view: dict[str, Any] | None = None
+        self._ready = False  # the current child pushed a view: it is loaded and answers
+        self._view_cond = threading.Condition()
+        self._supervisor: threading.Thread | None = None
+        self._publisher: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def load(self) -> None:
+        """Nothing to load here: the child loads the timer's files."""
+
+    def start(self) -> None:
+        # The child is started from the supervisor thread, which lives as long as the broker: Linux's
+        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends.
+        self._supervisor = threading.Thread(target=self._supervise, name="TimerProcessSupervisor", daemon=True)
+        self._supervisor.start()
+        self._publisher = threading.Thread(target=self._publish_loop, name="TimerProcessState", daemon=True)
+        self._publisher.start()
+
+    def shutdown(self) -> None:
+        self._stopping.set()
+        self._state_wanted.set()
+        proc = self.proc
+        if proc is not None and not self._ready and proc.poll() is None:
+            # Still loading (a broker stopped right after its start): the timer's files are crash-safe, no
+            # need to wait for a load only to commit it. SIGTERM ends it at once until it serves.
+            proc.terminate()
+        self._send(frame(Kind.STOP))
+        if proc is not None:
+            try:
+                proc.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.error("schedule process %d did not stop in %.0f s: killed", proc.pid, STOP_WAIT_S)
+                proc.kill()
+                proc.wait()
+        if self._supervisor is not None:
+            self._supervisor.join(STOP_WAIT_S)
+        if self._publisher is not None:
+            self._publisher.join(STOP_WAIT_S)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self.proc
+        return None if proc is None or proc.poll() is not None else proc.pid
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            cmd = [sys.executable, "-m", "tidalmq.schedule.timer_host", "--fd", str(theirs.fileno()),
+                   "--config", json.dumps(self._child_config)]
+            proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        return proc, mine
+
+    def _supervise(self) -> None:
+        deaths = 0
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                self._run_child()
+            except Exception:
+                log.exception("schedule process supervision failed")
+                proc = self.proc
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            if self._stopping.is_set():
+                break
+            deaths = deaths + 1 if time.monotonic() - started < 10 else 1
+            self.restarts += 1
+            self._stopping.wait(RESTART_DELAY_S[min(deaths, len(RESTART_DELAY_S)) - 1])
+
+    def _run_child(self) -> None:
+        """Start a child, serve it until its channel closes, reap it."""
+        proc, sock = self._spawn()
+        with self._view_cond:
+            self._ready = False
+        self.proc, self._sock = proc, sock
+        self._send(self._state_frame())
+        if self._stopping.is_set():  # shutdown() began while the child was being started
+            self._send(frame(Kind.STOP))
+        try:
+            self._serve(proc, sock)
+        finally:
+            with self._send_lock:
+                self._sock = None
+            sock.close()
+        code = proc.wait()
+        if not self._stopping.is_set():
+            log.error("schedule process %d exited (%s): restarting it", proc.pid, code)
+
+    # ------------------------------------------------------------------ the channel
+    def _send(self, data: bytes) -> None:
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                return
+            try:
+                sock.sendall(data)
+            except OSError:
+                pass  # the child died: the supervisor restarts it, and the new one is sent STATE first
+
+    def _serve(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        reader = FrameReader()
+        while True:
+            try:
+                data = sock.recv(1 << 20)
+            except OSError:
+                return
+            if not data:
+                return
+            try:
+                for kind, payload in reader.feed(data):
+                    self._handle(kind, payload)
+            except Exception:
+                # A bad frame, or a request that failed here: the child restarts from its journal, which
+                # has not moved past what was not answered.
+                log.exception("schedule process request failed: restarting it")
+                proc.kill()
+                return
+
+    def _handle(self, kind: Kind, payload: bytes) -> None:
+        store = self.store
+        if kind is Kind.PUT:
+            results = store.put_messages(decode_puts(payload))
+            self._send(frame(Kind.PUT_RESULT, encode_statuses([r.status for r in results])))
+        elif kind is Kind.QUERY:
+            q = decode_json(payload)
+            views = store.query_message(q["topic"], q["key"], int(q["maxNum"]), int(q["begin"]), int(q["end"]))
+            self._send(frame(Kind.RECORDS, encode_records(views)))
+        elif kind is Kind.WAIT_REPUT:
+            ok = store.wait_reput(store.max_phy_offset, float(decode_json(payload)["timeout"]))
+            self._send(self._state_frame())  # before the answer: the child reads what was dispatched
+            self._send(json_frame(Kind.REPUT_DONE, ok))
+        elif kind is Kind.VIEW:
+            view = decode_json(payload)
+            view["at"] = time.monotonic()
+            with self._view_cond:
+                self._view = view
+                self._ready = True
+                self._view_cond.notify_all()
+        else:
+            raise ChannelError(f"unexpected {kind.name} from the schedule process")
+
+    def _state_frame(self) -> bytes:
+        store = self.store
+        lo, hi = store.queue_range(TIMER_TOPIC, 0)
+        queues = [[TIMER_TOPIC, 0, lo, hi]] if store.has_queue(TIMER_TOPIC, 0) else []
+        # The CommitLog's end read after the queue's: every published entry points below it.
+        return json_frame(Kind.STATE, {"queues": queues, "minPhy": store.min_phy_offset,
+                                       "maxPhy": store.max_phy_offset, "index": store.has_index})
+
+    def _publish_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._state_wanted.wait(STATE_INTERVAL_S)
+            self._state_wanted.clear()
+            if self._stopping.is_set():
+                return
+            self._send(self._state_frame())
+            if self._view_wanted:
+                self._view_wanted = False
+                self._send(frame(Kind.VIEW_WANTED))
+
+    def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """Store arrival listener (reput thread): never blocks on the socket, the publisher sends."""
+        if any(topic == TIMER_TOPIC for topic, _ in arrivals):
+            self._state_wanted.set()
+
+    # ------------------------------------------------------------------ observability
+    def request_view(self) -> None:
+        self._view_wanted = True
+        self._state_wanted.set()
+
+    def fresh_view(self, timeout: float) -> dict[str, Any] | None:
+        """Block (off the event loop only) until the child pushed a view after this call, at most
+        ``timeout`` seconds; then the last one received."""
+        with self._view_cond:
+            old = self._view
+            self.request_view()
+            if self._ready and self.pid is not None:  # a child still loading would not answer in time
+                self._view_cond.wait_for(lambda: self._view is not old, timeout)
+            return self._view
+
+    def snapshot(self, *, ask_fresh: bool = True) -> dict[str, Any]:
+        """The child's last snapshot (``viewAgeMs`` counts from when it was taken; a restarted child's
+        counters start from zero, as a restarted broker's do), plus the process's own figures. Before the
+        first child loaded: zeros, with ``pending`` -1 (not known yet) and ``processReady`` false."""
+        view = self._view
+        if ask_fresh:
+            self.request_view()
+        if view is None:
+            out: dict[str, Any] = dict.fromkeys(
+                ("pending", "enqueued", "delivered", "early", "enqueueTps", "deliverTps", "latenessP50Ms",
+                 "latenessP99Ms", "latenessMaxMs", "latenessLastBatchMs", "latenessNowMs", "enqueueOffset",
+                 "viewAgeMs", "appendP99Ms", "appendMaxMs", "duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"), 0)
+            out.update(pending=-1, nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0))
+        else:
+            out = dict(view["snapshot"])
+            out["viewAgeMs"] = int(out.get("viewAgeMs", 0)) + int((time.monotonic() - view["at"]) * 1000)
+        out["process"] = "separate"
+        out["processPid"] = self.pid or -1
+        out["processRestarts"] = self.restarts
+        out["processReady"] = str(self._ready).lower()
+        return out
+
+    def topic_minutes(self) -> dict[str, Counter[int]]:
+        view = self._view
+        if view is None:
+            return {}
+        return {t: Counter({int(m): int(n) for m, n in c.items()}) for t, c in view["topics"].items()}

@@ -1,0 +1,290 @@
+"""The timer service in a process of its own (timerProcessEnable, docs/multicore.md): the channel codec, the
+read-only store follower, and the process split end to end — SIGKILL of the child, SIGKILL of the broker, due
+messages delivered while a burst of sends runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
+from tests.schedule.test_timer_broker import decode_all
+from tests.support import Standalone, wait_for
+from tidalmq.common import message as mc
+from tidalmq.common.naming import TIMER_TOPIC
+from tidalmq.common.record import decode_record, encode_record
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.transport import RemotingClient
+from tidalmq.schedule.channel import (
+    ChannelError,
+    FrameReader,
+    Kind,
+    decode_puts,
+    decode_records,
+    decode_statuses,
+    encode_puts,
+    encode_records,
+    encode_statuses,
+    frame,
+    json_frame,
+)
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.follower import StoreFollower
+from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus, QueueRange
+
+QUEUES = 4
+SETTINGS = {"timerPrecisionMs": "10", "mappedFileSizeCommitLog": str(16 * 1024 * 1024)}
+
+
+# ---------------------------------------------------------------- the channel codec (no sockets)
+def test_frames_survive_any_chunking_and_bad_frames_are_refused() -> None:
+    reqs = [PutRequest("A", 1, [bytearray(b"r1"), bytearray(b"")]), PutRequest("Bé", 3, [bytearray(b"x" * 70000)])]
+    stream = (frame(Kind.PUT, encode_puts(reqs)) + json_frame(Kind.QUERY, {"k": 1})
+              + frame(Kind.RECORDS, encode_records([b"ab", memoryview(b"cde")])) + frame(Kind.STOP))
+    reader, got = FrameReader(), []
+    for i in range(0, len(stream), 7):  # arbitrary cuts, a frame header cut in two included
+        got += reader.feed(stream[i : i + 7])
+    assert [k for k, _ in got] == [Kind.PUT, Kind.QUERY, Kind.RECORDS, Kind.STOP]
+    back = decode_puts(got[0][1])
+    assert [(r.topic, r.queue_id, r.records) for r in back] == [(r.topic, r.queue_id, r.records) for r in reqs]
+    assert decode_records(got[2][1]) == [b"ab", b"cde"]
+    statuses = [PutStatus.PUT_OK, PutStatus.SERVICE_NOT_AVAILABLE]
+    assert decode_statuses(encode_statuses(statuses)) == statuses
+    with pytest.raises(ChannelError):
+        FrameReader().feed(b"\x00\x00\x00\x00\x63")  # unknown kind
+    with pytest.raises(ChannelError):
+        decode_puts(encode_puts(reqs)[:-1])  # truncated
+    with pytest.raises(ChannelError):
+        decode_statuses(b"\x63")
+
+
+# ---------------------------------------------------------------- the follower
+class Upstream:
+    def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
+        raise AssertionError("not used here")
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[bytes]:
+        return []
+
+    def wait_reput(self, timeout: float) -> bool:
+        return True
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=1024 * 1024,
+                             mapped_file_size_consume_queue=20 * 50)
+    s = DefaultMessageStore(cfg)
+    assert s.load()
+    yield s
+    s.shutdown()
+
+
+def test_follower_reads_only_what_the_broker_published(store: DefaultMessageStore) -> None:
+    def rec(i: int) -> bytearray:
+        props = {mc.REAL_TOPIC: "T", mc.REAL_QID: "0", mc.UNIQ_KEY: f"U{i}", mc.TIMER_OUT_MS: str(1000 + i)}
+        return encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b%d" % i, properties=props, born_timestamp=1,
+                             born_port=1, store_port=10911)
+
+    for i in range(120):  # 120 entries over three 50-entry ConsumeQueue files
+        assert store.put_messages([PutRequest(TIMER_TOPIC, 0, [rec(i)])])[0].status == PutStatus.PUT_OK
+    assert store.wait_reput(store.max_phy_offset, 10)
+    cfg = store.config
+    f = StoreFollower(cfg.commit_log_path, cfg.mapped_file_size_commit_log, cfg.consume_queue_path,
+                      cfg.mapped_file_size_consume_queue, Upstream())
+    try:
+        assert not f.has_queue(TIMER_TOPIC, 0) and len(f.read_queue(TIMER_TOPIC, 0, 0, 10)) == 0
+        e100 = store.read_queue(TIMER_TOPIC, 0, 100, 1)
+        # Published: 100 entries, and the CommitLog up to the end of the 100th record.
+        f.publish({(TIMER_TOPIC, 0): QueueRange(0, 100)}, 0, int(e100.commit_log_offsets[0]), True)
+        got, off = [], 0
+        while True:
+            q = f.read_queue(TIMER_TOPIC, 0, off, 32)
+            if len(q) == 0:
+                break
+            assert q.next_offset - q.start == len(q) <= 32 and (q.start // 50) == ((q.next_offset - 1) // 50)
+            got += q.rows()
+            off = q.next_offset
+        assert got == store.read_queue(TIMER_TOPIC, 0, 0, 50).rows() + store.read_queue(TIMER_TOPIC, 0, 50, 50).rows()
+        phys, size, tag = got[99]
+        m = f.look_message_by_offset(phys, size)
+        assert m is not None and m.body == b"b99" and tag == 1099 and m.properties[mc.UNIQ_KEY] == "U99"
+        assert f.select_one_message_by_offset(int(e100.commit_log_offsets[0])) is None  # not published
+        assert f.queue_offset_at_or_after(TIMER_TOPIC, 0, phys) == 99
+        assert f.queue_offset_at_or_after(TIMER_TOPIC, 0, phys + 1) == 100
+        f.publish({(TIMER_TOPIC, 0): QueueRange(0, 120)}, 0, store.max_phy_offset, True)
+        q = f.read_queue(TIMER_TOPIC, 0, 100, 50)
+        assert len(q) == 20
+        view = f.select_one_message_by_offset(int(q.commit_log_offsets[-1]))
+        assert view is not None and decode_record(view).body == b"b119"
+    finally:
+        f.close()
+
+
+# ---------------------------------------------------------------- the split, end to end
+async def send_timer(c: RemotingClient, addr: str, topic: str, deliver: list[int]) -> list[str]:
+    sem = asyncio.Semaphore(64)
+
+    async def one(i: int, d: int) -> str:
+        u = uuid.uuid4().hex.upper()
+        async with sem:
+            r = await c.invoke(addr, send_cmd(topic, f"{d}:{u}".encode(), queue_id=i % QUEUES,
+                                              props={"TIMER_DELIVER_MS": str(d), "UNIQ_KEY": u}), 15)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return u
+
+    return list(await asyncio.gather(*(one(i, d) for i, d in enumerate(deliver))))
+
+
+async def delivered(c: RemotingClient, addr: str, topic: str) -> list:  # type: ignore[type-arg]
+    out = []
+    for q in range(QUEUES):
+        off = 0
+        while True:
+            r = await c.invoke(addr, pull_cmd(topic, q, off, max_nums=32), 5)
+            if r.code != ResponseCode.SUCCESS:
+                break
+            msgs = decode_all(r.body_bytes())
+            out += msgs
+            off += len(msgs)
+    return out
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (the container's init may not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def child_pid(c: RemotingClient, addr: str, other_than: int = -1, timeout: float = 15) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = await runtime_info(c, addr)
+        pid = int(info.get("timer.processPid", "-1"))
+        if pid > 0 and pid != other_than:
+            return pid
+        assert time.monotonic() < deadline, f"no schedule process: {info.get('timer.processPid')}"
+        await asyncio.sleep(0.05)
+
+
+def check_all_once(msgs: list, uniqs: list[str]) -> None:  # type: ignore[type-arg]
+    got = Counter(m.properties.get("UNIQ_KEY") for m in msgs)
+    missing = [u for u in uniqs if u not in got]
+    assert not missing, f"{len(missing)} of {len(uniqs)} acknowledged timer messages lost"
+    early = [m for m in msgs if m.store_timestamp < int(m.body.split(b":")[0])]
+    assert not early, f"{len(early)} delivered early"
+
+
+def test_sigkill_of_the_child_mid_delivery_loses_nothing(tmp_path: Path) -> None:
+    with Standalone(tmp_path / "data", SETTINGS) as s:
+        addr = s.broker_addr
+
+        async def scenario() -> None:
+            c = RemotingClient()
+            try:
+                pid = await child_pid(c, addr)
+                due = now_ms() + 1500
+                uniqs = await send_timer(c, addr, "ProcKill", [due + i // 10 for i in range(4000)])  # 10 a ms
+                while len(await delivered(c, addr, "ProcKill")) < 100:  # deliveries under way
+                    assert now_ms() < due + 20_000, "deliveries never started"
+                    await asyncio.sleep(0.01)
+                os.kill(pid, 9)
+                # The broker answers sends while its schedule process is down and restarting.
+                r = await c.invoke(addr, send_cmd("ProcPlain", b"meanwhile"), 5)
+                assert r.code == ResponseCode.SUCCESS
+                new = await child_pid(c, addr, other_than=pid)
+                assert exited(pid) and new != pid
+                deadline = time.monotonic() + 30
+                while len(msgs := await delivered(c, addr, "ProcKill")) < len(uniqs):
+                    assert time.monotonic() < deadline, f"{len(msgs)} of {len(uniqs)} delivered after the restart"
+                    await asyncio.sleep(0.1)
+                check_all_once(msgs, uniqs)
+                info = await runtime_info(c, addr)
+                assert int(info["timer.processRestarts"]) >= 1
+                dups = len(msgs) - len(set(uniqs))
+                assert dups <= int(info["timer.redelivered"]), "unreported duplicates"
+            finally:
+                await c.close()
+
+        asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+def test_sigkill_of_the_broker_ends_the_child_and_a_restart_delivers_all(tmp_path: Path) -> None:
+    s = Standalone(tmp_path / "data", SETTINGS)
+    s.start()
+    try:
+        async def before() -> tuple[int, list[str]]:
+            c = RemotingClient()
+            try:
+                pid = await child_pid(c, s.broker_addr)
+                uniqs = await send_timer(c, s.broker_addr, "ProcBrokerKill", [now_ms() + 1500 + i for i in range(500)])
+                return pid, uniqs
+            finally:
+                await c.close()
+
+        pid, uniqs = asyncio.run(asyncio.wait_for(before(), 60))
+        s.kill()
+        wait_for(lambda: exited(pid), 10, what="the schedule process to exit with its broker")
+        s.start()
+
+        async def after() -> None:
+            c = RemotingClient()
+            try:
+                deadline = time.monotonic() + 30
+                while len(msgs := await delivered(c, s.broker_addr, "ProcBrokerKill")) < len(uniqs):
+                    assert time.monotonic() < deadline, f"{len(msgs)} of {len(uniqs)} delivered after the restart"
+                    await asyncio.sleep(0.1)
+                check_all_once(msgs, uniqs)
+            finally:
+                await c.close()
+
+        asyncio.run(asyncio.wait_for(after(), 60))
+    finally:
+        s.stop()
+
+
+def test_due_messages_are_delivered_while_a_send_burst_runs(tmp_path: Path) -> None:
+    """Deliveries do not wait for a burst of client sends to end: the first of 200 messages due one second
+    into a burst of plain sends arrive in their topic before the burst is over."""
+    with Standalone(tmp_path / "data", SETTINGS) as s:
+        addr = s.broker_addr
+
+        async def scenario() -> None:
+            c = RemotingClient()
+            try:
+                await child_pid(c, addr)
+                due = now_ms() + 1000
+                await send_timer(c, addr, "ProcDue", [due] * 200)
+                sem = asyncio.Semaphore(128)
+                t_end = now_ms() + 4000  # the burst runs at least 3 s past the due time
+
+                async def lane() -> None:
+                    while now_ms() < t_end:
+                        async with sem:
+                            r = await c.invoke(addr, send_cmd("ProcBurst", b"x" * 256), 15)
+                        assert r.code == ResponseCode.SUCCESS
+
+                await asyncio.gather(*(lane() for _ in range(64)))
+                burst_over = now_ms()
+                msgs = await delivered(c, addr, "ProcDue")
+                assert msgs, "nothing delivered"
+                first = min(m.store_timestamp for m in msgs)
+                assert due <= first < burst_over, f"first delivery {first - due} ms after due, burst over at +{burst_over - due}"
+            finally:
+                await c.close()
+
+        asyncio.run(asyncio.wait_for(scenario(), 60))
