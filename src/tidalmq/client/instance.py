@@ -251,6 +251,16 @@ class ClientInstance:
         route = self.routes.get(topic)
         if route is not None:
             return route
+        lock = self._route_locks.get(topic)
+        if lock is not None and lock.locked():
+            # Another caller is fetching this route: share its answer. A burst of first sends would
+            # otherwise ask the NameServer once each, one after the other behind the lock, and the last
+            # ones time out before they are sent (issue #19: 256 sends in flight, 3 s timeouts).
+            async with lock:
+                pass
+            route = self.routes.get(topic)
+            if route is not None:
+                return route
         route = await self.update_route(topic)
         if route is not None and route.queue_datas:
             return route
