@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -57,6 +58,19 @@ _STATUS: dict[int, SendStatus] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
+# SYSTEM_BUSY means the broker's flow control refused the send without storing it. RocketMQ 5's clients
+# back off and retry such an answer (TOO_MANY_REQUESTS, exponential backoff); this client does so within
+# the send timeout, then raises the broker's code and remark.
+BUSY_BACKOFF_FIRST_S = 0.02
+BUSY_BACKOFF_MAX_S = 1.0
+
+
+def busy_backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a send answered SYSTEM_BUSY: doubling from
+    BUSY_BACKOFF_FIRST_S up to BUSY_BACKOFF_MAX_S, half of it random so that the clients a broker shed
+    together do not all come back together."""
+    step = min(BUSY_BACKOFF_MAX_S, BUSY_BACKOFF_FIRST_S * 2 ** (attempt - 1))
+    return step / 2 + random.uniform(0, step / 2)
 _MODE_SYNC, _MODE_ASYNC, _MODE_ONEWAY = 0, 1, 2
 
 
@@ -240,7 +254,18 @@ class Producer:
     # the send loop ----------------------------------------------------------------------------
     async def _send_once(self, p: _Prepared, route: codec.TopicRoute, mq: MessageQueue, timeout: float) -> SendResult:
         addr = self._broker_addr(route, mq)
-        resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+            if resp.code != ResponseCode.SYSTEM_BUSY:
+                break
+            attempt += 1
+            pause = busy_backoff(attempt)
+            timeout = deadline - time.monotonic() - pause
+            if timeout <= 0:
+                break
+            await asyncio.sleep(pause)
         status = _STATUS.get(resp.code)
         if status is None:
             raise MQBrokerError(resp.code, resp.remark, addr)

@@ -289,9 +289,29 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         ``dispatch_myself`` the caller promises to call ``dispatch()`` right after (the broker's group
         commit does, on the event loop): the reput thread is not woken, so it does not take the
         interpreter from the caller; it still catches up within a second if the promise is broken."""
+        results = self._put(requests, dispatch_myself, blocking=True)
+        assert results is not None
+        return results
+
+    def try_put_messages(self, requests: Sequence[PutRequest], *,
+                         dispatch_myself: bool = False) -> list[AppendResult] | None:
+        """``put_messages`` that never waits for the CommitLog's put lock: None (nothing appended) while
+        another thread holds it, e.g. the timer delivering a batch. The broker's event loop puts this way
+        so that it goes on serving while the lock is taken, and can see how long its sends wait."""
+        return self._put(requests, dispatch_myself, blocking=False)
+
+    def is_os_page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: one writer has held the put lock for longer than
+        ``os_page_cache_busy_time_out_mills`` (a stalled disk or page cache, not a busy one)."""
+        return self.commit_log.lock_held_ms() > self.config.os_page_cache_busy_time_out_mills
+
+    def _put(self, requests: Sequence[PutRequest], dispatch_myself: bool, *,
+             blocking: bool) -> list[AppendResult] | None:
         if self._shutdown or not self._loaded or self.disk_space.refuse_writes():
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
-        results = self.commit_log.put(requests, wake_reput=not dispatch_myself)
+        results = self.commit_log.put(requests, wake_reput=not dispatch_myself, blocking=blocking)
+        if results is None:
+            return None
         stats = self._stats
         ok = False
         for r in results:
@@ -303,11 +323,14 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             self.disk_space.clear(COMMIT_LOG)
         return results
 
-    def dispatch(self) -> None:
+    def dispatch(self, *, wait: bool = True) -> None:
         """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the
-        rest to the reput thread, which retries every second."""
+        rest to the reput thread, which retries every second. With ``wait=False`` (the broker's event
+        loop) a dispatch round under way on the reput thread is not waited for: that thread is woken to
+        go on past what was appended."""
         try:
-            self.reput.do_reput()
+            if not self.reput.do_reput(blocking=wait):
+                self.reput.wakeup()
         except DiskFullError:
             pass
 
