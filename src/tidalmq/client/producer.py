@@ -256,10 +256,18 @@ class Producer:
         addr = self._broker_addr(route, mq)
         deadline = time.monotonic() + timeout
         attempt = 0
+        busy: RemotingCommand | None = None
         while True:
-            resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+            try:
+                resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+            except MQClientError:
+                if busy is None:
+                    raise
+                resp = busy  # the time left after a busy answer ran out: that answer is the error
+                break
             if resp.code != ResponseCode.SYSTEM_BUSY:
                 break
+            busy = resp
             attempt += 1
             pause = busy_backoff(attempt)
             timeout = deadline - time.monotonic() - pause

@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tidalmq.common import naming as nm
+from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError, path_under
 from tidalmq.store.checkpoint import StoreCheckpoint
 from tidalmq.store.clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
@@ -36,6 +39,7 @@ from tidalmq.store.message_store_read import MessageStoreRead
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
     AppendResult,
+    DispatchBatch,
     GetMessageResult,
     GetStatus,
     PutRequest,
@@ -57,6 +61,16 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidalmq.store")
+
+
+def boot_id() -> bytes:
+    """This boot of the machine (Linux's boot_id), b"" where unknown. Written into the abort file: a crash
+    recovered under the same boot id was a process crash, whose writes the page cache kept."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read().strip()
+    except OSError:
+        return b""
 
 
 def _ms_clock() -> int:
@@ -116,7 +130,13 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         os.makedirs(cfg.commit_log_path, exist_ok=True)
         os.makedirs(cfg.consume_queue_path, exist_ok=True)
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
-        log.info("store load: last exit %s", "ok" if self.last_exit_ok else "ABNORMAL")
+        self._process_crash = False
+        if not self.last_exit_ok:
+            with open(cfg.abort_path, "rb") as f:
+                written_by = f.read(64).strip()
+            self._process_crash = bool(written_by) and written_by == boot_id()
+        log.info("store load: last exit %s", "ok" if self.last_exit_ok else
+                 "ABNORMAL (process crash)" if self._process_crash else "ABNORMAL")
         ok = self.commit_log.mfq.load()
         ok = ok and self._load_consume_queues()
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
@@ -170,7 +190,12 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         else:
             cp = self.checkpoint
             min_ts = cp.min_timestamp_index() if self.config.message_index_safe else cp.min_timestamp()
-            process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
+            if self._process_crash:
+                indexed = None if self.index_service is None else self.index_service.max_index_commit_log_offset
+                process, rebuild_from = self.commit_log.recover_after_process_crash(min_ts, self._first_unqueued,
+                                                                                    indexed)
+            else:
+                process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
             cut = rebuild_from
             log.info("abnormal recovery: CommitLog valid to %d, re-dispatching from %d", process, rebuild_from)
         min_phy = self.commit_log.min_offset
@@ -194,6 +219,27 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.reput.do_reput()
         self._recover_topic_queue_table()
 
+    def _first_unqueued(self, batch: DispatchBatch, first: int) -> int | None:
+        """The CommitLog offset of the first record of ``batch`` (from row ``first``) whose ConsumeQueue entry
+        is missing or points elsewhere, or None. Recovery after a process crash re-dispatches from there."""
+        tx = batch.sysflags[first:] & sf.TRANSACTION_TYPE_MASK
+        queued = first + np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if not len(queued):
+            return None
+        keys = (batch.topic_ids[queued] << 32) | (batch.queue_ids[queued] & 0xFFFFFFFF)
+        earliest: int | None = None
+        for key in np.unique(keys).tolist():
+            idx = queued[keys == key]
+            queue_id = key & 0xFFFFFFFF
+            queue_id = queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id
+            cq = self._cqs.get((batch.topic_names[key >> 32], queue_id))
+            phys = batch.commit_log_offsets[idx]
+            n = 0 if cq is None else cq.count_matching(batch.queue_offsets[idx], phys)
+            if n < len(idx):
+                miss = int(phys[n])
+                earliest = miss if earliest is None else min(earliest, miss)
+        return earliest
+
     def _recover_topic_queue_table(self) -> None:
         table = {key: cq.max_offset_in_queue for key, cq in self._cqs.items()}
         self.commit_log.topic_queue_table = table
@@ -205,6 +251,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             return
         cfg = self.config
         with open(cfg.abort_path, "wb") as f:
+            f.write(boot_id())
             os.fsync(f.fileno())
         fsync_dir(cfg.store_path_root_dir)
         if cfg.sync_flush:
