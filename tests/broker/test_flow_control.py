@@ -265,3 +265,47 @@ def test_the_brokers_own_messages_are_never_shed(make_broker, monkeypatch) -> No
             await c.close()
 
     b.run(scenario())
+
+
+def test_the_official_client_gets_busy_answers_not_timeouts(make_broker, monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+    """What rocketmq==0.4.4 (C++ core) does with SYSTEM_BUSY: a sync send retries at once, 1 + retryTimes
+    (2) times, then fails with the client's own "No route info of this topic" (-1); an async send fails its
+    callback after one answer. Either way within a fraction of its 3 s timeout, and nothing is stored."""
+    pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+    from tests.compat.harness import ClientAgent
+
+    b = make_broker(wait_time_mills_in_send_queue=WAIT_MS)
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        def call(agent: ClientAgent, op: str, **kw: object):  # type: ignore[no-untyped-def]
+            return loop.run_in_executor(None, lambda: agent.call(op, **kw))
+
+        agent = await loop.run_in_executor(None, ClientAgent, "busy", tmp_path)
+        try:
+            await call(agent, "producer_start", group="fc_official", namesrv=b.namesrv)
+            warm = await call(agent, "send", mode="sync", messages=[{"topic": TOPIC, "body": {"text": "warm"}}])
+            assert warm[0]["status"] == "OK"
+            writer = StalledWriter(b.broker, monkeypatch)
+            await loop.run_in_executor(None, writer.start)
+            t = time.monotonic()
+            sync = await call(agent, "send", mode="sync", messages=[{"topic": TOPIC, "body": {"text": "s"}}],
+                              collect_errors=True)
+            assert time.monotonic() - t < 2.0
+            assert sync[0]["status"] == "ERROR" and "No route info of this topic" in sync[0]["error"], sync
+            assert b.broker.send_processor.busy_answers == 3
+            asyn = await call(agent, "send", mode="async", messages=[{"topic": TOPIC, "body": {"text": "a"}}],
+                              timeout=10)
+            assert asyn[0]["status"] == "ERROR", asyn
+            assert b.broker.send_processor.busy_answers == 4
+            await loop.run_in_executor(None, writer.release)
+            after = await call(agent, "send", mode="sync", messages=[{"topic": TOPIC, "body": {"text": "after"}}])
+            assert after[0]["status"] == "OK"
+            # warm-up, after and the stalled writer's message: none of the busy sends was stored
+            assert b.broker.store.wait_reput(b.broker.store.max_phy_offset, 5)
+            assert sum(b.broker.store.get_max_offset_in_queue(TOPIC, q) for q in range(8)) == 3
+        finally:
+            await loop.run_in_executor(None, agent.close)
+
+    b.run(scenario(), 120)
