@@ -154,8 +154,8 @@ class CommitLogRecovery(CommitLogScan):
         first record of the run from row ``i`` on that is not in its ConsumeQueue, or None. Records before
         the first one stored at or after ``since_ts`` are not checked (the checkpoint vouches for them).
         Returns (that offset, or ``end`` when every record is queued, or where the walk had to stop, so
-        nothing is skipped; the offset of the first record checked). With ``check_crc`` a damaged body is
-        marked corrupt (never served), as recovery does."""
+        nothing is skipped; the offset of the first record checked). With ``check_crc`` a damaged body from
+        that record on is marked corrupt (never served), as recovery does."""
         offset = start
         since_at = start if since_ts <= 0 else -1
         while offset < end:
@@ -163,8 +163,11 @@ class CommitLogRecovery(CommitLogScan):
             if mf is None:
                 return offset, offset if since_at < 0 else since_at
             base = mf.file_from_offset
+            # Topics are read and bodies CRC-checked from the first record at or after since_ts on (before it
+            # only the structure, as in _scan_file).
+            checked = since_at >= 0
             scan = self.scan_records(mf, offset - base, min(mf.wrote_position, end - base), dispatch_fields=False,
-                                     topics=True, check_crc=check_crc)
+                                     topics=checked, check_crc=check_crc and checked)
             for phys in scan.crc_failed:
                 self.mark_corrupt(phys, "body CRC mismatch found by recovery")
             if len(scan.batch):
@@ -174,7 +177,8 @@ class CommitLogRecovery(CommitLogScan):
                     later = np.flatnonzero(stamps >= since_ts)
                     first = int(later[0]) if len(later) else len(stamps)
                     if len(later):
-                        since_at = int(scan.batch.commit_log_offsets[first])
+                        since_at = offset = int(scan.batch.commit_log_offsets[first])
+                        continue  # walk again from there, reading topics and checking bodies
                 hit = check(scan.batch, first) if first < len(stamps) else None
                 if hit is not None:
                     before = stamps[scan.batch.commit_log_offsets < hit]

@@ -115,6 +115,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.consumed_commit_log_offset: Callable[[], tuple[int, str]] = (
             lambda: (self.commit_log.min_offset, "no consumer progress known to the store"))
         self.last_exit_ok = True
+        self._process_crash = False  # the last exit was a crash of the process alone (see load)
         self._loaded = False
         self._started = False
         self._shutdown = False
@@ -130,11 +131,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         os.makedirs(cfg.commit_log_path, exist_ok=True)
         os.makedirs(cfg.consume_queue_path, exist_ok=True)
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
-        self._process_crash = False
-        if not self.last_exit_ok:
-            with open(cfg.abort_path, "rb") as f:
-                written_by = f.read(64).strip()
-            self._process_crash = bool(written_by) and written_by == boot_id()
+        self._process_crash = not self.last_exit_ok and self._crashed_in_this_boot()
         log.info("store load: last exit %s", "ok" if self.last_exit_ok else
                  "ABNORMAL (process crash)" if self._process_crash else "ABNORMAL")
         ok = self.commit_log.mfq.load()
@@ -151,6 +148,15 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self._recover(self.last_exit_ok)
         self._loaded = True
         return True
+
+    def _crashed_in_this_boot(self) -> bool:
+        """The abort file names this boot: the crash was the process's, and the page cache kept its writes."""
+        try:
+            with open(self.config.abort_path, "rb") as f:
+                written_by = f.read(64).strip()
+        except OSError:
+            return False
+        return bool(written_by) and written_by == boot_id()
 
     def _load_consume_queues(self) -> bool:
         root = self.config.consume_queue_path
