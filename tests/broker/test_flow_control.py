@@ -309,3 +309,32 @@ def test_the_official_client_gets_busy_answers_not_timeouts(make_broker, monkeyp
             await loop.run_in_executor(None, agent.close)
 
     b.run(scenario(), 120)
+
+
+def test_a_burst_of_first_sends_waits_for_one_route_lookup(make_broker) -> None:  # noqa: ANN001
+    """Issue #19's timeouts: 256 sends in flight to a topic the producer has no route for yet. Each used to
+    ask the NameServer in turn, and with a NameServer slow to answer the last ones were still waiting when
+    their send timeout ran out. They now share one lookup: every send succeeds."""
+    from tidalmq.remoting.codes import RequestCode
+
+    b = make_broker()
+    lookups: list[str] = []
+    server = b.ns.server
+    get_route = server._processors[RequestCode.GET_ROUTEINFO_BY_TOPIC]  # noqa: SLF001
+
+    async def slow_get_route(conn, cmd):  # type: ignore[no-untyped-def]  # noqa: ANN001
+        lookups.append(cmd.ext_fields.get("topic", ""))
+        await asyncio.sleep(0.025)  # 256 lookups one after another: 6.4 s
+        return get_route(conn, cmd)
+
+    server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, slow_get_route)
+
+    async def scenario() -> None:
+        async with Producer("fc_burst", b.namesrv, send_timeout=3.0) as p:
+            results = await asyncio.gather(*(p.send_async(Message(TOPIC, b"%d" % i)) for i in range(256)),
+                                           return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        assert not failed, f"{len(failed)} sends failed, e.g. {failed[0]!r}"
+        assert lookups.count(TOPIC) == 1
+
+    b.run(scenario())
