@@ -8,8 +8,8 @@ Cases:
 
 * ``crash``  the checkpoint as the crash left it, ``--behind`` bytes (default 64 MiB) behind the CommitLog
              (the checkpoint moves with the thorough ConsumeQueue flush, every 60 s): the realistic case.
-* ``rewind`` the checkpoint zeroed, so every ConsumeQueue and the index are rebuilt from the first file:
-             the worst case.
+* ``rewind`` the checkpoint zeroed and the crash made a reboot's, so every ConsumeQueue and the index are
+             rebuilt from the first file: the worst case.
 
 For each case: ``tidalmq standalone`` from exec to its ready line (``standalone_s``), and the store's own
 recovery in-process, phase by phase (``load_s`` open files, ``recover_s`` CommitLog scan with CRC +
@@ -112,11 +112,15 @@ def build_crashed_store(data_dir: Path, total_bytes: int, file_mib: int = 1024, 
 
 
 def rewind_checkpoint(data_dir: Path, file_mib: int) -> None:
-    """Zero the checkpoint: nothing is known durable, queues and index are rebuilt from the first file."""
-    path = store_config(data_dir, file_mib).checkpoint_path
-    size = os.path.getsize(path)
-    with open(path, "r+b") as f:
+    """Zero the checkpoint and make the crash look like a reboot's (the abort file names another boot, see
+    docs/broker.md "Recovery after a crash"): nothing is known durable, queues and index are rebuilt from the
+    first file. In the same boot, recovery would find every queue entry in place and rebuild none."""
+    cfg = store_config(data_dir, file_mib)
+    size = os.path.getsize(cfg.checkpoint_path)
+    with open(cfg.checkpoint_path, "r+b") as f:
         f.write(b"\0" * size)
+    with open(cfg.abort_path, "wb") as f:
+        f.write(b"a-boot-before-a-reboot")
 
 
 def time_standalone(data_dir: Path, file_mib: int, py_spy: Path | None = None, timeout: float = 600) -> float:
@@ -182,6 +186,7 @@ def time_phases(data_dir: Path, file_mib: int, profile: str | None) -> dict[str,
     store.checkpoint = StoreCheckpoint(store.config.checkpoint_path)
     if store.index_service is not None:
         store.index_service.load(False)
+    store._process_crash = store._crashed_in_this_boot()  # noqa: SLF001 - as load() finds it
     store._recover(False)  # noqa: SLF001
     t2 = time.perf_counter()
     if prof is not None:

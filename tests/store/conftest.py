@@ -35,6 +35,10 @@ class FakeIndex:
         self.loaded.append(last_exit_ok)
         return True
 
+    @property
+    def max_index_commit_log_offset(self) -> int:
+        return max((o for _, o, _ in self.entries), default=0)
+
     def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None:
         for topic, keys, uniq_key, commit_log_offset, store_timestamp in items:
             for k in ([uniq_key] if uniq_key else []) + list(keys or []):

@@ -6,6 +6,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 
 from tidalmq.common.record import decode_record
 from tidalmq.store.consume_queue import CQ_DTYPE
@@ -233,3 +234,31 @@ def test_abnormal_recovery_redispatches_only_what_the_checkpoint_does_not_cover(
     every = old + recent + after
     for q in range(3):
         assert [m.commit_log_offset for m in read_queue(again, "R", q)] == every[q::3]
+
+
+@pytest.mark.parametrize("same_boot", [True, False], ids=["process-crash", "after-a-reboot"])
+def test_restart_after_a_process_crash_redispatches_only_what_was_not_queued(make_store, same_boot: bool) -> None:  # noqa: ANN001
+    """The abort file names the boot it was written in. A crash recovered in that same boot was a process
+    crash: the page cache kept every queue and index entry, so re-dispatch starts at the first record missing
+    from its ConsumeQueue (here the last 5 of queue 0, as if the reput round under way had not written them),
+    not at the checkpoint (after a reboot, as after a power loss: everything since the checkpoint)."""
+    index = FakeIndex()  # shared by both lives of the store: the index kept in the page cache
+    store = make_store(index=index)
+    res = store.put_messages([PutRequest("R", i % 3, [rec("R", i % 3, uniq=f"U{i}")]) for i in range(60)])
+    assert store.wait_reput(store.max_phy_offset, 5) and len(index.entries) == 60
+    crash(store)
+    qdir = os.path.join(store.config.consume_queue_path, "R", "0")
+    (name,) = os.listdir(qdir)
+    with open(os.path.join(qdir, name), "r+b") as f:
+        f.seek(15 * 20)
+        f.write(bytes(5 * 20))  # queue 0's entries 15..19: the records res[45], res[48] ... res[57]
+    if not same_boot:
+        with open(store.config.abort_path, "wb") as f:
+            f.write(b"another-boot")
+    indexed = len(index.entries)
+    again = make_store(index=index)
+    for q in range(3):
+        assert [m.commit_log_offset for m in read_queue(again, "R", q)] == \
+               [r.wrote_offset for i, r in enumerate(res) if i % 3 == q]
+    redispatched = len(index.entries) - indexed
+    assert redispatched == (60 - 45 if same_boot else 60)

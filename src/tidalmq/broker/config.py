@@ -34,6 +34,12 @@ class BrokerConfig:
     flush_consumer_offset_interval: int = 5000
     channel_expired_timeout: int = 120000
     enable_property_filter: bool = False
+    # Flow control (BrokerFastFailure, docs/broker.md "Flow control"): a send that waited in the broker
+    # this long before its group commit, or found this many sends queued ahead of it, is answered
+    # SYSTEM_BUSY at once instead of being left to time out at the client.
+    broker_fast_failure_enable: bool = True
+    wait_time_mills_in_send_queue: int = 200
+    send_thread_pool_queue_capacity: int = 10000
     notify_consumer_ids_changed_enable: bool = True
     # Transactions (docs/transactions.md): a half message unresolved this long is checked back, every
     # transactionCheckInterval, at most transactionCheckMax times, then rolled back.
@@ -66,6 +72,8 @@ _CHECKS: dict[str, Check] = {
     "default_topic_queue_nums": in_range(1, 1024),
     "flush_consumer_offset_interval": in_range(1, JAVA_INT_MAX),
     "channel_expired_timeout": in_range(1, JAVA_INT_MAX),
+    "wait_time_mills_in_send_queue": in_range(1, JAVA_INT_MAX),
+    "send_thread_pool_queue_capacity": in_range(1, JAVA_INT_MAX),
     "transaction_check_max": in_range(0, JAVA_INT_MAX),
     "transaction_check_interval": in_range(1, JAVA_INT_MAX),
 }

@@ -4,6 +4,7 @@ heartbeats and the requests brokers send to clients, shared by one producer or c
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -121,6 +122,7 @@ class ClientInstance:
         self.request_handlers: dict[int, Callable[[Connection, RemotingCommand], Any]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._route_locks: dict[str, asyncio.Lock] = {}
+        self._route_lookups: dict[tuple[str, bool], asyncio.Future[codec.TopicRoute]] = {}
         self.started = False
 
     # lifecycle --------------------------------------------------------------------------------
@@ -258,6 +260,22 @@ class ClientInstance:
         route = self.routes.get(topic)
         if route is not None:
             return route
+        # Concurrent callers share one lookup. A burst of first sends would otherwise ask the NameServer
+        # once each, one after the other behind the topic's lock, and the last ones time out before they
+        # are sent (issue #19: 256 sends in flight, 3 s send timeouts).
+        key = (topic, default_topic)
+        lookup = self._route_lookups.get(key)
+        if lookup is None:
+            lookup = self._route_lookups[key] = asyncio.ensure_future(self._look_up_route(topic, default_topic))
+            lookup.add_done_callback(functools.partial(self._route_looked_up, key))
+        return await asyncio.shield(lookup)
+
+    def _route_looked_up(self, key: tuple[str, bool], lookup: asyncio.Future[codec.TopicRoute]) -> None:
+        self._route_lookups.pop(key, None)
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: every caller that still waits gets it from the await
+
+    async def _look_up_route(self, topic: str, default_topic: bool) -> codec.TopicRoute:
         route = await self.update_route(topic)
         if route is not None and route.queue_datas:
             return route

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -60,6 +61,19 @@ _STATUS: dict[int, SendStatus] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
 }
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
+# SYSTEM_BUSY means the broker's flow control refused the send without storing it. RocketMQ 5's clients
+# back off and retry such an answer (TOO_MANY_REQUESTS, exponential backoff); this client does so within
+# the send timeout, then raises the broker's code and remark.
+BUSY_BACKOFF_FIRST_S = 0.02
+BUSY_BACKOFF_MAX_S = 1.0
+
+
+def busy_backoff(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a send answered SYSTEM_BUSY: doubling from
+    BUSY_BACKOFF_FIRST_S up to BUSY_BACKOFF_MAX_S, half of it random so that the clients a broker shed
+    together do not all come back together."""
+    step = min(BUSY_BACKOFF_MAX_S, BUSY_BACKOFF_FIRST_S * 2 ** (attempt - 1))
+    return step / 2 + random.uniform(0, step / 2)
 _MODE_SYNC, _MODE_ASYNC, _MODE_ONEWAY = 0, 1, 2
 
 
@@ -247,7 +261,35 @@ class Producer:
     # the send loop ----------------------------------------------------------------------------
     async def _send_once(self, p: _Prepared, route: codec.TopicRoute, mq: MessageQueue, timeout: float) -> SendResult:
         addr = self._broker_addr(route, mq)
-        resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+        return await self._send_until_not_busy(p, mq, addr, time.monotonic() + timeout)
+
+    async def _send_until_not_busy(self, p: _Prepared, mq: MessageQueue, addr: str, deadline: float,
+                                   busy: RemotingCommand | None = None) -> SendResult:
+        """Send to ``addr`` until it answers something other than SYSTEM_BUSY, backing off between
+        tries (``busy_backoff``), until ``deadline``; then the last busy answer is the error. ``busy``:
+        a busy answer already received (the async hot path's first attempt)."""
+        attempt = 0
+        while True:
+            if busy is not None:
+                attempt += 1
+                pause = busy_backoff(attempt)
+                timeout = deadline - time.monotonic() - pause
+                if timeout <= 0:
+                    resp = busy
+                    break
+                await asyncio.sleep(pause)
+            else:
+                timeout = deadline - time.monotonic()
+            try:
+                resp = await self._instance.invoke(addr, self._request(p, mq), timeout)
+            except MQClientError:
+                if busy is None:
+                    raise
+                resp = busy  # the time left after a busy answer ran out: that answer is the error
+                break
+            if resp.code != ResponseCode.SYSTEM_BUSY:
+                break
+            busy = resp
         return _send_result(p, mq, addr, resp)
 
     async def _send_default(self, p: _Prepared, mode: int, timeout: float | None, *,
@@ -426,6 +468,12 @@ class Producer:
         self.fault.update(mq.broker_name, elapsed_ms, True)
         first.error = error
         if out.done():
+            return
+        if isinstance(error, MQBrokerError) and error.code == ResponseCode.SYSTEM_BUSY:
+            # shed by flow control: back off and retry the same broker (as the general path does)
+            retry = asyncio.ensure_future(self._send_until_not_busy(
+                first.p, mq, first.addr, first.begin + first.timeout, busy=answer.result()))
+            retry.add_done_callback(functools.partial(_chain, out))
             return
         if isinstance(error, MQBrokerError) and error.code not in RETRY_RESPONSE_CODES:
             out.set_exception(error)

@@ -72,6 +72,10 @@ class Connection(asyncio.Protocol):
         # buffer budget, backpressure). A client's own connections have none.
         self._server = server
         self.last_active = time.monotonic()
+        # When the read that brought the request being dispatched arrived (monotonic). Frames left in the
+        # decoder while reading is paused keep their read's time, so a processor can tell how long a
+        # request waited inside the server (BrokerFastFailure's "period in queue").
+        self.received_at = 0.0
         self.frame_started = 0.0  # when the unfinished frame in the decoder began; 0.0: none
         self._counted = 0  # this connection's share of the server's buffered bytes
         self._write_paused = False
@@ -105,7 +109,7 @@ class Connection(asyncio.Protocol):
             srv.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self.received_at = time.monotonic()
         self._decoder.feed(data)
         self._process(data)
 

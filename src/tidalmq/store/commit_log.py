@@ -17,10 +17,12 @@ The reads of runs of records (reput's dispatch, recovery's checks) are ``CommitL
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import struct
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -67,6 +69,7 @@ class CommitLog(CommitLogRecovery):
         self.file_size = config.mapped_file_size_commit_log
         self.mfq = MappedFileQueue(config.commit_log_path, self.file_size, preallocate=True)
         self.put_lock = threading.Lock()
+        self._lock_began = 0.0  # monotonic time the put lock was taken; 0.0 while free
         # (topic, queue_id) -> next queue offset; rebuilt from the ConsumeQueues after recovery.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         # (end of written data, store timestamp of its last record), replaced as one object so a flusher
@@ -119,15 +122,19 @@ class CommitLog(CommitLogRecovery):
         return f"{self._msg_id_prefix}{phys:016X}"
 
     # ------------------------------------------------------------------ append
-    def put(self, requests: Sequence[PutRequest], *, wake_reput: bool = True) -> list[AppendResult]:
-        """Append every request; one AppendResult each. Never raises for a bad request."""
+    def put(self, requests: Sequence[PutRequest], *, wake_reput: bool = True,
+            blocking: bool = True) -> list[AppendResult] | None:
+        """Append every request; one AppendResult each. Never raises for a bad request. With
+        ``blocking=False``, None when another writer holds the put lock (nothing was appended)."""
         results: list[AppendResult] = []
         # The body limit is the broker's to check; a record may add up to 64 KiB of header, topic
         # and properties to a body of the maximum size (RocketMQ 5's messageSizeLimit rule).
         max_size = self.config.max_message_size + RECORD_OVERHEAD_ALLOWANCE
         file_size = self.file_size
         table = self.topic_queue_table
-        with self.put_lock:
+        if not self.put_lock.acquire(blocking):
+            return None
+        with self._holding_put_lock():
             ts = self.clock()
             mf: MappedFile | None  # None once making the next file failed in this call
             try:
@@ -203,6 +210,22 @@ class CommitLog(CommitLogRecovery):
         if wake_reput:
             self.on_written()
         return results
+
+    @contextlib.contextmanager
+    def _holding_put_lock(self) -> Iterator[None]:
+        """Releases the put lock at the end; meanwhile ``lock_held_ms`` says for how long it was held."""
+        self._lock_began = time.monotonic()
+        try:
+            yield
+        finally:
+            self._lock_began = 0.0
+            self.put_lock.release()
+
+    def lock_held_ms(self) -> float:
+        """For how long the current writer has held the put lock; 0 when nobody holds it (RocketMQ's
+        beginTimeInLock, which isOSPageCacheBusy compares with osPageCacheBusyTimeOutMills)."""
+        began = self._lock_began
+        return (time.monotonic() - began) * 1000 if began else 0.0
 
     def _create_failed(self, e: OSError) -> PutStatus:
         """The answer to a put whose CommitLog file could not be made: a full disk is RocketMQ's

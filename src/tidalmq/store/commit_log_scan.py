@@ -138,7 +138,7 @@ class CommitLogScan:
 
     def scan_records(self, mf: MappedFile, pos: int, limit: int, *, check_crc: bool = False,
                      max_bytes: int = 1 << 62, max_records: int = SCAN_MAX_RECORDS,
-                     dispatch_fields: bool = True) -> Scan:
+                     dispatch_fields: bool = True, topics: bool = False) -> Scan:
         """RocketMQ's checkMessageAndReturnSize over a run of records of one file, from ``pos``: walk the
         TOTALSIZE chain (records starting before ``pos + max_bytes``, at most ``max_records``), then
         read and check every record's fields with numpy, then look up the properties dispatch needs.
@@ -148,7 +148,8 @@ class CommitLogScan:
 
         Without ``dispatch_fields`` (recovery, which wants where valid data ends and when it was stored)
         the batch's topics, tag codes and keys are left empty: finding them in the properties is most of
-        a scan's cost, and reput reads them again when it dispatches."""
+        a scan's cost, and reput reads them again when it dispatches. ``topics`` reads the topics anyway
+        (cheap: no properties), for a check against the ConsumeQueues."""
         mm = mf.mm
         file_from = mf.file_from_offset
         starts: list[int] = []
@@ -201,8 +202,9 @@ class CommitLogScan:
         if not dispatch_fields:
             none: list[str | None] = [None] * n
             zeros = np.zeros(n, dtype=np.int64)
+            tids = self._read_topics(u8, cols.topic_at[:n], cols.topic_len[:n]) if topics else zeros
             batch = DispatchBatch(
-                self._topic_names, zeros, head["queue_id"].astype(np.int64), s[:n] + file_from,
+                self._topic_names, tids, head["queue_id"].astype(np.int64), s[:n] + file_from,
                 head["total"].astype(np.int64), zeros, store_ts, head["queue_offset"].astype(np.int64),
                 head["sysflag"].astype(np.int64), cols.prepared[:n], none, none)
             return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)

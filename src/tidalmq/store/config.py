@@ -33,6 +33,9 @@ class MessageStoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 1000 * 60  # ms; the checkpoint is advanced on these
     sync_flush_timeout: int = 1000 * 5  # ms
+    # The CommitLog's put lock held this long by one writer means the store is stalled ("OS page cache
+    # busy"): client sends queued behind it are answered SYSTEM_BUSY (docs/broker.md "Flow control").
+    os_page_cache_busy_time_out_mills: int = 1000
 
     delete_when: str = "04"
     file_reserved_time: int = 72  # hours
@@ -131,6 +134,7 @@ _CHECKS: dict[str, Check] = {
     "flush_interval_commit_log": _POSITIVE_INT,
     "flush_interval_consume_queue": _POSITIVE_INT,
     "sync_flush_timeout": _POSITIVE_INT,
+    "os_page_cache_busy_time_out_mills": _POSITIVE_INT,
     "file_reserved_time": in_range(0, JAVA_INT_MAX),
     "disk_max_used_space_ratio": in_range(1, 100),
     "disk_space_warning_level_ratio": in_range(1, 100),

@@ -74,6 +74,24 @@ class ConsumeQueue:
         e = arr[0]
         return int(e["offset"]), int(e["size"]), int(e["tag"])
 
+    def count_matching(self, queue_offsets: np.ndarray, phys: np.ndarray) -> int:
+        """How many of the records (ascending queue offsets, their CommitLog offsets) have their entry in
+        this queue, counted from the first until one is missing or points elsewhere."""
+        n, total = 0, len(queue_offsets)
+        lo, hi = self.min_offset_in_queue, self.max_offset_in_queue
+        while n < total:
+            q = int(queue_offsets[n])
+            arr = self.entries(q, int(queue_offsets[-1]) - q + 1) if lo <= q < hi else None
+            if arr is None or len(arr) == 0:
+                return n
+            rel = queue_offsets[n:] - q
+            m = int(np.count_nonzero(rel < len(arr)))
+            same = arr["offset"][rel[:m]] == phys[n : n + m]
+            if not same.all():
+                return n + int(np.argmin(same))
+            n += m
+        return n
+
     def roll_next_file(self, offset: int) -> int:
         return offset + self.per_file - offset % self.per_file
 

@@ -19,7 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tidalmq.common import naming as nm
+from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError, path_under
 from tidalmq.store.checkpoint import StoreCheckpoint
 from tidalmq.store.clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
@@ -36,6 +39,7 @@ from tidalmq.store.message_store_read import MessageStoreRead
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
     AppendResult,
+    DispatchBatch,
     GetMessageResult,
     GetStatus,
     PutRequest,
@@ -57,6 +61,16 @@ __all__ = [
 ]
 
 log = logging.getLogger("tidalmq.store")
+
+
+def boot_id() -> bytes:
+    """This boot of the machine (Linux's boot_id), b"" where unknown. Written into the abort file: a crash
+    recovered under the same boot id was a process crash, whose writes the page cache kept."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            return f.read().strip()
+    except OSError:
+        return b""
 
 
 def _ms_clock() -> int:
@@ -101,6 +115,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.consumed_commit_log_offset: Callable[[], tuple[int, str]] = (
             lambda: (self.commit_log.min_offset, "no consumer progress known to the store"))
         self.last_exit_ok = True
+        self._process_crash = False  # the last exit was a crash of the process alone (see load)
         self._loaded = False
         self._started = False
         self._shutdown = False
@@ -116,7 +131,9 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         os.makedirs(cfg.commit_log_path, exist_ok=True)
         os.makedirs(cfg.consume_queue_path, exist_ok=True)
         self.last_exit_ok = not os.path.exists(cfg.abort_path)
-        log.info("store load: last exit %s", "ok" if self.last_exit_ok else "ABNORMAL")
+        self._process_crash = not self.last_exit_ok and self._crashed_in_this_boot()
+        log.info("store load: last exit %s", "ok" if self.last_exit_ok else
+                 "ABNORMAL (process crash)" if self._process_crash else "ABNORMAL")
         ok = self.commit_log.mfq.load()
         ok = ok and self._load_consume_queues()
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
@@ -131,6 +148,15 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self._recover(self.last_exit_ok)
         self._loaded = True
         return True
+
+    def _crashed_in_this_boot(self) -> bool:
+        """The abort file names this boot: the crash was the process's, and the page cache kept its writes."""
+        try:
+            with open(self.config.abort_path, "rb") as f:
+                written_by = f.read(64).strip()
+        except OSError:
+            return False
+        return bool(written_by) and written_by == boot_id()
 
     def _load_consume_queues(self) -> bool:
         root = self.config.consume_queue_path
@@ -170,7 +196,12 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         else:
             cp = self.checkpoint
             min_ts = cp.min_timestamp_index() if self.config.message_index_safe else cp.min_timestamp()
-            process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
+            if self._process_crash:
+                indexed = None if self.index_service is None else self.index_service.max_index_commit_log_offset
+                process, rebuild_from = self.commit_log.recover_after_process_crash(min_ts, self._first_unqueued,
+                                                                                    indexed)
+            else:
+                process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
             cut = rebuild_from
             log.info("abnormal recovery: CommitLog valid to %d, re-dispatching from %d", process, rebuild_from)
         min_phy = self.commit_log.min_offset
@@ -194,6 +225,27 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.reput.do_reput()
         self._recover_topic_queue_table()
 
+    def _first_unqueued(self, batch: DispatchBatch, first: int) -> int | None:
+        """The CommitLog offset of the first record of ``batch`` (from row ``first``) whose ConsumeQueue entry
+        is missing or points elsewhere, or None. Recovery after a process crash re-dispatches from there."""
+        tx = batch.sysflags[first:] & sf.TRANSACTION_TYPE_MASK
+        queued = first + np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if not len(queued):
+            return None
+        keys = (batch.topic_ids[queued] << 32) | (batch.queue_ids[queued] & 0xFFFFFFFF)
+        earliest: int | None = None
+        for key in np.unique(keys).tolist():
+            idx = queued[keys == key]
+            queue_id = key & 0xFFFFFFFF
+            queue_id = queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id
+            cq = self._cqs.get((batch.topic_names[key >> 32], queue_id))
+            phys = batch.commit_log_offsets[idx]
+            n = 0 if cq is None else cq.count_matching(batch.queue_offsets[idx], phys)
+            if n < len(idx):
+                miss = int(phys[n])
+                earliest = miss if earliest is None else min(earliest, miss)
+        return earliest
+
     def _recover_topic_queue_table(self) -> None:
         table = {key: cq.max_offset_in_queue for key, cq in self._cqs.items()}
         self.commit_log.topic_queue_table = table
@@ -205,6 +257,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             return
         cfg = self.config
         with open(cfg.abort_path, "wb") as f:
+            f.write(boot_id())
             os.fsync(f.fileno())
         fsync_dir(cfg.store_path_root_dir)
         if cfg.sync_flush:
@@ -289,9 +342,29 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         ``dispatch_myself`` the caller promises to call ``dispatch()`` right after (the broker's group
         commit does, on the event loop): the reput thread is not woken, so it does not take the
         interpreter from the caller; it still catches up within a second if the promise is broken."""
+        results = self._put(requests, dispatch_myself, blocking=True)
+        assert results is not None
+        return results
+
+    def try_put_messages(self, requests: Sequence[PutRequest], *,
+                         dispatch_myself: bool = False) -> list[AppendResult] | None:
+        """``put_messages`` that never waits for the CommitLog's put lock: None (nothing appended) while
+        another thread holds it, e.g. the timer delivering a batch. The broker's event loop puts this way
+        so that it goes on serving while the lock is taken, and can see how long its sends wait."""
+        return self._put(requests, dispatch_myself, blocking=False)
+
+    def is_os_page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: one writer has held the put lock for longer than
+        ``os_page_cache_busy_time_out_mills`` (a stalled disk or page cache, not a busy one)."""
+        return self.commit_log.lock_held_ms() > self.config.os_page_cache_busy_time_out_mills
+
+    def _put(self, requests: Sequence[PutRequest], dispatch_myself: bool, *,
+             blocking: bool) -> list[AppendResult] | None:
         if self._shutdown or not self._loaded or self.disk_space.refuse_writes():
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
-        results = self.commit_log.put(requests, wake_reput=not dispatch_myself)
+        results = self.commit_log.put(requests, wake_reput=not dispatch_myself, blocking=blocking)
+        if results is None:
+            return None
         stats = self._stats
         ok = False
         for r in results:
@@ -303,11 +376,14 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             self.disk_space.clear(COMMIT_LOG)
         return results
 
-    def dispatch(self) -> None:
+    def dispatch(self, *, wait: bool = True) -> None:
         """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the
-        rest to the reput thread, which retries every second."""
+        rest to the reput thread, which retries every second. With ``wait=False`` (the broker's event
+        loop) a dispatch round under way on the reput thread is not waited for: that thread is woken to
+        go on past what was appended."""
         try:
-            self.reput.do_reput()
+            if not self.reput.do_reput(blocking=wait):
+                self.reput.wakeup()
         except DiskFullError:
             pass
 

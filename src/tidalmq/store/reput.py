@@ -48,10 +48,15 @@ class ReputMessageService(ServiceThread):
     def behind(self) -> int:
         return self.commit_log.max_offset - self.reput_from_offset
 
-    def do_reput(self) -> bool:
-        """Dispatch everything written so far. Returns False if an undecodable record blocked it."""
-        with self._round:
+    def do_reput(self, blocking: bool = True) -> bool:
+        """Dispatch everything written so far. Returns False if an undecodable record blocked it, or,
+        with ``blocking=False``, if another thread's round is under way (nothing done)."""
+        if not self._round.acquire(blocking):
+            return False
+        try:
             return self._dispatch_written()
+        finally:
+            self._round.release()
 
     def _dispatch_written(self) -> bool:
         while self.reput_from_offset < self.commit_log.max_offset:

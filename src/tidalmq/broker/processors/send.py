@@ -7,6 +7,7 @@ Every send that arrives in one event-loop turn is appended to the CommitLog in a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import re
@@ -99,12 +100,24 @@ def _no_reply(_: RemotingCommand) -> None:
     """Oneway sends get no response."""
 
 
+# RocketMQ's remarks for a send refused by flow control (BrokerFastFailure, NettyRemotingAbstract): the
+# official clients and operators' log searches know them by their bracketed tags.
+_BUSY_TIMEOUT = "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {}ms, size of queue: {}"
+_BUSY_PAGE_CACHE = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {}ms, size of queue: {}"
+_BUSY_OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
+# While another thread holds the CommitLog's put lock, the group commit tries again this often.
+_PUT_LOCK_RETRY_S = 0.001
+
+
 
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._pending: list[tuple[PutRequest, RemotingCommand, Respond, bool]] = []
+        # Sends waiting for the group commit: (put, request, reply, wait for flush, received at). A client's
+        # send has the time its frame was read; a message the broker builds itself has 0.0 (never shed).
+        self._pending: list[tuple[PutRequest, RemotingCommand, Respond, bool, float]] = []
         self._drain_scheduled = False
+        self.busy_answers = 0  # sends answered SYSTEM_BUSY by flow control
         self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
 
     # entry point ------------------------------------------------------------------------------
@@ -198,14 +211,14 @@ class SendMessageProcessor:
                     put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=records)
             except RecordError as e:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
-            self._enqueue(req, put, True, reply)
+            self._enqueue(req, put, True, reply, conn.received_at)
             return
         if len(body) > max_size:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
         msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
                            born_port, reconsume)
         screen_client_properties(msg)
-        self._store(req, msg, reply)
+        self._store(req, msg, reply, conn.received_at)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
         """Store a message the broker built itself (send-back, re-send), through the same rewrites."""
@@ -221,7 +234,7 @@ class SendMessageProcessor:
             reply(req.make_response(e.code, e.remark))
         return fut
 
-    def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond) -> None:
+    def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond, received: float = 0.0) -> None:
         b = self.broker
         if b.rewrite_hooks:
             lookup = b.cancel_lookup(msg)
@@ -233,21 +246,29 @@ class SendMessageProcessor:
                 return
             b.rewrite_before_store(msg)
         wait = msg.get_property(mc.WAIT_STORE_MSG_OK) != "false"
-        self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply)
+        self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply,
+                      received)
 
     async def _store_cancel(self, req: RemotingCommand, msg: InnerMessage, reply: Respond,
                             lookup: Awaitable[CancelTarget]) -> None:
         try:
             msg.cancel_target = await lookup
-            self._store(req, msg, reply)
+            # Its wait in the send queue starts now: the lookup was its own work, not a queue.
+            self._store(req, msg, reply, time.monotonic())
         except SendError as e:
             reply(req.make_response(e.code, e.remark))
         except Exception as e:
             log.exception("timer cancel lookup failed")
             reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"cancel: the target lookup failed: {e}"))
 
-    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond) -> None:
-        self._pending.append((put, req, reply, wait))
+    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond, received: float) -> None:
+        cfg = self.broker.config
+        if received and cfg.broker_fast_failure_enable and len(self._pending) >= cfg.send_thread_pool_queue_capacity:
+            # RocketMQ's send thread pool rejecting a task: its queue (sendThreadPoolQueueCapacity) is full.
+            self.busy_answers += 1
+            reply(req.make_response(ResponseCode.SYSTEM_BUSY, _BUSY_OVERLOAD))
+            return
+        self._pending.append((put, req, reply, wait, received))
         if not self._drain_scheduled:
             self._drain_scheduled = True
             asyncio.get_running_loop().call_soon(self._drain)
@@ -276,22 +297,32 @@ class SendMessageProcessor:
     # group commit -----------------------------------------------------------------------------
     def _drain(self) -> None:
         self._drain_scheduled = False
-        batch, self._pending = self._pending, []
+        b = self.broker
+        if b.config.broker_fast_failure_enable:
+            self._clean_expired()
+        batch = self._pending
         if not batch:
             return
-        b = self.broker
         try:
-            results = b.store.put_messages([p[0] for p in batch], dispatch_myself=True)
+            # Never waits for the put lock: while another thread (the timer delivering) holds it, the loop
+            # goes on reading requests and the sends wait here, where their wait can be seen and bounded.
+            results = b.store.try_put_messages([p[0] for p in batch], dispatch_myself=True)
         except Exception as e:  # the store refused the whole batch: answer each sender
+            self._pending = []
             log.exception("put_messages failed")
-            for _, req, reply, _ in batch:
+            for _, req, reply, _, _ in batch:
                 reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
             return
+        if results is None:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_later(_PUT_LOCK_RETRY_S, self._drain)
+            return
+        self._pending = []
         sync = b.store_config.sync_flush
         loop = asyncio.get_running_loop()
         max_end = 0
         waiters: list[tuple[Respond, RemotingCommand]] = []
-        for (put, req, reply, wait), res in zip(batch, results, strict=True):
+        for (put, req, reply, wait, _), res in zip(batch, results, strict=True):
             resp = self._response(req, put, res)
             b.stats_put(put.topic, len(put.records), res)
             if sync and wait and res.status == PutStatus.PUT_OK:
@@ -307,7 +338,38 @@ class SendMessageProcessor:
         # Dispatch what was just appended on this thread, once the responses are out (they were queued
         # first): in one interpreter a reput thread would only take turns with this one, and take the
         # interpreter whenever this one waits on a socket or a write.
-        loop.call_soon(b.store.dispatch)
+        loop.call_soon(functools.partial(b.store.dispatch, wait=False))
+
+    def _clean_expired(self) -> None:
+        """BrokerFastFailure.cleanExpiredRequest: answer SYSTEM_BUSY, without any store work, to the client
+        sends queued for longer than waitTimeMillsInSendQueue, or to all of them while the store is
+        stalled (isOSPageCacheBusy). The oldest are at the front: the scan stops at the first one still
+        in time, so a queue that is moving costs one look."""
+        pending = self._pending
+        if not pending:
+            return
+        b = self.broker
+        now = time.monotonic()
+        all_of_them = b.store.is_os_page_cache_busy()
+        limit = now - b.config.wait_time_mills_in_send_queue / 1000
+        shed: list[tuple[RemotingCommand, Respond, float]] = []
+        keep: list[tuple[PutRequest, RemotingCommand, Respond, bool, float]] = []
+        for i, item in enumerate(pending):
+            received = item[4]
+            if not received:  # the broker's own message: never refused
+                keep.append(item)
+            elif all_of_them or received <= limit:
+                shed.append((item[1], item[2], received))
+            else:
+                keep.extend(pending[i:])
+                break
+        if not shed:
+            return
+        self._pending = keep
+        template = _BUSY_PAGE_CACHE if all_of_them else _BUSY_TIMEOUT
+        self.busy_answers += len(shed)
+        for req, reply, received in shed:
+            reply(req.make_response(ResponseCode.SYSTEM_BUSY, template.format(int((now - received) * 1000), len(keep))))
 
     @staticmethod
     def _complete_flush(waiters: list[tuple[Respond, RemotingCommand]], ok: bool) -> None:
