@@ -13,6 +13,7 @@ import pytest
 from tests.client.fakes import FakeCluster
 from tidalmq.client import codec
 from tidalmq.client.allocate import allocate_averagely
+from tidalmq.client.errors import CONNECT_BROKER_EXCEPTION, MQBrokerError, MQClientError
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import ConsumeFromWhere, ConsumeResult, MessageExt, MessageModel, MessageQueue
 from tidalmq.client.offset_store import NOT_FOUND, OffsetStore, RemoteBrokerOffsetStore
@@ -25,6 +26,7 @@ from tidalmq.client.push.pull_service import (
     PULL_DELAY_NOT_LOCKED,
     FlowControl,
     PullService,
+    pull_retry_delay,
 )
 from tidalmq.client.push.queue_lock import QueueLocker
 from tidalmq.client.push.rebalance import RebalancePush
@@ -603,3 +605,10 @@ def test_retry_copy_goes_to_the_retry_topic_then_the_dlq() -> None:
     dlq = retry_copy(m, "CG", max_times=16, delay_level=0, max_delay_level=18)
     assert dlq.topic == "%DLQ%CG" and mc.DELAY not in dlq.properties
     assert retry_copy(msg(0), "CG", max_times=16, delay_level=-1, max_delay_level=18).topic == "%DLQ%CG"
+
+
+def test_pull_retry_delay_reconnects_quickly_and_waits_after_broker_errors() -> None:
+    lost = MQClientError(CONNECT_BROKER_EXCEPTION, "connect to 127.0.0.1:1 failed")
+    assert [pull_retry_delay(lost, n) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    assert pull_retry_delay(lost, 10_000) == 1.0
+    assert pull_retry_delay(MQBrokerError(1, "system error", "127.0.0.1:1"), 0) == 3.0
