@@ -100,6 +100,9 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         # Cleanup over diskSpaceCleanForciblyRatio deletes unexpired files only below it.
         self.consumed_commit_log_offset: Callable[[], tuple[int, str]] = (
             lambda: (self.commit_log.min_offset, "no consumer progress known to the store"))
+        # brokerRole SLAVE: puts are refused (as RocketMQ's putMessage does); the CommitLog grows only by
+        # append_to_commit_log, with the master's bytes. A role may change at runtime (a promotion).
+        self.is_slave = False
         self.last_exit_ok = True
         self._loaded = False
         self._started = False
@@ -289,7 +292,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         ``dispatch_myself`` the caller promises to call ``dispatch()`` right after (the broker's group
         commit does, on the event loop): the reput thread is not woken, so it does not take the
         interpreter from the caller; it still catches up within a second if the promise is broken."""
-        if self._shutdown or not self._loaded or self.disk_space.refuse_writes():
+        if self._shutdown or not self._loaded or self.is_slave or self.disk_space.refuse_writes():
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
         results = self.commit_log.put(requests, wake_reput=not dispatch_myself)
         stats = self._stats
@@ -302,6 +305,13 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         if ok:
             self.disk_space.clear(COMMIT_LOG)
         return results
+
+    def append_to_commit_log(self, phys: int, data: bytes | bytearray | memoryview, store_timestamp: int = 0) -> bool:
+        """A slave's append of replicated CommitLog bytes at ``phys`` (see ``CommitLog.append_data``);
+        the reput then builds the ConsumeQueues and the index from them as from any write."""
+        if self._shutdown or not self._loaded:
+            return False
+        return self.commit_log.append_data(phys, data, store_timestamp)
 
     def dispatch(self) -> None:
         """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the
