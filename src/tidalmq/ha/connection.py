@@ -104,7 +104,9 @@ class HAConnection:
                 return
             if data is not None:
                 self.writer.write(encode_header(next_offset, len(data)))
-                self.writer.write(data)
+                # A copy (32 KiB at most): a transport may keep what it could not send yet, and a view
+                # would pin the mapped file, which retention must be free to unmap.
+                self.writer.write(bytes(data))
                 next_offset += len(data)
             elif time.monotonic() - last_write >= heartbeat:
                 self.writer.write(encode_header(next_offset, 0))
