@@ -206,9 +206,10 @@ class BrokerController:
         # Loading recovers the store after a crash (a CommitLog scan, queues re-dispatched): seconds on a
         # large store. Off the loop, so what already serves on it (a standalone's NameServer) keeps answering.
         await self._loop.run_in_executor(None, self._load_and_start_store)
+        ephemeral = self.config.listen_port == 0
         await self.server.start()
         self.config.listen_port = self.server.port
-        await self._start_ha()
+        await self._start_ha(ephemeral)
         self._register_event = asyncio.Event()
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
@@ -218,11 +219,21 @@ class BrokerController:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
-    async def _start_ha(self) -> None:
+    async def _start_ha(self, ephemeral_listen_port: bool) -> None:
         assert self._loop is not None
         c = self.config
         if self.ha_service is not None:
-            await self.ha_service.start(c.listen_port + 1 if c.ha_listen_port < 0 else c.ha_listen_port)
+            if c.ha_listen_port >= 0:
+                await self.ha_service.start(c.ha_listen_port)
+            elif ephemeral_listen_port:
+                await self.ha_service.start(0)
+            else:
+                try:
+                    await self.ha_service.start(c.listen_port + 1)
+                except OSError as e:
+                    # Unset haListenPort is only a default: slaves learn the port the NameServer names.
+                    log.warning("HA: listenPort+1 (%d) unavailable (%s), taking any free port", c.listen_port + 1, e)
+                    await self.ha_service.start(0)
             c.ha_listen_port = self.ha_service.port
         if self.ha_client is not None:
             self.ha_client.update_master_address(c.ha_master_address)
