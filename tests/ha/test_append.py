@@ -35,7 +35,7 @@ def test_slave_store_rebuilds_the_master_commit_log_from_cut_batches(tmp_path: P
         asm = RecordAssembler(FILE_SIZE, expected=None)
         offset = 0
         while offset < end:
-            chunk = master.commit_log.get_data(offset, 1000)
+            chunk = master.get_commit_log_data(offset, 1000)
             assert chunk is not None
             run = asm.push(Frame(offset, bytes(chunk)))
             offset += len(chunk)
@@ -44,7 +44,7 @@ def test_slave_store_rebuilds_the_master_commit_log_from_cut_batches(tmp_path: P
         assert slave.max_phy_offset == end
         for base in range(0, end, FILE_SIZE):
             n = min(FILE_SIZE, end - base)
-            assert bytes(slave.commit_log.get_data(base, n) or b"") == bytes(master.commit_log.get_data(base, n) or b"")
+            assert bytes(slave.get_commit_log_data(base, n) or b"") == bytes(master.get_commit_log_data(base, n) or b"")
 
         slave.dispatch()  # the slave's own reput builds its queues
         got = slave.get_message("G", "T", 1, 0, 1000)
@@ -68,7 +68,7 @@ def test_slave_commit_log_survives_a_restart_at_its_offset(tmp_path: Path) -> No
         for i in range(10):
             rec = encode_record(topic="T", queue_id=0, body=b"m%d" % i, properties="")
             master.put_messages([PutRequest("T", 0, [rec])])
-        data = master.commit_log.get_data(0, FILE_SIZE)
+        data = master.get_commit_log_data(0, FILE_SIZE)
         assert data is not None
         assert slave.append_to_commit_log(0, bytes(data))
         end = slave.max_phy_offset

@@ -74,10 +74,9 @@ class HAClient:
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
         store = self.store
-        commit_log = store.commit_log
-        empty = commit_log.mfq.last is None
         frames = FrameReader()
-        records = RecordAssembler(commit_log.file_size, None if empty else store.max_phy_offset)
+        records = RecordAssembler(store.config.mapped_file_size_commit_log,
+                                  None if store.commit_log_is_empty else store.max_phy_offset)
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         housekeeping = cfg.ha_housekeeping_interval / 1000.0
         self._report(writer)

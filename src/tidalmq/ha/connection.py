@@ -83,7 +83,8 @@ class HAConnection:
     async def _write_loop(self) -> None:
         svc = self.service
         cfg = svc.config
-        commit_log = svc.store.commit_log
+        store = svc.store
+        file_size = store.config.mapped_file_size_commit_log
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         while self.slave_request_offset < 0:
             self.wake.clear()
@@ -91,16 +92,16 @@ class HAConnection:
         next_offset = self.slave_request_offset
         if next_offset == 0:
             # A new slave: start at this master's last file (RocketMQ's rule), not at its first.
-            end = commit_log.max_offset
-            next_offset = end - end % commit_log.file_size
+            end = store.max_phy_offset
+            next_offset = end - end % file_size
         log.info("HA: transferring to slave %s from %d", self.client_addr, next_offset)
         last_write = time.monotonic()
         while True:
             self.wake.clear()
-            data = commit_log.get_data(next_offset, cfg.ha_transfer_batch_size)
-            if data is None and next_offset < commit_log.min_offset:
+            data = store.get_commit_log_data(next_offset, cfg.ha_transfer_batch_size)
+            if data is None and next_offset < store.min_phy_offset:
                 log.error("HA: slave %s wants %d, below this CommitLog's first offset %d", self.client_addr,
-                          next_offset, commit_log.min_offset)
+                          next_offset, store.min_phy_offset)
                 return
             if data is not None:
                 self.writer.write(encode_header(next_offset, len(data)))

@@ -306,6 +306,16 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             self.disk_space.clear(COMMIT_LOG)
         return results
 
+    def get_commit_log_data(self, offset: int, max_size: int) -> memoryview | None:
+        """What a master streams to its slaves (RocketMQ's getCommitLogData): up to ``max_size`` written
+        bytes from ``offset``, never past its file's end; None when nothing is written there yet."""
+        return self.commit_log.get_data(offset, max_size)
+
+    @property
+    def commit_log_is_empty(self) -> bool:
+        """No CommitLog file yet: a new slave takes the master's stream from wherever it starts."""
+        return self.commit_log.mfq.last is None
+
     def append_to_commit_log(self, phys: int, data: bytes | bytearray | memoryview, store_timestamp: int = 0) -> bool:
         """A slave's append of replicated CommitLog bytes at ``phys`` (see ``CommitLog.append_data``);
         the reput then builds the ConsumeQueues and the index from them as from any write."""
