@@ -131,7 +131,7 @@ async def _async_master_scenario(master: Standalone, slave: Slave) -> None:
 def test_sync_master_acknowledges_only_what_the_slave_has(tmp_path: Path) -> None:
     """SYNC_MASTER: SEND_OK with the slave up (the slave then holds the message); FLUSH_SLAVE_TIMEOUT
     when the slave stalls; SLAVE_NOT_AVAILABLE when it is gone; a restarted slave resumes from its own
-    offset and sends are SEND_OK again."""
+    offset (its master named by haMasterAddress this time) and sends are SEND_OK again."""
     settings = master_settings("SYNC_MASTER", syncFlushTimeout="1500")
     with Standalone(tmp_path / "m", settings) as master:
         run(_with_client(lambda c: _create_topic(c, master.broker_addr, "SyncTopic")))
@@ -165,8 +165,13 @@ def test_sync_master_acknowledges_only_what_the_slave_has(tmp_path: Path) -> Non
                     alone = await _send(client, m, "SyncTopic", b"alone")
                     assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE, (alone.code, alone.remark)
 
+                    # Restarted with its master named by haMasterAddress (the port GET_BROKER_CONFIG shows).
+                    conf = await client.invoke(m, RemotingCommand(code=RequestCode.GET_BROKER_CONFIG), 5)
+                    ha_port = dict(line.split("=", 1) for line in conf.body_bytes().decode().splitlines())["haListenPort"]
+                    slave.settings["haMasterAddress"] = f"localhost:{ha_port}"  # the NameServer says 127.0.0.1
                     slave.start()
                     await wait_info(client, m, "the slave's reconnection", lambda t: t["haConnections"] == "1")
+                    assert (await info(client, s))["haMasterAddress"] == f"localhost:{ha_port}"
                     back = await _send(client, m, "SyncTopic", b"back")
                     assert back.code == ResponseCode.SUCCESS, (back.code, back.remark)
                     end = await wait_caught_up(client, m, s)
