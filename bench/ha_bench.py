@@ -102,7 +102,7 @@ async def loss_on_master_kill(role: str, acked_before_kill: int, window: int) ->
                         if f.exception() is None and f.result().code == ResponseCode.SUCCESS:
                             acked.append(int(f.result().ext_fields["msgId"][-16:], 16))
                 master.kill()
-                done, _ = await asyncio.wait(in_flight, timeout=10)
+                done = (await asyncio.wait(in_flight, timeout=10))[0] if in_flight else set()
                 for f in done:
                     if f.exception() is None and f.result().code == ResponseCode.SUCCESS:
                         acked.append(int(f.result().ext_fields["msgId"][-16:], 16))
