@@ -59,7 +59,11 @@ class SlaveSynchronize:
         return ok
 
     async def _fetch(self, code: int) -> dict[str, Any]:
-        resp = await self.broker.namesrv_client.invoke(self.master_addr, RemotingCommand(code=code), REQUEST_TIMEOUT_S)
+        cmd = RemotingCommand(code=code)
+        signer = self.broker.namesrv_signer
+        if signer is not None:  # ACL on the master: these are admin requests (the broker's own account)
+            signer.sign(cmd.ext_fields, cmd.body)
+        resp = await self.broker.namesrv_client.invoke(self.master_addr, cmd, REQUEST_TIMEOUT_S)
         if resp.code != ResponseCode.SUCCESS:
             raise RemotingError(resp.code, f"request {code} refused: {resp.remark}")
         body = fastjson.loads(resp.body_bytes())
