@@ -299,7 +299,10 @@ class SendMessageProcessor:
             def flushed(ok: bool) -> None:
                 loop.call_soon_threadsafe(self._complete_flush, waiters, ok, max_end)
 
-            b.store.request_flush(max_end, flushed)
+            if b.store_config.sync_flush:
+                b.store.request_flush(max_end, flushed)
+            else:  # SYNC_MASTER over ASYNC_FLUSH: no flush to wait for, straight to the slave
+                self._complete_flush(waiters, True, max_end)
         # Dispatch what was just appended on this thread, once the responses are out (they were queued
         # first): in one interpreter a reput thread would only take turns with this one, and take the
         # interpreter whenever this one waits on a socket or a write.
