@@ -130,9 +130,10 @@ async def _async_master_scenario(master: Standalone, slave: Slave) -> None:
 
 def test_sync_master_acknowledges_only_what_the_slave_has(tmp_path: Path) -> None:
     """SYNC_MASTER: SEND_OK with the slave up (the slave then holds the message); FLUSH_SLAVE_TIMEOUT
-    when the slave stalls; SLAVE_NOT_AVAILABLE when it is gone; a restarted slave resumes from its own
+    when the slave stalls, SLAVE_NOT_AVAILABLE at once when the stalled slave is haMaxGapNotInSync
+    behind; SLAVE_NOT_AVAILABLE when it is gone; a restarted slave resumes from its own
     offset (its master named by haMasterAddress this time) and sends are SEND_OK again."""
-    settings = master_settings("SYNC_MASTER", syncFlushTimeout="1500")
+    settings = master_settings("SYNC_MASTER", syncFlushTimeout="1500", haMaxGapNotInSync=str(64 * 1024))
     with Standalone(tmp_path / "m", settings) as master:
         run(_with_client(lambda c: _create_topic(c, master.broker_addr, "SyncTopic")))
         slave = Slave(tmp_path / "s", master.namesrv_addr).start()
@@ -156,6 +157,10 @@ def test_sync_master_acknowledges_only_what_the_slave_has(tmp_path: Path) -> Non
                         stalled = await _send(client, m, "SyncTopic", b"stalled")
                         assert stalled.code == ResponseCode.FLUSH_SLAVE_TIMEOUT, (stalled.code, stalled.remark)
                         assert stalled.ext_fields.get("msgId")  # stored on the master all the same
+                        # More than haMaxGapNotInSync ahead of the stalled slave: no wait (a wait would
+                        # end in FLUSH_SLAVE_TIMEOUT), SLAVE_NOT_AVAILABLE.
+                        far = await _send(client, m, "SyncTopic", b"x" * (100 * 1024))
+                        assert far.code == ResponseCode.SLAVE_NOT_AVAILABLE, (far.code, far.remark)
                     finally:
                         slave.resume()
                     await wait_caught_up(client, m, s)
