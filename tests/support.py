@@ -33,6 +33,8 @@ def free_port_pair() -> tuple[int, int]:
 class Standalone:
     """A ``tidalmq standalone`` subprocess on free loopback ports in a temporary data dir."""
 
+    ready_line = READY  # what the process prints once it serves
+
     def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, log_path: Path | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.settings = dict(settings or {})
@@ -70,7 +72,7 @@ class Standalone:
             assert self.proc is not None and self.proc.stdout is not None
             for line in self.proc.stdout:
                 self._lines.append(line)
-                if READY.search(line):
+                if self.ready_line.search(line):
                     ready.set()
 
         threading.Thread(target=reader, daemon=True).start()

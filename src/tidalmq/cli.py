@@ -91,6 +91,8 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str
         bc.listen_port = args.broker_port
     if not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
+    if not bc.is_slave:
+        bc.broker_id = 0  # a master's id, whatever the file says (RocketMQ's BrokerStartup does the same)
     bc.validate()
     sc.validate()
     return bc, sc, rc, tls
@@ -109,6 +111,10 @@ async def _standalone(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     bc, sc, rc, tls = build_broker_configs(args, data_dir)  # refused before any port is bound
+    if bc.ha_listen_port < 0:
+        # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
+        # slave the HA port it took (docs/replication.md).
+        bc.ha_listen_port = 0
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     ns_acl = None
     internal = None

@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from tidalmq.common.config import JAVA_INT_MAX, Check, check_fields, in_range, one_of
+from tidalmq.common.config import JAVA_INT_MAX, Check, ConfigError, check_fields, in_range, one_of
 
 
 def default_data_dir() -> str:
@@ -47,6 +47,20 @@ class BrokerConfig:
     transaction_check_max: int = 15
     transaction_check_interval: int = 60000
     reject_transaction_message: bool = False
+    # Replication (docs/replication.md). brokerRole above: ASYNC_MASTER, SYNC_MASTER or SLAVE; a master's
+    # brokerId is 0, a slave's >= 1. -1 for haListenPort means listenPort + 1 (RocketMQ's BrokerStartup
+    # rule), 0 any free port; the NameServer tells slaves the address (brokerIP2, else brokerIP1).
+    ha_listen_port: int = -1
+    broker_ip2: str = ""
+    # A slave's master, "host:haPort"; empty: the one the NameServer names (updateMasterHAServerAddrPeriodically).
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    # Reads from slaves: the master suggests the slave (whichBrokerWhenConsumeSlowly) to a pull that is
+    # far behind; the slave suggests the group's brokerId.
+    slave_read_enable: bool = False
     # ACL 1.0 (docs/acl.md): check every request against plain_acl.yml; the file's path
     # (broker.conf key rocketmq.acl.plain.file, relative to $ROCKETMQ_HOME or the data directory).
     acl_enable: bool = False
@@ -59,15 +73,32 @@ class BrokerConfig:
     def broker_addr(self) -> str:
         return f"{self.broker_ip1}:{self.listen_port}"
 
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    @property
+    def ha_server_addr(self) -> str:
+        """Where slaves connect (the registration's haServerAddr), once the HA port is known."""
+        port = self.listen_port + 1 if self.ha_listen_port < 0 else self.ha_listen_port
+        return f"{self.broker_ip2 or self.broker_ip1}:{port}"
+
     def validate(self) -> None:
         """Refuse values the broker cannot run with (``ConfigError`` names the key and what is allowed)."""
         check_fields(self, _CHECKS)
+        if self.is_slave and self.broker_id < 1:
+            raise ConfigError("brokerId=0 with brokerRole=SLAVE: a slave's brokerId must be >= 1 (0 is the master's)")
 
 
 _CHECKS: dict[str, Check] = {
     "broker_role": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
     "broker_id": in_range(0, 2**63 - 1),
     "listen_port": in_range(0, 65535),
+    "ha_listen_port": in_range(-1, 65535),
+    "ha_send_heartbeat_interval": in_range(1, JAVA_INT_MAX),
+    "ha_housekeeping_interval": in_range(1, JAVA_INT_MAX),
+    "ha_transfer_batch_size": in_range(1, JAVA_INT_MAX),
+    "ha_max_gap_not_in_sync": in_range(1, 2**63 - 1),
     "broker_permission": in_range(0, 7),  # PermName's bits: 4 read, 2 write, 1 inherit
     "default_topic_queue_nums": in_range(1, 1024),
     "flush_consumer_offset_interval": in_range(1, JAVA_INT_MAX),

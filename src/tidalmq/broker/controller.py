@@ -41,6 +41,9 @@ from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import body_crc
 from tidalmq.filter import FilterCache, FilterSyntaxError
+from tidalmq.ha.client import HAClient
+from tidalmq.ha.service import HAService
+from tidalmq.ha.slave_synchronize import SlaveSynchronize
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -90,6 +93,7 @@ class BrokerController:
         self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
+        self.store.is_slave = config.is_slave
         # Forcible cleanup keeps what some group has not consumed (docs/broker.md, "A full disk").
         self.store.consumed_commit_log_offset = lambda: consumed_commit_log_offset(self)
         tls = tls or TlsConfig()
@@ -145,6 +149,16 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.offset_reset_processor = OffsetResetProcessor(self)
         self.end_transaction_processor = EndTransactionProcessor(self)
+        # Replication (docs/replication.md): a master serves slaves on haListenPort; a slave streams
+        # the master's CommitLog and copies its metadata.
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        if config.is_slave:
+            self.ha_client = HAClient(config, self.store)
+            self.slave_sync = SlaveSynchronize(self)
+        else:
+            self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout, host)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -183,6 +197,7 @@ class BrokerController:
         register_checked(s, RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         register_checked(s, RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
         register_checked(s, RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
+        register_checked(s, RC.GET_ALL_CONSUMER_OFFSET, ap.get_all_consumer_offset)
         register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
@@ -194,15 +209,40 @@ class BrokerController:
         # Loading recovers the store after a crash (a CommitLog scan, queues re-dispatched): seconds on a
         # large store. Off the loop, so what already serves on it (a standalone's NameServer) keeps answering.
         await self._loop.run_in_executor(None, self._load_and_start_store)
+        ephemeral = self.config.listen_port == 0
         await self.server.start()
         self.config.listen_port = self.server.port
+        await self._start_ha(ephemeral)
         self._register_event = asyncio.Event()
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
-        self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+        if not self.config.is_slave:  # a slave writes nothing of its own: the master checks transactions
+            self._tasks.append(self._loop.create_task(self.transaction_check.run()))
         if self.acl is not None:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
+
+    async def _start_ha(self, ephemeral_listen_port: bool) -> None:
+        assert self._loop is not None
+        c = self.config
+        if self.ha_service is not None:
+            if c.ha_listen_port >= 0:
+                await self.ha_service.start(c.ha_listen_port)
+            elif ephemeral_listen_port:
+                await self.ha_service.start(0)
+            else:
+                try:
+                    await self.ha_service.start(c.listen_port + 1)
+                except OSError as e:
+                    # Unset haListenPort is only a default: slaves learn the port the NameServer names.
+                    log.warning("HA: listenPort+1 (%d) unavailable (%s), taking any free port", c.listen_port + 1, e)
+                    await self.ha_service.start(0)
+            c.ha_listen_port = self.ha_service.port
+        if self.ha_client is not None:
+            self.ha_client.update_master_address(c.ha_master_address)
+            self._tasks.append(self._loop.create_task(self.ha_client.run()))
+        if self.slave_sync is not None:
+            self._tasks.append(self._loop.create_task(self.slave_sync.run()))
 
     def _load_and_start_store(self) -> None:
         """The configs, the store (with its recovery) and the schedule services, loaded and started."""
@@ -227,11 +267,15 @@ class BrokerController:
                           "delivered after a restart with space", e)
                 self.timer = None
             else:
-                self.store.add_arrival_listener(self.timer.on_arrival)
+                if not self.config.is_slave:
+                    self.store.add_arrival_listener(self.timer.on_arrival)
         self.store.start()
-        self.schedule.start()
-        if self.timer is not None:
-            self.timer.start()
+        # A slave delivers no scheduled message: its CommitLog is the master's copy (RocketMQ starts these
+        # services on masters only).
+        if not self.config.is_slave:
+            self.schedule.start()
+            if self.timer is not None:
+                self.timer.start()
         self.topics.persist()
 
     async def stop(self) -> None:
@@ -239,6 +283,8 @@ class BrokerController:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
         await self._unregister_all()
         await self.server.stop()
         self.pull_hold.cancel_all()
@@ -290,7 +336,7 @@ class BrokerController:
             "brokerName": c.broker_name,
             "brokerAddr": c.broker_addr,
             "clusterName": c.broker_cluster_name,
-            "haServerAddr": f"{c.broker_ip1}:{c.listen_port + 1}",
+            "haServerAddr": c.ha_server_addr,
             "brokerId": str(c.broker_id),
             "compressed": "false",
             "bodyCrc32": str(body_crc(body)),
@@ -308,8 +354,18 @@ class BrokerController:
                                                         self.config.register_broker_timeout_mills / 1000.0)
                 if resp.code != ResponseCode.SUCCESS:
                     log.warning("register to %s refused: [%s] %s", addr, resp.code, resp.remark)
+                else:
+                    self._on_registered(resp.ext_fields)
             except RemotingError as e:
                 log.warning("register to name server %s failed: %s", addr, e)
+
+    def _on_registered(self, answer: dict[str, str]) -> None:
+        """A slave learns its master from the NameServer's answer (haServerAddr, masterAddr), unless
+        haMasterAddress names it (RocketMQ's updateMasterHAServerAddrPeriodically)."""
+        if self.ha_client is not None and not self.config.ha_master_address:
+            self.ha_client.update_master_address(answer.get("haServerAddr", ""))
+        if self.slave_sync is not None:
+            self.slave_sync.update_master_addr(answer.get("masterAddr", ""))
 
     async def _unregister_all(self) -> None:
         for addr in self.namesrv_addrs():
@@ -428,6 +484,11 @@ class BrokerController:
         except Exception:
             log.exception("timer runtime info failed")
         info.update(self.transactions.runtime_info())
+        info["brokerRole"] = self.config.broker_role
+        if self.ha_service is not None:
+            info.update(self.ha_service.runtime_info())
+        if self.ha_client is not None:
+            info.update(self.ha_client.runtime_info())
         try:
             info.update(self.store.runtime_info())
         except Exception:

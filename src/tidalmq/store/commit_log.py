@@ -227,6 +227,28 @@ class CommitLog(CommitLogRecovery):
         began = self._lock_began
         return (time.monotonic() - began) * 1000 if began else 0.0
 
+    def append_data(self, phys: int, data: bytes | bytearray | memoryview, store_timestamp: int = 0) -> bool:
+        """A slave's append of the master's CommitLog bytes (RocketMQ's appendData): ``data`` holds whole
+        records (a file's closing BLANK included) and goes at exactly ``phys``, which must be where this
+        CommitLog ends (an empty CommitLog starts at any file boundary: the master streams a new slave
+        from its last file). ``store_timestamp`` is that of the last record (for the checkpoint).
+        Returns False, writing nothing, for any other offset or for data that would cross a file's end
+        (the master never sends either). Records become visible as the master's do: their first 8
+        bytes last. Raises OSError when the next file cannot be made."""
+        n = len(data)
+        with self.put_lock:
+            empty = self.mfq.last is None
+            if n == 0 or (phys % self.file_size != 0 if empty else phys != self.written[0]):
+                return False
+            mf = self.mfq.get_last_mapped_file(phys)
+            pos = phys - mf.file_from_offset
+            if pos != mf.wrote_position or pos + n > self.file_size:
+                return False
+            self._write_run(mf, pos, [memoryview(data)], n)
+            self.written = (self.mfq.max_offset(), store_timestamp or self.written[1])
+        self.on_written()
+        return True
+
     def _create_failed(self, e: OSError) -> PutStatus:
         """The answer to a put whose CommitLog file could not be made: a full disk is RocketMQ's
         SERVICE_NOT_AVAILABLE (and the store refuses writes for a while), anything else a failure."""
@@ -328,6 +350,18 @@ class CommitLog(CommitLogRecovery):
             self.mark_corrupt(phys, str(e))
             return False
         return True
+
+    def get_data(self, offset: int, max_size: int) -> memoryview | None:
+        """Up to ``max_size`` written bytes from ``offset``, never past the end of its file (RocketMQ's
+        getData, what the master streams to slaves); None when nothing is written there yet."""
+        mf = self.mfq.find_mapped_file_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        end = min(mf.wrote_position, self.written[0] - mf.file_from_offset, pos + max_size)
+        if end <= pos:
+            return None
+        return mf.view[pos:end]
 
     def record_size_at(self, phys: int) -> int:
         mf = self.mfq.find_mapped_file_by_offset(phys)

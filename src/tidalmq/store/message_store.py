@@ -114,6 +114,9 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         # Cleanup over diskSpaceCleanForciblyRatio deletes unexpired files only below it.
         self.consumed_commit_log_offset: Callable[[], tuple[int, str]] = (
             lambda: (self.commit_log.min_offset, "no consumer progress known to the store"))
+        # brokerRole SLAVE: puts are refused (as RocketMQ's putMessage does); the CommitLog grows only by
+        # append_to_commit_log, with the master's bytes. A role may change at runtime (a promotion).
+        self.is_slave = False
         self.last_exit_ok = True
         self._process_crash = False  # the last exit was a crash of the process alone (see load)
         self._loaded = False
@@ -360,7 +363,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
 
     def _put(self, requests: Sequence[PutRequest], dispatch_myself: bool, *,
              blocking: bool) -> list[AppendResult] | None:
-        if self._shutdown or not self._loaded or self.disk_space.refuse_writes():
+        if self._shutdown or not self._loaded or self.is_slave or self.disk_space.refuse_writes():
             return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
         results = self.commit_log.put(requests, wake_reput=not dispatch_myself, blocking=blocking)
         if results is None:
@@ -375,6 +378,23 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         if ok:
             self.disk_space.clear(COMMIT_LOG)
         return results
+
+    def get_commit_log_data(self, offset: int, max_size: int) -> memoryview | None:
+        """What a master streams to its slaves (RocketMQ's getCommitLogData): up to ``max_size`` written
+        bytes from ``offset``, never past its file's end; None when nothing is written there yet."""
+        return self.commit_log.get_data(offset, max_size)
+
+    @property
+    def commit_log_is_empty(self) -> bool:
+        """No CommitLog file yet: a new slave takes the master's stream from wherever it starts."""
+        return self.commit_log.mfq.last is None
+
+    def append_to_commit_log(self, phys: int, data: bytes | bytearray | memoryview, store_timestamp: int = 0) -> bool:
+        """A slave's append of replicated CommitLog bytes at ``phys`` (see ``CommitLog.append_data``);
+        the reput then builds the ConsumeQueues and the index from them as from any write."""
+        if self._shutdown or not self._loaded:
+            return False
+        return self.commit_log.append_data(phys, data, store_timestamp)
 
     def dispatch(self, *, wait: bool = True) -> None:
         """Dispatch (reput) everything appended so far, on the calling thread. A full disk leaves the

@@ -153,6 +153,11 @@ class AdminProcessor:
         body = {"queueData": rows, "minQueueIndex": rng.min_offset, "maxQueueIndex": rng.max_offset}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
+    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """ConsumerOffsetSerializeWrapper: what a slave's SlaveSynchronize copies."""
+        table = {key: dict(queues) for key, queues in list(self.broker.offsets.table.items())}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": table}))
+
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         offsets = dict(sorted(self.broker.schedule.offsets.items()))
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))

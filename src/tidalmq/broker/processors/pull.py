@@ -99,6 +99,18 @@ class PullMessageProcessor:
         timeout_ms = suspend_ms if b.config.long_polling_enable else b.config.short_polling_time_mills
         return b.pull_hold.hold(topic, queue_id, offset, timeout_ms / 1000.0, attempt)
 
+    def _suggest_which_broker_id(self, group: str, pulling_far_behind: bool) -> int:
+        """RocketMQ's rule: with slaveReadEnable, a pull reading far behind the CommitLog's end (past
+        accessMessageInMemoryMaxRatio of memory) is sent to the group's whichBrokerWhenConsumeSlowly
+        (1, the slave), any other to the group's brokerId; without it, always to the master."""
+        b = self.broker
+        if not b.config.slave_read_enable:
+            return 0
+        sg = b.groups.table.get(group)
+        if sg is None:
+            return 1 if pulling_far_behind else 0
+        return sg.which_broker_when_consume_slowly if pulling_far_behind else sg.broker_id
+
     def _read(self, req: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
               max_bytes: int, sub: SubscriptionData, suspend_ok: bool) -> RemotingCommand | None:
         b = self.broker
@@ -109,7 +121,7 @@ class PullMessageProcessor:
         res = b.store.get_message(group, topic, queue_id, offset, max_nums, tag_codes=sub.tag_codes(), filter=flt, **kwargs)
         st = res.status
         ext = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(self._suggest_which_broker_id(group, res.suggest_pulling_from_slave)),
             "nextBeginOffset": str(res.next_begin_offset),
             "minOffset": str(res.min_offset),
             "maxOffset": str(res.max_offset),

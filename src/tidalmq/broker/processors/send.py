@@ -24,6 +24,7 @@ from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
+from tidalmq.ha.service import TransferStatus
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -318,7 +319,8 @@ class SendMessageProcessor:
             asyncio.get_running_loop().call_later(_PUT_LOCK_RETRY_S, self._drain)
             return
         self._pending = []
-        sync = b.store_config.sync_flush
+        # SYNC_FLUSH waits for the disk, SYNC_MASTER (then) for a slave: one wait per round for both.
+        sync = b.store_config.sync_flush or b.config.broker_role == "SYNC_MASTER"
         loop = asyncio.get_running_loop()
         max_end = 0
         waiters: list[tuple[Respond, RemotingCommand]] = []
@@ -332,9 +334,12 @@ class SendMessageProcessor:
                 reply(resp)
         if waiters:
             def flushed(ok: bool) -> None:
-                loop.call_soon_threadsafe(self._complete_flush, waiters, ok)
+                loop.call_soon_threadsafe(self._complete_flush, waiters, ok, max_end)
 
-            b.store.request_flush(max_end, flushed)
+            if b.store_config.sync_flush:
+                b.store.request_flush(max_end, flushed)
+            else:  # SYNC_MASTER over ASYNC_FLUSH: no flush to wait for, straight to the slave
+                self._complete_flush(waiters, True, max_end)
         # Dispatch what was just appended on this thread, once the responses are out (they were queued
         # first): in one interpreter a reput thread would only take turns with this one, and take the
         # interpreter whenever this one waits on a socket or a write.
@@ -371,12 +376,26 @@ class SendMessageProcessor:
         for req, reply, received in shed:
             reply(req.make_response(ResponseCode.SYSTEM_BUSY, template.format(int((now - received) * 1000), len(keep))))
 
-    @staticmethod
-    def _complete_flush(waiters: list[tuple[Respond, RemotingCommand]], ok: bool) -> None:
-        for reply, resp in waiters:
+    def _complete_flush(self, waiters: list[tuple[Respond, RemotingCommand]], ok: bool, end: int) -> None:
+        for _, resp in waiters:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
+        ha = self.broker.ha_service
+        if ha is not None and self.broker.config.broker_role == "SYNC_MASTER":
+            ha.transfer(end, lambda status: self._complete_transfer(waiters, status))
+            return
+        for reply, resp in waiters:
+            reply(resp)
+
+    @staticmethod
+    def _complete_transfer(waiters: list[tuple[Respond, RemotingCommand]], status: TransferStatus) -> None:
+        """SYNC_MASTER: a slave's answer overrides the flush's, as in RocketMQ's handleHA (the message is
+        stored on the master in every case; the client's SendStatus tells what else is true)."""
+        code, remark = _TRANSFER_CODES[status]
+        for reply, resp in waiters:
+            if code is not None:
+                resp.code, resp.remark = code, remark
             reply(resp)
 
     def _not_available_remark(self) -> str:
@@ -403,6 +422,15 @@ class SendMessageProcessor:
             PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, self._not_available_remark()),
         }.get(status, (ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}"))
         return req.make_response(code, remark)
+
+
+_TRANSFER_CODES: dict[TransferStatus, tuple[int | None, str | None]] = {
+    TransferStatus.PUT_OK: (None, None),
+    TransferStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                                         "wait for the slave's ack timed out: the message is stored on the master only"),
+    TransferStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE,
+                                         "no slave in sync: the message is stored on the master only"),
+}
 
 
 def now_ms() -> int:

@@ -1,0 +1,141 @@
+"""Replication benchmark: send throughput of a master alone, an ASYNC_MASTER with a slave and a
+SYNC_MASTER with a slave, in the same run, and how far behind the slave is when the sends end.
+
+Each phase starts a ``tidalmq standalone`` master (and a ``tidalmq broker`` slave) in temp dirs, keeps
+``--window`` sends in flight on one connection (singles, then batches of 64), and after the last
+acknowledgement measures how long the slave takes to hold the master's whole CommitLog. Then, for each
+master role, the master is SIGKILLed under load and the acknowledged messages missing on the slave are
+counted (ASYNC_MASTER's loss window; SYNC_MASTER must lose none).
+
+    .venv/bin/python bench/ha_bench.py [--messages 40000] [--window 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.broker.rawclient import runtime_info  # noqa: E402
+from tests.ha.support import Slave, master_settings  # noqa: E402
+from tests.support import Standalone  # noqa: E402
+
+from bench.broker_bench import QUEUES, build_sends, create_topic, pipelined_sends, send_req  # noqa: E402
+from bench.common import print_machine, save  # noqa: E402
+from tidalmq.remoting.codes import ResponseCode  # noqa: E402
+from tidalmq.remoting.command import RemotingCommand  # noqa: E402
+from tidalmq.remoting.transport import RemotingClient  # noqa: E402
+
+
+async def _caught_up_after(c: RemotingClient, master: str, slave: str) -> float:
+    """Seconds until the slave's CommitLog reaches the master's end (from now)."""
+    end = int((await runtime_info(c, master))["commitLogMaxOffset"])
+    t0 = time.perf_counter()
+    while int((await runtime_info(c, slave))["commitLogMaxOffset"]) < end:
+        if time.perf_counter() - t0 > 120:
+            raise RuntimeError("the slave did not catch up in 120 s")
+        await asyncio.sleep(0.005)
+    return time.perf_counter() - t0
+
+
+async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float]) -> None:
+    with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
+        settings = master_settings(role, mappedFileSizeCommitLog=str(256 * 1024 * 1024))
+        with Standalone(Path(tmp) / "m", settings) as master:
+            c = RemotingClient()
+            try:
+                await create_topic(c, master.broker_addr, "HaBench")
+                slave = Slave(Path(tmp) / "s", master.namesrv_addr,
+                              {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}) if with_slave else None
+                try:
+                    if slave is not None:
+                        slave.start()
+                        while (await runtime_info(c, master.broker_addr)).get("haConnections") != "1":
+                            await asyncio.sleep(0.05)
+                    for batch in (1, 64):
+                        sends = build_sends("HaBench", n, batch)
+                        rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
+                        key = f"{name}.{'single' if batch == 1 else 'batch64'}_msgs_per_s"
+                        results[key] = round(rate)
+                        line = f"  {key}: {rate:,.0f}"
+                        if slave is not None:
+                            lag = await _caught_up_after(c, master.broker_addr, slave.broker_addr)
+                            results[f"{name}.{'single' if batch == 1 else 'batch64'}_slave_lag_s"] = round(lag, 3)
+                            line += f"  (slave caught up {lag * 1000:.0f} ms after the last ack)"
+                        print(line, flush=True)
+                finally:
+                    if slave is not None:
+                        slave.stop()
+            finally:
+                await c.close()
+
+
+async def loss_on_master_kill(role: str, acked_before_kill: int, window: int) -> dict[str, int]:
+    """SIGKILL the master while ``window`` sends are in flight, after ``acked_before_kill`` acks; count the
+    acknowledged (SEND_OK) messages the slave does not hold. Each ack's msgId carries the message's
+    CommitLog offset; the slave holds whole records only, so one starting below its end is there."""
+    with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
+        with Standalone(Path(tmp) / "m", master_settings(role)) as master:
+            c = RemotingClient()
+            slave = Slave(Path(tmp) / "s", master.namesrv_addr)
+            try:
+                await create_topic(c, master.broker_addr, "HaKill")
+                slave.start()
+                while (await runtime_info(c, master.broker_addr)).get("haConnections") != "1":
+                    await asyncio.sleep(0.05)
+                conn = await c.connection(master.broker_addr)
+                acked: list[int] = []
+                in_flight: set[asyncio.Future[RemotingCommand]] = set()
+                i = 0
+                while len(acked) < acked_before_kill:
+                    while len(in_flight) < window:
+                        fut = conn.request(send_req("HaKill", i % QUEUES, i))
+                        in_flight.add(fut)
+                        i += 1
+                    done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    for f in done:
+                        if f.exception() is None and f.result().code == ResponseCode.SUCCESS:
+                            acked.append(int(f.result().ext_fields["msgId"][-16:], 16))
+                master.kill()
+                done = (await asyncio.wait(in_flight, timeout=10))[0] if in_flight else set()
+                for f in done:
+                    if f.exception() is None and f.result().code == ResponseCode.SUCCESS:
+                        acked.append(int(f.result().ext_fields["msgId"][-16:], 16))
+                slave_end = int((await runtime_info(c, slave.broker_addr))["commitLogMaxOffset"])
+                lost = sum(1 for phys in acked if phys >= slave_end)
+                return {"acked": len(acked), "lost": lost}
+            finally:
+                slave.stop()
+                await c.close()
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=40000)
+    ap.add_argument("--window", type=int, default=256)
+    args = ap.parse_args()
+    print_machine()
+    results: dict[str, float] = {}
+    for name, role, with_slave in (("alone", "ASYNC_MASTER", False), ("async_master", "ASYNC_MASTER", True),
+                                   ("sync_master", "SYNC_MASTER", True)):
+        print(f"{name}:", flush=True)
+        await phase(name, role, with_slave, args.messages, args.window, results)
+    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        r = await loss_on_master_kill(role, args.messages // 2, args.window)
+        results[f"{role.lower()}.kill_acked"], results[f"{role.lower()}.kill_lost"] = r["acked"], r["lost"]
+        print(f"{role}: master SIGKILLed under load: {r['lost']} of {r['acked']} acknowledged messages "
+              f"not on the slave", flush=True)
+    for kind in ("single", "batch64"):
+        alone = results[f"alone.{kind}_msgs_per_s"]
+        for name in ("async_master", "sync_master"):
+            print(f"{name} {kind}: {results[f'{name}.{kind}_msgs_per_s'] / alone:.0%} of the master alone")
+    print(f"saved {save('ha', results)}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

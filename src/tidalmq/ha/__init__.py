@@ -1,0 +1,1 @@
+"""Master/slave CommitLog replication (RocketMQ's store/ha): docs/replication.md."""

@@ -1,0 +1,156 @@
+"""HAService: the master's side of replication (RocketMQ's HAService with its AcceptSocketService and
+GroupTransferService). Runs on the broker's event loop.
+
+SYNC_MASTER: a group commit round asks ``transfer(end, done)`` once for all its messages (one wait per
+round, not per message); ``done`` gets PUT_OK when some slave reported an offset >= ``end``,
+FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, SLAVE_NOT_AVAILABLE at once when no slave is connected or
+the best one is haMaxGapNotInSync or more behind (RocketMQ's isSlaveOK).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidalmq.broker.config import BrokerConfig
+from tidalmq.ha.connection import HAConnection
+from tidalmq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+
+class TransferStatus(enum.Enum):
+    """The outcomes of a SYNC_MASTER wait (RocketMQ's PutMessageStatus values for them)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+TransferDone = Callable[[TransferStatus], object]
+
+
+@dataclass(order=True)
+class _TransferRequest:
+    next_offset: int
+    seq: int
+    done: TransferDone = field(compare=False)
+    timer: asyncio.TimerHandle | None = field(default=None, compare=False)
+    finished: bool = field(default=False, compare=False)
+
+
+class HAService:
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, sync_flush_timeout_ms: int,
+                 host: str = "0.0.0.0") -> None:
+        self.config = config
+        self.store = store
+        self.sync_flush_timeout = sync_flush_timeout_ms / 1000.0
+        self.host = host
+        self.connections: set[HAConnection] = set()
+        # The highest offset any slave has reported (RocketMQ's push2SlaveMaxOffset).
+        self.push2slave_max_offset = 0
+        self._requests: list[_TransferRequest] = []
+        self._seq = itertools.count()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.port = 0
+
+    # lifecycle --------------------------------------------------------------------------------
+    async def start(self, port: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._accept, self.host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.store.add_arrival_listener(self._on_arrival)
+        log.info("HA: listening for slaves on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        for req in self._requests:
+            self._finish(req, TransferStatus.FLUSH_SLAVE_TIMEOUT)
+        self._requests.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = HAConnection(self, reader, writer)
+        log.info("HA: slave %s connected", conn.client_addr)
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self._tasks.discard(task)
+            log.info("HA: slave %s gone", conn.client_addr)
+
+    # streaming --------------------------------------------------------------------------------
+    def _on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
+        """From whichever thread dispatched: the CommitLog grew, wake the writers."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self.connections:
+            loop.call_soon_threadsafe(self.wake_writers)
+
+    def wake_writers(self) -> None:
+        for conn in self.connections:
+            conn.wake.set()
+
+    # group transfer ---------------------------------------------------------------------------
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        return bool(self.connections) and master_put_where - self.push2slave_max_offset < self.config.ha_max_gap_not_in_sync
+
+    def transfer(self, next_offset: int, done: TransferDone) -> None:
+        """Call ``done`` (on the loop) once a slave has everything before ``next_offset`` (see module doc)."""
+        if not self.is_slave_ok(next_offset):
+            done(TransferStatus.SLAVE_NOT_AVAILABLE)
+            return
+        if self.push2slave_max_offset >= next_offset:
+            done(TransferStatus.PUT_OK)
+            return
+        req = _TransferRequest(next_offset, next(self._seq), done)
+        assert self._loop is not None
+        req.timer = self._loop.call_later(self.sync_flush_timeout, self._finish, req, TransferStatus.FLUSH_SLAVE_TIMEOUT)
+        heapq.heappush(self._requests, req)
+        self.wake_writers()
+
+    def notify_transfer_some(self, offset: int) -> None:
+        if offset <= self.push2slave_max_offset:
+            return
+        self.push2slave_max_offset = offset
+        reqs = self._requests
+        while reqs and reqs[0].next_offset <= offset:
+            self._finish(heapq.heappop(reqs), TransferStatus.PUT_OK)
+
+    @staticmethod
+    def _finish(req: _TransferRequest, status: TransferStatus) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        if req.timer is not None:
+            req.timer.cancel()
+        try:
+            req.done(status)
+        except Exception:
+            log.exception("HA transfer callback failed")
+
+    def runtime_info(self) -> dict[str, str]:
+        master_put = self.store.max_phy_offset
+        info = {
+            "haConnections": str(len(self.connections)),
+            "haPush2SlaveMaxOffset": str(self.push2slave_max_offset),
+            "haSlaveFallBehind": str(max(0, master_put - self.push2slave_max_offset) if self.connections else -1),
+        }
+        for i, conn in enumerate(sorted(self.connections, key=lambda c: c.client_addr)):
+            info[f"haSlave{i}"] = f"{conn.client_addr} ack {conn.slave_ack_offset}"
+        return info

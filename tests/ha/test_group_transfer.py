@@ -1,0 +1,78 @@
+"""SYNC_MASTER's wait for a slave (GroupTransferService), on one event loop, without a slave process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from tests.broker.rawclient import run, send_cmd
+from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.controller import BrokerController
+from tidalmq.ha.service import HAService, TransferStatus
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.transport import RemotingClient
+from tidalmq.store.config import MessageStoreConfig
+
+
+def _service(gap: int = 1000, timeout_ms: int = 100) -> HAService:
+    cfg = BrokerConfig(ha_max_gap_not_in_sync=gap)
+    return HAService(cfg, store=None, sync_flush_timeout_ms=timeout_ms)  # type: ignore[arg-type]
+
+
+class _FakeConnection:
+    """A connected slave as far as the wait is concerned (its writer is woken, nothing more)."""
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+
+
+def _waiter(svc: HAService, end: int) -> asyncio.Future[TransferStatus]:
+    fut: asyncio.Future[TransferStatus] = asyncio.get_running_loop().create_future()
+    svc.transfer(end, fut.set_result)
+    return fut
+
+
+def test_transfer_answers_by_what_the_slaves_reported() -> None:
+    async def scenario() -> None:
+        svc = _service()
+        svc._loop = asyncio.get_running_loop()
+        assert (await _waiter(svc, 10)) is TransferStatus.SLAVE_NOT_AVAILABLE  # no slave connected
+        svc.connections.add(_FakeConnection())  # type: ignore[arg-type]
+        first, second = _waiter(svc, 100), _waiter(svc, 200)
+        svc.notify_transfer_some(150)
+        assert (await first) is TransferStatus.PUT_OK and not second.done()
+        assert (await second) is TransferStatus.FLUSH_SLAVE_TIMEOUT  # syncFlushTimeout (100 ms) passed
+        assert (await _waiter(svc, 150)) is TransferStatus.PUT_OK  # already there
+        assert (await _waiter(svc, 150 + 1000)) is TransferStatus.SLAVE_NOT_AVAILABLE  # haMaxGapNotInSync behind
+
+    run(scenario(), 10)
+
+
+def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        sc = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=1024 * 1024)
+        bc = BrokerConfig(broker_name="b", listen_port=0, broker_role="SYNC_MASTER", ha_listen_port=0)
+        broker = BrokerController(bc, sc, host="127.0.0.1")
+        await broker.start()
+        client = RemotingClient()
+        try:
+            svc = broker.ha_service
+            assert svc is not None
+            calls: list[int] = []
+            real = svc.transfer
+
+            def counting(end: int, done: Any) -> None:
+                calls.append(end)
+                real(end, done)
+
+            svc.transfer = counting  # type: ignore[method-assign]
+            resps = await asyncio.gather(*(client.invoke(bc.broker_addr, send_cmd("Round", b"m%d" % i), 10)
+                                           for i in range(50)))
+            assert [r.code for r in resps] == [ResponseCode.SLAVE_NOT_AVAILABLE] * 50  # no slave
+            assert 1 <= len(calls) < 50, calls
+        finally:
+            await client.close()
+            await broker.stop()
+
+    run(scenario(), 30)
