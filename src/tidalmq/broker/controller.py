@@ -20,6 +20,9 @@ from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, 
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.pop.processors import PopProcessors
+from tidalmq.broker.pop.revive import PopReviveService
+from tidalmq.broker.pop.service import PopService
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
@@ -142,6 +145,9 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.offset_reset_processor = OffsetResetProcessor(self)
         self.end_transaction_processor = EndTransactionProcessor(self)
+        # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
+        self.pop = PopService(self)
+        self.pop_revive = PopReviveService(self, self.pop)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -183,6 +189,11 @@ class BrokerController:
         register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
+        pop = PopProcessors(self.pop)
+        register_checked(s, RC.POP_MESSAGE, pop.pop)
+        register_checked(s, RC.ACK_MESSAGE, pop.ack)
+        register_checked(s, RC.CHANGE_MESSAGE_INVISIBLETIME, pop.change_invisible)
+        register_checked(s, RC.NOTIFICATION, pop.notification)
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------
@@ -197,6 +208,8 @@ class BrokerController:
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
         self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+        self.pop.start(self._loop)
+        self._tasks.append(self._loop.create_task(self.pop_revive.run()))
         if self.acl is not None:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
@@ -209,6 +222,7 @@ class BrokerController:
         if not self.store.load():
             raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
         self.store.add_arrival_listener(self._on_arrival)
+        self.store.add_arrival_listener(self.pop.on_arrival)
         self.schedule.load()
         self.transactions.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)

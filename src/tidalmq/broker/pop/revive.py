@@ -1,0 +1,189 @@
+"""PopReviveService: reads the revive topic as the timer releases it, pairs checkpoints with acks and
+re-puts every popped message no ack covered into the group's pop retry topic (reconsume times + 1,
+1ST_POP_TIME kept), or into ``%DLQ%<group>`` once it was retried the group's retryMaxTimes.
+
+Checkpoints and acks of one pop are due at the same deadline. A checkpoint is revived ``grace_ms``
+after its deadline, so that an ack released in the same timer round, just after it, still counts. The
+revive offset (group CID_RMQ_SYS_REVIVE_GROUP, in consumerOffset.json) never passes a checkpoint not yet
+revived nor an ack whose checkpoint is not yet read: after a restart both are read again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.pop import extra_info as xi
+from tidalmq.broker.pop.checkpoint import ACK_TAG, CK_TAG, REVIVE_GROUP, AckMsg, CkKey, PopCheckPoint
+from tidalmq.broker.pop.service import REVIVE_QID, PopError, PopService, now_ms
+from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
+from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
+from tidalmq.common.message import encode_properties
+from tidalmq.common.msgid import host_bytes
+from tidalmq.common.record import RecordError, StoredMessage, decode_record
+from tidalmq.store.message_store import GetStatus
+
+if TYPE_CHECKING:
+    from tidalmq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
+DLQ_QUEUE_NUMS = 1
+# An ack whose checkpoint was not read this long after the ack was is dropped (a forged or stale handle).
+ORPHAN_ACK_KEEP_MS = 60_000
+# Properties of a delivered message that must not act again when it is re-put (it would be delayed anew).
+_DROPPED = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_OUT_MS,
+            mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES, mc.REAL_TOPIC, mc.REAL_QID,
+            mc.WAIT_STORE_MSG_OK)
+
+
+@dataclass(slots=True)
+class _Pending:
+    ck: PopCheckPoint
+    revive_offset: int
+    acked: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Orphan:
+    revive_offset: int
+    seen_ms: int
+    acked: set[int] = field(default_factory=set)
+
+
+class PopReviveService:
+    def __init__(self, broker: BrokerController, pop: PopService, *, interval_ms: int = 100, grace_ms: int = 500) -> None:
+        self.broker = broker
+        self.pop = pop
+        self.interval = interval_ms / 1000.0
+        self.grace_ms = grace_ms
+        self._pending: dict[CkKey, _Pending] = {}
+        self._orphans: dict[CkKey, _Orphan] = {}
+        self._read_offset = -1
+        self.revived = 0
+        self.dead_lettered = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pop revive round failed")
+            await asyncio.sleep(self.interval)
+
+    async def round(self) -> None:
+        b = self.broker
+        topic = self.pop.revive_topic
+        if self._read_offset < 0:
+            self._read_offset = max(0, b.offsets.query(REVIVE_GROUP, topic, REVIVE_QID))
+        self._read()
+        now = now_ms()
+        due = [k for k, p in self._pending.items() if p.ck.deadline + self.grace_ms <= now]
+        for key in due:
+            p = self._pending[key]
+            await self._revive(p)
+            del self._pending[key]
+        for key in [k for k, o in self._orphans.items() if now - o.seen_ms > ORPHAN_ACK_KEEP_MS]:
+            del self._orphans[key]
+        held = [p.revive_offset for p in self._pending.values()] + [o.revive_offset for o in self._orphans.values()]
+        commit = min(held, default=self._read_offset)
+        if commit != b.offsets.query(REVIVE_GROUP, topic, REVIVE_QID):
+            b.offsets.commit(REVIVE_GROUP, topic, REVIVE_QID, commit)
+
+    def _read(self) -> None:
+        b = self.broker
+        topic = self.pop.revive_topic
+        while True:
+            res = b.store.get_message(REVIVE_GROUP, topic, REVIVE_QID, self._read_offset, 32)
+            if res.status != GetStatus.FOUND:
+                if res.next_begin_offset > self._read_offset and res.status != GetStatus.OFFSET_OVERFLOW_ONE:
+                    self._read_offset = res.next_begin_offset  # the queue's head moved on
+                return
+            for buf, offset in zip(res.buffers, res.queue_offsets, strict=True):
+                self._take(buf, offset)
+            self._read_offset = res.next_begin_offset
+
+    def _take(self, buf: memoryview, offset: int) -> None:
+        try:
+            msg = decode_record(buf)
+            tag = msg.properties.get(mc.TAGS)
+            if tag == CK_TAG:
+                ck = PopCheckPoint.decode(msg.body)
+                p = _Pending(ck, offset)
+                orphan = self._orphans.pop(ck.key, None)
+                if orphan is not None:
+                    p.acked |= orphan.acked
+                    p.revive_offset = min(offset, orphan.revive_offset)
+                self._pending[ck.key] = p
+            elif tag == ACK_TAG:
+                ack = AckMsg.decode(msg.body)
+                pending = self._pending.get(ack.key)
+                if pending is not None:
+                    pending.acked.add(ack.ack_offset)
+                else:
+                    self._orphans.setdefault(ack.key, _Orphan(offset, now_ms())).acked.add(ack.ack_offset)
+        except (RecordError, ValueError, KeyError, TypeError) as e:
+            log.warning("revive topic offset %d: not a checkpoint or ack (%s); skipped", offset, e)
+
+    async def _revive(self, p: _Pending) -> None:
+        ck = p.ck
+        for offset in ck.offsets:
+            if offset in p.acked:
+                continue
+            msg = self._look(ck.topic, ck.queue_id, offset)
+            if msg is None:
+                log.warning("pop revive: %s@%d offset %d is gone; not revived", ck.topic, ck.queue_id, offset)
+                continue
+            try:
+                await self._reput(ck, msg)
+            except PopError as e:
+                # Stays pending (the revive offset holds): tried again next round.
+                log.error("pop revive of %s@%d offset %d failed: %s", ck.topic, ck.queue_id, offset, e.remark)
+                raise
+            p.acked.add(offset)
+
+    def _look(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
+        res = self.broker.store.get_message(REVIVE_GROUP, topic, queue_id, offset, 1)
+        if res.status != GetStatus.FOUND or not res.buffers or res.queue_offsets[0] != offset:
+            return None
+        try:
+            return decode_record(res.buffers[0])
+        except RecordError:
+            return None
+
+    async def _reput(self, ck: PopCheckPoint, msg: StoredMessage) -> None:
+        b = self.broker
+        group = ck.group
+        origin = xi.normal_topic(ck.topic, group)
+        props = {k: v for k, v in msg.properties.items() if k not in _DROPPED}
+        props.setdefault(mc.RETRY_TOPIC, origin)
+        props.setdefault(FIRST_POP_TIME, str(ck.pop_time))
+        props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
+        sg = b.groups.find(group)
+        max_times = sg.retry_max_times if sg is not None else 16
+        if msg.reconsume_times >= max_times:
+            topic = nm.dlq_topic(group)
+            b.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_WRITE)
+            props.setdefault(mc.DLQ_ORIGIN_TOPIC, origin)
+            props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props[mc.ORIGIN_MESSAGE_ID])
+            queue_id = random.randrange(DLQ_QUEUE_NUMS)
+            self.dead_lettered += 1
+        else:
+            topic = xi.pop_retry_topic(origin, group)
+            b.topics.create_system_like(topic, 1, PERM_READ | PERM_WRITE)
+            queue_id = 0
+            self.revived += 1
+        b.register_soon()
+        await self.pop.put_internal(InnerMessage(
+            topic, queue_id, msg.body, msg.flag, encode_properties(props), msg.sysflag, msg.born_timestamp,
+            host_bytes(msg.born_host[0]), msg.born_host[1], msg.reconsume_times + 1))
+
+
