@@ -18,6 +18,8 @@ _SEND = int(RC.SEND_MESSAGE)
 _SEND_V2 = int(RC.SEND_MESSAGE_V2)
 _SEND_BATCH = int(RC.SEND_BATCH_MESSAGE)
 _PULL = int(RC.PULL_MESSAGE)
+# Pop consumption reads a topic for a group as a pull does (RocketMQ's @RocketMQAction SUB on both).
+_POP = frozenset(int(c) for c in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.NOTIFICATION))
 
 
 class ResourceError(ValueError):
@@ -59,7 +61,7 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     ext = cmd.ext_fields
     if code == _SEND_V2 or code == _SEND_BATCH:
         return _send(ext.get("b"))
-    if code == _PULL:
+    if code == _PULL or code in _POP:
         out = _group(ext, "consumerGroup")
         topic = ext.get("topic")
         if topic:

@@ -25,8 +25,8 @@ from tidalmq.client.message import (
     TransactionSendResult,
     TransactionState,
 )
-from tidalmq.client.producer import Producer, SendCallback, TransactionListener, TransactionProducer
 from tidalmq.client.pop_consumer import PopConsumer
+from tidalmq.client.producer import Producer, SendCallback, TransactionListener, TransactionProducer
 from tidalmq.client.pull_consumer import PullConsumer
 from tidalmq.client.push_consumer import MessageListener, PushConsumer
 from tidalmq.client.selector import MessageQueueSelector, select_by_hash, select_by_random
