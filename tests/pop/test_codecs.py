@@ -6,10 +6,10 @@ import pytest
 
 from tidalmq.acl.permission import SUB
 from tidalmq.acl.resources import request_resources
-from tidalmq.broker.pop import extra_info as xi
 from tidalmq.broker.pop.checkpoint import AckMsg, PopCheckPoint, revive_topic
 from tidalmq.broker.pop.order import OrderLock, OrderLocks
 from tidalmq.common import fastjson
+from tidalmq.common import pop_handle as xi
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.request_check import check_request
@@ -56,9 +56,12 @@ def test_checkpoint_and_ack_use_rocketmq_json_keys() -> None:
     assert (d["so"], d["pt"], d["it"], d["q"], d["t"], d["c"], d["bn"], d["n"], d["d"]) == (
         100, 1700000000000, 5000, 2, "T", "G", "broker-a", 3, [0, 1, 4])
     assert PopCheckPoint.decode(ck.encode()) == ck
-    ack = AckMsg("T", 2, "G", 100, 1700000000000, 104, "broker-a")
-    assert fastjson.loads(ack.encode())["ao"] == 104
+    ack = AckMsg("T", 2, "G", 100, 1700000000000, (104,), "broker-a")
+    assert fastjson.loads(ack.encode())["ao"] == 104 and ack.tag == "ack"
     assert AckMsg.decode(ack.encode()) == ack and ack.key == ck.key
+    batch = AckMsg("T", 2, "G", 100, 1700000000000, (100, 101), "broker-a")  # BatchAckMsg
+    assert fastjson.loads(batch.encode())["aol"] == [100, 101] and batch.tag == "bAck"
+    assert AckMsg.decode(batch.encode()) == batch
     assert revive_topic("DefaultCluster") == "rmq_sys_REVIVE_LOG_DefaultCluster"
 
 
@@ -83,3 +86,23 @@ def test_pop_requests_are_checked_and_need_sub() -> None:
     assert why is not None and "extraInfo" in why
     for code in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.NOTIFICATION):
         assert request_resources(RemotingCommand(code=code, ext_fields=ext)) == {"%RETRY%G": SUB, "T": SUB}
+
+
+def test_batch_ack_bit_set_is_java_bitset_bytes_in_base64() -> None:
+    # java.util.BitSet {0, 2, 9}.toByteArray() == {0x05, 0x02}; fastjson writes a byte[] as base64.
+    assert xi.bitset_of(100, [100, 102, 109]) == "BQI="
+    assert xi.bitset_offsets(100, "BQI=") == [100, 102, 109]
+    with pytest.raises(ValueError):
+        xi.bitset_of(100, [99])
+    with pytest.raises(ValueError):
+        xi.bitset_offsets(0, "not base64!")
+
+
+def test_batch_ack_body_is_checked_and_needs_sub() -> None:
+    ack = {"c": "G", "t": "T", "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 1, "it": 1000, "b": "AQ=="}
+    body = fastjson.dumpb({"brokerName": "broker-a", "acks": [ack]})
+    assert check_request(RemotingCommand(code=RC.BATCH_ACK_MESSAGE, body=body)) is None
+    assert request_resources(RemotingCommand(code=RC.BATCH_ACK_MESSAGE, body=body)) == {"%RETRY%G": SUB, "T": SUB}
+    bad = fastjson.dumpb({"acks": [{**ack, "c": "../g"}]})
+    why = check_request(RemotingCommand(code=RC.BATCH_ACK_MESSAGE, body=bad))
+    assert why is not None and "illegal characters" in why

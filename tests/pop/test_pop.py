@@ -67,6 +67,24 @@ def test_pop_then_ack_consumes_once(shared_standalone: Standalone) -> None:
     run(body)
 
 
+def test_batch_ack_consumes_once(shared_standalone: Standalone) -> None:
+    ns = shared_standalone.namesrv_addr
+    topic = uniq("PopBatchAck")
+
+    async def body() -> None:
+        await create_topic(ns, topic, 2)
+        await send(ns, topic, [f"b{i}".encode() for i in range(40)])
+        async with PopConsumer(uniq("CG"), ns) as c:
+            got = await receive_until(c, topic, 40, 15, invisible_time=1.5)
+            keep = got[:-1]  # all but one acked in BATCH_ACK_MESSAGE requests
+            await c.ack_many(keep)
+            back = await receive_until(c, topic, 1, 15, invisible_time=30.0)
+            assert [m.body for m in back] == [got[-1].body] and back[0].reconsume_times == 1
+            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=2.5) == []
+
+    run(body)
+
+
 def test_unacked_message_comes_back_with_reconsume_times(shared_standalone: Standalone) -> None:
     ns = shared_standalone.namesrv_addr
     topic = uniq("PopRevive")

@@ -55,6 +55,20 @@ def _heartbeat(body: Any) -> dict[str, int]:
         raise ResourceError(f"the heartbeat body cannot be read: {e}") from None
 
 
+def _batch_ack(body: Any) -> dict[str, int]:
+    try:
+        data = fastjson.loads(bytes(body)) if body else {}
+        out: dict[str, int] = {}
+        for ack in data.get("acks") or []:
+            if ack.get("c"):
+                out[retry_topic(ack["c"])] = SUB
+            if ack.get("t"):
+                out[ack["t"]] = SUB
+        return out
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ResourceError(f"the batch ack body cannot be read: {e}") from None
+
+
 def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     """Resource (topic, or %RETRY%group) -> the permission the request needs on it."""
     code = cmd.code
@@ -76,6 +90,8 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
         return {topic: SUB} if topic else {}
     if code == RC.HEART_BEAT:
         return _heartbeat(cmd.body)
+    if code == RC.BATCH_ACK_MESSAGE:
+        return _batch_ack(cmd.body)
     if code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
         return _group(ext, "consumerGroup")
     if code == RC.UPDATE_CONSUMER_OFFSET:

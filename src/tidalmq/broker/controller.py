@@ -192,6 +192,7 @@ class BrokerController:
         pop = PopProcessors(self.pop)
         register_checked(s, RC.POP_MESSAGE, pop.pop)
         register_checked(s, RC.ACK_MESSAGE, pop.ack)
+        register_checked(s, RC.BATCH_ACK_MESSAGE, pop.batch_ack)
         register_checked(s, RC.CHANGE_MESSAGE_INVISIBLETIME, pop.change_invisible)
         register_checked(s, RC.NOTIFICATION, pop.notification)
         s.close_listeners.append(self._on_connection_closed)

@@ -9,7 +9,9 @@ response header as RocketMQ's client builds it (MQClientAPIImpl.processPopRespon
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import time
 
 from tidalmq.acl.signature import SessionCredentials
@@ -18,7 +20,7 @@ from tidalmq.client import validators as v
 from tidalmq.client.errors import IllegalStateError, MQClientError
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import MessageExt
-from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
+from tidalmq.common import pop_handle as ph
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.tls import TlsOption
@@ -26,21 +28,6 @@ from tidalmq.remoting.tls import TlsOption
 POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
 RETRY_TOPIC = "RETRY_TOPIC"
 MAX_POP_NUMS = 32
-
-
-def _retry_flag(topic: str) -> str:
-    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return "0"
-    return "2" if "+" in topic else "1"
-
-
-def _parse_info(text: str | None) -> dict[str, str]:
-    """``retry queueId value`` entries of a pop response header, by ``retry@queueId``."""
-    out: dict[str, str] = {}
-    for item in filter(None, (text or "").split(";")):
-        flag, qid, value = item.split(" ")
-        out[f"{flag}@{qid}"] = value
-    return out
 
 
 class PopConsumer:
@@ -79,9 +66,8 @@ class PopConsumer:
             raise IllegalStateError(f"the pop consumer {self.group} is not running")
 
     async def _broker_addrs(self, topic: str) -> list[tuple[str, str]]:
-        route = await self._instance.update_route(topic)
-        if route is None or not route.queue_datas:
-            raise MQClientError(10005, f"Can not find Message Queue for this topic, {topic}")
+        # The cached route (the instance refreshes it periodically): no NameServer round trip per pop.
+        route = await self._instance.route(topic)
         names = sorted({mq.broker_name for mq in route.subscribe_queues()})
         out = []
         for name in names:
@@ -133,18 +119,18 @@ class PopConsumer:
 
     def _messages(self, h: dict[str, str], body: bytes, broker_name: str, topic: str) -> list[MessageExt]:
         msgs = codec.decode_messages(body, broker_name)
-        starts = _parse_info(h.get("startOffsetInfo"))
-        counts = _parse_info(h.get("orderCountInfo"))
-        pop_time, invisible, revive_qid = h["popTime"], h["invisibleTime"], h["reviveQid"]
+        starts = ph.parse_start_offset_info(h.get("startOffsetInfo"))
+        counts = ph.parse_order_count_info(h.get("orderCountInfo"))
+        pop_time, invisible, revive_qid = int(h["popTime"]), int(h["invisibleTime"]), int(h["reviveQid"])
         for m in msgs:
-            flag = _retry_flag(m.topic)
-            key = f"{flag}@{m.queue_id}"
-            start = starts.get(key, str(m.queue_offset))
-            m.properties[POP_CK] = " ".join((start, pop_time, invisible, revive_qid, flag, broker_name,
-                                             str(m.queue_id), str(m.queue_offset)))
+            key = ph.queue_key(m.topic, m.queue_id)
+            flag = ph.retry_flag(m.topic)
+            info = ph.ExtraInfo(starts.get(key, m.queue_offset), pop_time, invisible, revive_qid, flag, broker_name,
+                                m.queue_id, m.queue_offset)
+            m.properties[POP_CK] = info.build()
             if key in counts:
-                m.reconsume_times = int(counts[key])
-            if flag != "0":  # popped from the group's retry topic: shown under the topic it was sent to
+                m.reconsume_times = counts[key]
+            if flag != ph.NORMAL:  # popped from the group's retry topic: shown under the topic it was sent to
                 m.topic = m.properties.get(RETRY_TOPIC, topic)
         return msgs
 
@@ -153,6 +139,26 @@ class PopConsumer:
         self._check_running()
         await self._instance.invoke_ok(await self._addr(msg.broker_name, msg.topic), RC.ACK_MESSAGE,
                                        self._handle_ext(msg), timeout=self.request_timeout)
+
+    async def ack_many(self, msgs: list[MessageExt]) -> None:
+        """Ack several messages, one BATCH_ACK_MESSAGE per broker: each BatchAck covers the messages of
+        one pop of one queue (same handle prefix), its offsets as a bit set from the pop's start offset."""
+        self._check_running()
+        groups: dict[tuple[str, str, ph.ExtraInfo], list[MessageExt]] = {}
+        for m in msgs:
+            info = ph.ExtraInfo.parse(self._handle_ext(m)["extraInfo"])
+            # the handle less its message offset: one BatchAck per pop of a queue
+            groups.setdefault((m.broker_name, m.topic, dataclasses.replace(info, queue_offset=-1)), []).append(m)
+        by_broker: dict[tuple[str, str], list[dict[str, object]]] = {}
+        for (broker, topic, i), ms in groups.items():
+            by_broker.setdefault((broker, topic), []).append({
+                "c": self.group, "t": topic, "r": i.retry, "so": i.ck_queue_offset, "q": i.queue_id,
+                "rq": i.revive_qid, "pt": i.pop_time, "it": i.invisible_time,
+                "b": ph.bitset_of(i.ck_queue_offset, [m.queue_offset for m in ms])})
+        for (broker, topic), acks in by_broker.items():
+            body = json.dumps({"brokerName": broker, "acks": acks}).encode()
+            await self._instance.invoke_ok(await self._addr(broker, topic), RC.BATCH_ACK_MESSAGE, body=body,
+                                           timeout=self.request_timeout)
 
     async def change_invisible(self, msg: MessageExt, invisible_time: float) -> str:
         """Make ``msg`` visible again ``invisible_time`` seconds from now instead; its handle (POP_CK)
@@ -163,9 +169,10 @@ class PopConsumer:
         resp = await self._instance.invoke_ok(await self._addr(msg.broker_name, msg.topic),
                                               RC.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout=self.request_timeout)
         h = resp.ext_fields
-        old = msg.properties[POP_CK].split(" ")
-        new = [str(msg.queue_offset), h["popTime"], h["invisibleTime"], h["reviveQid"], *old[4:]]
-        msg.properties[POP_CK] = " ".join(new)
+        old = ph.ExtraInfo.parse(msg.properties[POP_CK])
+        new = dataclasses.replace(old, ck_queue_offset=msg.queue_offset, pop_time=int(h["popTime"]),
+                                  invisible_time=int(h["invisibleTime"]), revive_qid=int(h["reviveQid"]))
+        msg.properties[POP_CK] = new.build()
         return msg.properties[POP_CK]
 
     async def has_message(self, topic: str, block_timeout: float = 0.0, *, order: bool = False) -> bool:

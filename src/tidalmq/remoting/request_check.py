@@ -278,6 +278,18 @@ def _check_client_config(obj: dict[str, Any]) -> None:
         _field(sub, "subscriptionData", "topic", _T, required=False)
 
 
+def _batch_ack(obj: dict[str, Any]) -> None:
+    _field(obj, "body", "brokerName", Kind.BROKER, required=False)
+    for ack in _objects(obj, "acks"):
+        _field(ack, "acks", "c", _G)
+        _field(ack, "acks", "t", _T)
+        for name in ("q", "rq"):
+            _field(ack, "acks", name, _I, required=name == "q")
+        for name in ("so", "pt", "it"):
+            _field(ack, "acks", name, _L)
+        _field(ack, "acks", "b", Kind.TEXT)
+
+
 BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.HEART_BEAT: _heartbeat,
     RC.LOCK_BATCH_MQ: _lock_batch,
@@ -285,6 +297,7 @@ BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.REGISTER_BROKER: _register_broker,
     RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _subscription_group,
     RC.CHECK_CLIENT_CONFIG: _check_client_config,
+    RC.BATCH_ACK_MESSAGE: _batch_ack,
 }
 
 

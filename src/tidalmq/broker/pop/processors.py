@@ -5,11 +5,13 @@ NotificationRequestHeader/ResponseHeader). request_check has validated names and
 from __future__ import annotations
 
 import asyncio
+import binascii
 import logging
 from collections.abc import Awaitable, Callable
 
-from tidalmq.broker.pop import extra_info as xi
 from tidalmq.broker.pop.service import PopError, PopRequest, PopService
+from tidalmq.common import fastjson
+from tidalmq.common import pop_handle as xi
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -63,6 +65,26 @@ class PopProcessors:
 
         async def work() -> RemotingCommand:
             await self.service.ack(h["consumerGroup"], h["topic"], int(h["queueId"]), int(h["offset"]), h["extraInfo"])
+            return req.make_response(ResponseCode.SUCCESS)
+
+        return asyncio.ensure_future(_answer(req, work))
+
+    def batch_ack(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+        async def work() -> RemotingCommand:
+            try:
+                acks = [(str(a["c"]), str(a["t"]), str(a.get("r") or "0"), int(a["q"]), int(a["so"]), int(a["pt"]),
+                         int(a["it"]), xi.bitset_offsets(int(a["so"]), str(a["b"])))
+                        for a in fastjson.loads(req.body_bytes() or b"{}").get("acks") or []]
+            except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+                return req.make_response(ResponseCode.INVALID_PARAMETER, f"bad batch ack body: {e!r}")
+            first: PopError | None = None
+            for ack in acks:  # every good ack counts, whatever another one of the batch is
+                try:
+                    await self.service.batch_ack(*ack)
+                except PopError as e:
+                    first = first or e
+            if first is not None:
+                return req.make_response(first.code, f"{first.remark} (the other acks of the batch were taken)")
             return req.make_response(ResponseCode.SUCCESS)
 
         return asyncio.ensure_future(_answer(req, work))

@@ -17,12 +17,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.pop import extra_info as xi
-from tidalmq.broker.pop.checkpoint import ACK_TAG, CK_TAG, REVIVE_GROUP, AckMsg, CkKey, PopCheckPoint
+from tidalmq.broker.pop.checkpoint import (
+    ACK_TAG,
+    BATCH_ACK_TAG,
+    CK_TAG,
+    REVIVE_GROUP,
+    AckMsg,
+    CkKey,
+    PopCheckPoint,
+)
 from tidalmq.broker.pop.service import REVIVE_QID, PopError, PopService, now_ms
 from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
+from tidalmq.common import pop_handle as xi
 from tidalmq.common.message import encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, StoredMessage, decode_record
@@ -123,13 +131,13 @@ class PopReviveService:
                     p.acked |= orphan.acked
                     p.revive_offset = min(offset, orphan.revive_offset)
                 self._pending[ck.key] = p
-            elif tag == ACK_TAG:
+            elif tag == ACK_TAG or tag == BATCH_ACK_TAG:
                 ack = AckMsg.decode(msg.body)
                 pending = self._pending.get(ack.key)
                 if pending is not None:
-                    pending.acked.add(ack.ack_offset)
+                    pending.acked.update(ack.ack_offsets)
                 else:
-                    self._orphans.setdefault(ack.key, _Orphan(offset, now_ms())).acked.add(ack.ack_offset)
+                    self._orphans.setdefault(ack.key, _Orphan(offset, now_ms())).acked.update(ack.ack_offsets)
         except (RecordError, ValueError, KeyError, TypeError) as e:
             log.warning("revive topic offset %d: not a checkpoint or ack (%s); skipped", offset, e)
 

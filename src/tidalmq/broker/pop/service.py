@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.pop import extra_info as xi
-from tidalmq.broker.pop.checkpoint import ACK_TAG, CK_TAG, AckMsg, PopCheckPoint, revive_topic
+from tidalmq.broker.pop.checkpoint import CK_TAG, AckMsg, PopCheckPoint, revive_topic
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
+from tidalmq.common import pop_handle as xi
 from tidalmq.common.message import encode_properties
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -274,15 +274,22 @@ class PopService:
     # ack and change invisible time ------------------------------------------------------------
     def _handle(self, group: str, topic: str, queue_id: int, offset: int, extra: str) -> tuple[xi.ExtraInfo, str]:
         """The parsed handle and the topic its message was read from; PopError for a bad one."""
-        b = self.broker
         try:
             info = xi.ExtraInfo.parse(extra)
-            real = xi.real_topic(topic, group, info.retry)
         except xi.ExtraInfoError as e:
             raise PopError(ResponseCode.INVALID_PARAMETER, f"bad receipt handle (extraInfo): {e}") from None
         if info.queue_id != queue_id:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            f"the extraInfo is of queue {info.queue_id}, the request of queue {queue_id}")
+        return info, self._acked_queue(group, topic, info.retry, queue_id, [offset])
+
+    def _acked_queue(self, group: str, topic: str, retry: str, queue_id: int, offsets: list[int]) -> str:
+        """The topic (``topic`` or its pop retry topic, by ``retry``) whose queue holds ``offsets``."""
+        b = self.broker
+        try:
+            real = xi.real_topic(topic, group, retry)
+        except xi.ExtraInfoError as e:
+            raise PopError(ResponseCode.INVALID_PARAMETER, f"bad receipt handle (extraInfo): {e}") from None
         tc = b.topics.get(real)
         if tc is None:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{real}] not exist, apply first please!")
@@ -291,22 +298,36 @@ class PopService:
                            f"queueId[{queue_id}] is illegal, topic:[{real}] topicConfig.readQueueNums:[{tc.read_queue_nums}]")
         lo = b.store.get_min_offset_in_queue(real, queue_id)
         hi = b.store.get_max_offset_in_queue(real, queue_id)
-        if not lo <= offset < hi:
-            raise PopError(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{real}@{queue_id}, offset:{offset}, "
-                                                   f"minOffset:{lo}, maxOffset:{hi}")
-        return info, real
+        for offset in offsets:
+            if not lo <= offset < hi:
+                raise PopError(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{real}@{queue_id}, offset:{offset}, "
+                                                       f"minOffset:{lo}, maxOffset:{hi}")
+        return real
 
     async def ack(self, group: str, topic: str, queue_id: int, offset: int, extra: str) -> None:
         info, real = self._handle(group, topic, queue_id, offset, extra)
-        key: OrderKey = (group, real, queue_id)
-        if self.order.holds(key, info.pop_time):
-            commit = self.order.ack(key, info.pop_time, offset)
-            if commit is not None:
-                self.broker.offsets.commit(group, real, queue_id, commit)
-                self.polling.notify((real, topic))  # the next message of the queue may be popped now
+        await self._ack(AckMsg(real, queue_id, group, info.ck_queue_offset, info.pop_time, (offset,),
+                               info.broker_name), info.deadline, topic)
+
+    async def batch_ack(self, group: str, topic: str, retry: str, queue_id: int, start_offset: int, pop_time: int,
+                        invisible_time: int, offsets: list[int]) -> None:
+        """Acks of several messages of one pop (one checkpoint): BATCH_ACK_MESSAGE's BatchAck."""
+        if not offsets:
             return
-        ack = AckMsg(real, queue_id, group, info.ck_queue_offset, info.pop_time, offset, info.broker_name)
-        await self._put_revive(ACK_TAG, ack.encode(), info.deadline)
+        real = self._acked_queue(group, topic, retry, queue_id, offsets)
+        await self._ack(AckMsg(real, queue_id, group, start_offset, pop_time, tuple(offsets),
+                               self.broker.config.broker_name), pop_time + invisible_time, topic)
+
+    async def _ack(self, ack: AckMsg, deadline: int, topic: str) -> None:
+        key: OrderKey = (ack.group, ack.topic, ack.queue_id)
+        if self.order.holds(key, ack.pop_time):
+            for offset in ack.ack_offsets:
+                commit = self.order.ack(key, ack.pop_time, offset)
+                if commit is not None:
+                    self.broker.offsets.commit(ack.group, ack.topic, ack.queue_id, commit)
+                    self.polling.notify((ack.topic, topic))  # the next message of the queue may be popped now
+            return
+        await self._put_revive(ack.tag, ack.encode(), deadline)
 
     async def change_invisible(self, group: str, topic: str, queue_id: int, offset: int, extra: str,
                                invisible_time: int) -> xi.ExtraInfo:
@@ -321,8 +342,8 @@ class PopService:
         # A checkpoint of its own, then the old one acked: the message is covered at every moment.
         ck = PopCheckPoint(real, queue_id, group, offset, pop_time, invisible_time, [offset], info.broker_name)
         await self._put_revive(CK_TAG, ck.encode(), ck.deadline)
-        old = AckMsg(real, queue_id, group, info.ck_queue_offset, info.pop_time, offset, info.broker_name)
-        await self._put_revive(ACK_TAG, old.encode(), info.deadline)
+        old = AckMsg(real, queue_id, group, info.ck_queue_offset, info.pop_time, (offset,), info.broker_name)
+        await self._put_revive(old.tag, old.encode(), info.deadline)
         return new
 
     # notification -----------------------------------------------------------------------------
@@ -347,8 +368,9 @@ class PopService:
                 async with asyncio.timeout(max(0, poll_time) / 1000.0):
                     await ev.wait()
             except TimeoutError:
-                pass
-            return self._has_message(group, topic, queue_id, retry, order)
+                return self._has_message(group, topic, queue_id, retry, order)
+            # Woken by an arrival: true even if another consumer popped it meanwhile (as RocketMQ answers).
+            return True
         finally:
             self.polling.unregister(topics, ev)
 

@@ -1,4 +1,5 @@
-"""The pop handle strings, as RocketMQ's ExtraInfoUtil and KeyBuilder write them (pure codecs).
+"""The pop handle strings, as RocketMQ's ExtraInfoUtil and KeyBuilder write them, and BatchAck's bit
+set (pure codecs, shared by the broker and the client).
 
 extraInfo (the receipt handle a client sends back in ACK / CHANGE_MESSAGE_INVISIBLETIME), fields joined
 by a space: ckQueueOffset popTime invisibleTime reviveQid retry brokerName queueId msgQueueOffset, where
@@ -9,6 +10,7 @@ entries (startOffsetInfo, orderCountInfo) and ``retry queueId o1,o2,...`` (msgOf
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
@@ -122,3 +124,20 @@ def parse_order_count_info(text: str | None) -> dict[str, int]:
 def queue_key(topic: str, queue_id: int) -> str:
     """The key of a (possibly retry) topic's queue in the parsed header maps."""
     return _key(retry_flag(topic), str(queue_id))
+
+
+def bitset_offsets(start_offset: int, b64: str) -> list[int]:
+    """The offsets of a BatchAck's ``b``: java.util.BitSet.toByteArray (bit i of the set is bit i % 8
+    of byte i // 8) as fastjson writes a byte[] (base64); bit i acks ``start_offset + i``."""
+    data = base64.b64decode(b64, validate=True)
+    return [start_offset + i * 8 + j for i, byte in enumerate(data) for j in range(8) if byte >> j & 1]
+
+
+def bitset_of(start_offset: int, offsets: list[int]) -> str:
+    bits = [o - start_offset for o in offsets]
+    if any(b < 0 for b in bits):
+        raise ValueError("an offset before the start offset")
+    data = bytearray((max(bits) // 8 + 1) if bits else 0)
+    for b in bits:
+        data[b // 8] |= 1 << (b % 8)
+    return base64.b64encode(bytes(data)).decode("ascii")
