@@ -34,5 +34,9 @@ class PopLongPolling:
                 for ev in self._waiting.get(t, ()):
                     ev.set()
 
+    def has_waiters(self) -> bool:
+        """Safe from another thread (one truth test of a dict), unlike iterating the waiters."""
+        return bool(self._waiting)
+
     def waiting_count(self) -> int:
         return len({ev for evs in self._waiting.values() for ev in evs})

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
 DLQ_QUEUE_NUMS = 1
+READ_BATCHES_PER_ROUND = 64  # of 32 revive messages
 # An ack whose checkpoint was not read this long after the ack was is dropped (a forged or stale handle).
 ORPHAN_ACK_KEEP_MS = 60_000
 # Properties of a delivered message that must not act again when it is re-put (it would be delayed anew).
@@ -109,7 +110,8 @@ class PopReviveService:
     def _read(self) -> None:
         b = self.broker
         topic = self.pop.revive_topic
-        while True:
+        # A bounded read a round: a backlog (after a restart) does not hold the event loop for long.
+        for _ in range(READ_BATCHES_PER_ROUND):
             res = b.store.get_message(REVIVE_GROUP, topic, REVIVE_QID, self._read_offset, 32)
             if res.status != GetStatus.FOUND:
                 if res.next_begin_offset > self._read_offset and res.status != GetStatus.OFFSET_OVERFLOW_ONE:

@@ -99,7 +99,7 @@ class PopService:
     def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
         """From the reput thread: wake the pops and notifications waiting on these topics."""
         loop = self._loop
-        if loop is not None and not loop.is_closed() and self.polling.waiting_count():
+        if loop is not None and not loop.is_closed() and self.polling.has_waiters():
             loop.call_soon_threadsafe(self.polling.notify, {t for t, _q in arrivals})
 
     # pop --------------------------------------------------------------------------------------
