@@ -6,8 +6,8 @@ import pytest
 
 from tidalmq.acl.permission import SUB
 from tidalmq.acl.resources import request_resources
-from tidalmq.broker.pop.checkpoint import AckMsg, PopCheckPoint, revive_topic
 from tidalmq.broker.pop.order import OrderLock, OrderLocks
+from tidalmq.broker.pop.revive_log import AckMsg, PopCheckPoint, revive_topic
 from tidalmq.common import fastjson
 from tidalmq.common import pop_handle as xi
 from tidalmq.remoting.codes import RequestCode as RC

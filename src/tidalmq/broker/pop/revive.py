@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.pop.checkpoint import (
+from tidalmq.broker.pop.revive_log import (
     ACK_TAG,
     BATCH_ACK_TAG,
     CK_TAG,

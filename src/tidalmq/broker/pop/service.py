@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.pop.checkpoint import CK_TAG, AckMsg, PopCheckPoint, revive_topic
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
+from tidalmq.broker.pop.revive_log import CK_TAG, AckMsg, PopCheckPoint, revive_topic
 from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import pop_handle as xi
