@@ -224,6 +224,32 @@ def test_fifo_next_of_a_queue_waits_for_the_ack(shared_standalone: Standalone) -
     run(body)
 
 
+def test_fifo_dead_letter_after_max_attempts_then_the_queue_moves_on(shared_standalone: Standalone) -> None:
+    ns = shared_standalone.namesrv_addr
+    topic = uniq("PopFifoDlq")
+    group = uniq("CG")
+
+    async def body() -> None:
+        await create_topic(ns, topic, 1)
+        async with Admin(ns) as admin:
+            await admin.create_group(group, retry_max_times=1)
+        await send(ns, topic, [b"poison", b"next"])
+        async with PopConsumer(group, ns) as c:
+            attempts = []
+            for _ in range(2):  # the first delivery and one retry, never acked
+                [m] = await receive_until(c, topic, 1, 15, max_nums=1, invisible_time=1.0, order=True)
+                assert m.body == b"poison"
+                attempts.append(m.reconsume_times)
+            assert attempts == [0, 1]
+            [m] = await receive_until(c, topic, 1, 15, max_nums=1, invisible_time=5.0, order=True)
+            assert m.body == b"next"
+        async with Admin(ns) as admin:
+            [d] = await admin.dead_letters(group)
+            assert d.body == b"poison" and d.properties["DLQ_ORIGIN_TOPIC"] == topic
+
+    run(body)
+
+
 def test_long_polling_wakes_on_arrival(shared_standalone: Standalone) -> None:
     ns = shared_standalone.namesrv_addr
     topic = uniq("PopPoll")

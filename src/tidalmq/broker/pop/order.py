@@ -1,7 +1,8 @@
 """Orderly pop (FIFO): a queue is lent to one popper at a time until every message it was given is acked
 (RocketMQ's ConsumerOrderInfoManager). Messages of one message group go to one queue, so this keeps
 the group in order. When the invisible time runs out first, the same messages are popped again (with
-their attempt count raised); nothing behind them is popped meanwhile. The group's offset moves only
+their attempt count raised); nothing behind them is popped meanwhile. After the group's retryMaxTimes
+attempts they go to the DLQ and the queue moves on. The group's offset moves only
 when all are acked, so a restart re-pops from the first unacked message (the locks live in memory).
 """
 
@@ -59,6 +60,10 @@ class OrderLocks:
             return None
         del self._locks[key]
         return lock.next_offset
+
+    def release(self, key: OrderKey, lock: OrderLock) -> None:
+        if self._locks.get(key) is lock:
+            del self._locks[key]
 
     def holds(self, key: OrderKey, pop_time: int) -> bool:
         lock = self._locks.get(key)

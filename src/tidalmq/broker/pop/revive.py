@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.pop.requeue import look, max_times, requeue
 from tidalmq.broker.pop.revive_log import (
     ACK_TAG,
     BATCH_ACK_TAG,
@@ -27,13 +26,8 @@ from tidalmq.broker.pop.revive_log import (
     PopCheckPoint,
 )
 from tidalmq.broker.pop.service import REVIVE_QID, PopError, PopService, now_ms
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
-from tidalmq.common import naming as nm
-from tidalmq.common import pop_handle as xi
-from tidalmq.common.message import encode_properties
-from tidalmq.common.msgid import host_bytes
-from tidalmq.common.record import RecordError, StoredMessage, decode_record
+from tidalmq.common.record import RecordError, decode_record
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
@@ -41,15 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
-DLQ_QUEUE_NUMS = 1
 READ_BATCHES_PER_ROUND = 64  # of 32 revive messages
 # An ack whose checkpoint was not read this long after the ack was is dropped (a forged or stale handle).
 ORPHAN_ACK_KEEP_MS = 60_000
-# Properties of a delivered message that must not act again when it is re-put (it would be delayed anew).
-_DROPPED = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_OUT_MS,
-            mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES, mc.REAL_TOPIC, mc.REAL_QID,
-            mc.WAIT_STORE_MSG_OK)
 
 
 @dataclass(slots=True)
@@ -148,52 +136,19 @@ class PopReviveService:
         for offset in ck.offsets:
             if offset in p.acked:
                 continue
-            msg = self._look(ck.topic, ck.queue_id, offset)
+            msg = look(self.pop, ck.topic, ck.queue_id, offset)
             if msg is None:
                 log.warning("pop revive: %s@%d offset %d is gone; not revived", ck.topic, ck.queue_id, offset)
                 continue
             try:
-                await self._reput(ck, msg)
+                dead = msg.reconsume_times >= max_times(self.pop, ck.group)
+                await requeue(self.pop, ck.group, ck.topic, msg, ck.pop_time, attempts=msg.reconsume_times, dead=dead)
             except PopError as e:
                 # Stays pending (the revive offset holds): tried again next round.
                 log.error("pop revive of %s@%d offset %d failed: %s", ck.topic, ck.queue_id, offset, e.remark)
                 raise
             p.acked.add(offset)
-
-    def _look(self, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
-        res = self.broker.store.get_message(REVIVE_GROUP, topic, queue_id, offset, 1)
-        if res.status != GetStatus.FOUND or not res.buffers or res.queue_offsets[0] != offset:
-            return None
-        try:
-            return decode_record(res.buffers[0])
-        except RecordError:
-            return None
-
-    async def _reput(self, ck: PopCheckPoint, msg: StoredMessage) -> None:
-        b = self.broker
-        group = ck.group
-        origin = xi.normal_topic(ck.topic, group)
-        props = {k: v for k, v in msg.properties.items() if k not in _DROPPED}
-        props.setdefault(mc.RETRY_TOPIC, origin)
-        props.setdefault(FIRST_POP_TIME, str(ck.pop_time))
-        props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
-        sg = b.groups.find(group)
-        max_times = sg.retry_max_times if sg is not None else 16
-        if msg.reconsume_times >= max_times:
-            topic = nm.dlq_topic(group)
-            b.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_WRITE)
-            props.setdefault(mc.DLQ_ORIGIN_TOPIC, origin)
-            props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props[mc.ORIGIN_MESSAGE_ID])
-            queue_id = random.randrange(DLQ_QUEUE_NUMS)
-            self.dead_lettered += 1
-        else:
-            topic = xi.pop_retry_topic(origin, group)
-            b.topics.create_system_like(topic, 1, PERM_READ | PERM_WRITE)
-            queue_id = 0
-            self.revived += 1
-        b.register_soon()
-        await self.pop.put_internal(InnerMessage(
-            topic, queue_id, msg.body, msg.flag, encode_properties(props), msg.sysflag, msg.born_timestamp,
-            host_bytes(msg.born_host[0]), msg.born_host[1], msg.reconsume_times + 1))
-
-
+            if dead:
+                self.dead_lettered += 1
+            else:
+                self.revived += 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.pop.revive_log import CK_TAG, AckMsg, PopCheckPoint, revive_topic
@@ -37,6 +38,8 @@ REVIVE_QID = 0  # one revive queue: the revive service reads it in order
 # One pop in this many reads the retry topic first (RocketMQ's popFromRetryProbability, 20 %), so
 # retries are neither starved by a backlog nor starve it.
 RETRY_FIRST_EVERY = 5
+# How long an orderly queue whose messages go to the DLQ stays lent to nobody, should storing them hang.
+DEAD_LETTER_GUARD_MS = 60_000
 TOPIC_FILE_NAME_MAX = 255  # a topic is a directory name: its pop retry topic too
 
 
@@ -90,6 +93,7 @@ class PopService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rounds = itertools.count()
         self._queue_start = itertools.count()
+        self._background: set[asyncio.Task[None]] = set()
 
     # lifecycle --------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -240,6 +244,9 @@ class PopService:
             lock = self.order.get(key)
             offset = self._init_offset(req, topic, queue_id)
             if lock is not None and not lock.done:  # its time ran out: the same messages again
+                if lock.attempts >= requeue.max_times(self, req.group):
+                    self._dead_letter_soon(key, lock, result.pop_time)
+                    return None
                 offset, attempts = lock.first_unacked(), lock.attempts + 1
         else:
             offset = self._init_offset(req, topic, queue_id)
@@ -265,6 +272,30 @@ class PopService:
         b.offsets.commit(req.group, topic, queue_id, res.next_begin_offset)
         return PopCheckPoint(topic, queue_id, req.group, offset, result.pop_time, req.invisible_time, offsets,
                              b.config.broker_name)
+
+    def _dead_letter_soon(self, key: OrderKey, lock: OrderLock, now: int) -> None:
+        """An orderly lending retried retryMaxTimes: its unacked messages go to the DLQ, then the queue
+        moves on. The lock stays (lent to nobody) until they are stored."""
+        lock.pop_time, lock.invisible_time = now, DEAD_LETTER_GUARD_MS
+        task = asyncio.ensure_future(self._dead_letter(key, lock))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _dead_letter(self, key: OrderKey, lock: OrderLock) -> None:
+        group, topic, queue_id = key
+        try:
+            for offset in sorted(set(lock.offsets) - lock.acked):
+                msg = requeue.look(self, topic, queue_id, offset)
+                if msg is not None:
+                    await requeue.requeue(self, group, topic, msg, lock.pop_time, attempts=lock.attempts, dead=True)
+                lock.acked.add(offset)
+        except Exception as e:
+            lock.invisible_time = 0  # over: the next orderly pop tries again
+            log.error("orderly pop: dead-lettering %s@%d for %s failed: %s", topic, queue_id, group, e)
+            return
+        self.order.release(key, lock)
+        self.broker.offsets.commit(group, topic, queue_id, lock.next_offset)
+        self.polling.notify((topic,))
 
     def _give_back(self, ck: PopCheckPoint) -> None:
         offsets = self.broker.offsets
