@@ -7,6 +7,7 @@ import pytest
 from tidalmq.acl.permission import SUB
 from tidalmq.acl.resources import request_resources
 from tidalmq.broker.pop.order import OrderLock, OrderLocks
+from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.pop.revive_log import AckMsg, PopCheckPoint, revive_topic
 from tidalmq.common import fastjson
 from tidalmq.common import pop_handle as xi
@@ -106,3 +107,14 @@ def test_batch_ack_body_is_checked_and_needs_sub() -> None:
     bad = fastjson.dumpb({"acks": [{**ack, "c": "../g"}]})
     why = check_request(RemotingCommand(code=RC.BATCH_ACK_MESSAGE, body=bad))
     assert why is not None and "illegal characters" in why
+
+
+def test_polling_is_capped() -> None:
+    polling = PopLongPolling(max_waiting=2)
+    a = polling.register(["T"])
+    b = polling.register(["T", "%RETRY%G_T"])
+    assert polling.full and polling.waiting_count() == 2
+    polling.notify(["%RETRY%G_T"])
+    assert b.is_set() and not a.is_set()
+    polling.unregister(["T"], a)
+    assert not polling.full

@@ -13,6 +13,7 @@ import pytest
 from tests.client.helpers import create_topic, uniq
 from tests.support import Standalone
 from tidalmq.client import Admin, Message, MessageExt, PopConsumer, Producer
+from tidalmq.client import sync as sync_client
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -83,6 +84,19 @@ def test_batch_ack_consumes_once(shared_standalone: Standalone) -> None:
             assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=2.5) == []
 
     run(body)
+
+
+def test_sync_facade_pops_and_acks(shared_standalone: Standalone) -> None:
+    ns = shared_standalone.namesrv_addr
+    topic = uniq("PopSync")
+    asyncio.run(create_topic(ns, topic, 1))
+    with sync_client.Producer(uniq("PG"), ns) as p:
+        p.send(Message(topic, b"blocking"))
+    with sync_client.PopConsumer(uniq("CG"), ns) as c:
+        [m] = c.receive(topic, 4, 30.0, block_timeout=10.0)
+        assert m.body == b"blocking"
+        c.ack(m)
+        assert c.receive(topic, 4, 30.0) == []
 
 
 def test_unacked_message_comes_back_with_reconsume_times(shared_standalone: Standalone) -> None:
@@ -169,6 +183,8 @@ def test_dead_letter_after_max_attempts(shared_standalone: Standalone) -> None:
                 await asyncio.sleep(0.1)
             [d] = msgs
             assert d.body == b"poison" and d.properties["DLQ_ORIGIN_TOPIC"] == topic and d.reconsume_times == 3
+            info = await admin.broker_runtime_info(shared_standalone.broker_addr)
+            assert int(info["pop.deadLettered"]) >= 1 and int(info["pop.revived"]) >= 2
 
     run(body)
 

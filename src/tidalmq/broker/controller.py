@@ -440,6 +440,7 @@ class BrokerController:
         except Exception:
             log.exception("timer runtime info failed")
         info.update(self.transactions.runtime_info())
+        info.update(self.pop_revive.runtime_info())
         try:
             info.update(self.store.runtime_info())
         except Exception:

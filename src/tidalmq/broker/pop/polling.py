@@ -8,18 +8,28 @@ from collections.abc import Iterable
 
 
 class PopLongPolling:
-    def __init__(self) -> None:
+    def __init__(self, max_waiting: int = 100_000) -> None:
         self._waiting: dict[str, set[asyncio.Event]] = {}
+        # RocketMQ's maxPopPollingSize: past it, a pop that would wait is answered POLLING_FULL at once,
+        # so that clients holding polls cannot grow the broker's memory without bound.
+        self.max_waiting = max_waiting
+        self._count = 0
+
+    @property
+    def full(self) -> bool:
+        return self._count >= self.max_waiting
 
     def register(self, topics: Iterable[str]) -> asyncio.Event:
         """An event set by the next arrival on any of ``topics``; ``unregister`` it when done. Register
         before looking, so an arrival between the look and the wait is not missed."""
         ev = asyncio.Event()
+        self._count += 1
         for t in topics:
             self._waiting.setdefault(t, set()).add(ev)
         return ev
 
     def unregister(self, topics: Iterable[str], ev: asyncio.Event) -> None:
+        self._count -= 1
         for t in topics:
             waiting = self._waiting.get(t)
             if waiting is not None:
@@ -39,4 +49,4 @@ class PopLongPolling:
         return bool(self._waiting)
 
     def waiting_count(self) -> int:
-        return len({ev for evs in self._waiting.values() for ev in evs})
+        return self._count

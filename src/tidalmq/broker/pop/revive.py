@@ -66,6 +66,12 @@ class PopReviveService:
         self.revived = 0
         self.dead_lettered = 0
 
+    def runtime_info(self) -> dict[str, str]:
+        """For GET_BROKER_RUNTIME_INFO."""
+        return {"pop.revived": str(self.revived), "pop.deadLettered": str(self.dead_lettered),
+                "pop.pendingCheckpoints": str(len(self._pending)),
+                "pop.pollingWaiting": str(self.pop.polling.waiting_count())}
+
     async def run(self) -> None:
         while True:
             try:

@@ -112,6 +112,11 @@ class PopService:
         retry = xi.pop_retry_topic(req.topic, req.group)
         topics = (req.topic, retry)
         deadline = time.monotonic() + max(0, req.poll_time) / 1000.0
+        if req.poll_time > 0 and self.polling.full:
+            result = await self._pop_once(req, sub, retry)
+            if not result.found:
+                raise PopError(ResponseCode.POLLING_FULL, "the broker holds too many polling requests")
+            return result
         while True:
             ev = self.polling.register(topics) if req.poll_time > 0 else None
             try:
@@ -391,6 +396,8 @@ class PopService:
             raise PopError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         retry = xi.pop_retry_topic(topic, group)
         topics = (topic, retry)
+        if self.polling.full:
+            return self._has_message(group, topic, queue_id, retry, order)
         ev = self.polling.register(topics)
         try:
             if self._has_message(group, topic, queue_id, retry, order):
