@@ -12,7 +12,7 @@ import pytest
 
 from tests.client.helpers import create_topic, uniq
 from tests.support import Standalone
-from tidalmq.client import Admin, Message, MessageExt, PopConsumer, Producer
+from tidalmq.client import Admin, Message, MessageExt, MQBrokerError, PopConsumer, Producer
 from tidalmq.client import sync as sync_client
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -380,3 +380,19 @@ def test_crash_keeps_unacked_messages(standalone: Standalone) -> None:
             assert m.body == b"survivor"
 
     run(after)
+
+
+def test_clients_cannot_send_into_the_revive_topic(shared_standalone: Standalone) -> None:
+    ns = shared_standalone.namesrv_addr
+
+    async def body() -> None:
+        async with Admin(ns) as admin:
+            revive = [t for t in await admin.topic_list() if t.startswith("rmq_sys_REVIVE_LOG_")]
+        assert revive, "the broker registers its revive topic"
+        async with Producer(uniq("PG"), ns) as p:
+            with pytest.raises(MQBrokerError) as e:
+                await p.send(Message(revive[0], b'{"so":0,"pt":0,"it":1,"q":0,"t":"Secret","c":"G","d":[0]}',
+                                     tags="ck"))
+            assert e.value.code == ResponseCode.NO_PERMISSION
+
+    run(body)
