@@ -56,14 +56,14 @@ def test_pop_then_ack_consumes_once(shared_standalone: Standalone) -> None:
         await create_topic(ns, topic, 2)
         await send(ns, topic, [f"m{i}".encode() for i in range(6)], tags="T", keys=["k"])
         async with PopConsumer(uniq("CG"), ns) as c:
-            got = await receive_until(c, topic, 6, 15, invisible_time=2.0)
+            got = await receive_until(c, topic, 6, 15, invisible_time=1.0)
             assert sorted(m.body for m in got) == [f"m{i}".encode() for i in range(6)]
             assert all(m.topic == topic and m.tags == "T" and m.properties.get("POP_CK") for m in got)
             assert all(m.reconsume_times == 0 for m in got)
             for m in got:
                 await c.ack(m)
-            # Acked: nothing comes back after the invisible time (2 s) plus the revive's margin.
-            assert await c.receive(topic, 32, invisible_time=2.0, block_timeout=3.5) == []
+            # Acked: nothing comes back after the invisible time (1 s) plus the revive's margin (0.5 s).
+            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=2.5) == []
 
     run(body)
 
@@ -153,9 +153,9 @@ def test_change_invisible_then_ack_with_new_handle(shared_standalone: Standalone
         await send(ns, topic, [b"x"])
         async with PopConsumer(uniq("CG"), ns) as c:
             [m] = await receive_until(c, topic, 1, 15, invisible_time=1.0)
-            await c.change_invisible(m, 2.0)
+            await c.change_invisible(m, 1.5)
             await c.ack(m)  # with the new handle
-            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=4.0) == []
+            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=3.0) == []
 
     run(body)
 
@@ -176,7 +176,7 @@ def test_dead_letter_after_max_attempts(shared_standalone: Standalone) -> None:
                 [m] = await receive_until(c, topic, 1, 15, invisible_time=1.0)
                 times.append(m.reconsume_times)
             assert times == [0, 1, 2]
-            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=4.0) == []
+            assert await c.receive(topic, 32, invisible_time=1.0, block_timeout=3.0) == []
         async with Admin(ns) as admin:
             deadline = time.monotonic() + 10
             while not (msgs := await admin.dead_letters(group)) and time.monotonic() < deadline:
