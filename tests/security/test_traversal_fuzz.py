@@ -26,7 +26,8 @@ NAMESRV_CODES = {RC.REGISTER_BROKER, RC.UNREGISTER_BROKER, RC.QUERY_DATA_VERSION
                  RC.GET_TOPICS_BY_CLUSTER, RC.DELETE_TOPIC_IN_NAMESRV, RC.PUT_KV_CONFIG, RC.GET_KV_CONFIG,
                  RC.DELETE_KV_CONFIG, RC.GET_KVLIST_BY_NAMESPACE}
 LEGAL = {Kind.TOPIC: "SecFuzzT", Kind.GROUP: "SecFuzzG", Kind.BROKER: "fuzz-b", Kind.CLUSTER: "FuzzC",
-         Kind.ADDR: "127.0.0.1:1", Kind.CONFIG_KEY: "k", Kind.INT32: "0", Kind.INT64: "0", Kind.PERM: "6"}
+         Kind.ADDR: "127.0.0.1:1", Kind.CONFIG_KEY: "k", Kind.INT32: "0", Kind.INT64: "0", Kind.PERM: "6",
+         Kind.TEXT: "0 0 1000 0 0 fuzz-b 0 0"}
 NAME_KINDS = {Kind.TOPIC, Kind.GROUP, Kind.BROKER, Kind.CLUSTER, Kind.ADDR, Kind.CONFIG_KEY}
 
 # (code, field) for every name an ext field carries, straight from the request table, plus the bodies.

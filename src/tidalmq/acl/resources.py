@@ -18,6 +18,8 @@ _SEND = int(RC.SEND_MESSAGE)
 _SEND_V2 = int(RC.SEND_MESSAGE_V2)
 _SEND_BATCH = int(RC.SEND_BATCH_MESSAGE)
 _PULL = int(RC.PULL_MESSAGE)
+# Pop consumption reads a topic for a group as a pull does (RocketMQ's @RocketMQAction SUB on both).
+_POP = frozenset(int(c) for c in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.NOTIFICATION))
 
 
 class ResourceError(ValueError):
@@ -53,13 +55,27 @@ def _heartbeat(body: Any) -> dict[str, int]:
         raise ResourceError(f"the heartbeat body cannot be read: {e}") from None
 
 
+def _batch_ack(body: Any) -> dict[str, int]:
+    try:
+        data = fastjson.loads(bytes(body)) if body else {}
+        out: dict[str, int] = {}
+        for ack in data.get("acks") or []:
+            if ack.get("c"):
+                out[retry_topic(ack["c"])] = SUB
+            if ack.get("t"):
+                out[ack["t"]] = SUB
+        return out
+    except (ValueError, AttributeError, TypeError) as e:
+        raise ResourceError(f"the batch ack body cannot be read: {e}") from None
+
+
 def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     """Resource (topic, or %RETRY%group) -> the permission the request needs on it."""
     code = cmd.code
     ext = cmd.ext_fields
     if code == _SEND_V2 or code == _SEND_BATCH:
         return _send(ext.get("b"))
-    if code == _PULL:
+    if code == _PULL or code in _POP:
         out = _group(ext, "consumerGroup")
         topic = ext.get("topic")
         if topic:
@@ -74,6 +90,8 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
         return {topic: SUB} if topic else {}
     if code == RC.HEART_BEAT:
         return _heartbeat(cmd.body)
+    if code == RC.BATCH_ACK_MESSAGE:
+        return _batch_ack(cmd.body)
     if code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
         return _group(ext, "consumerGroup")
     if code == RC.UPDATE_CONSUMER_OFFSET:

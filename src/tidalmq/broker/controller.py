@@ -20,6 +20,9 @@ from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, 
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.pop.processors import PopProcessors
+from tidalmq.broker.pop.revive import PopReviveService
+from tidalmq.broker.pop.service import PopService
 from tidalmq.broker.processors.admin import AdminProcessor
 from tidalmq.broker.processors.client import ClientProcessor
 from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
@@ -159,6 +162,9 @@ class BrokerController:
             self.slave_sync = SlaveSynchronize(self)
         else:
             self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout, host)
+        # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
+        self.pop = PopService(self)
+        self.pop_revive = PopReviveService(self, self.pop)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -201,6 +207,12 @@ class BrokerController:
         register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
+        pop = PopProcessors(self.pop)
+        register_checked(s, RC.POP_MESSAGE, pop.pop)
+        register_checked(s, RC.ACK_MESSAGE, pop.ack)
+        register_checked(s, RC.BATCH_ACK_MESSAGE, pop.batch_ack)
+        register_checked(s, RC.CHANGE_MESSAGE_INVISIBLETIME, pop.change_invisible)
+        register_checked(s, RC.NOTIFICATION, pop.notification)
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------
@@ -216,8 +228,10 @@ class BrokerController:
         self._register_event = asyncio.Event()
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
-        if not self.config.is_slave:  # a slave writes nothing of its own: the master checks transactions
+        if not self.config.is_slave:  # a slave writes nothing of its own: the master checks transactions and revives pops
             self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+            self._tasks.append(self._loop.create_task(self.pop_revive.run()))
+        self.pop.start(self._loop)
         if self.acl is not None:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
@@ -252,6 +266,7 @@ class BrokerController:
         if not self.store.load():
             raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
         self.store.add_arrival_listener(self._on_arrival)
+        self.store.add_arrival_listener(self.pop.on_arrival)
         self.schedule.load()
         self.transactions.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)
@@ -489,6 +504,7 @@ class BrokerController:
             info.update(self.ha_service.runtime_info())
         if self.ha_client is not None:
             info.update(self.ha_client.runtime_info())
+        info.update(self.pop_revive.runtime_info())
         try:
             info.update(self.store.runtime_info())
         except Exception:

@@ -25,6 +25,7 @@ from tidalmq.client.message import (
     TransactionSendResult,
     TransactionState,
 )
+from tidalmq.client.pop_consumer import PopConsumer
 from tidalmq.client.producer import Producer, SendCallback, TransactionListener, TransactionProducer
 from tidalmq.client.pull_consumer import PullConsumer
 from tidalmq.client.push_consumer import MessageListener, PushConsumer
@@ -34,7 +35,7 @@ from tidalmq.remoting.tls import client_context as tls_context
 __all__ = [
     "Admin", "AdminError", "AllocateByConfig", "AllocateStrategy", "ConsumeFromWhere", "ConsumeResult",
     "IllegalStateError", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageListener",
-    "MessageModel", "MessageQueue", "MessageQueueSelector", "Producer", "PullConsumer", "PullResult", "PullStatus",
+    "MessageModel", "MessageQueue", "MessageQueueSelector", "PopConsumer", "Producer", "PullConsumer", "PullResult", "PullStatus",
     "PushConsumer", "QueueProgress", "QueueStatus", "SendCallback", "SendResult", "SendStatus", "SendTimeoutError",
     "SessionCredentials",
     "TransactionListener", "TransactionProducer", "TransactionSendResult", "TransactionState", "ValidationError",

@@ -17,6 +17,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from tidalmq.client import admin as _admin
+from tidalmq.client import pop_consumer as _pop
 from tidalmq.client import producer as _producer
 from tidalmq.client import pull_consumer as _pull
 from tidalmq.client import push_consumer as _push
@@ -31,7 +32,7 @@ from tidalmq.client.message import (
 from tidalmq.client.selector import MessageQueueSelector
 
 T = TypeVar("T")
-__all__ = ["Admin", "Message", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer", "run"]
+__all__ = ["Admin", "Message", "PopConsumer", "Producer", "PullConsumer", "PushConsumer", "TransactionProducer", "run"]
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -193,6 +194,38 @@ class PullConsumer:
 
     def committed(self, mq: MessageQueue) -> int | None:
         return run(self._c.committed(mq))
+
+
+class PopConsumer:
+    """Blocking twin of :class:`tidalmq.client.PopConsumer` (same arguments)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._c = _pop.PopConsumer(*args, **kwargs)
+
+    def start(self) -> None:
+        run(self._c.start())
+
+    def shutdown(self) -> None:
+        run(self._c.shutdown())
+
+    def __enter__(self) -> PopConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def receive(self, topic: str, max_nums: int = 16, invisible_time: float = 30.0, **kwargs: Any) -> list[MessageExt]:
+        return run(self._c.receive(topic, max_nums, invisible_time, **kwargs))
+
+    def ack(self, msg: MessageExt) -> None:
+        run(self._c.ack(msg))
+
+    def ack_many(self, msgs: list[MessageExt]) -> None:
+        run(self._c.ack_many(msgs))
+
+    def change_invisible(self, msg: MessageExt, invisible_time: float) -> str:
+        return run(self._c.change_invisible(msg, invisible_time))
 
 
 class Admin:

@@ -37,6 +37,7 @@ class Kind(Enum):
     INT32 = "int"  # Java Integer / int
     INT64 = "long"  # Java Long / long
     PERM = "perm"  # PermName bits, 0..7
+    TEXT = "text"  # any string, e.g. a pop receipt handle (extraInfo): only required to be present
 
 
 class RequestError(ValueError):
@@ -76,6 +77,10 @@ _KNOWN_NAMES_MAX = 8192
 
 
 def check_value(field: str, kind: Kind, value: object) -> None:
+    if kind is Kind.TEXT:
+        if not isinstance(value, str):
+            raise RequestError(f"the field <{field}> must be a string, got {type(value).__name__}")
+        return
     if kind in _RANGES:
         if (isinstance(value, str) and len(value) <= _SAFE_DIGITS.get(kind, 0)
                 and value.isascii() and value.isdigit()):
@@ -144,6 +149,16 @@ HEADERS: dict[int, tuple[Field, ...]] = {
     RC.INVOKE_BROKER_TO_RESET_OFFSET: (("topic", _T, False), ("group", _G, True), ("timestamp", _L, False)),
     RC.END_TRANSACTION: (("producerGroup", _G, True), ("tranStateTableOffset", _L, True),
                          ("commitLogOffset", _L, True), ("commitOrRollback", _I, True)),
+    # Pop (RocketMQ 5): PopMessageRequestHeader, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader,
+    # NotificationRequestHeader. queueId -1 pops every queue.
+    RC.POP_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("maxMsgNums", _I, True),
+                     ("invisibleTime", _L, True), ("pollTime", _L, True), ("bornTime", _L, True),
+                     ("initMode", _I, True)),
+    RC.ACK_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
+                     ("offset", _L, True)),
+    RC.CHANGE_MESSAGE_INVISIBLETIME: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
+                                      ("offset", _L, True), ("invisibleTime", _L, True)),
+    RC.NOTIFICATION: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("pollTime", _L, True), ("bornTime", _L, True)),
     # NameServer
     RC.REGISTER_BROKER: (*_BROKER_ID, ("haServerAddr", Kind.ADDR, False), ("heartbeatTimeoutMillis", _L, False),
                          ("bodyCrc32", _I, False)),
@@ -263,6 +278,18 @@ def _check_client_config(obj: dict[str, Any]) -> None:
         _field(sub, "subscriptionData", "topic", _T, required=False)
 
 
+def _batch_ack(obj: dict[str, Any]) -> None:
+    _field(obj, "body", "brokerName", Kind.BROKER, required=False)
+    for ack in _objects(obj, "acks"):
+        _field(ack, "acks", "c", _G)
+        _field(ack, "acks", "t", _T)
+        for name in ("q", "rq"):
+            _field(ack, "acks", name, _I, required=name == "q")
+        for name in ("so", "pt", "it"):
+            _field(ack, "acks", name, _L)
+        _field(ack, "acks", "b", Kind.TEXT)
+
+
 BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.HEART_BEAT: _heartbeat,
     RC.LOCK_BATCH_MQ: _lock_batch,
@@ -270,6 +297,7 @@ BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.REGISTER_BROKER: _register_broker,
     RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _subscription_group,
     RC.CHECK_CLIENT_CONFIG: _check_client_config,
+    RC.BATCH_ACK_MESSAGE: _batch_ack,
 }
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
+from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
 from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
@@ -142,7 +143,8 @@ class SendMessageProcessor:
             nm.check_topic(topic)
         except nm.NameError_ as e:
             raise SendError(ResponseCode.SYSTEM_ERROR, str(e)) from None
-        if topic in nm.NOT_ALLOWED_SEND_TOPICS:
+        # The revive topics too: a forged checkpoint would make the broker copy any message to a group.
+        if topic in nm.NOT_ALLOWED_SEND_TOPICS or topic.startswith(REVIVE_TOPIC_PREFIX):
             raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         try:
             queue_id = int(h.get(k.queue_id, "-1"))
