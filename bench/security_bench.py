@@ -101,13 +101,18 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compare", help="a previous bench/out/security-*.json to compare with")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"which brokers, comma-separated, plain first (default {','.join(CONFIGS)})")
     args = ap.parse_args()
+    configs = tuple(args.configs.split(","))
+    if configs[0] != "plain" or not set(configs) <= set(CONFIGS):
+        ap.error(f"--configs: plain first, then any of {', '.join(CONFIGS[1:])}")
     print_machine()
-    runs: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as d:
         certs = make_certs(Path(d) / "certs")
         for r in range(args.rounds):
-            for name in CONFIGS:
+            for name in configs:
                 root = Path(d) / f"{name}-{r}"
                 root.mkdir()
                 fig = await run_config(name, root, certs, args.messages)
@@ -118,9 +123,9 @@ async def main() -> None:
                       f"({fig['batch64_broker_cpu_us_per_msg']:.2f} us/msg), "
                       f"sync p50/p99 {fig['sync_send_p50_ms']:.3f}/{fig['sync_send_p99_ms']:.3f} ms", flush=True)
     results = {f"{name}.{key}": statistics.median(run[key] for run in runs[name])
-               for name in CONFIGS for key in runs[name][0]}
+               for name in configs for key in runs[name][0]}
     print(f"\nmedians over {args.rounds} rounds, each against plain:")
-    for name in CONFIGS[1:]:
+    for name in configs[1:]:
         for kind in ("single", "batch64"):
             rate = results[f"{name}.{kind}_send_msgs_per_s"] / results[f"plain.{kind}_send_msgs_per_s"]
             cpu = results[f"{name}.{kind}_broker_cpu_us_per_msg"] / results[f"plain.{kind}_broker_cpu_us_per_msg"]
