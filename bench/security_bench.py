@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -121,6 +122,7 @@ async def main() -> None:
                 root = Path(d) / f"{name}-{r}"
                 root.mkdir()
                 fig = await run_config(name, root, certs, args.messages)
+                shutil.rmtree(root)  # a CommitLog file per broker: 12 of them would fill a small disk
                 runs[name].append(fig)
                 print(f"round {r + 1} [{name:10}] single {fig['single_send_msgs_per_s']:>9,.0f} msg/s "
                       f"({fig['single_broker_cpu_us_per_msg']:.1f} us broker CPU/msg), "
