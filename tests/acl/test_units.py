@@ -37,6 +37,31 @@ def test_signed_content_is_sorted_values_then_body() -> None:
     assert signed_content(with_sig, VECTOR_BODY) == b"RocketMQgroupTopicAhello"
 
 
+def test_signed_content_of_key_sets_of_one_size_in_turn() -> None:
+    """The signer remembers one key order per number of keys: sets of equal size must not share it."""
+    for _ in range(2):
+        for ext in ({"a": "1", "b": "2", "AccessKey": "K"}, {"a": "1", "b": "2", "c": "3", "AccessKey": "K"},
+                    {"a": "1", "c": "3", "AccessKey": "K"},
+                    {"b": "2", "c": "3", "Signature": "s", "AccessKey": "K"}, {"z": "9", "A": "0", "AccessKey": "K"}):
+            expected = "".join(ext[k] for k in sorted(ext) if k != "Signature").encode()
+            assert signed_content(ext, b"!") == expected + b"!"
+
+
+def test_a_field_added_after_signing_is_refused(tmp_path: Path) -> None:
+    v = _validator(tmp_path)
+    conn = _conn("127.0.0.1")
+    for _ in range(2):  # the second time with every signer cache warm
+        assert v(conn, _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})) is None
+        assert v(conn, _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB", "f": "0"})) is None
+        added = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+        added.ext_fields["f"] = "0"
+        assert _remark(v(conn, added)) == "Check signature failed for accessKey=RocketMQ"
+        # ... but for _UNIQUE_KEY_QUERY, which the Java client adds after signing
+        added = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+        added.ext_fields["_UNIQUE_KEY_QUERY"] = "true"
+        assert v(conn, added) is None
+
+
 def test_signature_matches_the_openssl_vector() -> None:
     assert calc_signature(b"RocketMQgroupTopicAhello", "12345678") == VECTOR_SIG
     ext = {"b": "TopicA", "a": "group"}
