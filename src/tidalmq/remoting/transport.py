@@ -42,7 +42,7 @@ _opaques = itertools.count(1)
 _FLUSH_EVERY = 64  # responses queued in one read before they are written out
 # Requests decoded and judged by the server's access validator (ACL) together, before any of them is
 # handled: back to back, the validator's code and tables stay warm (see Connection._validated_ahead).
-_VALIDATE_AHEAD = 32
+_VALIDATE_AHEAD = 128
 
 
 def next_opaque() -> int:
