@@ -54,12 +54,12 @@ def _values_getter(keys: tuple[str, ...]) -> Callable[[dict[str, str]], tuple[st
 _BY_COUNT: dict[int, Callable[[dict[str, str]], tuple[str, ...]]] = {}
 
 
-def _signed_values(ext_fields: dict[str, str]) -> tuple[str, ...]:
+def _signed_text(ext_fields: dict[str, str]) -> bytes:
     n = len(ext_fields) - (SIGNATURE in ext_fields) - (UNIQUE_MSG_QUERY_FLAG in ext_fields)
     values = _BY_COUNT.get(n)
     if values is not None:
         try:
-            return values(ext_fields)
+            return "".join(values(ext_fields)).encode("utf-8")
         except KeyError:  # another key set of that size
             pass
     keys = tuple(ext_fields)
@@ -72,11 +72,7 @@ def _signed_values(ext_fields: dict[str, str]) -> tuple[str, ...]:
     if len(_BY_COUNT) >= _ORDERS_MAX:
         _BY_COUNT.clear()
     _BY_COUNT[n] = values
-    return values(ext_fields)
-
-
-def _signed_text(ext_fields: dict[str, str]) -> bytes:
-    return "".join(_signed_values(ext_fields)).encode("utf-8")
+    return "".join(values(ext_fields)).encode("utf-8")
 
 
 def signed_content(ext_fields: dict[str, str], body: bytes | memoryview | None) -> bytes:
