@@ -96,7 +96,7 @@ class Connection(asyncio.Protocol):
         # Requests judged by the access validator but not handled yet (reading paused in between), and
         # the verdict on the request being dispatched (the server's _dispatch takes it instead of asking
         # the validator again).
-        self._ahead: deque[tuple[RemotingCommand, RemotingCommand | None]] = deque()
+        self._ahead: deque[tuple[RemotingCommand, tuple[RemotingCommand, RemotingCommand | None] | None]] = deque()
         self.verdict: tuple[RemotingCommand, RemotingCommand | None] | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
@@ -177,10 +177,9 @@ class Connection(asyncio.Protocol):
                             done = True
                     except FrameError as e:
                         error = e
-                    ahead.extend((c, None if c.is_response else validator(self, c)) for c in chunk)
+                    ahead.extend((c, None if c.is_response else self._judge(validator, c)) for c in chunk)
                 while ahead:
-                    self.verdict = ahead[0]
-                    cmd = ahead.popleft()[0]
+                    cmd, self.verdict = ahead.popleft()
                     yield cmd
                 if error is not None:
                     raise error
@@ -189,6 +188,13 @@ class Connection(asyncio.Protocol):
         finally:
             self.verdict = None
             commands.close()
+
+    def _judge(self, validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
+               cmd: RemotingCommand) -> tuple[RemotingCommand, RemotingCommand | None] | None:
+        try:
+            return cmd, validator(self, cmd)
+        except Exception:  # judged again at dispatch, where a failing check is answered SYSTEM_ERROR
+            return None
 
     def _resume_buffered(self) -> None:
         if self.transport is not None and not self._reading_paused and (self._decoder.buffered >= 4 or self._ahead):
