@@ -12,15 +12,19 @@ load generator in this process):
 Figures per broker: pipelined single-message sends (512 in flight) and 64-message batches, built and
 signed before the clock starts (so the figures are the broker's, not the load generator's), msgs/s and
 the broker's CPU per message (µs; steadier than throughput on a shared machine), and sync send latency. The
-whole sequence runs ``--rounds`` times, interleaved, and each figure is the median over rounds.
+whole sequence runs ``--rounds`` times, interleaved, each round starting with the next config; each figure
+is the median over rounds, and each ratio to plain is taken within a round (the machine's speed drifts
+between rounds) and given as the median with its spread.
 
-    .venv/bin/python bench/security_bench.py [--messages 50000] [--rounds 3] [--compare bench/out/security-latest.json]
+    .venv/bin/python bench/security_bench.py [--messages 50000] [--rounds 3] [--configs plain,acl]
+        [--compare bench/out/security-latest.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -101,16 +105,24 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compare", help="a previous bench/out/security-*.json to compare with")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"which brokers, comma-separated, plain first (default {','.join(CONFIGS)})")
     args = ap.parse_args()
+    configs = tuple(args.configs.split(","))
+    if configs[0] != "plain" or not set(configs) <= set(CONFIGS):
+        ap.error(f"--configs: plain first, then any of {', '.join(CONFIGS[1:])}")
     print_machine()
-    runs: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS}
+    runs: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as d:
         certs = make_certs(Path(d) / "certs")
         for r in range(args.rounds):
-            for name in CONFIGS:
+            # Each round starts one config later: no config always runs first (right after the
+            # certificates, on a cooler machine) or always right after another.
+            for name in configs[r % len(configs):] + configs[:r % len(configs)]:
                 root = Path(d) / f"{name}-{r}"
                 root.mkdir()
                 fig = await run_config(name, root, certs, args.messages)
+                shutil.rmtree(root)  # a CommitLog file per broker: 12 of them would fill a small disk
                 runs[name].append(fig)
                 print(f"round {r + 1} [{name:10}] single {fig['single_send_msgs_per_s']:>9,.0f} msg/s "
                       f"({fig['single_broker_cpu_us_per_msg']:.1f} us broker CPU/msg), "
@@ -118,13 +130,17 @@ async def main() -> None:
                       f"({fig['batch64_broker_cpu_us_per_msg']:.2f} us/msg), "
                       f"sync p50/p99 {fig['sync_send_p50_ms']:.3f}/{fig['sync_send_p99_ms']:.3f} ms", flush=True)
     results = {f"{name}.{key}": statistics.median(run[key] for run in runs[name])
-               for name in CONFIGS for key in runs[name][0]}
-    print(f"\nmedians over {args.rounds} rounds, each against plain:")
-    for name in CONFIGS[1:]:
+               for name in configs for key in runs[name][0]}
+    print(f"\nagainst plain, round by round (each round's figure over that round's plain): median [min-max] "
+          f"of {args.rounds} rounds")
+    for name in configs[1:]:
         for kind in ("single", "batch64"):
-            rate = results[f"{name}.{kind}_send_msgs_per_s"] / results[f"plain.{kind}_send_msgs_per_s"]
-            cpu = results[f"{name}.{kind}_broker_cpu_us_per_msg"] / results[f"plain.{kind}_broker_cpu_us_per_msg"]
-            print(f"  {name:10} {kind:8} throughput {rate:6.0%} of plain, broker CPU per message {cpu:6.0%} of plain")
+            line = f"  {name:10} {kind:8}"
+            for what, key in (("throughput", "send_msgs_per_s"), ("broker CPU/msg", "broker_cpu_us_per_msg")):
+                ratios = [a[f"{kind}_{key}"] / p[f"{kind}_{key}"] for a, p in zip(runs[name], runs["plain"], strict=True)]
+                results[f"{name}.{kind}_{key}_vs_plain"] = statistics.median(ratios)
+                line += f"  {what} {statistics.median(ratios):5.0%} [{min(ratios):.0%}-{max(ratios):.0%}]"
+            print(line)
     print(f"saved {save('security', results)}")
     compare(args.compare, results)
 

@@ -37,6 +37,31 @@ def test_signed_content_is_sorted_values_then_body() -> None:
     assert signed_content(with_sig, VECTOR_BODY) == b"RocketMQgroupTopicAhello"
 
 
+def test_signed_content_of_key_sets_of_one_size_in_turn() -> None:
+    """The signer remembers one key order per number of keys: sets of equal size must not share it."""
+    for _ in range(2):
+        for ext in ({"a": "1", "b": "2", "AccessKey": "K"}, {"a": "1", "b": "2", "c": "3", "AccessKey": "K"},
+                    {"a": "1", "c": "3", "AccessKey": "K"},
+                    {"b": "2", "c": "3", "Signature": "s", "AccessKey": "K"}, {"z": "9", "A": "0", "AccessKey": "K"}):
+            expected = "".join(ext[k] for k in sorted(ext) if k != "Signature").encode()
+            assert signed_content(ext, b"!") == expected + b"!"
+
+
+def test_a_field_added_after_signing_is_refused(tmp_path: Path) -> None:
+    v = _validator(tmp_path)
+    conn = _conn("127.0.0.1")
+    for _ in range(2):  # the second time with every signer cache warm
+        assert v(conn, _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})) is None
+        assert v(conn, _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB", "f": "0"})) is None
+        added = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+        added.ext_fields["f"] = "0"
+        assert _remark(v(conn, added)) == "Check signature failed for accessKey=RocketMQ"
+        # ... but for _UNIQUE_KEY_QUERY, which the Java client adds after signing
+        added = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+        added.ext_fields["_UNIQUE_KEY_QUERY"] = "true"
+        assert v(conn, added) is None
+
+
 def test_signature_matches_the_openssl_vector() -> None:
     assert calc_signature(b"RocketMQgroupTopicAhello", "12345678") == VECTOR_SIG
     ext = {"b": "TopicA", "a": "group"}
@@ -308,3 +333,70 @@ def test_reload_keeps_the_previous_acl_when_the_file_breaks(tmp_path: Path) -> N
     assert _remark(v(conn, RemotingCommand(code=RC.GET_MAX_OFFSET))) == "No accessKey is configured"
     assert v.reload_if_changed()
     assert v(conn, RemotingCommand(code=RC.GET_MAX_OFFSET)) is None
+
+
+def test_decisions_follow_the_account_and_a_reload_on_one_connection(tmp_path: Path) -> None:
+    """What a connection was allowed is judged again when it signs as another account, and when the
+    ACL file changes (the validator remembers decisions per loaded ACL)."""
+    v = _validator(tmp_path)
+    conn = _conn("127.0.0.1")
+    to_b = {"a": "pg", "b": "topicB"}
+    to_a = {"a": "pg", "b": "topicA"}
+    assert v(conn, _signed(RC.SEND_MESSAGE_V2, to_b)) is None
+    assert v(conn, _signed(RC.SEND_MESSAGE_V2, to_a, ak="rocketmq2")) is None  # admin
+    assert _remark(v(conn, _signed(RC.SEND_MESSAGE_V2, to_a))) == "No permission for topic:topicA"
+    assert v(conn, _signed(RC.SEND_MESSAGE_V2, to_a, ak="rocketmq2")) is None
+    assert _remark(v(conn, _signed(RC.SEND_MESSAGE_V2, to_b, sk="wrong-secret"))) == \
+        "Check signature failed for accessKey=RocketMQ"  # a known decision never skips the signature
+    (tmp_path / "plain_acl.yml").write_text(SAMPLE.replace("topicB=PUB|SUB", "topicB=DENY"))
+    assert v.reload_if_changed()
+    assert _remark(v(conn, _signed(RC.SEND_MESSAGE_V2, to_b))) == "No permission for topic:topicB"
+    # an account's white address is the account's: another key on the same connection must sign
+    white = _conn("192.168.1.3")
+    unsigned = {"AccessKey": "rocketmq2", "b": "topicA"}
+    assert v(white, RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields=dict(unsigned))) is None
+    unsigned["AccessKey"] = "RocketMQ"
+    assert _remark(v(white, RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields=unsigned))) == \
+        "Check signature failed for accessKey=RocketMQ"
+
+
+def test_signatures_that_are_not_text_are_refused(tmp_path: Path) -> None:
+    v = _validator(tmp_path)
+    conn = _conn("127.0.0.1")
+    cmd = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+    cmd.ext_fields["Signature"] = "é" + cmd.ext_fields["Signature"][1:]
+    assert _remark(v(conn, cmd)) == "Check signature failed for accessKey=RocketMQ"
+    # a JSON header can carry a lone surrogate, which no client can have signed (it has no utf-8)
+    cmd = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+    cmd.ext_fields["a"] = "\ud800"
+    assert _remark(v(conn, cmd)) == "Check signature failed for accessKey=RocketMQ"
+
+
+def test_resource_key_changes_with_every_field_the_resources_come_from() -> None:
+    """Decisions are remembered by resource_key: every ext field request_resources reads must be in it."""
+    from tidalmq.acl.resources import resource_key
+
+    class Recording(dict[str, str]):
+        def __init__(self, values: dict[str, str]) -> None:
+            super().__init__(values)
+            self.read: set[str] = set()
+
+        def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+            self.read.add(key)
+            return super().get(key, default)
+
+    names = ("topic", "b", "consumerGroup", "group", "producerGroup", "a", "queueId", "brokerName", "key")
+    checked = 0
+    for code in RC:
+        if code in (RC.HEART_BEAT, RC.BATCH_ACK_MESSAGE):
+            assert resource_key(RemotingCommand(code=code)) is None  # its resources are in its body
+            continue
+        ext = Recording({n: "x" + n for n in names})
+        cmd = RemotingCommand(code=code, ext_fields=ext)
+        request_resources(cmd)
+        key = resource_key(RemotingCommand(code=code, ext_fields=dict(ext)))
+        for name in ext.read:
+            changed = RemotingCommand(code=code, ext_fields={**ext, name: "other"})
+            assert resource_key(changed) != key, (code, name)
+            checked += 1
+    assert checked >= 11  # the fields of sends, pulls, send-backs, offsets, queries, consumer lists

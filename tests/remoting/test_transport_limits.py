@@ -101,3 +101,36 @@ def test_reading_stops_at_the_pending_request_limit() -> None:
         await server.stop()
 
     asyncio.run(asyncio.wait_for(go(), 40))
+
+
+def test_access_validator_judges_each_request_once_in_order_across_pauses() -> None:
+    """The server judges requests a chunk ahead of handling them; paused reading, a refused request in
+    the middle and a broken frame at the end change nothing of what the client sees."""
+    async def go() -> None:
+        cfg = RemotingServerConfig(write_buffer_high_water_mark=256 * 1024, write_buffer_low_water_mark=64 * 1024)
+        server, _ = await start(cfg)
+        judged: list[int] = []
+
+        def validator(conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+            judged.append(req.opaque)
+            if req.opaque % 50 == 0:
+                raise RuntimeError("a validator bug")  # answered SYSTEM_ERROR, as any failing processor
+            return req.make_response(17, "refused") if req.opaque % 7 == 0 else None
+
+        server.access_validator = validator
+        reader, writer = await small_client(server.port)
+        n = 300  # 64 KiB a response: reading pauses many times
+        writer.write(b"".join(encode_frame(RemotingCommand(code=1, opaque=i + 1)) for i in range(n))
+                     + struct.pack(">I", 2))  # a frame too short to be one: the connection closes after
+        await wait_until(lambda: any(c.reading_paused for c in server.connections))
+        got = await read_frames(reader, n + 1)
+        assert [c.opaque for c in got[:n]] == list(range(1, n + 1))
+        assert [c.code for c in got[:n]] == [1 if (i + 1) % 50 == 0 else 17 if (i + 1) % 7 == 0 else 0
+                                             for i in range(n)]
+        assert got[n].remark is not None and "too short" in got[n].remark
+        # each once, in order (one that failed is asked again when its request is dispatched)
+        assert [o for o in judged if o % 50] == [o for o in range(1, n + 1) if o % 50]
+        writer.close()
+        await server.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 40))

@@ -69,6 +69,33 @@ def _batch_ack(body: Any) -> dict[str, int]:
         raise ResourceError(f"the batch ack body cannot be read: {e}") from None
 
 
+# The extFields each code's resources are read from (request_resources below). HEART_BEAT reads its body;
+# codes not listed touch no resource.
+_READS: dict[int, tuple[str, ...]] = {
+    _SEND_V2: ("b",), _SEND_BATCH: ("b",), _SEND: ("topic",), _PULL: ("consumerGroup", "topic"),
+    int(RC.CONSUMER_SEND_MSG_BACK): ("group",), int(RC.QUERY_MESSAGE): ("topic",),
+    int(RC.UNREGISTER_CLIENT): ("consumerGroup",), int(RC.GET_CONSUMER_LIST_BY_GROUP): ("consumerGroup",),
+    int(RC.UPDATE_CONSUMER_OFFSET): ("consumerGroup", "topic"),
+    **{code: ("consumerGroup", "topic") for code in _POP},
+}
+# Codes whose resources are read from the body: never remembered (the body changes with every request).
+_BODY_READS = frozenset((int(RC.HEART_BEAT), int(RC.BATCH_ACK_MESSAGE)))
+
+
+def resource_key(cmd: RemotingCommand) -> tuple[int | str | None, ...] | None:
+    """What ``request_resources(cmd)`` depends on, hashable: two requests with equal keys touch the same
+    resources the same way, so a decision about one holds for the other. None for a heartbeat or a batch
+    ack (their resources are in their bodies)."""
+    code = cmd.code
+    fields = _READS.get(code)
+    if fields is None:
+        return None if code in _BODY_READS else (code,)
+    ext = cmd.ext_fields
+    if len(fields) == 1:
+        return code, ext.get(fields[0])
+    return (code, *[ext.get(f) for f in fields])
+
+
 def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     """Resource (topic, or %RETRY%group) -> the permission the request needs on it."""
     code = cmd.code

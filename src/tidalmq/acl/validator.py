@@ -13,7 +13,6 @@ need an admin; every topic and group the request touches needs the permission it
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -22,7 +21,7 @@ from pathlib import Path
 from tidalmq.acl.address import IP, parse_host
 from tidalmq.acl.config import Account, AclConfigError, PlainAcl, load_acl
 from tidalmq.acl.permission import PUB, check_permission
-from tidalmq.acl.resources import ResourceError, request_resources
+from tidalmq.acl.resources import ResourceError, request_resources, resource_key
 from tidalmq.acl.signature import ACCESS_KEY, SIGNATURE
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from tidalmq.remoting.codes import ResponseCode
@@ -34,14 +33,12 @@ log = logging.getLogger(__name__)
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 WATCH_INTERVAL_S = 0.5
-_CONN_KEY = "acl"  # per connection: (the PlainAcl it was judged against, peer address, globally white)
+_CONN_KEY = "acl"  # per connection: its _Peer
+_DECISIONS_MAX = 4096
+_UNDECIDED = object()
 _REFUSALS_LOGGED_MAX = 1000
 
 FileSignature = tuple[tuple[str, int, int, int, int], ...]
-
-
-class AccessDenied(Exception):
-    pass
 
 
 def _file_signature(paths: Iterable[Path]) -> FileSignature:
@@ -74,6 +71,9 @@ class PlainAccessValidator:
         self._signature: FileSignature = ()
         self.reloads = 0
         self._logged: set[tuple[str, str]] = set()
+        # (accessKey, resource_key) -> why refused, or None; for self._decided_for only (see _refusal)
+        self._decided: dict[tuple[str, tuple[int | str | None, ...]], str | None] = {}
+        self._decided_for: PlainAcl | None = None
 
     # loading ----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -120,57 +120,90 @@ class PlainAccessValidator:
         if self.check_codes is not None and cmd.code not in self.check_codes:
             return None
         acl = self.acl
-        st = conn.attributes.get(_CONN_KEY)
-        if st is None or st[0] is not acl:
-            ip = parse_host(conn.remote[0])
-            st = (acl, ip, any(p.matches(ip) for p in acl.global_white))
-            conn.attributes[_CONN_KEY] = st
-        if st[2]:
+        peer = conn.attributes.get(_CONN_KEY)
+        if peer is None or peer.acl is not acl:
+            peer = conn.attributes[_CONN_KEY] = _Peer(acl, parse_host(conn.remote[0]))
+        if peer.white:
             return None
-        try:
-            self.check(acl, st[1], cmd)
-        except AccessDenied as e:
-            why = str(e)
-            key = (conn.remote[0], why)
-            if key not in self._logged and len(self._logged) < _REFUSALS_LOGGED_MAX:
-                self._logged.add(key)
-                log.warning("ACL refused request code %s from %s: %s", cmd.code, conn.addr, why)
-            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {why}")
-        return None
+        why = self._refusal(acl, peer, cmd)
+        if why is None:
+            return None
+        key = (conn.remote[0], why)
+        if key not in self._logged and len(self._logged) < _REFUSALS_LOGGED_MAX:
+            self._logged.add(key)
+            log.warning("ACL refused request code %s from %s: %s", cmd.code, conn.addr, why)
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {why}")
 
-    def check(self, acl: PlainAcl, ip: IP | None, cmd: RemotingCommand) -> None:
-        """Raise AccessDenied unless ``cmd`` from ``ip`` may pass (global white addresses aside)."""
+    def _refusal(self, acl: PlainAcl, peer: _Peer, cmd: RemotingCommand) -> str | None:
+        """Why ``cmd`` may not pass (global white addresses aside), or None if it may."""
         ext = cmd.ext_fields
         ak = ext.get(ACCESS_KEY)
         if ak is None:
-            raise AccessDenied("No accessKey is configured")
-        owned = acl.accounts.get(ak)
-        if owned is None:
-            raise AccessDenied(f"No acl config for {ak}")
-        if owned.white.matches(ip):
-            return
+            return "No accessKey is configured"
+        owned = peer.account
+        if owned is None or ak != peer.access_key:
+            owned = acl.accounts.get(ak)
+            if owned is None:
+                return f"No acl config for {ak}"
+            peer.access_key, peer.account, peer.account_white = ak, owned, owned.white.matches(peer.ip)
+        if peer.account_white:
+            return None
         sig = ext.get(SIGNATURE)
-        if sig is None or not hmac.compare_digest(owned.mac.sign(ext, cmd.body).encode(), sig.encode("utf-8")):
-            raise AccessDenied(f"Check signature failed for accessKey={ak}")
+        if sig is None or not owned.mac.verify(ext, cmd.body, sig):
+            return f"Check signature failed for accessKey={ak}"
+        # What follows depends on the account and the request's code and resources alone (resource_key):
+        # decided once per loaded ACL, then looked up. A reload brings a new PlainAcl, hence a new table.
+        rk = resource_key(cmd)
+        if rk is None:
+            return self._decide(owned, cmd)
+        if self._decided_for is not acl:
+            self._decided_for, self._decided = acl, {}
+        key = (ak, rk)
+        why = self._decided.get(key, _UNDECIDED)
+        if why is _UNDECIDED:
+            why = self._decide(owned, cmd)
+            if len(self._decided) >= _DECISIONS_MAX:  # a client naming ever new topics gains nothing
+                self._decided.clear()
+            self._decided[key] = why
+        return why  # type: ignore[return-value]
+
+    def _decide(self, owned: Account, cmd: RemotingCommand) -> str | None:
+        """The admin and permission checks, for a signed request of ``owned``."""
         if owned.admin:
-            return
+            return None
         if cmd.code in self.admin_codes:
-            raise AccessDenied(f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not")
+            return f"Need admin permission for request code={cmd.code}, but accessKey={owned.access_key} is not"
         try:
             needed = request_resources(cmd)
         except ResourceError as e:
-            raise AccessDenied(str(e)) from None
+            return str(e)
         if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:  # message traces pass, as in RocketMQ
-            return
+            return None
         perms = owned.perms
         for resource, perm in needed.items():
             is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
             has = perms.get(resource)
             if has is None:
                 if not check_permission(perm, owned.default_group_perm if is_group else owned.default_topic_perm):
-                    raise AccessDenied(f"No default permission for {_print(resource, is_group)}")
+                    return f"No default permission for {_print(resource, is_group)}"
             elif not check_permission(perm, has):
-                raise AccessDenied(f"No permission for {_print(resource, is_group)}")
+                return f"No permission for {_print(resource, is_group)}"
+        return None
+
+
+class _Peer:
+    """What the validator knows of one connection under one loaded ACL: its address, whether that is
+    globally white, and the last account it signed as (clients sign every request with one)."""
+
+    __slots__ = ("acl", "ip", "white", "access_key", "account", "account_white")
+
+    def __init__(self, acl: PlainAcl, ip: IP | None) -> None:
+        self.acl = acl
+        self.ip = ip
+        self.white = any(p.matches(ip) for p in acl.global_white)
+        self.access_key: str | None = None
+        self.account: Account | None = None
+        self.account_white = False
 
 
 def _print(resource: str, is_group: bool) -> str:
