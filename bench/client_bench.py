@@ -38,6 +38,8 @@ from bench.common import compare, print_machine, save  # noqa: E402
 from tidalmq.client import Admin, ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer  # noqa: E402
 
 AGENT = ROOT / "bench" / "official_client_agent.py"
+# rocketmq==0.4.4 lives in its own venv (scripts/setup.sh): the 5.x client in .venv owns the `rocketmq` name
+OFFICIAL_PYTHON = ROOT / ".venv-rmq4" / "bin" / "python"
 
 
 def uniq(prefix: str) -> str:
@@ -47,7 +49,7 @@ def uniq(prefix: str) -> str:
 def official(op: str, **cfg: object) -> dict[str, float]:
     """Run the official client's agent; adds ``cpu``: the agent process's CPU seconds (whole run)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run([sys.executable, str(AGENT), json.dumps({"op": op, **cfg})], capture_output=True, text=True,
+    r = subprocess.run([str(OFFICIAL_PYTHON), str(AGENT), json.dumps({"op": op, **cfg})], capture_output=True, text=True,
                        timeout=600, cwd=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]

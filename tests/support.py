@@ -41,6 +41,7 @@ class Standalone:
         # (the current one and the next, made ahead), and at the 1 GiB default a suite run left ~15 GB on disk.
         self.settings = {"mappedFileSizeCommitLog": str(64 << 20), **(settings or {})}
         self.namesrv_port, self.broker_port = free_port_pair()
+        self.grpc_port = free_port()
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = log_path or (self.data_dir / "standalone.log")
         self._lines: list[str] = []
@@ -50,12 +51,18 @@ class Standalone:
         return f"127.0.0.1:{self.namesrv_port}"
 
     @property
+    def grpc_endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
     def command(self) -> list[str]:
+        # the gRPC endpoint on a free port too (never RocketMQ's 8081): grpc_endpoint names it
         cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(self.data_dir),
-               "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port)]
+               "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
+               "--grpc-port", str(self.grpc_port)]
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         return cmd

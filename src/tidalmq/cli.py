@@ -1,4 +1,4 @@
-"""The ``tidalmq`` command: standalone, namesrv, broker and admin."""
+"""The ``tidalmq`` command: standalone, namesrv, broker, proxy and admin."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tidalmq import __version__
 from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.tls import TlsConfig, is_tls_key, tls_config
 from tidalmq.store.config import MessageStoreConfig
@@ -74,10 +75,11 @@ def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsCon
     return rc, tls, {k: rest[k] for k in unknown}
 
 
-def build_broker_configs(args: argparse.Namespace, data_dir: str
+def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyConfig | None = None
                          ) -> tuple[BrokerConfig, MessageStoreConfig, RemotingServerConfig, TlsConfig]:
-    """The broker's, the store's and the remoting server's configuration from ``-c`` and ``--set``,
-    validated (a ``ConfigError`` names the key): callers build it before they bind any port."""
+    """The broker's, the store's and the remoting server's configuration from ``-c`` and ``--set``
+    (and the gRPC endpoint's into ``proxy``, for the standalone), validated (a ``ConfigError`` names
+    the key): callers build it before they bind any port."""
     props = _load_props(args)
     rc, tls, props = server_settings(props)
     bc = BrokerConfig()
@@ -85,6 +87,9 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str
     sc.store_path_root_dir = os.path.join(data_dir, "store")
     unknown = apply_properties(sc, props)
     unknown = apply_properties(bc, {k: props[k] for k in unknown})
+    if proxy is not None:
+        unknown = apply_properties(proxy, {k: props[k] for k in unknown})
+        proxy.max_message_size = sc.max_message_size
     for key in unknown:
         log.warning("unknown configuration key %s ignored (not a key TidalMQ uses)", key)
     if getattr(args, "broker_port", None) is not None:
@@ -110,7 +115,10 @@ async def _standalone(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
-    bc, sc, rc, tls = build_broker_configs(args, data_dir)  # refused before any port is bound
+    pc = ProxyConfig()
+    bc, sc, rc, tls = build_broker_configs(args, data_dir, pc)  # refused before any port is bound
+    if args.grpc_port is not None:
+        pc.grpc_server_port = args.grpc_port
     if bc.ha_listen_port < 0:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).
@@ -143,12 +151,22 @@ async def _standalone(args: argparse.Namespace) -> int:
         broker.namesrv_signer = RequestSigner(internal)
     await broker.start()
     await broker.register_all()
+    grpc_server = None
+    grpc_text = ""
+    if pc.grpc_server_port >= 0:
+        from tidalmq.proxy.server import GrpcServer
+
+        grpc_server = GrpcServer(args.host, bc.namesrv_addr, pc, tls)
+        await grpc_server.start()
+        grpc_text = f" grpc {args.host}:{grpc_server.port}"
     _settle_gc()
-    print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr} "
-          f"data {data_dir}", flush=True)
+    print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr}"
+          f"{grpc_text} data {data_dir}", flush=True)
     stop = asyncio.Event()
     await _run_until_signal(stop)
     log.info("shutting down")
+    if grpc_server is not None:
+        await grpc_server.stop()
     await broker.stop()
     await ns.stop()
     print("TidalMQ stopped", flush=True)
@@ -196,6 +214,27 @@ async def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _proxy(args: argparse.Namespace) -> int:
+    """RocketMQ's proxy in cluster mode: the gRPC endpoint in front of a NameServer and its brokers."""
+    from tidalmq.proxy.server import GrpcServer
+
+    props = _load_props(args)
+    _rc, tls, rest = server_settings(props)
+    pc = ProxyConfig()
+    namesrv = args.namesrv or rest.pop("namesrvAddr", None) or os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
+    for key in apply_properties(pc, rest):
+        log.warning("unknown configuration key %s ignored", key)
+    if args.grpc_port is not None:
+        pc.grpc_server_port = args.grpc_port
+    server = GrpcServer(args.host, namesrv, pc, tls)
+    await server.start()
+    print(f"TidalMQ {__version__} proxy ready: grpc {args.host}:{server.port} namesrv {namesrv}", flush=True)
+    stop = asyncio.Event()
+    await _run_until_signal(stop)
+    await server.stop()
+    return 0
+
+
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--config", help="broker.conf (RocketMQ key names)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
@@ -213,6 +252,8 @@ def make_parser() -> argparse.ArgumentParser:
     _add_broker_options(p)
     p.add_argument("--namesrv-port", type=int, default=9876)
     p.add_argument("--broker-port", type=int, default=None, help="the broker's listenPort (default 10911)")
+    p.add_argument("--grpc-port", type=int, default=None,
+                   help="the gRPC endpoint's port, grpcServerPort (default 8081; 0 any free port, -1 none)")
 
     p = sub.add_parser("namesrv", help="a NameServer")
     p.add_argument("--host", default="127.0.0.1")
@@ -228,6 +269,13 @@ def make_parser() -> argparse.ArgumentParser:
     _add_broker_options(p)
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
     p.add_argument("--broker-port", type=int, default=None)
+
+    p = sub.add_parser("proxy", help="the gRPC endpoint (RocketMQ 5 clients) in front of a cluster")
+    p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--grpc-port", type=int, default=None, help="grpcServerPort (default 8081; 0 any free port)")
+    p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, tls.* keys")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     from tidalmq.admin_cli import add_admin_parser
 
@@ -251,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_namesrv(args))
         if args.cmd == "broker":
             return asyncio.run(_broker(args))
+        if args.cmd == "proxy":
+            return asyncio.run(_proxy(args))
         if args.cmd == "admin":
             from tidalmq.admin_cli import run_admin
 

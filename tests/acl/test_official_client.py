@@ -11,12 +11,12 @@ import pytest
 
 from tests.acl.conftest import ADMIN, USER
 from tests.compat.conftest import Agents, agents  # noqa: F401  (the agents fixture)
-from tests.compat.harness import AgentError, create_topic, msg, uniq
+from tests.compat.harness import AgentError, create_topic, msg, require_official_client, uniq
 from tests.support import Standalone
 from tidalmq.client import Admin
 
 pytestmark = pytest.mark.compat
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+require_official_client()
 
 CHANNEL = "ALIYUN"  # the client's third credential; it signs it as the OnsChannel field
 

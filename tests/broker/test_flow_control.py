@@ -273,8 +273,9 @@ def test_the_official_client_gets_busy_answers_not_timeouts(make_broker, monkeyp
     """What rocketmq==0.4.4 (C++ core) does with SYSTEM_BUSY: a sync send retries at once, 1 + retryTimes
     (2) times, then fails with the client's own "No route info of this topic" (-1); an async send fails its
     callback after one answer. Either way within a fraction of its 3 s timeout, and nothing is stored."""
-    pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
-    from tests.compat.harness import ClientAgent
+    from tests.compat.harness import ClientAgent, require_official_client
+
+    require_official_client()
 
     b = make_broker(wait_time_mills_in_send_queue=WAIT_MS)
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from tests.client.helpers import create_topic, uniq, wait_until
+from tests.compat.harness import require_official_client
 from tests.support import Standalone
 from tidalmq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+require_official_client()
 
 from tests.compat.bodies import digest, gen_body  # noqa: E402
 from tests.compat.harness import ClientAgent  # noqa: E402

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.harness import ClientAgent
+from tests.compat.harness import ClientAgent, require_official_client
 
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+require_official_client()
 
 
 class Agents:

@@ -7,13 +7,14 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin
@@ -23,6 +24,17 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 
 ROOT = Path(__file__).resolve().parents[2]
+# rocketmq==0.4.4 (the official 4.x client) and rocketmq-python-client (5.x, whose gRPC stubs the broker
+# serves) both install a top-level package `rocketmq`, so the 4.x client lives in its own venv, made by
+# scripts/setup.sh; the agents run on its interpreter and import only the standard library and tests.compat.
+OFFICIAL_PYTHON = Path(os.environ.get("TIDALMQ_RMQ4_PYTHON", str(ROOT / ".venv-rmq4" / "bin" / "python")))
+
+
+def require_official_client() -> None:
+    """Skips the calling test (or module) when the 4.x client's venv is not there."""
+    if not OFFICIAL_PYTHON.exists():
+        pytest.skip(f"the official client rocketmq==0.4.4 is not installed ({OFFICIAL_PYTHON})",
+                    allow_module_level=True)
 
 
 def uniq(prefix: str) -> str:
@@ -41,7 +53,7 @@ class ClientAgent:
         self.stderr_path = log_dir / f"agent-{name}.stderr"
         err = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.compat.agent", str(lifetime)],
+            [str(OFFICIAL_PYTHON), "-m", "tests.compat.agent", str(lifetime)],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )

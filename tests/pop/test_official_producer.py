@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.harness import ClientAgent, create_topic, msg, uniq
+from tests.compat.harness import ClientAgent, create_topic, msg, require_official_client, uniq
 from tests.support import Standalone
 from tidalmq.client import MessageExt, PopConsumer
 
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+require_official_client()
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]
 
 

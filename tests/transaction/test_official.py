@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import create_topic, msg, uniq
+from tests.compat.harness import create_topic, msg, require_official_client, uniq
 from tests.support import Standalone
 from tests.transaction.helpers import FAST, Listener, check_round_after, checks_received, register
 from tidalmq.client import TransactionProducer, TransactionState
 from tidalmq.remoting.transport import RemotingClient
 
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+require_official_client()
 from tests.compat.conftest import agents  # noqa: E402,F401  (the fixture)
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(120)]

@@ -1,0 +1,1 @@
+"""The RocketMQ 5 gRPC endpoint (apache.rocketmq.v2.MessagingService) in front of NameServer and brokers."""

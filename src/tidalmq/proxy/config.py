@@ -1,0 +1,17 @@
+"""The gRPC endpoint's configuration, with RocketMQ proxy's key names (rmq-proxy.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_GRPC_PORT = 8081  # RocketMQ proxy's grpcServerPort
+
+
+@dataclass
+class ProxyConfig:
+    # grpcServerPort: 0 picks a free port (the ready line names it); -1 serves no gRPC endpoint.
+    grpc_server_port: int = DEFAULT_GRPC_PORT
+    # Bodies over this are refused (MESSAGE_BODY_TOO_LARGE); the standalone passes its maxMessageSize.
+    max_message_size: int = 4 * 1024 * 1024
+    # The long polling a push consumer is told to use (Settings.subscription.long_polling_timeout).
+    long_polling_timeout_ms: int = 30_000

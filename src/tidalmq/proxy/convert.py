@@ -1,0 +1,167 @@
+"""Pure conversions between apache.rocketmq.v2 (the 5.x clients' gRPC messages) and RocketMQ's message
+model: system properties to and from message properties, receipt handles, and remoting response codes to
+gRPC status codes. No I/O here (tests/grpc/test_convert.py checks it without a server).
+
+Facts from RocketMQ's proxy (grpc/v2/common/GrpcConverter, MessageConverter, ResponseBuilder): the 5.x
+message id is the message's UNIQ_KEY; a message group is the FIFO sharding key (``__SHARDINGKEY``); a
+delivery timestamp becomes TIMER_DELIVER_MS; the body digest is the CRC32 of the body in upper-case hex.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from tidalmq.client.message import Message, MessageExt
+from tidalmq.client.pop_consumer import POP_CK
+from tidalmq.common import message as mc
+from tidalmq.common import pop_handle as xi
+from tidalmq.remoting.codes import ResponseCode
+
+Code = pb.Code
+
+# The properties a 5.x client may not set as user properties: RocketMQ's proxy refuses them
+# (ILLEGAL_MESSAGE_PROPERTY_KEY), since they steer the broker.
+RESERVED_USER_KEYS = mc.SYSTEM_PROPERTIES | {mc.SHARDING_KEY}
+
+
+class ConvertError(ValueError):
+    """A message or handle the proxy refuses: ``code`` is the gRPC status code to answer with."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def to_remoting(m: pb.Message, max_body_size: int) -> Message:
+    """A 5.x client's message as TidalMQ's ``Message`` (properties as a 4.x client would set them)."""
+    sp = m.system_properties
+    body = bytes(m.body)
+    if sp.body_encoding == pb.Encoding.GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error):
+            raise ConvertError(Code.MESSAGE_CORRUPTED, "the GZIP body does not inflate") from None
+    if not body:
+        raise ConvertError(Code.MESSAGE_BODY_EMPTY, "the message body is empty")
+    if len(body) > max_body_size:
+        raise ConvertError(Code.MESSAGE_BODY_TOO_LARGE,
+                           f"the message body size {len(body)} is over max value, MAX: {max_body_size}")
+    for key, value in m.user_properties.items():
+        if key in RESERVED_USER_KEYS:
+            raise ConvertError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved")
+        problem = mc.property_text_error(key, value)
+        if problem is not None:
+            raise ConvertError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
+    if not sp.message_id:
+        raise ConvertError(Code.ILLEGAL_MESSAGE_ID, "the message has no message id")
+    props = dict(m.user_properties)
+    props[mc.UNIQ_KEY] = sp.message_id
+    if sp.tag:
+        props[mc.TAGS] = sp.tag
+    keys = [k for k in sp.keys if k]
+    if keys:
+        props[mc.KEYS] = mc.KEY_SEPARATOR.join(keys)
+    if sp.HasField("message_group"):
+        if not sp.message_group:
+            raise ConvertError(Code.ILLEGAL_MESSAGE_GROUP, "the message group is empty")
+        props[mc.SHARDING_KEY] = sp.message_group
+    if sp.HasField("delivery_timestamp"):
+        props[mc.TIMER_DELIVER_MS] = str(_ms(sp.delivery_timestamp))
+    return Message(m.topic.name, body, properties=props)
+
+
+def message_type(props: dict[str, str]) -> int:
+    if props.get(mc.TRAN_MSG) == "true":
+        return pb.MessageType.TRANSACTION
+    if mc.SHARDING_KEY in props:
+        return pb.MessageType.FIFO
+    if mc.TIMER_DELIVER_MS in props or mc.DELAY in props:
+        return pb.MessageType.DELAY
+    return pb.MessageType.NORMAL
+
+
+def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
+    """A stored message as the 5.x clients read it. ``topic`` is the one the client asked for (a retry
+    copy is stored under the group's retry topic)."""
+    props = m.properties
+    out = pb.Message(topic=pb.Resource(name=topic), body=m.body)
+    sp = out.system_properties
+    sp.message_id = props.get(mc.UNIQ_KEY) or m.offset_msg_id
+    tag = props.get(mc.TAGS)
+    if tag:
+        sp.tag = tag
+    sp.keys.extend(k for k in props.get(mc.KEYS, "").split(mc.KEY_SEPARATOR) if k)
+    sp.body_digest.type = pb.DigestType.CRC32
+    sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = pb.Encoding.IDENTITY
+    sp.message_type = message_type(props)
+    sp.born_timestamp.CopyFrom(_timestamp(m.born_timestamp))
+    sp.born_host = m.born_host[0]
+    sp.store_timestamp.CopyFrom(_timestamp(m.store_timestamp))
+    sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
+    deliver = props.get(mc.TIMER_DELIVER_MS)
+    if deliver and deliver.isdigit():
+        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
+    group = props.get(mc.SHARDING_KEY)
+    if group:
+        sp.message_group = group
+    sp.queue_id = m.queue_id
+    sp.queue_offset = m.queue_offset
+    sp.delivery_attempt = m.reconsume_times + 1
+    if receipt_handle:
+        sp.receipt_handle = receipt_handle
+    for k, v in props.items():
+        if k not in RESERVED_USER_KEYS and k != POP_CK:
+            out.user_properties[k] = v
+    return out
+
+
+def parse_handle(handle: str) -> xi.ExtraInfo:
+    """A receipt handle is the pop's extraInfo (POP_CK), which names broker, queue and offset."""
+    try:
+        info = xi.ExtraInfo.parse(handle)
+    except xi.ExtraInfoError as e:
+        raise ConvertError(Code.INVALID_RECEIPT_HANDLE, f"bad receipt handle: {e}") from None
+    if info.queue_offset < 0 or not info.broker_name:
+        raise ConvertError(Code.INVALID_RECEIPT_HANDLE, "bad receipt handle: no broker or queue offset")
+    return info
+
+
+def handle_message(topic: str, handle: str) -> MessageExt:
+    """The received message a handle stands for, as the pop consumer acks it (topic, queue, offset, POP_CK)."""
+    info = parse_handle(handle)
+    return MessageExt(topic, b"", info.queue_id, info.queue_offset, 0, {POP_CK: handle},
+                      broker_name=info.broker_name)
+
+
+# RocketMQ's remoting codes → the gRPC codes RocketMQ's proxy answers (ResponseBuilder.buildStatus).
+_CODES: dict[int, int] = {
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
+    ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    ResponseCode.INVALID_PARAMETER: Code.BAD_REQUEST,
+    ResponseCode.NO_MESSAGE: Code.INVALID_RECEIPT_HANDLE,
+    ResponseCode.POLLING_FULL: Code.TOO_MANY_REQUESTS,
+}
+
+
+def grpc_code(remoting_code: int, remark: str = "") -> int:
+    """The gRPC status code for a remoting error answer."""
+    if remoting_code == ResponseCode.MESSAGE_ILLEGAL and "size" in remark:
+        return Code.MESSAGE_BODY_TOO_LARGE
+    return _CODES.get(remoting_code, Code.INTERNAL_SERVER_ERROR)

@@ -1,0 +1,52 @@
+"""Serving MessagingService on grpcio's asyncio server, plain or TLS (the broker's tls.* keys)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from tidalmq.proxy.config import ProxyConfig
+from tidalmq.proxy.service import MessagingService
+from tidalmq.remoting.tls import TlsConfig
+
+log = logging.getLogger(__name__)
+
+
+def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
+    """TLS on the gRPC port when tls.server.mode is enforcing (tls.server.certPath / keyPath); None:
+    plain. One gRPC port cannot take both as the remoting port does in permissive mode, so permissive
+    serves plain gRPC."""
+    if tls.server_mode != "enforcing" or not (tls.server_cert_path and tls.server_key_path):
+        return None
+    key = Path(tls.server_key_path).read_bytes()
+    cert = Path(tls.server_cert_path).read_bytes()
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+class GrpcServer:
+    def __init__(self, host: str, namesrv_addr: str, config: ProxyConfig, tls: TlsConfig | None = None) -> None:
+        self.host = host
+        self.config = config
+        self.service = MessagingService(namesrv_addr, config)
+        self.tls = tls
+        self.port = 0
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        await self.service.start()
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.config.max_message_size + (1 << 20))])
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        addr = f"{self.host}:{self.config.grpc_server_port}"
+        creds = server_credentials(self.tls) if self.tls is not None else None
+        self.port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
+        await server.start()
+        self._server = server
+        log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port, "TLS" if creds else "plain")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+        await self.service.stop()

@@ -1,0 +1,359 @@
+"""apache.rocketmq.v2.MessagingService on grpcio's asyncio server: the RocketMQ 5 clients' calls, answered
+by talking RocketMQ's remoting protocol to the NameServer and brokers (RocketMQ's "cluster" proxy mode).
+Sends go through TidalMQ's Producer, receives through pop (PopConsumer: POP_MESSAGE, ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME). Status codes and field semantics follow RocketMQ's proxy activities
+(grpc/v2/*Activity); docs/grpc.md lists what is served and what is not yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as sv
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+import grpc
+from tidalmq.client import validators
+from tidalmq.client.errors import MQBrokerError, MQClientError
+from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
+from tidalmq.client.pop_consumer import MAX_POP_NUMS, POP_CK, PopConsumer
+from tidalmq.client.producer import TransactionProducer
+from tidalmq.client.selector import select_by_hash
+from tidalmq.common import message as mc
+from tidalmq.proxy import convert
+from tidalmq.proxy.config import ProxyConfig
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+
+log = logging.getLogger(__name__)
+Code = pb.Code
+
+# Half messages sent through the proxy carry this producer group (PGROUP): a 5.x producer has no group.
+PROXY_PRODUCER_GROUP = "PROXY_TRANSACTION_PRODUCER"
+DEFAULT_INVISIBLE_MS = 30_000
+ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
+# RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
+# to push consumers; 16 retries after the first attempt (retryMaxTimes).
+CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# Kept back from a receive's deadline for the answer to reach the client in time.
+RECEIVE_MARGIN_S = 1.0
+
+
+def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)
+
+
+def _error_status(e: BaseException) -> pb.Status:
+    """The status of a failed call to the brokers (RocketMQ's proxy ResponseBuilder)."""
+    if isinstance(e, convert.ConvertError):
+        return status(e.code, str(e))
+    if isinstance(e, validators.ValidationError):
+        return status(Code.BAD_REQUEST, str(e))
+    if isinstance(e, MQBrokerError):
+        return status(convert.grpc_code(e.code, e.remark or ""), e.remark or str(e))
+    if isinstance(e, MQClientError):
+        if "No route info" in str(e):
+            return status(Code.TOPIC_NOT_FOUND, str(e))
+        return status(Code.PROXY_TIMEOUT if isinstance(e.__cause__, TimeoutError) else Code.INTERNAL_SERVER_ERROR, str(e))
+    if isinstance(e, TimeoutError):
+        return status(Code.PROXY_TIMEOUT, "the broker did not answer in time")
+    log.exception("gRPC call failed", exc_info=e)
+    return status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}")
+
+
+def _ms(d: Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+class _NoCheck:
+    """Transaction checks of half messages sent through the proxy are not relayed yet (docs/grpc.md):
+    an unresolved half message stays unknown until the broker's check limit rolls it back."""
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> TransactionState:
+        return TransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+        return TransactionState.UNKNOWN
+
+
+def transaction_id(res: SendResult) -> str:
+    """What EndTransaction needs to find the half message again: broker, queue, queue offset and the
+    offset message id (which holds the CommitLog offset)."""
+    mq = res.message_queue
+    return f"{res.offset_msg_id} {mq.broker_name} {mq.queue_id} {res.queue_offset}"
+
+
+def parse_transaction_id(text: str, topic: str, msg_id: str) -> SendResult:
+    parts = text.split(" ")
+    if len(parts) != 4 or not parts[2].isdigit() or not parts[3].isdigit():
+        raise convert.ConvertError(Code.INVALID_TRANSACTION_ID, f"bad transaction id: {text[:80]!r}")
+    return SendResult(SendStatus.SEND_OK, msg_id, parts[0], MessageQueue(topic, parts[1], int(parts[2])),
+                      int(parts[3]), text)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, namesrv_addr: str, config: ProxyConfig) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.config = config
+        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr,
+                                            max_message_size=config.max_message_size)
+        self._consumers: dict[str, PopConsumer] = {}
+        self._consumer_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        for c in self._consumers.values():
+            await c.shutdown()
+        await self.producer.shutdown()
+
+    async def _consumer(self, group: str) -> PopConsumer:
+        c = self._consumers.get(group)
+        if c is None:
+            async with self._consumer_lock:
+                c = self._consumers.get(group)
+                if c is None:
+                    c = PopConsumer(group, self.namesrv_addr)
+                    await c.start()
+                    self._consumers[group] = c
+        return c
+
+    # route, heartbeat, settings ---------------------------------------------------------------------
+    async def QueryRoute(self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
+                         ) -> sv.QueryRouteResponse:
+        topic = request.topic.name
+        try:
+            validators.check_topic(topic)
+            route = await self.producer.instance.update_route(topic)
+        except Exception as e:
+            return sv.QueryRouteResponse(status=_error_status(e))
+        if route is None or not route.queue_datas:
+            return sv.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+        out = sv.QueryRouteResponse(status=status())
+        for qd in route.queue_datas:
+            perm, reads, writes = int(qd.get("perm", 6)), int(qd["readQueueNums"]), int(qd["writeQueueNums"])
+            broker = pb.Broker(name=qd["brokerName"], id=0, endpoints=request.endpoints)
+            for i in range(max(reads, writes)):
+                readable, writable = i < reads and bool(perm & 4), i < writes and bool(perm & 2)
+                permission = (pb.Permission.READ_WRITE if readable and writable else pb.Permission.READ if readable
+                              else pb.Permission.WRITE if writable else pb.Permission.NONE)
+                # TODO(message types, issue #16 item 3): the topic's message.type attribute, once the broker
+                # keeps it, narrows accept_message_types; every type is accepted until then.
+                out.message_queues.add(topic=request.topic, id=i, permission=permission, broker=broker,
+                                       accept_message_types=ALL_TYPES)
+        return out
+
+    async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
+        return sv.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
+                                      context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
+        return sv.NotifyClientTerminationResponse(status=status())
+
+    def settings(self, client: pb.Settings) -> pb.Settings:
+        """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
+        out = pb.Settings()
+        out.CopyFrom(client)
+        if client.client_type == pb.ClientType.PRODUCER:
+            out.backoff_policy.max_attempts = 3
+            exp = out.backoff_policy.exponential_backoff
+            exp.initial.FromMilliseconds(10)
+            exp.max.FromMilliseconds(1000)
+            exp.multiplier = 2.0
+            out.publishing.max_body_size = self.config.max_message_size
+            out.publishing.validate_message_type = True
+        else:
+            out.backoff_policy.max_attempts = len(CONSUMER_BACKOFF_S) + 1
+            out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
+            out.subscription.receive_batch_size = MAX_POP_NUMS
+            if not client.subscription.HasField("long_polling_timeout"):
+                out.subscription.long_polling_timeout.FromMilliseconds(self.config.long_polling_timeout_ms)
+        out.metric.on = False
+        return out
+
+    async def Telemetry(self, request_iterator: AsyncIterator[sv.TelemetryCommand],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[sv.TelemetryCommand]:
+        async for cmd in request_iterator:
+            if cmd.HasField("settings"):
+                yield sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings))
+            # thread stack traces and verify-message results answer commands this proxy never sends
+
+    # send -------------------------------------------------------------------------------------------
+    async def SendMessage(self, request: sv.SendMessageRequest, context: grpc.aio.ServicerContext
+                          ) -> sv.SendMessageResponse:
+        if not request.messages:
+            return sv.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        entries = [await self._send_one(m) for m in request.messages]
+        if len(entries) == 1:
+            return sv.SendMessageResponse(status=entries[0].status, entries=entries)
+        ok = all(e.status.code == Code.OK for e in entries)
+        return sv.SendMessageResponse(status=status() if ok else status(Code.MULTIPLE_RESULTS, "multiple results"),
+                                      entries=entries)
+
+    async def _send_one(self, m: pb.Message) -> sv.SendResultEntry:
+        try:
+            msg = convert.to_remoting(m, self.config.max_message_size)
+            kind = m.system_properties.message_type
+            transactional = kind == pb.MessageType.TRANSACTION
+            if transactional:
+                if mc.SHARDING_KEY in msg.properties or mc.TIMER_DELIVER_MS in msg.properties:
+                    raise convert.ConvertError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                               "a transactional message has no message group nor delivery time")
+                msg.properties[mc.TRAN_MSG] = "true"
+                msg.properties[mc.PGROUP] = PROXY_PRODUCER_GROUP
+            group = msg.properties.get(mc.SHARDING_KEY)
+            if group is not None:  # FIFO: one message group, one queue (RocketMQ's proxy hashes the group)
+                res = await self.producer.send(msg, selector=select_by_hash, arg=group)
+            else:
+                res = await self.producer.send(msg)
+        except Exception as e:
+            return sv.SendResultEntry(status=_error_status(e))
+        if res.status != SendStatus.SEND_OK:
+            # stored, but not flushed or replicated as the broker was asked to: RocketMQ's proxy says so
+            code = Code.MASTER_PERSISTENCE_TIMEOUT if res.status == SendStatus.FLUSH_DISK_TIMEOUT else Code.HA_NOT_AVAILABLE
+            return sv.SendResultEntry(status=status(code, res.status.value), message_id=res.msg_id)
+        return sv.SendResultEntry(status=status(), message_id=res.msg_id, offset=res.queue_offset,
+                                  transaction_id=transaction_id(res) if transactional else "")
+
+    async def EndTransaction(self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
+                             ) -> sv.EndTransactionResponse:
+        try:
+            res = parse_transaction_id(request.transaction_id, request.topic.name, request.message_id)
+            if request.resolution == pb.TransactionResolution.COMMIT:
+                state = TransactionState.COMMIT
+            elif request.resolution == pb.TransactionResolution.ROLLBACK:
+                state = TransactionState.ROLLBACK
+            else:
+                return sv.EndTransactionResponse(status=status(Code.BAD_REQUEST, "no transaction resolution"))
+            await self.producer.end_transaction(res, state)
+        except Exception as e:
+            return sv.EndTransactionResponse(status=_error_status(e))
+        return sv.EndTransactionResponse(status=status())
+
+    # receive ----------------------------------------------------------------------------------------
+    async def QueryAssignment(self, request: sv.QueryAssignmentRequest, context: grpc.aio.ServicerContext
+                              ) -> sv.QueryAssignmentResponse:
+        """Pop needs no queue balancing: each broker with readable queues is one assignment (queue id -1)."""
+        topic = request.topic.name
+        try:
+            route = await self.producer.instance.update_route(topic)
+        except Exception as e:
+            return sv.QueryAssignmentResponse(status=_error_status(e))
+        if route is None or not route.queue_datas:
+            return sv.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+        out = sv.QueryAssignmentResponse(status=status())
+        for qd in route.queue_datas:
+            if int(qd.get("perm", 6)) & 4 and int(qd["readQueueNums"]) > 0:
+                broker = pb.Broker(name=qd["brokerName"], id=0, endpoints=request.endpoints)
+                out.assignments.add(message_queue=pb.MessageQueue(
+                    topic=request.topic, id=-1, permission=pb.Permission.READ_WRITE, broker=broker,
+                    accept_message_types=ALL_TYPES))
+        return out
+
+    async def ReceiveMessage(self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+                             ) -> AsyncIterator[sv.ReceiveMessageResponse]:
+        topic = request.message_queue.topic.name
+        invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
+        poll = _ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        remaining = context.time_remaining()
+        if remaining is not None:  # the answer must reach the client before its deadline
+            poll = max(0, min(poll, int((remaining - RECEIVE_MARGIN_S) * 1000)))
+        fe = request.filter_expression
+        try:
+            if invisible <= 0:
+                raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
+            consumer = await self._consumer(request.group.name)
+            msgs = await consumer.receive(
+                topic, max(1, min(request.batch_size or MAX_POP_NUMS, MAX_POP_NUMS)), invisible / 1000.0,
+                expression=fe.expression or "*", expression_type="SQL92" if fe.type == pb.FilterType.SQL else "TAG",
+                block_timeout=poll / 1000.0)
+        except Exception as e:
+            yield sv.ReceiveMessageResponse(status=_error_status(e))
+            return
+        if not msgs:
+            yield sv.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield sv.ReceiveMessageResponse(status=status())
+        now = time.time()
+        yield sv.ReceiveMessageResponse(delivery_timestamp={"seconds": int(now), "nanos": int(now % 1 * 1e9)})
+        for m in msgs:
+            # The handle is the pop's extraInfo plus the CommitLog offset (as RocketMQ's ReceiptHandle ends
+            # with it): the broker reads the first eight fields, a dead-letter forward the last.
+            handle = f"{m.properties[POP_CK]} {m.commit_log_offset}"
+            yield sv.ReceiveMessageResponse(message=convert.to_grpc(m, topic, handle))
+
+    async def AckMessage(self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
+                         ) -> sv.AckMessageResponse:
+        out = sv.AckMessageResponse()
+        try:
+            consumer = await self._consumer(request.group.name)
+        except Exception as e:
+            out.status.CopyFrom(_error_status(e))
+            return out
+        for entry in request.entries:
+            try:
+                await consumer.ack(convert.handle_message(request.topic.name, entry.receipt_handle))
+                st = status()
+            except MQBrokerError as e:
+                st = (status(Code.INVALID_RECEIPT_HANDLE, e.remark or "") if e.code in
+                      (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER) else _error_status(e))
+            except Exception as e:
+                st = _error_status(e)
+            out.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
+        codes = {e.status.code for e in out.entries}
+        if len(out.entries) == 1:
+            out.status.CopyFrom(out.entries[0].status)
+        else:
+            out.status.CopyFrom(status() if codes <= {Code.OK} else status(Code.MULTIPLE_RESULTS, "multiple results"))
+        return out
+
+    async def ChangeInvisibleDuration(self, request: sv.ChangeInvisibleDurationRequest,
+                                      context: grpc.aio.ServicerContext) -> sv.ChangeInvisibleDurationResponse:
+        invisible = _ms(request.invisible_duration)
+        try:
+            if invisible <= 0:
+                raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
+            msg = convert.handle_message(request.topic.name, request.receipt_handle)
+            cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
+            consumer = await self._consumer(request.group.name)
+            new = await consumer.change_invisible(msg, invisible / 1000.0)
+        except MQBrokerError as e:
+            code = Code.INVALID_RECEIPT_HANDLE if e.code in (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER) \
+                else convert.grpc_code(e.code, e.remark or "")
+            return sv.ChangeInvisibleDurationResponse(status=status(code, e.remark or str(e)))
+        except Exception as e:
+            return sv.ChangeInvisibleDurationResponse(status=_error_status(e))
+        return sv.ChangeInvisibleDurationResponse(status=status(), receipt_handle=f"{new} {cl_offset}")
+
+    async def ForwardMessageToDeadLetterQueue(self, request: sv.ForwardMessageToDeadLetterQueueRequest,
+                                              context: grpc.aio.ServicerContext
+                                              ) -> sv.ForwardMessageToDeadLetterQueueResponse:
+        """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to %DLQ%group), then the ack of the
+        received copy, as RocketMQ's proxy does."""
+        try:
+            msg = convert.handle_message(request.topic.name, request.receipt_handle)
+            cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
+            if not cl_offset.isdigit() or len(request.receipt_handle.split(" ")) < 9:
+                raise convert.ConvertError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle has no CommitLog offset")
+            consumer = await self._consumer(request.group.name)
+            instance = self.producer.instance
+            addr = instance.master_addr(msg.broker_name)
+            if addr is None:
+                await instance.update_route(request.topic.name)
+                addr = instance.master_addr(msg.broker_name)
+            if addr is None:
+                raise convert.ConvertError(Code.NOT_FOUND, f"broker {msg.broker_name} not found")
+            await instance.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, {
+                "offset": cl_offset, "group": request.group.name, "delayLevel": "-1",
+                "originMsgId": request.message_id, "originTopic": request.topic.name, "unitMode": "false",
+                "maxReconsumeTimes": str(request.max_delivery_attempts)})
+            await consumer.ack(msg)
+        except Exception as e:
+            return sv.ForwardMessageToDeadLetterQueueResponse(status=_error_status(e))
+        return sv.ForwardMessageToDeadLetterQueueResponse(status=status())

@@ -1,0 +1,66 @@
+"""The pure conversions of the gRPC endpoint (tidalmq.proxy.convert), without a server."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from rocketmq.grpc_protocol import Code, definition_pb2
+
+from tidalmq.client.message import MessageExt
+from tidalmq.common import message as mc
+from tidalmq.proxy import convert
+
+
+def _msg(**sys: object) -> definition_pb2.Message:
+    m = definition_pb2.Message(topic=definition_pb2.Resource(name="T"), body=b"body")
+    m.system_properties.message_id = "ID1"
+    for k, v in sys.items():
+        if k == "keys":
+            m.system_properties.keys.extend(v)  # type: ignore[arg-type]
+        elif k == "delivery_ms":
+            m.system_properties.delivery_timestamp.FromMilliseconds(v)  # type: ignore[arg-type]
+        else:
+            setattr(m.system_properties, k, v)
+    return m
+
+
+def test_system_properties_become_rocketmq_properties() -> None:
+    out = convert.to_remoting(_msg(tag="A", keys=["k1", "k2"], message_group="g", delivery_ms=1_700_000_000_123), 1024)
+    assert out.properties[mc.UNIQ_KEY] == "ID1"
+    assert out.properties[mc.TAGS] == "A"
+    assert out.properties[mc.KEYS] == "k1 k2"
+    assert out.properties[mc.SHARDING_KEY] == "g"
+    assert out.properties[mc.TIMER_DELIVER_MS] == "1700000000123"
+
+
+@pytest.mark.parametrize(("body", "code"), [(b"", Code.MESSAGE_BODY_EMPTY), (b"x" * 11, Code.MESSAGE_BODY_TOO_LARGE)])
+def test_bodies_refused(body: bytes, code: int) -> None:
+    m = _msg()
+    m.body = body
+    with pytest.raises(convert.ConvertError) as e:
+        convert.to_remoting(m, 10)
+    assert e.value.code == code
+
+
+def test_stored_message_as_grpc() -> None:
+    props = {mc.UNIQ_KEY: "U1", mc.TAGS: "A", mc.KEYS: "k1 k2", mc.SHARDING_KEY: "g", "color": "blue"}
+    m = MessageExt("T", b"hello", 1, 7, 100, props, born_timestamp=1_000, born_host=("10.0.0.1", 5),
+                   store_timestamp=2_000, store_host=("10.0.0.2", 6), reconsume_times=2)
+    out = convert.to_grpc(m, "T", "handle")
+    sp = out.system_properties
+    assert (sp.message_id, sp.tag, list(sp.keys), sp.message_group) == ("U1", "A", ["k1", "k2"], "g")
+    assert sp.message_type == definition_pb2.MessageType.FIFO
+    assert sp.delivery_attempt == 3 and sp.receipt_handle == "handle" and sp.queue_offset == 7
+    assert sp.body_digest.checksum == format(zlib.crc32(b"hello"), "08X")
+    assert dict(out.user_properties) == {"color": "blue"}
+
+
+def test_receipt_handles() -> None:
+    handle = "5 1700000000000 30000 0 0 broker-a 3 9 12345"
+    m = convert.handle_message("T", handle)
+    assert (m.queue_id, m.queue_offset, m.broker_name) == (3, 9, "broker-a")
+    for bad in ("", "1 2 3", "a b c d e f g h"):
+        with pytest.raises(convert.ConvertError) as e:
+            convert.handle_message("T", bad)
+        assert e.value.code == Code.INVALID_RECEIPT_HANDLE
