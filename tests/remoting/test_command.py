@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tidalmq.remoting.command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
+    ExtFieldsTemplate,
     FrameDecoder,
     FrameError,
     RemotingCommand,
@@ -218,3 +219,19 @@ def test_decoded_bodies_are_bytes_and_large_ones_survive_the_incremental_decoder
     assert [c.opaque for c in out] == [c.opaque for c in cmds]
     assert all(type(c.body) is bytes and c.body == o.body for c, o in zip(out, cmds, strict=True))
     assert dec.buffered == 0
+
+
+@given(st.lists(texts.filter(bool), min_size=1, max_size=4, unique=True), st.data())
+def test_ext_fields_template_decodes_to_the_fields_of_the_dict(keys: list[str], data: st.DataObject) -> None:
+    const = data.draw(st.dictionaries(texts.filter(lambda k: bool(k) and k not in keys), texts, max_size=3))
+    values = [data.draw(texts) for _ in keys]
+    tmpl = ExtFieldsTemplate(tuple(keys), const)
+    cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, serialize_type=SerializeType.ROCKETMQ,
+                          ext_encoded=tmpl.encode(*values))
+    assert roundtrip(cmd).ext_fields == {**dict(zip(keys, values, strict=True)), **const}
+
+
+def test_ext_fields_template_refuses_the_wrong_number_of_values() -> None:
+    tmpl = ExtFieldsTemplate(("msgId", "queueId"))
+    with pytest.raises(ValueError, match="shorter"):
+        tmpl.encode("x")

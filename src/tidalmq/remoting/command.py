@@ -168,6 +168,28 @@ def encode_ext_fields(ext: Mapping[str, object], kv: bytearray | None = None) ->
     return kv
 
 
+class ExtFieldsTemplate:
+    """extFields of a fixed shape in the ROCKETMQ encoding (for ``RemotingCommand.ext_encoded``): the
+    keys of the changing fields and the whole of the constant ones are encoded once; ``encode(*values)``
+    then costs a join instead of a dict and a loop (a hot response such as SEND_MESSAGE's). The result
+    decodes to the same fields as ``encode_ext_fields`` of the equivalent dict."""
+
+    __slots__ = ("_prefixes", "_const")
+
+    def __init__(self, keys: tuple[str, ...], const: Mapping[str, str] | None = None) -> None:
+        self._prefixes = tuple(_key_prefix(k) for k in keys)
+        self._const = bytes(encode_ext_fields(const or {}))
+
+    def encode(self, *values: str) -> bytes:
+        parts: list[bytes] = []
+        pack_int = _INT.pack
+        for kp, v in zip(self._prefixes, values, strict=True):  # one value a key
+            vb = v.encode("utf-8")
+            parts.append(kp + pack_int(len(vb)) + vb)
+        parts.append(self._const)
+        return b"".join(parts)
+
+
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     remark = cmd.remark
     rb = remark.encode("utf-8") if remark else b""
