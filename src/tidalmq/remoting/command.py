@@ -425,7 +425,6 @@ def _scan_ext_fields(x: bytes, end: int, p: int, ext: dict[str, str]) -> dict[st
     return ext
 
 
-
 def _decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
     if type(raw) is not bytes:
         raw = bytes(raw)

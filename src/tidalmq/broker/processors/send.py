@@ -110,7 +110,7 @@ _BUSY_OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 # While another thread holds the CommitLog's put lock, the group commit tries again this often.
 _PUT_LOCK_RETRY_S = 0.001
 # SendMessageResponseHeader of a stored message, for a request in the ROCKETMQ serialization: encoded from a
-# template (~0.8 µs instead of ~3 µs a response: a dict, then a loop over it).
+# template, without a dict and a loop over it per response (docs/benchmarks.md, "Hot paths").
 _SEND_OK_REGION = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 _SEND_OK_HEADER = ExtFieldsTemplate(("msgId", "queueId", "queueOffset"), _SEND_OK_REGION)
 
