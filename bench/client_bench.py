@@ -140,7 +140,7 @@ async def fill(ns: str, topic: str, n: int, body: bytes) -> None:
             await p.send_batch([Message(topic, body) for _ in range(64)])
 
 
-async def ours_consume(ns: str, topic: str, n: int, batch: int = 1) -> float:
+async def ours_consume(ns: str, topic: str, n: int, batch: int = 1, pull_batch: int = 32) -> float:
     done = asyncio.Event()
     count = [0]
 
@@ -150,7 +150,7 @@ async def ours_consume(ns: str, topic: str, n: int, batch: int = 1) -> float:
             done.set()
 
     c = PushConsumer(uniq("benchCG"), ns, listener=on, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                     consume_message_batch_max_size=batch)
+                     consume_message_batch_max_size=batch, pull_batch_size=pull_batch)
     c.subscribe(topic)
     t0 = time.perf_counter()
     await c.start()
@@ -169,6 +169,10 @@ def main() -> None:
     ap.add_argument("--batch-window", type=int, default=4, help="our batch requests in flight")
     ap.add_argument("--consume-batch", type=int, default=1, help="messages per listener call (ours)")
     ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--pull-batch", type=int, default=32,
+                    help="our consumer's pullBatchSize; above 32 the broker's maxTransferCountOnMessageInMemory and "
+                         "maxTransferBytesOnMessageInMemory are raised to match (RocketMQ's broker caps a pull at 32 "
+                         "messages / 256 KiB by default)")
     ap.add_argument("--ours-only", action="store_true", help="skip the official client")
     ap.add_argument("--namesrv", help="use a running NameServer instead of starting a standalone")
     ap.add_argument("--compare", help="a previous bench/out/client-*.json to compare with")
@@ -188,8 +192,11 @@ def main() -> None:
         ns = args.namesrv
     else:
         workdir = Path(tempfile.mkdtemp(prefix="client-bench-"))
-        s = Standalone(workdir / "data",
-                       {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)})
+        settings = {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}
+        if args.pull_batch > 32:
+            settings["maxTransferCountOnMessageInMemory"] = str(args.pull_batch)
+            settings["maxTransferBytesOnMessageInMemory"] = str(args.pull_batch * (args.size + 512))
+        s = Standalone(workdir / "data", settings)
         s.start()
         ns = s.namesrv_addr
         broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
@@ -231,7 +238,7 @@ def main() -> None:
                     rate = asyncio.run(ours_batch(ns, topics["ours_batch"], n, body, args.batch, args.batch_window))
                     count = n // args.batch * args.batch
                 else:
-                    rate = asyncio.run(ours_consume(ns, topics["consume"], filled, args.consume_batch))
+                    rate = asyncio.run(ours_consume(ns, topics["consume"], filled, args.consume_batch, args.pull_batch))
                     count = filled
             record("ours", kind, count, rate, m.client, m)
     finally:
@@ -239,7 +246,8 @@ def main() -> None:
             s.stop()
             shutil.rmtree(workdir, ignore_errors=True)  # a 256 MiB CommitLog file and more per run
     print(f"\n{n} messages of {args.size} bytes, {args.queues} queues, async window {args.window}, batch {args.batch} "
-          f"(ours: {args.batch_window} in flight, official: 1), our listener batch {args.consume_batch}")
+          f"(ours: {args.batch_window} in flight, official: 1), our listener batch {args.consume_batch}, "
+          f"pull batch {args.pull_batch}")
     print("CPU: seconds of the client's process and of the broker over the figure (the client's include its "
           "start and connection set-up), and per 1,000 messages")
     print(f"{'':16s}{'':10s}{'msgs/s':>10s}{'client s':>10s}{'broker s':>10s}{'client/1k':>11s}{'broker/1k':>11s}")

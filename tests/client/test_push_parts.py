@@ -216,6 +216,98 @@ def test_concurrent_broadcasting_failure_is_dropped_without_send_back() -> None:
     run(body)
 
 
+def test_concurrent_items_keep_listener_batches_and_every_worker_busy() -> None:
+    """A pull's messages go out in work items of several listener batches (docs/client.md, "Performance"):
+    the listener still gets at most ``batch_max`` at a time, as many calls run at once as there are
+    workers, every message is consumed once and the offset ends after the last one."""
+
+    async def body() -> None:
+        gate = asyncio.Event()
+        batches: list[list[int]] = []
+        in_flight = [0, 0]  # now, most at once
+
+        async def listener(msgs: list[MessageExt]) -> None:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight[1], in_flight[0])
+            await gate.wait()
+            batches.append([m.queue_offset for m in msgs])
+            in_flight[0] -= 1
+
+        store = OffsetStore()
+        svc = ConsumeConcurrentlyService("CG", listener=ListenerRunner(listener, thread_max=1, inline=True, name="t"),
+                                         sender=Sender(), offset_store=store, batch_max=3, workers=4)
+        svc.start()
+        pq = ProcessQueue()
+        pq.put([msg(o) for o in range(40)])
+        svc.submit(MQ, pq)
+        await until(lambda: in_flight[0] == 4, "a listener call in each of the four workers")
+        assert store.read_memory(MQ) == NOT_FOUND
+        gate.set()
+        await until(lambda: store.read_memory(MQ) == 40, "the offset after the last message")
+        assert in_flight[1] == 4
+        assert all(1 <= len(b) <= 3 for b in batches)
+        assert sorted(o for b in batches for o in b) == list(range(40))
+        assert pq.count == 0
+        await svc.shutdown(1.0)
+
+    run(body)
+
+
+def test_concurrent_item_stops_at_a_dropped_queue_and_commits_only_what_was_consumed() -> None:
+    async def body() -> None:
+        started, release = asyncio.Event(), asyncio.Event()
+        seen: list[int] = []
+
+        async def listener(msgs: list[MessageExt]) -> None:
+            started.set()
+            await release.wait()
+            seen.extend(m.queue_offset for m in msgs)
+
+        store = OffsetStore()
+        svc = ConsumeConcurrentlyService("CG", listener=ListenerRunner(listener, thread_max=1, inline=True, name="t"),
+                                         sender=Sender(), offset_store=store, workers=1)
+        svc.start()
+        pq = ProcessQueue()
+        pq.put([msg(o) for o in range(5)])
+        svc.submit(MQ, pq)  # one worker: one item of all five
+        await asyncio.wait_for(started.wait(), 5)
+        pq.dropped = True  # the rebalance gave the queue away
+        release.set()
+        await until(lambda: seen, "the call in progress finishing")
+        await until(lambda: pq.count == 4, "the consumed message removed")
+        assert seen == [0]  # the rest of the item is left for the queue's new owner
+        assert store.read_memory(MQ) == NOT_FOUND  # a dropped queue's offset is not updated
+        await svc.shutdown(1.0)
+
+    run(body)
+
+
+def test_concurrent_failure_inside_an_item_holds_the_offset_until_its_local_retry() -> None:
+    async def body() -> None:
+        calls: list[tuple[int, int]] = []
+
+        async def listener(msgs: list[MessageExt]) -> ConsumeResult:
+            m = msgs[0]
+            calls.append((m.queue_offset, m.reconsume_times))
+            return ConsumeResult.RECONSUME_LATER if (m.queue_offset, m.reconsume_times) == (1, 0) else None
+
+        store, sender = OffsetStore(), Sender(ok=False)
+        svc = ConsumeConcurrentlyService("CG", listener=ListenerRunner(listener, thread_max=1, inline=True, name="t"),
+                                         sender=sender, offset_store=store, workers=1, retry_local_delay=0.2)
+        svc.start()
+        pq = ProcessQueue()
+        pq.put([msg(o) for o in range(4)])
+        svc.submit(MQ, pq)
+        await until(lambda: len(calls) == 4, "the item's four calls")
+        await until(lambda: store.read_memory(MQ) == 1, "the offset held at the failed message")
+        await until(lambda: store.read_memory(MQ) == 4, "the local retry succeeding")
+        assert calls == [(0, 0), (1, 0), (2, 0), (3, 0), (1, 1)]
+        assert sender.sent == [(1, 0)]
+        await svc.shutdown(1.0)
+
+    run(body)
+
+
 # ConsumeOrderlyService ------------------------------------------------------------------------
 def orderly(listener: Callable[[list[MessageExt]], Any], sender: Sender, store: OffsetStore,
             **kw: Any) -> tuple[ConsumeOrderlyService, Running]:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tidalmq.remoting.command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
+    ExtFieldsTemplate,
     FrameDecoder,
     FrameError,
     RemotingCommand,
@@ -218,3 +219,83 @@ def test_decoded_bodies_are_bytes_and_large_ones_survive_the_incremental_decoder
     assert [c.opaque for c in out] == [c.opaque for c in cmds]
     assert all(type(c.body) is bytes and c.body == o.body for c, o in zip(out, cmds, strict=True))
     assert dec.buffered == 0
+
+
+@given(st.lists(texts.filter(bool), min_size=1, max_size=4, unique=True), st.data())
+def test_ext_fields_template_decodes_to_the_fields_of_the_dict(keys: list[str], data: st.DataObject) -> None:
+    const = data.draw(st.dictionaries(texts.filter(lambda k: bool(k) and k not in keys), texts, max_size=3))
+    values = [data.draw(texts) for _ in keys]
+    tmpl = ExtFieldsTemplate(tuple(keys), const)
+    cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, serialize_type=SerializeType.ROCKETMQ,
+                          ext_encoded=tmpl.encode(*values))
+    assert roundtrip(cmd).ext_fields == {**dict(zip(keys, values, strict=True)), **const}
+
+
+def test_ext_fields_template_refuses_the_wrong_number_of_values() -> None:
+    tmpl = ExtFieldsTemplate(("msgId", "queueId"))
+    with pytest.raises(ValueError, match="shorter"):
+        tmpl.encode("x")
+
+
+def _rmq_header(ext: bytes) -> bytes:
+    return _rmq_frame(_FIXED + struct.pack(">i", 0) + struct.pack(">i", len(ext)) + ext)
+
+
+def _field(k: str, v: str) -> bytes:
+    kb, vb = k.encode(), v.encode()
+    return struct.pack(">H", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
+
+
+# Headers that start alike, as a producer's do: the same first fields, then some that change.
+_shared = st.lists(st.tuples(st.sampled_from(["a", "b", "topic", "é", "k"]), st.sampled_from(["x", "yy", "", "ü", "1"])),
+                   min_size=0, max_size=6)
+
+
+@given(st.lists(_shared, min_size=1, max_size=8), st.lists(st.tuples(texts, texts), max_size=3))
+def test_headers_decode_the_same_with_their_leading_fields_reused(tails: list[list[tuple[str, str]]],
+                                                                  head: list[tuple[str, str]]) -> None:
+    """The decoder reuses the leading fields of headers that start alike (docs/benchmarks.md, "Hot
+    paths"): every header still decodes to exactly its own fields, a key sent twice included."""
+    from tidalmq.remoting import command
+
+    command._EXT_PREFIXES.clear()
+    command._EXT_SEEN.clear()
+    base = [("group", "PG"), ("topic", "T"), *head]
+    for _ in range(2):  # the second round meets the prefixes learned in the first
+        for tail in tails:
+            fields = base + tail
+            cmd = decode_frame_body(_rmq_header(b"".join(_field(k, v) for k, v in fields)))
+            assert cmd.ext_fields == dict(fields)
+
+
+def test_a_known_prefix_followed_by_garbage_is_still_a_frame_error() -> None:
+    from tidalmq.remoting import command
+
+    command._EXT_PREFIXES.clear()
+    command._EXT_SEEN.clear()
+    good = _field("a", "PG") + _field("b", "T") + _field("c", "1")
+    for _ in range(3):
+        assert decode_frame_body(_rmq_header(good)).ext_fields == {"a": "PG", "b": "T", "c": "1"}
+    assert command._EXT_PREFIXES  # learned
+    with pytest.raises(FrameError, match="extField value length out of range"):
+        decode_frame_body(_rmq_header(good + b"\x00\x01d\x00\x00\x00\x09v"))
+    with pytest.raises(FrameError, match="extFields length out of range"):
+        decode_frame_body(_rmq_frame(_FIXED + struct.pack(">ii", 0, len(good) + 4) + good))
+
+
+def test_prefix_cache_is_bounded_and_skips_headers_that_never_repeat() -> None:
+    from tidalmq.remoting import command
+
+    command._EXT_PREFIXES.clear()
+    command._EXT_SEEN.clear()
+    for i in range(command._EXT_PREFIXES_MAX * 2 + 10):  # first fields that change every time
+        ext = _field("bornTimestamp", str(i)) + _field("b", "T") + _field("c", "v" * 2000)
+        assert decode_frame_body(_rmq_header(ext)).ext_fields == {"bornTimestamp": str(i), "b": "T", "c": "v" * 2000}
+    assert not command._EXT_PREFIXES  # never seen twice: nothing learned
+    assert len(command._EXT_SEEN) <= command._EXT_PREFIXES_MAX
+    for i in range(command._EXT_PREFIXES_MAX + 10):  # each seen twice, each learned
+        ext = _field("a", f"PG{i}") + _field("b", "T") + _field("c", "v" * 2000)
+        for _ in range(2):
+            decode_frame_body(_rmq_header(ext))
+    assert 0 < len(command._EXT_PREFIXES) <= command._EXT_PREFIXES_MAX
+    assert all(len(p) <= command._EXT_PREFIX_MAX_LEN for p, _ in command._EXT_PREFIXES.values())

@@ -64,11 +64,13 @@ class ProcessQueue:
 
     # concurrent: ``pending`` is drained as batches are dispatched -------------------------------
     def take_pending(self, n: int) -> list[MessageExt]:
-        out: list[MessageExt] = []
         p = self.pending
-        while p and len(out) < n:
-            out.append(p.popleft())
-        return out
+        if n >= len(p):
+            out = list(p)
+            p.clear()
+            return out
+        popleft = p.popleft
+        return [popleft() for _ in range(n)]
 
     # orderly ----------------------------------------------------------------------------------
     def take(self, n: int) -> list[MessageExt]:

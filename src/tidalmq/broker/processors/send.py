@@ -27,7 +27,7 @@ from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.ha.service import TransferStatus
 from tidalmq.remoting.codes import RequestCode, ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
@@ -109,6 +109,10 @@ _BUSY_PAGE_CACHE = "[PCBUSY_CLEAN_QUEUE]broker busy, start flow control for a wh
 _BUSY_OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 # While another thread holds the CommitLog's put lock, the group commit tries again this often.
 _PUT_LOCK_RETRY_S = 0.001
+# SendMessageResponseHeader of a stored message, for a request in the ROCKETMQ serialization: encoded from a
+# template, without a dict and a loop over it per response (docs/benchmarks.md, "Hot paths").
+_SEND_OK_REGION = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+_SEND_OK_HEADER = ExtFieldsTemplate(("msgId", "queueId", "queueOffset"), _SEND_OK_REGION)
 
 
 
@@ -243,7 +247,7 @@ class SendMessageProcessor:
             lookup = b.cancel_lookup(msg)
             if lookup is not None:
                 # A timer cancel: its target is looked up off the loop, then the message goes on.
-                task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup))
+                task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup, bool(received)))
                 self._lookups.add(task)
                 task.add_done_callback(self._lookups.discard)
                 return
@@ -253,11 +257,12 @@ class SendMessageProcessor:
                       received)
 
     async def _store_cancel(self, req: RemotingCommand, msg: InnerMessage, reply: Respond,
-                            lookup: Awaitable[CancelTarget]) -> None:
+                            lookup: Awaitable[CancelTarget], from_client: bool) -> None:
         try:
             msg.cancel_target = await lookup
-            # Its wait in the send queue starts now: the lookup was its own work, not a queue.
-            self._store(req, msg, reply, time.monotonic())
+            # Its wait in the send queue starts now: the lookup was its own work, not a queue. The
+            # broker's own message stays 0.0 (never shed, its response read back by the broker).
+            self._store(req, msg, reply, time.monotonic() if from_client else 0.0)
         except SendError as e:
             reply(req.make_response(e.code, e.remark))
         except Exception as e:
@@ -326,8 +331,10 @@ class SendMessageProcessor:
         loop = asyncio.get_running_loop()
         max_end = 0
         waiters: list[tuple[Respond, RemotingCommand]] = []
-        for (put, req, reply, wait, _), res in zip(batch, results, strict=True):
-            resp = self._response(req, put, res)
+        for (put, req, reply, wait, received), res in zip(batch, results, strict=True):
+            # A client's send (it has the time its frame was read) is answered on the wire only: its
+            # response may carry the pre-encoded header; the broker's own sends read the fields back.
+            resp = self._response(req, put, res, bool(received))
             b.stats_put(put.topic, len(put.records), res)
             if sync and wait and res.status == PutStatus.PUT_OK:
                 max_end = max(max_end, res.wrote_offset + res.wrote_bytes)
@@ -407,15 +414,19 @@ class SendMessageProcessor:
         return ("service not available now. It may be caused by one of the following reasons: the broker's disk "
                 f"is full [{why or 'no'}], messages are put to the slave, message store has been shut down, etc.")
 
-    def _response(self, req: RemotingCommand, put: PutRequest, res: AppendResult) -> RemotingCommand:
+    def _response(self, req: RemotingCommand, put: PutRequest, res: AppendResult,
+                  wire_only: bool = False) -> RemotingCommand:
         status = res.status
         if status == PutStatus.PUT_OK:
+            if wire_only and req.serialize_type == SerializeType.ROCKETMQ:
+                resp = req.make_response(ResponseCode.SUCCESS)
+                resp.ext_encoded = _SEND_OK_HEADER.encode(res.msg_id, str(put.queue_id), str(res.queue_offset))
+                return resp
             ext = {
                 "msgId": res.msg_id,
                 "queueId": str(put.queue_id),
                 "queueOffset": str(res.queue_offset),
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
+                **_SEND_OK_REGION,
             }
             return req.make_response(ResponseCode.SUCCESS, None, ext)
         code, remark = {

@@ -63,9 +63,14 @@ class ConsumeConcurrentlyService:
         return None
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """The pull service put messages in ``pq``: queue them in batches."""
+        """The pull service put messages in ``pq``: queue them as work items of whole listener batches.
+        An item holds as many listener batches as keep every worker busy and no more (a pull of 32 for
+        20 workers: items of 2 batches; a pull of 256: 13), so the work queue, the process queue's
+        removal and the offset update are paid per item rather than per listener call, and a slow
+        listener call holds back at most its own item."""
+        per_item = self.batch_max * max(1, -(-len(pq.pending) // (self.batch_max * self.worker_count)))
         while pq.pending:
-            self._work.put_nowait((pq, mq, pq.take_pending(self.batch_max)))
+            self._work.put_nowait((pq, mq, pq.take_pending(per_item)))
 
     # consuming --------------------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -79,30 +84,37 @@ class ConsumeConcurrentlyService:
             await self.consume(pq, mq, msgs)
 
     async def consume(self, pq: ProcessQueue, mq: MessageQueue, msgs: list[MessageExt]) -> None:
-        """One batch: call the listener, send back what failed, advance the queue's offset."""
+        """One work item: the listener on each ``batch_max`` of it in turn, what failed sent back, then the
+        queue's offset advanced once. A queue dropped meanwhile (rebalance, shutdown) stops the item: the
+        rest is not consumed here and its offset not committed."""
         reset_retry_topic(self.group, msgs)
-        try:
-            result = await self.listener.call(msgs)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            log.warning("listener of %s failed on %d message(s): %r", self.group, len(msgs), e)
-            result = ConsumeResult.RECONSUME_LATER
-        if result in (None, ConsumeResult.SUCCESS):
-            self.stats["consumed_ok"] += len(msgs)
-            done = msgs
-        else:
-            self.stats["consumed_failed"] += len(msgs)
+        bm = self.batch_max
+        done: list[MessageExt] = []
+        for i in range(0, len(msgs), bm):
+            if i and (pq.dropped or not self.running()):
+                break
+            chunk = msgs[i:i + bm] if len(msgs) > bm else msgs
+            try:
+                result = await self.listener.call(chunk)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("listener of %s failed on %d message(s): %r", self.group, len(chunk), e)
+                result = ConsumeResult.RECONSUME_LATER
+            if result is None or result == ConsumeResult.SUCCESS:
+                self.stats["consumed_ok"] += len(chunk)
+                done += chunk
+                continue
+            self.stats["consumed_failed"] += len(chunk)
             if self.message_model == MessageModel.BROADCASTING:
-                log.warning("BROADCASTING: consuming %d message(s) failed, dropped (no retry)", len(msgs))
-                done = msgs
-            else:
-                done = []
-                failed: list[MessageExt] = []
-                for m in msgs:
-                    (done if await self.sender.send_message_back(m) else failed).append(m)
-                if failed:
-                    self._consume_later(pq, mq, failed)
+                log.warning("BROADCASTING: consuming %d message(s) failed, dropped (no retry)", len(chunk))
+                done += chunk
+                continue
+            failed: list[MessageExt] = []
+            for m in chunk:
+                (done if await self.sender.send_message_back(m) else failed).append(m)
+            if failed:
+                self._consume_later(pq, mq, failed)
         offset = pq.remove(done) if done else -1
         if offset >= 0 and not pq.dropped:
             self.offset_store.update(mq, offset, increase_only=True)

@@ -43,10 +43,14 @@ class ListenerRunner:
     def __init__(self, listener: MessageListener, *, thread_max: int, inline: bool, name: str) -> None:
         self.listener = listener
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        if not inline and not is_async(listener):
+        self._coroutine = is_async(listener)  # awaited straight away: no isawaitable check per call
+        if not inline and not self._coroutine:
             self._executor = concurrent.futures.ThreadPoolExecutor(thread_max, thread_name_prefix=f"consume-{name}")
 
     async def call(self, msgs: list[MessageExt]) -> ConsumeResult | None:
+        if self._coroutine:
+            out = await self.listener(msgs)  # type: ignore[misc]
+            return None if out is None or out is ConsumeResult.SUCCESS else ConsumeResult(out)
         if self._executor is not None:
             out = await asyncio.get_running_loop().run_in_executor(self._executor, self.listener, msgs)
         else:
