@@ -117,13 +117,26 @@ async def _timed(client: RemotingClient, addr: str, cmd: RemotingCommand) -> tup
     return r, time.monotonic() - t
 
 
+
+async def send_stored(c: RemotingClient, addr: str, body: bytes, timeout: float = 10.0) -> None:
+    """Send until stored: on a loaded machine even a lone send may wait past these brokers' 100 ms
+    limit (the first one creates the topic's queue) and be answered busy, as it should."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await c.invoke(addr, send_cmd(TOPIC, body), 5)
+        if r.code == ResponseCode.SUCCESS:
+            return
+        assert r.code == ResponseCode.SYSTEM_BUSY and time.monotonic() < deadline, (r.code, r.remark)
+        await asyncio.sleep(0.05)
+
 def test_sends_behind_a_stalled_store_are_answered_busy_not_left_to_time_out(make_broker, monkeypatch) -> None:  # noqa: ANN001
     b = make_broker(wait_time_mills_in_send_queue=WAIT_MS)
 
     async def scenario() -> None:
         c = RemotingClient()
         try:
-            assert (await c.invoke(b.addr, send_cmd(TOPIC, b"warm-up"), 5)).code == ResponseCode.SUCCESS
+            await send_stored(c, b.addr, b"warm-up")
+            busy_before = b.broker.send_processor.busy_answers
             writer = StalledWriter(b.broker, monkeypatch)
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
             answers = await asyncio.gather(*(_timed(c, b.addr, send_cmd(TOPIC, f"m{i}".encode())) for i in range(64)))
@@ -143,8 +156,8 @@ def test_sends_behind_a_stalled_store_are_answered_busy_not_left_to_time_out(mak
             # A busy answer means "not stored": only the warm-up and the stalled writer's message are there.
             assert b.broker.store.get_max_offset_in_queue(TOPIC, 0) == 1
             # Once the store moves again, sends are stored.
-            assert (await c.invoke(b.addr, send_cmd(TOPIC, b"after"), 5)).code == ResponseCode.SUCCESS
-            assert b.broker.send_processor.busy_answers == 64
+            await send_stored(c, b.addr, b"after")
+            assert b.broker.send_processor.busy_answers - busy_before == 64
         finally:
             await c.close()
 
@@ -157,7 +170,7 @@ def test_a_store_stalled_past_os_page_cache_busy_sheds_every_queued_send(make_br
     async def scenario() -> None:
         c = RemotingClient()
         try:
-            assert (await c.invoke(b.addr, send_cmd(TOPIC, b"warm-up"), 5)).code == ResponseCode.SUCCESS
+            await send_stored(c, b.addr, b"warm-up")
             writer = StalledWriter(b.broker, monkeypatch)
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
             answers = await asyncio.gather(*(_timed(c, b.addr, send_cmd(TOPIC, b"x")) for _ in range(16)))
@@ -184,7 +197,7 @@ def test_send_queue_capacity_refuses_at_once(make_broker, monkeypatch) -> None: 
     async def scenario() -> None:
         c = RemotingClient()
         try:
-            assert (await c.invoke(b.addr, send_cmd(TOPIC, b"warm-up"), 5)).code == ResponseCode.SUCCESS
+            await send_stored(c, b.addr, b"warm-up")
             writer = StalledWriter(b.broker, monkeypatch)
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
             sends = [asyncio.ensure_future(c.invoke(b.addr, send_cmd(TOPIC, b"x"), 5)) for _ in range(20)]
@@ -252,7 +265,7 @@ def test_the_brokers_own_messages_are_never_shed(make_broker, monkeypatch) -> No
     async def scenario() -> None:
         c = RemotingClient()
         try:
-            assert (await c.invoke(b.addr, send_cmd(TOPIC, b"warm-up"), 5)).code == ResponseCode.SUCCESS
+            await send_stored(c, b.addr, b"warm-up")
             writer = StalledWriter(b.broker, monkeypatch)
             await asyncio.get_running_loop().run_in_executor(None, writer.start)
             from tidalmq.broker.message import InnerMessage
