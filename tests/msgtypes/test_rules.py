@@ -7,6 +7,8 @@ import base64
 
 import pytest
 
+from tidalmq.acl.permission import PUB
+from tidalmq.acl.resources import request_resources
 from tidalmq.admin_cli import attribute_modification
 from tidalmq.broker.message_type import (
     TopicAttributeError,
@@ -19,6 +21,8 @@ from tidalmq.broker.message_type import (
     topic_message_type,
 )
 from tidalmq.common.recall_handle import RecallHandle, RecallHandleError, decode_recall_handle
+from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.command import RemotingCommand
 
 T = TopicMessageType
 
@@ -113,3 +117,8 @@ def test_recall_handle_round_trip() -> None:
 def test_cli_attr_flags() -> None:
     assert attribute_modification(["message.type=DELAY", "-reserve.time"]) == "+message.type=DELAY,-reserve.time"
     assert attribute_modification([]) is None
+
+
+def test_recall_needs_pub_on_its_topic_under_acl() -> None:
+    cmd = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields={"topic": "T", "recallHandle": "x", "producerGroup": "pg"})
+    assert request_resources(cmd) == {"T": PUB}
