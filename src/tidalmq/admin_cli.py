@@ -32,6 +32,9 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("-q", "--queues", type=int, default=8)
     c.add_argument("--order", action="store_true")
     c.add_argument("--cluster")
+    c.add_argument("--attr", action="append", default=[], metavar="[+|-]KEY[=VALUE]",
+                   help="a topic attribute, repeatable: message.type=DELAY (NORMAL, FIFO, DELAY, TRANSACTION); "
+                        "-KEY deletes one (docs/message-types.md)")
     t.add_parser("list")
     s = t.add_parser("status")
     s.add_argument("topic")
@@ -76,6 +79,12 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:
     cc.add_argument("--deliver-ms", type=int, help="its deliver time (optional: the broker looks it up)")
 
 
+def attribute_modification(attrs: list[str]) -> str | None:
+    """``--attr`` values as RocketMQ's modification text: ``KEY=VALUE`` adds or alters (``+`` implied),
+    ``-KEY`` deletes."""
+    return ",".join(a if a.startswith(("+", "-")) else "+" + a for a in attrs) or None
+
+
 def _table(rows: list[list[object]], header: list[str]) -> str:
     cols = [header, *[[str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
@@ -115,7 +124,8 @@ async def run_admin(args: argparse.Namespace) -> int:
         try:
             if args.admin_cmd == "topic":
                 if args.topic_cmd == "create":
-                    brokers = await admin.create_topic(args.topic, args.queues, order=args.order, cluster=args.cluster)
+                    brokers = await admin.create_topic(args.topic, args.queues, order=args.order, cluster=args.cluster,
+                                                       attributes=attribute_modification(args.attr))
                     print(f"create topic {args.topic} with {args.queues} queues on {', '.join(brokers)}: success")
                 elif args.topic_cmd == "list":
                     for t in await admin.topic_list():

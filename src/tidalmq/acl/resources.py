@@ -108,7 +108,7 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
         if topic:
             out[topic] = SUB
         return out
-    if code == _SEND:
+    if code == _SEND or code == RC.RECALL_MESSAGE:  # a recall takes back what was published: PUB, as RocketMQ's
         return _send(ext.get("topic"))
     if code == RC.CONSUMER_SEND_MSG_BACK:
         return _group(ext, "group")

@@ -47,6 +47,14 @@ class BrokerConfig:
     transaction_check_max: int = 15
     transaction_check_interval: int = 60000
     reject_transaction_message: bool = False
+    # RocketMQ 5 message types (docs/message-types.md). RocketMQ's broker never checks a send against its
+    # topic's message.type; its proxy does (ProxyConfig.enableTopicMessageTypeCheck, true). Off here by
+    # default so RocketMQ 4 clients sending delay messages to plain topics keep working.
+    enable_topic_message_type_check: bool = False
+    enable_mixed_message_type: bool = False  # message.type=MIXED refused at topic creation unless true
+    # RECALL_MESSAGE (RocketMQ 5.3): off by default, as RocketMQ's recallMessageEnable.
+    recall_message_enable: bool = False
+    allow_recall_when_broker_not_writeable: bool = True
     # Replication (docs/replication.md). brokerRole above: ASYNC_MASTER, SYNC_MASTER or SLAVE; a master's
     # brokerId is 0, a slave's >= 1. -1 for haListenPort means listenPort + 1 (RocketMQ's BrokerStartup
     # rule), 0 any free port; the NameServer tells slaves the address (brokerIP2, else brokerIP1).

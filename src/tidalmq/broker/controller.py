@@ -29,6 +29,7 @@ from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
 from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
 from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
+from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
@@ -149,6 +150,7 @@ class BrokerController:
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)
+        self.recall_processor = RecallMessageProcessor(self)  # RECALL_MESSAGE; the gRPC endpoint calls .recall
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.offset_reset_processor = OffsetResetProcessor(self)
         self.end_transaction_processor = EndTransactionProcessor(self)
@@ -207,6 +209,7 @@ class BrokerController:
         register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
         register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
+        register_checked(s, RC.RECALL_MESSAGE, self.recall_processor.process)
         pop = PopProcessors(self.pop)
         register_checked(s, RC.POP_MESSAGE, pop.pop)
         register_checked(s, RC.ACK_MESSAGE, pop.ack)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import persist_config, read_with_backup
@@ -31,6 +32,9 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5 topic attributes (message.type ...), real keys without the +/- of a modification
+    # (tidalmq.broker.message_type); persisted in topics.json and answered by GET_TOPIC_CONFIG as RocketMQ's.
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,7 +45,7 @@ class TopicConfig:
             "topicFilterType": self.topic_filter_type,
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
-            "attributes": {},
+            "attributes": dict(self.attributes),
         }
 
     @classmethod
@@ -54,7 +58,12 @@ class TopicConfig:
             topic_filter_type=d.get("topicFilterType", "SINGLE_TAG"),
             topic_sys_flag=int(d.get("topicSysFlag", 0)),
             order=bool(d.get("order", False)),
+            attributes=_attributes_of(d.get("attributes")),
         )
+
+    @property
+    def message_type(self) -> TopicMessageType:
+        return topic_message_type(self.attributes)
 
     @property
     def readable(self) -> bool:
@@ -63,6 +72,14 @@ class TopicConfig:
     @property
     def writable(self) -> bool:
         return bool(self.perm & PERM_WRITE)
+
+
+def _attributes_of(raw: object) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise TypeError(f"attributes must map strings to strings, got {raw!r}")
+    return dict(raw)
 
 
 class DataVersion:

@@ -34,6 +34,9 @@ class Message:
     ``delay_level`` (RocketMQ 4 delay levels, 1..18 by default), ``deliver_time_ms`` (absolute epoch
     milliseconds, RocketMQ 5's ``TIMER_DELIVER_MS``), ``delay_ms`` / ``delay_sec`` (relative, RocketMQ 5's
     ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC``). Only one of them should be set.
+
+    ``message_group`` makes a FIFO message (RocketMQ 5): it travels as ``__SHARDINGKEY``, and the producer
+    sends every message of one group to the same queue (docs/message-types.md).
     """
 
     __slots__ = ("topic", "body", "flag", "properties")
@@ -41,7 +44,7 @@ class Message:
     def __init__(self, topic: str, body: bytes | bytearray | memoryview | str = b"", *, tags: str | None = None,
                  keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None, flag: int = 0,
                  delay_level: int | None = None, deliver_time_ms: int | None = None, delay_ms: int | None = None,
-                 delay_sec: int | None = None, wait_store_msg_ok: bool = True) -> None:
+                 delay_sec: int | None = None, wait_store_msg_ok: bool = True, message_group: str | None = None) -> None:
         self.topic = topic
         self.body: bytes = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         self.flag = flag
@@ -63,6 +66,8 @@ class Message:
             self.properties[mc.TIMER_DELAY_SEC] = str(int(delay_sec))
         if not wait_store_msg_ok:
             self.properties[mc.WAIT_STORE_MSG_OK] = "false"
+        if message_group is not None:
+            self.message_group = message_group
 
     # properties with meaning ------------------------------------------------------------------
     @property
@@ -105,6 +110,20 @@ class Message:
     @deliver_time_ms.setter
     def deliver_time_ms(self, ms: int) -> None:
         self.properties[mc.TIMER_DELIVER_MS] = str(int(ms))
+
+    @property
+    def message_group(self) -> str | None:
+        """RocketMQ 5's message group of a FIFO message (the ``__SHARDINGKEY`` property the proxy maps it to)."""
+        return self.properties.get(mc.SHARDING_KEY)
+
+    @message_group.setter
+    def message_group(self, group: str) -> None:
+        if not group or not group.strip():
+            raise ValidationError("the message group must not be blank")
+        error = mc.property_text_error(mc.SHARDING_KEY, group)
+        if error is not None:
+            raise ValidationError(error)
+        self.properties[mc.SHARDING_KEY] = group
 
     @property
     def uniq_key(self) -> str | None:
@@ -272,6 +291,7 @@ class SendResult:
     transaction_id: str | None = None
     region_id: str = "DefaultRegion"
     deliver_time_ms: int | None = None  # the scheduled time of a timer message (absolute), for cancel
+    recall_handle: str | None = None  # a timer message's handle for Producer.recall (RocketMQ 5.3)
 
     @property
     def ok(self) -> bool:

@@ -38,6 +38,7 @@ from tidalmq.client.selector import FaultStrategy, MessageQueueSelector, RoundRo
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.msgid import UniqIdGenerator, decode_offset_msg_id, host_bytes
+from tidalmq.common.recall_handle import RecallHandleError, decode_recall_handle
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType
@@ -377,6 +378,8 @@ class Producer:
         round-robin, and a failed send is retried on another broker (``retry_times_when_send_failed``)."""
         self._check_running()
         p = self._prepare(msg)
+        if queue is None and selector is None and msg.message_group is not None:
+            selector, arg = select_by_hash, msg.message_group  # one queue per message group: FIFO
         if queue is not None:
             res = await self._send_to(p, queue, timeout)
         elif selector is not None:
@@ -398,6 +401,8 @@ class Producer:
         Validation errors raise here, before anything is sent."""
         self._check_running()
         p = self._prepare(msg)
+        if queue is None and selector is None and msg.message_group is not None:
+            selector, arg = select_by_hash, msg.message_group  # one queue per message group: FIFO
         fut: asyncio.Future[SendResult] | None = None
         if queue is None and selector is None:
             fut = self._send_async_first(p, timeout)
@@ -537,6 +542,29 @@ class Producer:
             return res
         return await self.send(marker, timeout=timeout)
 
+    async def recall(self, topic: str, recall_handle: str, *, timeout: float | None = None) -> str:
+        """Recall a scheduled message before it is due (RocketMQ 5.3's recallMessage): ``recall_handle`` is
+        its ``SendResult.recall_handle``. Returns the recalled message's id; MQBrokerError when the broker
+        refuses (``recallMessageEnable`` off, the message already delivered, recalled or unknown ...)."""
+        self._check_running()
+        v.check_topic(topic)
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            raise ValidationError("topic is not supported")
+        try:
+            handle = decode_recall_handle(recall_handle)
+        except RecallHandleError as e:
+            raise ValidationError(str(e)) from None
+        route, _ = await self._queues(topic)
+        addr = route.master_addr(handle.broker_name) or self._instance.master_addr(handle.broker_name)
+        if addr is None:
+            raise MQClientError(10003, f"The broker[{handle.broker_name}] not exist")
+        req = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields={
+            "producerGroup": self.group, "topic": topic, "recallHandle": recall_handle, "brokerName": handle.broker_name})
+        resp = await self._instance.invoke(addr, req, self.send_timeout if timeout is None else timeout)
+        if resp.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return resp.ext_fields.get("msgId", handle.message_id)
+
     def _prepare_unchecked(self, msg: Message) -> _Prepared:
         v.check_message(msg, self.max_message_size)
         return _Prepared(msg.topic, msg.body, 0, 0, mc.encode_properties(msg.properties),
@@ -567,7 +595,8 @@ def _send_result(p: _Prepared, mq: MessageQueue, addr: str, resp: RemotingComman
     qid = ext.get("queueId")
     queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
     return SendResult(status, p.uniq, ext.get("msgId", ""), queue, int(ext.get("queueOffset", "-1")),
-                      ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms)
+                      ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms,
+                      ext.get("recallHandle"))
 
 
 def _chain(out: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
+from tidalmq.broker.message_type import check_messages
 from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
+from tidalmq.broker.processors.recall import attach_recall_handle
 from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
@@ -212,6 +214,9 @@ class SendMessageProcessor:
                 )
                 if not records:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+                if b.config.enable_topic_message_type_check and (why := check_messages(
+                        topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
                     b.timer_rewrite.park_batch(records, topic, queue_id)
@@ -224,8 +229,10 @@ class SendMessageProcessor:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
         msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
                            born_port, reconsume)
+        if b.config.enable_topic_message_type_check and (why := check_messages(topic, tc.message_type, (msg.properties_text,))):
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
         screen_client_properties(msg)
-        self._store(req, msg, reply, conn.received_at)
+        self._store(req, msg, attach_recall_handle(b, req, msg, reply), conn.received_at)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
         """Store a message the broker built itself (send-back, re-send), through the same rewrites."""

@@ -1,0 +1,47 @@
+"""RocketMQ 5.3's recall handle (RecallMessageHandle.HandleV1): what a send of a scheduled message returns,
+and what recalling it takes. ``"v1 <topic> <brokerName> <deliver ms> <uniq key>"``, URL-safe base64."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+VERSION_1 = "v1"
+
+
+class RecallHandleError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHandle:
+    topic: str
+    broker_name: str
+    timestamp: str  # the deliver time in ms, as text (RocketMQ parses it leniently: -1 when not a number)
+    message_id: str  # the message's uniq key (client id)
+
+    def encode(self) -> str:
+        raw = " ".join((VERSION_1, self.topic, self.broker_name, self.timestamp, self.message_id))
+        return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+
+    @property
+    def deliver_ms(self) -> int:
+        try:
+            return int(self.timestamp)
+        except ValueError:
+            return -1
+
+
+def decode_recall_handle(handle: str) -> RecallHandle:
+    """RecallMessageHandle.decodeHandle: RecallHandleError("recall handle is invalid") for anything else."""
+    if not handle:
+        raise RecallHandleError("recall handle is invalid")
+    try:
+        raw = base64.urlsafe_b64decode(handle.encode("ascii")).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raise RecallHandleError("recall handle is invalid") from None
+    items = raw.split(" ")
+    if items[0] != VERSION_1 or len(items) < 5:
+        raise RecallHandleError("recall handle is invalid")
+    return RecallHandle(items[1], items[2], items[3], items[4])
