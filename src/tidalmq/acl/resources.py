@@ -70,9 +70,12 @@ def _batch_ack(body: Any) -> dict[str, int]:
 
 
 # The extFields each code's resources are read from (request_resources below). HEART_BEAT reads its body;
-# codes not listed touch no resource.
+# codes not listed touch no resource. A code given resources in request_resources must be listed here
+# (or in _BODY_READS), or one decision would stand for all its requests:
+# tests/acl/test_units.py::test_resource_key_changes_with_every_field_the_resources_come_from.
 _READS: dict[int, tuple[str, ...]] = {
-    _SEND_V2: ("b",), _SEND_BATCH: ("b",), _SEND: ("topic",), _PULL: ("consumerGroup", "topic"),
+    _SEND_V2: ("b",), _SEND_BATCH: ("b",), _SEND: ("topic",), int(RC.RECALL_MESSAGE): ("topic",),
+    _PULL: ("consumerGroup", "topic"),
     int(RC.CONSUMER_SEND_MSG_BACK): ("group",), int(RC.QUERY_MESSAGE): ("topic",),
     int(RC.UNREGISTER_CLIENT): ("consumerGroup",), int(RC.GET_CONSUMER_LIST_BY_GROUP): ("consumerGroup",),
     int(RC.UPDATE_CONSUMER_OFFSET): ("consumerGroup", "topic"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+import grpc
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.service import MessagingService
 from tidalmq.remoting.tls import TlsConfig
