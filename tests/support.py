@@ -68,6 +68,23 @@ class Standalone:
         return cmd
 
     def start(self, timeout: float = 30.0) -> Standalone:
+        # A free port picked here can be taken by another process before the standalone binds it (suites
+        # run side by side): a first start that fails so is retried on new ports. A restart keeps its
+        # ports, which its clients know.
+        first = self.proc is None
+        for attempt in range(3):
+            log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                tail = self.log_path.read_text(errors="replace")[log_start:] if self.log_path.exists() else ""
+                if not first or attempt == 2 or "address already in use" not in tail.lower():
+                    raise
+                self.namesrv_port, self.broker_port = free_port_pair()
+                self.grpc_port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> Standalone:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
