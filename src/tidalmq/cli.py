@@ -91,7 +91,7 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str
         bc.listen_port = args.broker_port
     if not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
-    if not bc.is_slave:
+    if not bc.is_slave and not bc.enable_controller_mode:
         bc.broker_id = 0  # a master's id, whatever the file says (RocketMQ's BrokerStartup does the same)
     bc.validate()
     sc.validate()
