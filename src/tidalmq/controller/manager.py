@@ -62,6 +62,7 @@ class ReplicasManager:
         self.tracker = CatchUpTracker()
         self.truncated_bytes = 0
         self.last_renewed = time.monotonic()
+        self.master_gone_since: float | None = None
 
     # start-up ---------------------------------------------------------------------------------
     async def prepare(self) -> None:
@@ -118,7 +119,16 @@ class ReplicasManager:
         else:
             if self.is_master:
                 self._fence(f"broker {record.master_broker_id} is master of epoch {record.master_epoch}")
-            won = elect(record, alive, me)
+            # Elect only once the master has been seen gone for a whole tick: by then every replica has
+            # published the CommitLog end it kept (nothing arrives from a dead master), and the choice
+            # of the most complete one is not made on a stale figure.
+            if record.master_broker_id in alive:
+                self.master_gone_since = None
+            elif self.master_gone_since is None:
+                self.master_gone_since = time.monotonic()
+            settled = self.master_gone_since is not None and \
+                time.monotonic() - self.master_gone_since >= self.ttl / 3.0
+            won = elect(record, alive, me) if settled else None
             if won is not None:
                 await self._try_write(won, promote=True)
             elif record.master_broker_id in alive and not self.fenced:
