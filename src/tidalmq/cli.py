@@ -111,7 +111,7 @@ async def _standalone(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     bc, sc, rc, tls = build_broker_configs(args, data_dir)  # refused before any port is bound
-    if bc.ha_listen_port < 0:
+    if bc.ha_listen_port < 0 and not bc.enable_controller_mode:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).
         bc.ha_listen_port = 0

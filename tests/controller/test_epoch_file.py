@@ -45,3 +45,4 @@ def test_the_file_round_trips_and_refuses_garbage(tmp_path: Path) -> None:
         parse_entries("2 100\n1 200\n")
     with pytest.raises(ValueError, match="line 1"):
         parse_entries("x y\n")
+

@@ -101,6 +101,9 @@ class BrokerConfig:
                 raise ConfigError("enableControllerMode=true needs brokerId >= 1: the replica's own id in its group")
             if not self.controller_etcd_endpoints:
                 raise ConfigError("enableControllerMode=true needs controllerEtcdEndpoints (http://host:port;...)")
+            if self.ha_listen_port == 0:
+                raise ConfigError("enableControllerMode=true needs a fixed haListenPort (or -1: listenPort+1): "
+                                  "the group's record names it before the HA port is bound")
             if self.is_slave:
                 raise ConfigError("enableControllerMode=true: brokerRole names the master's flavour "
                                   "(SYNC_MASTER or ASYNC_MASTER); the controller decides who is a slave")
