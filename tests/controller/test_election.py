@@ -87,10 +87,20 @@ def test_first_master_sync_state_set_shrink_and_election_from_it(tmp_path: Path,
         assert m2.epoch_file.entries == list(m2.record.epochs)  # persisted with the term
         await m3.tick()
         assert b3.ha_client.master == "127.0.0.1:10021"  # follows the new master
-        # The old master comes back alive: it is no longer master and must not take writes.
+        # The old master comes back alive: it is no longer master and must not take writes; with a
+        # longer CommitLog than the new master's (a divergent tail) it is still never in sync.
         m1.lease = 0
+        b1.store.max_phy_offset = 9000
         await m1.tick()
         assert b1.fenced == 1 and not m1.is_master
+        for _ in range(3):
+            await m2.tick()
+            await m1.tick()
+        assert m2.record is not None and 1 not in m2.record.sync_state_set
+        # Broker 3 follows epoch 2 and catches up: it joins.
+        b3.store.max_phy_offset = 5000
+        await _tick_until([m3, m2], lambda: m2.record is not None and m2.record.sync_state_set == {2, 3},
+                          "broker 3 back in the SyncStateSet")
 
     run(scenario(), 60)
 

@@ -128,7 +128,8 @@ class ReplicasManager:
                 self.master_gone_since = time.monotonic()
             settled = self.master_gone_since is not None and \
                 time.monotonic() - self.master_gone_since >= self.ttl / 3.0
-            won = elect(record, alive, me) if settled else None
+            # A fenced old master may hold a divergent tail: it rejoins through a restart, never by election.
+            won = elect(record, alive, me) if settled and not self.fenced else None
             if won is not None:
                 await self._try_write(won, promote=True)
             elif record.master_broker_id in alive and not self.fenced:
@@ -136,7 +137,8 @@ class ReplicasManager:
 
     def me(self) -> Replica:
         c = self.broker.config
-        return Replica(self.broker_id, c.broker_addr, c.ha_server_addr, self.broker.store.max_phy_offset)
+        return Replica(self.broker_id, c.broker_addr, c.ha_server_addr, self.broker.store.max_phy_offset,
+                       self.epoch_file.last_epoch)
 
     async def _read_record(self) -> None:
         kv = await self.etcd.get(self.record_key)
@@ -174,7 +176,7 @@ class ReplicasManager:
         now = time.monotonic()
         self.tracker.sample(now, self.broker.store.max_phy_offset, self.max_lag_s * 2)
         for i, r in alive.items():
-            if i != self.broker_id:
+            if i != self.broker_id and r.epoch == record.master_epoch:
                 self.tracker.report(i, r.max_phy_offset)
         others = set(alive) - {self.broker_id}
         new = alter_sync_state_set(record, self.tracker.in_sync(others, now, self.max_lag_s))

@@ -52,15 +52,20 @@ class Replica:
     broker_addr: str
     ha_server_addr: str
     max_phy_offset: int
+    # The last epoch in the replica's epoch file: a replica counts as caught up only in the master's
+    # own epoch (a length compared across terms says nothing: an old master's divergent tail is long).
+    epoch: int = 0
 
     def encode(self) -> bytes:
         return json.dumps({"brokerId": self.broker_id, "brokerAddr": self.broker_addr,
-                           "haServerAddr": self.ha_server_addr, "maxPhyOffset": self.max_phy_offset}).encode()
+                           "haServerAddr": self.ha_server_addr, "maxPhyOffset": self.max_phy_offset,
+                           "epoch": self.epoch}).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Replica:
         d = json.loads(raw)
-        return cls(int(d["brokerId"]), str(d["brokerAddr"]), str(d["haServerAddr"]), int(d["maxPhyOffset"]))
+        return cls(int(d["brokerId"]), str(d["brokerAddr"]), str(d["haServerAddr"]), int(d["maxPhyOffset"]),
+                   int(d.get("epoch", 0)))
 
 
 def first_master(me: Replica) -> GroupRecord:
