@@ -144,3 +144,32 @@ def test_no_election_while_the_master_lives_or_from_outside_the_set() -> None:
     won = elect(rec3, {2: r2, 3: ahead}, ahead)
     assert won is not None and (won.master_broker_id, won.master_epoch) == (3, 5)
     assert won.epochs[-1] == EpochEntry(5, 99)
+
+
+def test_a_master_restarted_before_its_lease_ran_out_starts_a_new_term(tmp_path: Path, etcd: Etcd) -> None:
+    async def scenario() -> None:
+        (b1, m1), (b2, m2) = _group(tmp_path, etcd, 2)
+        await m1.tick()
+        assert m1.is_master and m1.record is not None and m1.record.master_epoch == 1
+        b1.store.max_phy_offset = 700
+        # The process restarts (a new manager, a new lease) while etcd still names it master.
+        again = ReplicasManager(b1)  # type: ignore[arg-type]
+        await again.prepare()
+        await again.tick()
+        assert again.is_master and again.record is not None
+        assert again.record.master_epoch == 2 and list(again.record.epochs) == [EpochEntry(1, 0), EpochEntry(2, 700)]
+        await m2.tick()
+        assert not m2.is_master and b2.ha_client.master == "127.0.0.1:10011"
+        b2.store.max_phy_offset = 700  # caught up in epoch 2: back in the SyncStateSet
+        await _tick_until([m2, again], lambda: again.record is not None and again.record.sync_state_set == {1, 2},
+                          "SyncStateSet {1,2}")
+        # A graceful stop revokes the lease, and the stopped manager renews nothing: broker 2 takes over
+        # well before the 3 s TTL of a lease left to expire.
+        await m2.etcd.lease_revoke(m1.lease)  # the first incarnation's lease, which nothing renews
+        t0 = time.monotonic()
+        await again.stop()
+        await _tick_until([again, m2], lambda: m2.is_master, "broker 2 elected after the stop", timeout=5)
+        assert time.monotonic() - t0 < 3.0
+        assert m2.record is not None and m2.record.master_epoch == 3
+
+    run(scenario(), 30)

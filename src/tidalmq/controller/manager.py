@@ -63,6 +63,7 @@ class ReplicasManager:
         self.truncated_bytes = 0
         self.last_renewed = time.monotonic()
         self.master_gone_since: float | None = None
+        self.stopping = False
 
     # start-up ---------------------------------------------------------------------------------
     async def prepare(self) -> None:
@@ -99,6 +100,8 @@ class ReplicasManager:
             await asyncio.sleep(period)
 
     async def tick(self) -> None:
+        if self.stopping:
+            return  # the broker stops: no new lease after the revoke
         if not self.lease or not await self.etcd.lease_keepalive(self.lease):
             if self.lease and self.is_master:
                 # Our lease expired while we were master: another may be elected from now on.
@@ -208,6 +211,7 @@ class ReplicasManager:
         self.broker.fence_master()
 
     async def stop(self) -> None:
+        self.stopping = True
         if self.lease:
             try:
                 await self.etcd.lease_revoke(self.lease)  # the others need not wait out the TTL
