@@ -111,10 +111,11 @@ async def _standalone(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     bc, sc, rc, tls = build_broker_configs(args, data_dir)  # refused before any port is bound
-    if bc.ha_listen_port < 0 and not bc.enable_controller_mode:
+    if bc.ha_listen_port < 0:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).
-        bc.ha_listen_port = 0
+        # (Controller mode keeps listenPort + 1: etcd's record names the port before it is bound.)
+        bc.ha_listen_port = -1 if bc.enable_controller_mode else 0
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     ns_acl = None
     internal = None
