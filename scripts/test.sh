@@ -3,7 +3,7 @@
 # Extra arguments go to pytest (e.g. --run-slow for the crash loops and soak tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-system.sh  # Debian packages the suite needs (fuse3 for the power-cut harness)
+bash scripts/setup-system.sh  # Debian packages the suite needs (fuse3 for the power-cut harness, etcd-server for tests/controller)
 bash scripts/setup.sh test
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy  # src/tidalmq, with the settings in pyproject.toml's [tool.mypy]

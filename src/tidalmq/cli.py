@@ -96,7 +96,7 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
         bc.listen_port = args.broker_port
     if not props.get("storePathCommitLog"):
         sc.store_path_commit_log = ""
-    if not bc.is_slave:
+    if not bc.is_slave and not bc.enable_controller_mode:
         bc.broker_id = 0  # a master's id, whatever the file says (RocketMQ's BrokerStartup does the same)
     bc.validate()
     sc.validate()
@@ -122,7 +122,8 @@ async def _standalone(args: argparse.Namespace) -> int:
     if bc.ha_listen_port < 0:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).
-        bc.ha_listen_port = 0
+        # (Controller mode keeps listenPort + 1: etcd's record names the port before it is bound.)
+        bc.ha_listen_port = -1 if bc.enable_controller_mode else 0
     Path(data_dir).mkdir(parents=True, exist_ok=True)
     ns_acl = None
     internal = None

@@ -52,6 +52,20 @@ class Slave(Standalone):
         self.proc.send_signal(signal.SIGCONT)
 
 
+class NameServer(Standalone):
+    """A ``tidalmq namesrv`` alone, for brokers started as ``tidalmq broker``."""
+
+    ready_line = re.compile(r"namesrv ready on")
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.namesrv_port = free_port()
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tidalmq.cli", "namesrv", "--data-dir", str(self.data_dir),
+                "-p", str(self.namesrv_port)]
+
+
 async def info(client: RemotingClient, addr: str) -> dict[str, Any]:
     return await runtime_info(client, addr)
 

@@ -4,8 +4,6 @@ master is SIGKILLed."""
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,23 +16,10 @@ require_official_client()
 from tests.broker.rawclient import run  # noqa: E402
 from tests.compat.conftest import Agents  # noqa: E402
 from tests.compat.harness import by_key, msg, uniq, wait_route  # noqa: E402
-from tests.ha.support import Slave, wait_info  # noqa: E402
-from tests.support import Standalone, free_port  # noqa: E402
+from tests.ha.support import NameServer, Slave, wait_info  # noqa: E402
 from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from tidalmq.remoting.command import RemotingCommand  # noqa: E402
 from tidalmq.remoting.transport import RemotingClient  # noqa: E402
-
-
-class NameServer(Standalone):
-    ready_line = re.compile(r"namesrv ready on")
-
-    def __init__(self, data_dir: Path) -> None:
-        super().__init__(data_dir)
-        self.namesrv_port = free_port()
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "tidalmq.cli", "namesrv", "--data-dir", str(self.data_dir),
-                "-p", str(self.namesrv_port)]
 
 
 class Master(Slave):

@@ -66,6 +66,16 @@ class BrokerConfig:
     ha_housekeeping_interval: int = 20000
     ha_transfer_batch_size: int = 32 * 1024
     ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    # Controller mode (docs/replication.md): the group elects its master through etcd. brokerId is then
+    # the replica's own id (>= 1, unique in the group; a master registers as 0), brokerRole the flavour
+    # of the master it becomes (SYNC_MASTER or ASYNC_MASTER); every replica starts as a slave.
+    enable_controller_mode: bool = False
+    controller_etcd_endpoints: str = ""
+    # A replica whose lease etcd has not seen renewed for this long is dead (a master: a new one is elected).
+    controller_lease_ttl_seconds: int = 3
+    # The master drops from the SyncStateSet a replica that has not caught up for this long
+    # (RocketMQ 5's haMaxTimeSlaveNotCatchup).
+    sync_state_set_max_lag_ms: int = 15000
     # Reads from slaves: the master suggests the slave (whichBrokerWhenConsumeSlowly) to a pull that is
     # far behind; the slave suggests the group's brokerId.
     slave_read_enable: bool = False
@@ -94,7 +104,18 @@ class BrokerConfig:
     def validate(self) -> None:
         """Refuse values the broker cannot run with (``ConfigError`` names the key and what is allowed)."""
         check_fields(self, _CHECKS)
-        if self.is_slave and self.broker_id < 1:
+        if self.enable_controller_mode:
+            if self.broker_id < 1:
+                raise ConfigError("enableControllerMode=true needs brokerId >= 1: the replica's own id in its group")
+            if not self.controller_etcd_endpoints:
+                raise ConfigError("enableControllerMode=true needs controllerEtcdEndpoints (http://host:port;...)")
+            if self.ha_listen_port == 0:
+                raise ConfigError("enableControllerMode=true needs a fixed haListenPort (or -1: listenPort+1): "
+                                  "the group's record names it before the HA port is bound")
+            if self.is_slave:
+                raise ConfigError("enableControllerMode=true: brokerRole names the master's flavour "
+                                  "(SYNC_MASTER or ASYNC_MASTER); the controller decides who is a slave")
+        elif self.is_slave and self.broker_id < 1:
             raise ConfigError("brokerId=0 with brokerRole=SLAVE: a slave's brokerId must be >= 1 (0 is the master's)")
 
 
@@ -107,6 +128,8 @@ _CHECKS: dict[str, Check] = {
     "ha_housekeeping_interval": in_range(1, JAVA_INT_MAX),
     "ha_transfer_batch_size": in_range(1, JAVA_INT_MAX),
     "ha_max_gap_not_in_sync": in_range(1, 2**63 - 1),
+    "controller_lease_ttl_seconds": in_range(2, 3600),
+    "sync_state_set_max_lag_ms": in_range(1, JAVA_INT_MAX),
     "broker_permission": in_range(0, 7),  # PermName's bits: 4 read, 2 write, 1 inherit
     "default_topic_queue_nums": in_range(1, 1024),
     "flush_consumer_offset_interval": in_range(1, JAVA_INT_MAX),

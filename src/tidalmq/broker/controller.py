@@ -44,6 +44,7 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import body_crc
+from tidalmq.controller.manager import ReplicasManager
 from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.ha.client import HAClient
 from tidalmq.ha.service import HAService
@@ -79,6 +80,12 @@ class BrokerController:
                  tls: TlsConfig | None = None) -> None:
         self.config = config
         self.store_config = store_config
+        self._host = host
+        # Controller mode (docs/replication.md): every replica starts as a slave; the one etcd names
+        # master is promoted at runtime to the configured master role.
+        self.master_role = config.broker_role
+        if config.enable_controller_mode:
+            config.broker_role = "SLAVE"
         root = Path(store_config.store_path_root_dir)
         # conf/plain_acl.yml lives under $ROCKETMQ_HOME, else the data directory (the store's parent).
         self.home = Path(home) if home is not None else root.parent
@@ -167,6 +174,8 @@ class BrokerController:
         # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
         self.pop = PopService(self)
         self.pop_revive = PopReviveService(self, self.pop)
+        self.replicas: ReplicasManager | None = ReplicasManager(self) if config.enable_controller_mode else None
+        self._slave_tasks: list[asyncio.Task[Any]] = []
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -221,6 +230,8 @@ class BrokerController:
     # lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.replicas is not None:
+            await self.replicas.prepare()  # the group's history, to cut a divergent tail at load
         # Loading recovers the store after a crash (a CommitLog scan, queues re-dispatched): seconds on a
         # large store. Off the loop, so what already serves on it (a standalone's NameServer) keeps answering.
         await self._loop.run_in_executor(None, self._load_and_start_store)
@@ -237,6 +248,8 @@ class BrokerController:
         self.pop.start(self._loop)
         if self.acl is not None:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
+        if self.replicas is not None:
+            self._tasks.append(self._loop.create_task(self.replicas.run()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
     async def _start_ha(self, ephemeral_listen_port: bool) -> None:
@@ -257,9 +270,44 @@ class BrokerController:
             c.ha_listen_port = self.ha_service.port
         if self.ha_client is not None:
             self.ha_client.update_master_address(c.ha_master_address)
-            self._tasks.append(self._loop.create_task(self.ha_client.run()))
+            self._slave_tasks.append(self._loop.create_task(self.ha_client.run()))
         if self.slave_sync is not None:
-            self._tasks.append(self._loop.create_task(self.slave_sync.run()))
+            self._slave_tasks.append(self._loop.create_task(self.slave_sync.run()))
+        self._tasks.extend(self._slave_tasks)
+
+    async def become_master(self) -> None:
+        """Controller mode's promotion at runtime: the slave side stops, the store takes puts, the
+        master's services start, and the broker registers as brokerId 0."""
+        assert self._loop is not None
+        c = self.config
+        for t in self._slave_tasks:
+            t.cancel()
+        await asyncio.gather(*self._slave_tasks, return_exceptions=True)
+        self._tasks = [t for t in self._tasks if t not in self._slave_tasks]
+        self._slave_tasks.clear()
+        self.ha_client = None
+        self.slave_sync = None
+        await self._loop.run_in_executor(None, self._start_master_store)
+        c.broker_role = self.master_role
+        c.broker_id = 0
+        self.ha_service = HAService(c, self.store, self.store_config.sync_flush_timeout, self._host)
+        await self.ha_service.start(c.listen_port + 1 if c.ha_listen_port < 0 else c.ha_listen_port)
+        self._tasks.append(self._loop.create_task(self.transaction_check.run()))
+        self._tasks.append(self._loop.create_task(self.pop_revive.run()))
+        self.register_soon()
+        log.warning("broker %s is master (%s) on %s", c.broker_name, c.broker_role, c.broker_addr)
+
+    def _start_master_store(self) -> None:
+        self.store.become_master()
+        self.schedule.start()
+        if self.timer is not None:
+            self.store.add_arrival_listener(self.timer.on_arrival)
+            self.timer.start()
+
+    def fence_master(self) -> None:
+        """Controller mode: another replica was elected; this one takes no more writes (SLAVE answers)."""
+        self.config.broker_role = "SLAVE"
+        self.store.is_slave = True
 
     def _load_and_start_store(self) -> None:
         """The configs, the store (with its recovery) and the schedule services, loaded and started."""
@@ -268,6 +316,8 @@ class BrokerController:
         self.groups.load()
         if not self.store.load():
             raise RuntimeError(f"the store under {self.store_config.store_path_root_dir} failed to load")
+        if self.replicas is not None:
+            self.replicas.truncate_divergent_tail()
         self.store.add_arrival_listener(self._on_arrival)
         self.store.add_arrival_listener(self.pop.on_arrival)
         self.schedule.load()
@@ -297,6 +347,8 @@ class BrokerController:
         self.topics.persist()
 
     async def stop(self) -> None:
+        if self.replicas is not None:
+            await self.replicas.stop()  # the lease revoked: the others need not wait out its TTL
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -380,6 +432,8 @@ class BrokerController:
     def _on_registered(self, answer: dict[str, str]) -> None:
         """A slave learns its master from the NameServer's answer (haServerAddr, masterAddr), unless
         haMasterAddress names it (RocketMQ's updateMasterHAServerAddrPeriodically)."""
+        if self.replicas is not None:
+            return  # controller mode: the master is the one etcd's record names
         if self.ha_client is not None and not self.config.ha_master_address:
             self.ha_client.update_master_address(answer.get("haServerAddr", ""))
         if self.slave_sync is not None:
@@ -507,6 +561,8 @@ class BrokerController:
             info.update(self.ha_service.runtime_info())
         if self.ha_client is not None:
             info.update(self.ha_client.runtime_info())
+        if self.replicas is not None:
+            info.update(self.replicas.runtime_info())
         info.update(self.pop_revive.runtime_info())
         try:
             info.update(self.store.runtime_info())

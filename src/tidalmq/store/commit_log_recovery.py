@@ -196,6 +196,10 @@ class CommitLogRecovery(CommitLogScan):
         end = min(offset, end)
         return end, end if since_at < 0 else since_at
 
+    def truncate_tail(self, offset: int) -> None:
+        """Drop everything from ``offset`` (a record boundary) on: a replica's divergent tail."""
+        self._truncate(offset)
+
     def _truncate(self, process_offset: int) -> None:
         self.mfq.truncate_dirty_files(process_offset)
         for f in self.mfq.files:

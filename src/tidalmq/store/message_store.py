@@ -228,6 +228,31 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.reput.do_reput()
         self._recover_topic_queue_table()
 
+    def truncate_to(self, offset: int) -> bool:
+        """Between load() and start(): drop the CommitLog from ``offset`` (a record boundary) on, and the
+        ConsumeQueue entries that point there. Controller mode cuts a rejoining replica's divergent tail
+        with it (docs/replication.md); False when there was nothing past ``offset``."""
+        if not self._loaded or self._started:
+            raise RuntimeError("truncate_to() is for a loaded store not yet started")
+        if offset >= self.commit_log.max_offset:
+            return False
+        log.warning("store: truncating the CommitLog from %d to %d", self.commit_log.max_offset, offset)
+        self.commit_log.truncate_tail(offset)
+        for cq in self._cqs.values():
+            if cq.max_physic_offset > offset:
+                cq.truncate_dirty(offset)
+        self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+        self._recover_topic_queue_table()
+        return True
+
+    def become_master(self, reput_timeout_s: float = 30.0) -> None:
+        """A slave's store starts taking puts (a promotion): once reput has dispatched every replicated
+        record, the queue offsets new puts continue from are the ConsumeQueues' ends."""
+        if not self.wait_reput(self.commit_log.max_offset, reput_timeout_s):
+            log.warning("promotion: reput still behind after %.0f s; queue offsets may restart low", reput_timeout_s)
+        self._recover_topic_queue_table()
+        self.is_slave = False
+
     def _first_unqueued(self, batch: DispatchBatch, first: int) -> int | None:
         """The CommitLog offset of the first record of ``batch`` (from row ``first``) whose ConsumeQueue entry
         is missing or points elsewhere, or None. Recovery after a process crash re-dispatches from there."""
