@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rocketmq.client", reason="the official client rocketmq==0.4.4 is not installed")
+from tests.compat.harness import require_official_client
+
+require_official_client()
 
 from tests.broker.rawclient import run  # noqa: E402
 from tests.compat.conftest import Agents  # noqa: E402
