@@ -168,3 +168,30 @@ def test_window_drops_keys_older_than_its_seconds(tmp_path: Path) -> None:
     w.entries["new"] = Original(100, 0, 1, int((now[0] - 1) * 1000))
     w._evict()
     assert list(w.entries) == ["new"]
+
+
+def test_idempotent_producer_rides_out_a_restart_and_stores_once(dedup_broker: Standalone) -> None:
+    """``Producer(idempotent=True)``: a send made while the broker is down is retried on its queue until
+    the broker is back; sending the same message again returns the original's result."""
+    async def scenario() -> None:
+        async with Producer("IdemPG", dedup_broker.namesrv_addr, idempotent=True, send_timeout=30) as p:
+            assert (await p.send(Message("Idem", "a"))).ok  # the route is known from here on
+            dedup_broker.kill()
+            msg = Message("Idem", "b")
+            pending = asyncio.ensure_future(p.send(msg))
+            await asyncio.get_running_loop().run_in_executor(None, dedup_broker.start)
+            res = await asyncio.wait_for(pending, 30)
+            assert res.ok
+            again = await p.send(msg)  # the same UNIQ_KEY: answered from the window
+            assert (again.offset_msg_id, again.message_queue, again.queue_offset) == \
+                (res.offset_msg_id, res.message_queue, res.queue_offset)
+        c = RemotingClient()
+        try:
+            total = 0
+            for q in range(8):
+                total += await max_offset(c, dedup_broker.broker_addr, "Idem", q)
+            assert total == 2
+        finally:
+            await c.close()
+
+    run(scenario(), timeout=90)
