@@ -388,11 +388,21 @@ class Producer:
             await self._instance.invoke_oneway(self._broker_addr(route, mq), self._request(p, mq))
             return None
         t0 = time.monotonic()
-        try:
-            res = await self._send_once(p, route, mq, self.send_timeout if timeout is None else timeout)
-        except MQClientError:
-            self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-            raise
+        timeout = self.send_timeout if timeout is None else timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                res = await self._send_once(p, route, mq, timeout - (time.monotonic() - t0))
+                break
+            except MQClientError as e:
+                self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                pause = idempotent_backoff(attempt)
+                # idempotent: a lost connection or answer is retried on the queue (its window dedups)
+                if (not self.idempotent or isinstance(e, MQBrokerError | ValidationError)
+                        or time.monotonic() - t0 + pause >= timeout):
+                    raise
+            await asyncio.sleep(pause)
         self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
         return res
 
