@@ -216,7 +216,11 @@ class Producer:
         cached = self._publish.get(topic)
         if cached is not None and (cached[0] is current or current is None):
             return cached
-        route = current if current is not None and current.queue_datas else await inst.route(topic, default_topic=True)
+        if current is not None and current.queue_datas:
+            route = current
+        else:
+            route = await self._route_through_blip(topic) if self.idempotent else \
+                await inst.route(topic, default_topic=True)
         queues = route.publish_queues()
         if topic not in inst.routes:  # routed like the default topic: the broker creates it on the first send
             queues = [q for q in queues if q.queue_id < self.default_topic_queue_nums]
@@ -224,6 +228,20 @@ class Producer:
             raise MQClientError(17, f"No writable queue of topic {topic} on any broker with a master")
         self._publish[topic] = (route, queues)
         return route, queues
+
+    async def _route_through_blip(self, topic: str) -> codec.TopicRoute:
+        """An idempotent producer rides out a NameServer that does not answer, until the send timeout."""
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._instance.route(topic, default_topic=True)
+            except MQClientError as e:
+                pause = idempotent_backoff(attempt)
+                if isinstance(e, MQBrokerError) or time.monotonic() - began + pause >= self.send_timeout:
+                    raise
+            await asyncio.sleep(pause)
 
     def _broker_addr(self, route: codec.TopicRoute, mq: MessageQueue) -> str:
         addr = route.master_addr(mq.broker_name) or self._instance.master_addr(mq.broker_name)

@@ -20,9 +20,8 @@ from tidalmq.spark.options import RetryPolicy
 
 T = TypeVar("T")
 
-# Broker answers that say "not now" rather than "no".
-_TRANSIENT_CODES = frozenset({ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_BUSY,
-                              ResponseCode.SERVICE_NOT_AVAILABLE})
+# Broker answers that say "not now" rather than "no" (SYSTEM_ERROR is also "no": a refused subscription).
+_TRANSIENT_CODES = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE})
 
 
 def transient(e: BaseException) -> bool:
