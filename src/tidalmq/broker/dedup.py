@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common.record import DISPATCH_PROPERTIES, DispatchProperties, properties_span
 from tidalmq.common.record_batch import RecordBatch
@@ -49,8 +50,9 @@ SNAPSHOT_FILE = "duplication.json"
 _REBUILD_BYTES = 64 << 20  # replayed when there is no snapshot (a first start with dedup, a lost file)
 _REPLAY_CHUNK = 8 << 20
 _UNIQ = b"UNIQ_KEY"
-IN_FLIGHT_REMARK = ("[DUPLICATE_IN_FLIGHT]the original of this message (UNIQ_KEY {}) is being stored; retry "
-                    "for its result")
+_CANCEL_MARKER = mc.TIMER_DEL_UNIQKEY.encode() + b"\x01"
+IN_FLIGHT_REMARK = ("[DUPLICATE_IN_FLIGHT]the original of this message ({}) is being stored; retry for its "
+                    "result")
 
 Respond = Callable[[RemotingCommand], object]
 
@@ -71,16 +73,26 @@ def _uniq_in(found: DispatchProperties) -> str | None:
     return None
 
 
+def window_key(topic: str, uniq: str) -> str:
+    """A window entry's key: per topic, since forwarding a consumed message to another topic keeps its
+    UNIQ_KEY (clients set one only where there is none)."""
+    return f"{topic}/{uniq}"
+
+
 def put_keys(put: PutRequest) -> list[str | None]:
-    """The UNIQ_KEY of each record of a put (None where a record has none)."""
+    """The window key of each record of a put (None where a record has no UNIQ_KEY, or is a timer cancel,
+    which carries its target's UNIQ_KEY)."""
     recs = put.records
-    if isinstance(recs, RecordBatch):
-        return [_uniq_in(f) for f in recs.dispatch_properties]
-    out: list[str | None] = []
-    for rec in recs:
-        at, n = properties_span(rec)
-        out.append(_uniq_in(DISPATCH_PROPERTIES.findall(memoryview(rec)[at - 1 : at + n])))
-    return out
+    topic = put.topic
+    if isinstance(recs, RecordBatch):  # a batch cannot carry a cancel (BATCH_FORBIDDEN_PROPERTIES)
+        uniqs = [_uniq_in(f) for f in recs.dispatch_properties]
+    else:
+        uniqs = []
+        for rec in recs:
+            at, n = properties_span(rec)
+            props = memoryview(rec)[at - 1 : at + n]
+            uniqs.append(None if _CANCEL_MARKER in props.tobytes() else _uniq_in(DISPATCH_PROPERTIES.findall(props)))
+    return [window_key(topic, u) if u else None for u in uniqs]
 
 
 def select_records(batch: RecordBatch, keep: list[int]) -> RecordBatch:
@@ -163,8 +175,8 @@ class DuplicationWindow:
             for t, q, phys, qoff, ts, key in zip(batch.topic_ids.tolist(), batch.queue_ids.tolist(),
                                                  batch.commit_log_offsets.tolist(), batch.queue_offsets.tolist(),
                                                  batch.store_timestamps.tolist(), batch.uniq_keys, strict=True):
-                if key and key not in self.entries and not _skipped_topic(names[t]):
-                    self.entries[key] = Original(phys, q, qoff, ts)
+                if key and not _skipped_topic(names[t]):
+                    self.entries.setdefault(window_key(names[t], key), Original(phys, q, qoff, ts))
             if nxt <= offset:
                 break
             offset = nxt
