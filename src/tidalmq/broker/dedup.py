@@ -12,10 +12,11 @@ derives the key deterministically (the Spark sink: query, batch, partition, row)
 - A send whose original is still being stored (between append request and answer) is answered
   SYSTEM_BUSY: the client backs off and its retry then gets the original's answer.
 - Bounded: the oldest entries go past ``duplicationWindowSize`` keys or ``duplicationWindowSeconds``.
-- Persisted: a snapshot (``<storePathRootDir>/config/duplication.json``: the window and the CommitLog
-  offset it covers) is written every ``duplicationSnapshotIntervalSeconds`` and at shutdown; at load the
-  CommitLog from that offset to its end is replayed into it (Pulsar's snapshot + cursor replay), so a
-  crash loses no key. Without a snapshot, the last ``_REBUILD_BYTES`` of the CommitLog are replayed.
+- Persisted without copying it: the window's entries are the CommitLog's keyed records in order, so
+  the CommitLog offset of its oldest entry is all that is written (``<storePathRootDir>/config/
+  duplication.json``, every ``duplicationSnapshotIntervalSeconds``); at load the CommitLog from there to
+  its end is replayed through the same bounds, which rebuilds the window (a crash leaves an older offset:
+  more is replayed, the bounds drop it again). Without the file the last ``_REBUILD_BYTES`` are replayed.
 
 Pure bookkeeping here; the send processor calls ``screen`` before a put and ``settle`` after it.
 """
@@ -135,7 +136,6 @@ class DuplicationWindow:
         self.entries: OrderedDict[str, Original] = OrderedDict()
         self.in_flight: dict[int, list[str | None]] = {}  # id(put) -> its keys, until settled
         self._in_flight_keys: set[str] = set()
-        self.covered = 0  # CommitLog offset up to which every record is in ``entries``
         self.duplicates = 0  # sends (records) answered from the window
         self._loaded = False
         self._last_snapshot = 0.0
@@ -143,7 +143,7 @@ class DuplicationWindow:
 
     # ---- load and snapshot ----------------------------------------------------------------------
     def ensure_loaded(self) -> None:
-        """The snapshot, then the CommitLog after it; before the first put of this boot."""
+        """Replay the CommitLog from the oldest entry's offset; before the first put of this boot."""
         if self._loaded:
             return
         self._loaded = True
@@ -151,16 +151,11 @@ class DuplicationWindow:
         start = max(cl.min_offset, cl.written[0] - _REBUILD_BYTES)
         try:
             with open(self.path, encoding="utf-8") as f:
-                snap = json.load(f)
-            if int(snap["covered"]) <= cl.written[0]:
-                start = max(cl.min_offset, int(snap["covered"]))
-                for key, e in snap["entries"]:
-                    self.entries[key] = Original(*e)
+                start = max(cl.min_offset, min(int(json.load(f)["start"]), cl.written[0]))
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError) as e:
             log.warning("duplication snapshot %s unreadable (%s): rebuilding from the CommitLog tail", self.path, e)
-            self.entries.clear()
         self._replay(start)
         self._last_snapshot = time.monotonic()
         log.info("duplication window: %d keys (replayed the CommitLog from %d)", len(self.entries), start)
@@ -169,6 +164,7 @@ class DuplicationWindow:
         cl = self.commit_log
         end = cl.written[0]
         offset = start
+        entries = self.entries
         while offset < end:
             batch, nxt, _bad = cl.read_dispatch_requests(offset, _REPLAY_CHUNK)
             names = batch.topic_names
@@ -176,29 +172,29 @@ class DuplicationWindow:
                                                  batch.commit_log_offsets.tolist(), batch.queue_offsets.tolist(),
                                                  batch.store_timestamps.tolist(), batch.uniq_keys, strict=True):
                 if key and not _skipped_topic(names[t]):
-                    self.entries.setdefault(window_key(names[t], key), Original(phys, q, qoff, ts))
+                    entries.setdefault(window_key(names[t], key), Original(phys, q, qoff, ts))
+            self._evict()
             if nxt <= offset:
                 break
             offset = nxt
-        self.covered = max(offset, start)
-        self._evict()
 
     def snapshot(self, *, background: bool = False) -> None:
-        """Write the window and the offset it covers (atomically: a temp file renamed). ``background``:
-        the copy is taken here, the file written by a worker thread (the event loop does not wait)."""
-        data = {"covered": self.covered, "entries": [(k, list(e)) for k, e in self.entries.items()]}
+        """Write where the window starts in the CommitLog (atomically: a temp file renamed; fsync'd by a
+        worker thread when ``background``)."""
+        first = next(iter(self.entries.values()), None)
+        start = first.phys if first is not None else self.commit_log.written[0]
         self._last_snapshot = time.monotonic()
         if background:
-            asyncio.get_running_loop().run_in_executor(None, self._write, data)
+            asyncio.get_running_loop().run_in_executor(None, self._write, start)
         else:
-            self._write(data)
+            self._write(start)
 
-    def _write(self, data: dict) -> None:
+    def _write(self, start: int) -> None:
         with self._snapshot_lock:
             tmp = self.path + ".tmp"
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
+                json.dump({"start": start}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
@@ -272,7 +268,6 @@ class DuplicationWindow:
         for i, (key, phys) in enumerate(zip(keys, _record_offsets(put, res), strict=True)):
             if key and key not in entries:
                 entries[key] = Original(phys, put.queue_id, res.queue_offset + i, res.store_timestamp)
-        self.covered = max(self.covered, res.wrote_offset + res.wrote_bytes)
         self._evict()
         if self.snapshot_due():
             self.snapshot(background=True)
