@@ -109,8 +109,11 @@ class Catalog:
         from tidalmq.remoting.codes import RequestCode as RC
 
         inst = self._consumer._instance
-        self._call(lambda: inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
-                   f"option 'nameserver': asking the NameServer at {self.opts.nameserver} for its topics")
+        try:
+            self._call(lambda: inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "asking for its topics")
+        except TidalMQSourceError as e:
+            raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
+                                     f"{e}") from e.__cause__
 
     def check_filter(self, topic: str) -> None:
         """A SQL92 subscription is checked by the topic's brokers (CHECK_CLIENT_CONFIG, as a push consumer
