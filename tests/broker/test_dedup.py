@@ -197,3 +197,19 @@ def test_idempotent_producer_rides_out_a_restart_and_stores_once(dedup_broker: S
             await c.close()
 
     run(scenario(), timeout=90)
+
+
+def test_timer_cancel_is_not_taken_for_a_duplicate(dedup_broker: Standalone) -> None:
+    """A cancel carries its target's UNIQ_KEY (and is parked in the same timer topic): it is stored."""
+    import time
+
+    async def scenario() -> None:
+        async with Producer("DedupTimerPG", dedup_broker.namesrv_addr) as p:
+            scheduled = await p.send(Message("DedupTimer", "later", deliver_time_ms=int(time.time() * 1000) + 60_000))
+            cancel = await p.cancel_scheduled(scheduled)
+            assert cancel.ok and cancel.offset_msg_id != scheduled.offset_msg_id
+            again = await p.send(Message("DedupTimer", "later", properties={"UNIQ_KEY": scheduled.msg_id},
+                                         deliver_time_ms=scheduled.deliver_time_ms), queue=scheduled.message_queue)
+            assert again.offset_msg_id == scheduled.offset_msg_id  # the scheduled send itself still is one
+
+    run(scenario())

@@ -246,14 +246,9 @@ class DuplicationWindow:
             self.duplicates += len(keys) - len(keep)
             put = PutRequest(put.topic, put.queue_id, select_records(put.records, keep))
             keys = [keys[i] for i in keep]
-        seen: set[str] = set()
-        for k in keys:
-            if k:
-                if k in seen:  # the same key twice in one batch: the client's bug, stored as sent
-                    continue
-                seen.add(k)
+        # (The same key twice in one batch is the client's mistake: both are stored, the first is kept.)
         self.in_flight[id(put)] = keys
-        self._in_flight_keys |= seen
+        self._in_flight_keys.update(k for k in keys if k)
         return put
 
     def settle(self, put: PutRequest, res: AppendResult | None) -> None:
