@@ -9,8 +9,11 @@ order). The schema is checked on the driver when the write is planned.
 Each task sends with one asyncio ``Producer``: plain rows as batches (``SEND_BATCH_MESSAGE``, round-robin
 over the queues), scheduled rows one by one (batches cannot carry a schedule), many requests in flight
 (``maxInflight``); rows with a sharding key go to their queue with at most one request in flight per queue,
-so their order holds. Every send is awaited before the task ends: at-least-once (a retried task sends its
-rows again). A refused send fails the task with the broker's code and remark.
+so their order holds. Every send is awaited before the task ends. The producer is idempotent (a send
+goes to the queue its key hashes to and is retried there until ``sendTimeoutMs``) and the keys are
+deterministic (``message_keys``), so with ``duplicationEnable`` on the broker a retried task or a re-run
+batch stores each row once (docs/spark.md, "Exactly-once writes"). A refused send fails the task, saying
+whether the broker answered or the client got no answer.
 """
 
 from __future__ import annotations
@@ -383,7 +386,7 @@ def _entry_chunks(entries: list[Entry], size: int) -> Iterator[list[Entry]]:
 
 def _sink_producer_class() -> type:
     """A Producer that sends batches the sink encoded itself (``MessageDecoder.encodeMessages`` layout), with
-    the producer's routing, retries and latency-fault avoidance: the per-row ``Message`` objects and their
+    the producer's routing and (idempotent) retries: the per-row ``Message`` objects and their
     checks are what a high-rate sink cannot afford."""
     import struct
     import threading
