@@ -232,18 +232,25 @@ class DuplicationWindow:
         if _skipped_topic(put.topic):
             return put
         keys = put_keys(put)
-        known = [self.entries.get(k) if k else None for k in keys]
-        busy = next((k for k in keys if k and k in self._in_flight_keys), None)
-        if busy is not None:
-            reply(req.make_response(ResponseCode.SYSTEM_BUSY, IN_FLIGHT_REMARK.format(busy)))
-            return None
-        if all(o is not None for o in known):
-            self.duplicates += len(known)
+        entries, flying = self.entries, self._in_flight_keys
+        known: list[Original | None] = []
+        found = 0
+        for k in keys:  # one pass: most sends are new keys, and nothing else is done for them
+            o = None
+            if k is not None:
+                if k in flying:
+                    reply(req.make_response(ResponseCode.SYSTEM_BUSY, IN_FLIGHT_REMARK.format(k)))
+                    return None
+                o = entries.get(k)
+                found += o is not None
+            known.append(o)
+        if found and found == len(known):
+            self.duplicates += found
             reply(self._answer(req, [o for o in known if o is not None]))
             return None
-        if any(o is not None for o in known) and isinstance(put.records, RecordBatch):
+        if found and isinstance(put.records, RecordBatch):
             keep = [i for i, o in enumerate(known) if o is None]
-            self.duplicates += len(keys) - len(keep)
+            self.duplicates += found
             put = PutRequest(put.topic, put.queue_id, select_records(put.records, keep))
             keys = [keys[i] for i in keep]
         # (The same key twice in one batch is the client's mistake: both are stored, the first is kept.)
@@ -260,9 +267,10 @@ class DuplicationWindow:
         if res is None or res.status != PutStatus.PUT_OK:
             return
         entries = self.entries
+        qid, qoff, ts = put.queue_id, res.queue_offset, res.store_timestamp
         for i, (key, phys) in enumerate(zip(keys, _record_offsets(put, res), strict=True)):
             if key and key not in entries:
-                entries[key] = Original(phys, put.queue_id, res.queue_offset + i, res.store_timestamp)
+                entries[key] = Original(phys, qid, qoff + i, ts)
         self._evict()
         if self.snapshot_due():
             self.snapshot(background=True)
