@@ -17,18 +17,19 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 
-class EmptyLog:
-    """What the window reads of a CommitLog, for an empty one."""
-
-    min_offset = 0
-    written = [0]
+class EmptyStore:
+    """What the window reads of the store: an empty CommitLog."""
 
     @staticmethod
-    def msg_id(p: int) -> str:
+    def commit_log_range() -> tuple[int, int]:
+        return 0, 0
+
+    @staticmethod
+    def offset_msg_id(p: int) -> str:
         return f"{p:032X}"
 
 
-w = DuplicationWindow(EmptyLog(),  # type: ignore[arg-type]
+w = DuplicationWindow(EmptyStore(),  # type: ignore[arg-type]
                        tempfile.mkdtemp(), window_seconds=3600, window_size=200_000, snapshot_interval_s=1e9)
 w.ensure_loaded()
 req = RemotingCommand(code=310)

@@ -150,20 +150,21 @@ def test_window_survives_restart(tmp_path: Path, how: str) -> None:
         run(after())
 
 
-class _Log:
-    """What the window reads of a CommitLog: an empty one."""
-
-    min_offset = 0
-    written = [0]
+class _Store:
+    """What the window reads of the store: an empty CommitLog."""
 
     @staticmethod
-    def msg_id(phys: int) -> str:
+    def commit_log_range() -> tuple[int, int]:
+        return 0, 0
+
+    @staticmethod
+    def offset_msg_id(phys: int) -> str:
         return f"{phys:032X}"
 
 
 def test_window_drops_keys_older_than_its_seconds(tmp_path: Path) -> None:
     now = [1_000_000.0]
-    w = DuplicationWindow(_Log(), str(tmp_path), window_seconds=60, window_size=100,  # type: ignore[arg-type]
+    w = DuplicationWindow(_Store(), str(tmp_path), window_seconds=60, window_size=100,  # type: ignore[arg-type]
                           clock=lambda: now[0])
     w.ensure_loaded()
     w.entries["old"] = Original(0, 0, 0, int((now[0] - 61) * 1000))

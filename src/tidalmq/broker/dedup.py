@@ -43,7 +43,7 @@ from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
-    from tidalmq.store.commit_log import CommitLog
+    from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -125,9 +125,9 @@ def _skipped_topic(topic: str) -> bool:
 
 
 class DuplicationWindow:
-    def __init__(self, commit_log: CommitLog, config_dir: str, *, window_seconds: int, window_size: int,
+    def __init__(self, store: DefaultMessageStore, config_dir: str, *, window_seconds: int, window_size: int,
                  snapshot_interval_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
-        self.commit_log = commit_log
+        self.store = store
         self.path = os.path.join(config_dir, SNAPSHOT_FILE)
         self.window_ms = window_seconds * 1000
         self.window_size = window_size
@@ -147,11 +147,11 @@ class DuplicationWindow:
         if self._loaded:
             return
         self._loaded = True
-        cl = self.commit_log
-        start = max(cl.min_offset, cl.written[0] - _REBUILD_BYTES)
+        first, end = self.store.commit_log_range()
+        start = max(first, end - _REBUILD_BYTES)
         try:
             with open(self.path, encoding="utf-8") as f:
-                start = max(cl.min_offset, min(int(json.load(f)["start"]), cl.written[0]))
+                start = max(first, min(int(json.load(f)["start"]), end))
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError) as e:
@@ -161,12 +161,11 @@ class DuplicationWindow:
         log.info("duplication window: %d keys (replayed the CommitLog from %d)", len(self.entries), start)
 
     def _replay(self, start: int) -> None:
-        cl = self.commit_log
-        end = cl.written[0]
+        _first, end = self.store.commit_log_range()
         offset = start
         entries = self.entries
         while offset < end:
-            batch, nxt, _bad = cl.read_dispatch_requests(offset, _REPLAY_CHUNK)
+            batch, nxt = self.store.read_commit_log_records(offset, _REPLAY_CHUNK)
             names = batch.topic_names
             for t, q, phys, qoff, ts, key in zip(batch.topic_ids.tolist(), batch.queue_ids.tolist(),
                                                  batch.commit_log_offsets.tolist(), batch.queue_offsets.tolist(),
@@ -182,7 +181,7 @@ class DuplicationWindow:
         """Write where the window starts in the CommitLog (atomically: a temp file renamed; fsync'd by a
         worker thread when ``background``)."""
         first = next(iter(self.entries.values()), None)
-        start = first.phys if first is not None else self.commit_log.written[0]
+        start = first.phys if first is not None else self.store.commit_log_range()[1]
         self._last_snapshot = time.monotonic()
         if background:
             asyncio.get_running_loop().run_in_executor(None, self._write, start)
@@ -217,7 +216,7 @@ class DuplicationWindow:
     def _answer(self, req: RemotingCommand, originals: list[Original]) -> RemotingCommand:
         first = originals[0]
         ext = {
-            "msgId": ",".join(self.commit_log.msg_id(o.phys) for o in originals),
+            "msgId": ",".join(self.store.offset_msg_id(o.phys) for o in originals),
             "queueId": str(first.queue_id),
             "queueOffset": str(first.queue_offset),
             "MSG_REGION": "DefaultRegion",
@@ -281,6 +280,6 @@ def window_for(broker: BrokerController) -> DuplicationWindow | None:
     cfg = broker.config
     if not cfg.duplication_enable:
         return None
-    return DuplicationWindow(broker.store.commit_log, os.path.join(broker.store_config.store_path_root_dir, "config"),
+    return DuplicationWindow(broker.store, os.path.join(broker.store_config.store_path_root_dir, "config"),
                              window_seconds=cfg.duplication_window_seconds, window_size=cfg.duplication_window_size,
                              snapshot_interval_s=cfg.duplication_snapshot_interval_seconds)
