@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--pull-max", type=int, default=2048, help="broker's max messages per pull (raised)")
     ap.add_argument("--broker-defaults", action="store_true", help="keep the broker's pull caps (32 / 256 KiB)")
     ap.add_argument("--compare", help="a previous JSON result (bench/out/spark-*.json)")
+    ap.add_argument("--dedup", action="store_true",
+                    help="exactly-once writes: duplicationEnable on the broker and a writeId on the sink")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -50,6 +52,8 @@ def main() -> None:
     if not args.broker_defaults:
         settings["maxTransferCountOnMessageInMemory"] = str(args.pull_max)
         settings["maxTransferBytesOnMessageInMemory"] = str(4 * 1024 * 1024)
+    if args.dedup:
+        settings["duplicationEnable"] = "true"
     tmp = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     broker = Standalone(tmp / "data", settings).start()
     results: dict[str, float] = {}
@@ -78,8 +82,11 @@ def main() -> None:
 
         df = spark.range(0, n, 1, 2).selectExpr(f"concat(lpad(cast(id as string), 12, '0'), '{pad}') as body",
                                                 "'bench' as tags", "concat('k', cast(id as string)) as keys")
+        write = df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append")
+        if args.dedup:
+            write = write.option("writeId", topic)
         t0 = time.perf_counter()
-        df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append").save()
+        write.save()
         dt = time.perf_counter() - t0
         results["sink_rows_per_s"] = n / dt
         print(f"sink write     {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s")

@@ -69,3 +69,60 @@ def test_split_ranges_and_rate_limit() -> None:
     end = rate_limit({a: 0, b: 0}, {a: 300, b: 100}, 100)
     assert sum(end.values()) <= 100 and end[a] == 75 and end[b] == 25
     assert rate_limit({a: 0}, {a: 5}, 100) == {a: 5}
+
+
+def test_retry_options_and_sql92_syntax() -> None:
+    o = parse_read_options({"nameserver": "h:1", "topic": "A", "fetchOffset.numRetries": "2",
+                            "fetchoffset.retryintervalms": "50", "retryDeadlineMs": "3000"}, streaming=None)
+    assert (o.retry.num_retries, o.retry.interval_s, o.retry.deadline_s) == (2, 0.05, 3.0)
+    assert [o.retry.pause(n) for n in (1, 2, 3)] == [0.05, 0.1, 0.2]
+    with pytest.raises(TidalMQOptionError, match="option 'fetchOffset.numRetries' must be >= 0"):
+        parse_read_options({"nameserver": "h:1", "topic": "A", "fetchOffset.numRetries": "-1"}, streaming=None)
+    with pytest.raises(TidalMQOptionError, match="not a valid SQL92 filter.*position"):
+        parse_read_options({"nameserver": "h:1", "topic": "A", "subExpressionType": "SQL92",
+                            "subExpression": "a >"}, streaming=None)
+    assert parse_write_options({"nameserver": "h:1", "writeId": " nightly "}, streaming=False).write_id == "nightly"
+
+
+def test_retries_stop_at_the_count_or_deadline_and_name_the_cause() -> None:
+    import asyncio
+
+    from tidalmq.client.errors import MQBrokerError, MQClientError
+    from tidalmq.spark.options import RetryPolicy
+    from tidalmq.spark.retry import RetriesExhausted, retry_async, retry_sync
+
+    calls: list[int] = []
+
+    def refused() -> None:
+        calls.append(1)
+        raise MQClientError(10001, "connect to 127.0.0.1:1 failed")
+
+    with pytest.raises(RetriesExhausted, match=r"reading offsets failed after 3 tries .*client-side error 10001"):
+        retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.001, deadline_s=10), "reading offsets")
+    assert len(calls) == 3
+
+    def no() -> None:  # a broker's "no" is not retried
+        calls.append(1)
+        raise MQBrokerError(1, "The broker does not support consumer to filter message by SQL92")
+
+    calls.clear()
+    with pytest.raises(MQBrokerError):
+        retry_sync(no, RetryPolicy(num_retries=5, interval_s=0.001), "checking")
+    assert len(calls) == 1
+
+    flaky = iter([MQClientError(10004, "no name server"), MQClientError(10006, "timeout")])
+
+    async def pull() -> str:
+        e = next(flaky, None)
+        if e is not None:
+            raise e
+        return "records"
+
+    assert asyncio.run(retry_async(pull, RetryPolicy(num_retries=0, interval_s=0.001), "pulling",
+                                   counted=False)) == "records"
+
+    async def down() -> None:
+        raise MQClientError(10001, "connect failed")
+
+    with pytest.raises(RetriesExhausted, match="pulling failed after"):
+        asyncio.run(retry_async(down, RetryPolicy(interval_s=0.01, deadline_s=0.1), "pulling", counted=False))

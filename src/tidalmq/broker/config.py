@@ -55,6 +55,12 @@ class BrokerConfig:
     # RECALL_MESSAGE (RocketMQ 5.3): off by default, as RocketMQ's recallMessageEnable.
     recall_message_enable: bool = False
     allow_recall_when_broker_not_writeable: bool = True
+    # Idempotent produce (broker/dedup.py, docs/spark.md "Exactly-once writes"): a send whose UNIQ_KEY was
+    # stored within the window is answered with the original's result instead of being stored again.
+    duplication_enable: bool = False
+    duplication_window_seconds: int = 3600
+    duplication_window_size: int = 200_000  # ~300 bytes of broker memory a key
+    duplication_snapshot_interval_seconds: int = 10
     # Replication (docs/replication.md). brokerRole above: ASYNC_MASTER, SYNC_MASTER or SLAVE; a master's
     # brokerId is 0, a slave's >= 1. -1 for haListenPort means listenPort + 1 (RocketMQ's BrokerStartup
     # rule), 0 any free port; the NameServer tells slaves the address (brokerIP2, else brokerIP1).
@@ -138,4 +144,7 @@ _CHECKS: dict[str, Check] = {
     "send_thread_pool_queue_capacity": in_range(1, JAVA_INT_MAX),
     "transaction_check_max": in_range(0, JAVA_INT_MAX),
     "transaction_check_interval": in_range(1, JAVA_INT_MAX),
+    "duplication_window_seconds": in_range(1, JAVA_INT_MAX),
+    "duplication_window_size": in_range(1, JAVA_INT_MAX),
+    "duplication_snapshot_interval_seconds": in_range(1, JAVA_INT_MAX),
 }

@@ -8,6 +8,7 @@ import inspect
 import logging
 import random
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -75,6 +76,20 @@ def busy_backoff(attempt: int) -> float:
     together do not all come back together."""
     step = min(BUSY_BACKOFF_MAX_S, BUSY_BACKOFF_FIRST_S * 2 ** (attempt - 1))
     return step / 2 + random.uniform(0, step / 2)
+
+
+def idempotent_queue(queues: Sequence[MessageQueue], uniq: str) -> MessageQueue:
+    """The queue an idempotent send goes to, from its (first) UNIQ_KEY: a resend of the same message, from
+    this process or another after a crash, reaches the broker whose window holds the original."""
+    return queues[zlib.crc32(uniq.split(",", 1)[0].encode()) % len(queues)]
+
+
+def idempotent_backoff(attempt: int) -> float:
+    """Seconds before retry ``attempt`` of an idempotent send on its queue: 0.1 s doubling to 2 s, long
+    enough together to ride out a broker restart within a send timeout of some seconds."""
+    return min(2.0, 0.1 * 2 ** (attempt - 1))
+
+
 _MODE_SYNC, _MODE_ASYNC, _MODE_ONEWAY = 0, 1, 2
 
 
@@ -99,6 +114,12 @@ class Producer:
     (sync sends try another broker), ``retry_times_when_send_async_failed``, ``compress_msg_body_over_howmuch``
     (bytes; zlib level ``compress_level``), ``max_message_size``, ``send_latency_fault_enable`` (avoid brokers
     that were slow or failed), ``default_topic_queue_nums`` (queues of an auto-created topic).
+
+    ``idempotent``: a send that failed or timed out is retried on the same queue (after a backoff), never
+    on another broker, with the same ``UNIQ_KEY``: a broker with ``duplicationEnable`` stores it once and
+    answers a retry of a stored message with the original's result (docs/spark.md, "Exactly-once
+    writes"). A message that already carries a ``UNIQ_KEY`` keeps it, so a caller can key its messages
+    itself and resend them safely after a crash.
     """
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv_addr: str | None = None, *,
@@ -109,7 +130,7 @@ class Producer:
                  max_delay_level: int = v.DEFAULT_MAX_DELAY_LEVEL, timer_max_delay_sec: int = v.DEFAULT_TIMER_MAX_DELAY_SEC,
                  instance_name: str | None = None, client_ip: str | None = None,
                  credentials: SessionCredentials | None = None,
-                 instance: ClientInstance | None = None, tls: TlsOption = None) -> None:
+                 instance: ClientInstance | None = None, tls: TlsOption = None, idempotent: bool = False) -> None:
         v.check_group(group)
         self.group = group
         self.send_timeout = send_timeout
@@ -121,6 +142,7 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_delay_level = max_delay_level
         self.timer_max_delay_sec = timer_max_delay_sec
+        self.idempotent = idempotent
         self.fault = FaultStrategy(send_latency_fault_enable)
         self._instance = instance or ClientInstance(namesrv_addr, instance_name=instance_name, client_ip=client_ip,
                                                     credentials=credentials, tls=tls)
@@ -195,7 +217,11 @@ class Producer:
         cached = self._publish.get(topic)
         if cached is not None and (cached[0] is current or current is None):
             return cached
-        route = current if current is not None and current.queue_datas else await inst.route(topic, default_topic=True)
+        if current is not None and current.queue_datas:
+            route = current
+        else:
+            route = await self._route_through_blip(topic) if self.idempotent else \
+                await inst.route(topic, default_topic=True)
         queues = route.publish_queues()
         if topic not in inst.routes:  # routed like the default topic: the broker creates it on the first send
             queues = [q for q in queues if q.queue_id < self.default_topic_queue_nums]
@@ -203,6 +229,20 @@ class Producer:
             raise MQClientError(17, f"No writable queue of topic {topic} on any broker with a master")
         self._publish[topic] = (route, queues)
         return route, queues
+
+    async def _route_through_blip(self, topic: str) -> codec.TopicRoute:
+        """An idempotent producer rides out a NameServer that does not answer, until the send timeout."""
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._instance.route(topic, default_topic=True)
+            except MQClientError as e:
+                pause = idempotent_backoff(attempt)
+                if isinstance(e, MQBrokerError) or time.monotonic() - began + pause >= self.send_timeout:
+                    raise
+            await asyncio.sleep(pause)
 
     def _broker_addr(self, route: codec.TopicRoute, mq: MessageQueue) -> str:
         addr = route.master_addr(mq.broker_name) or self._instance.master_addr(mq.broker_name)
@@ -313,12 +353,24 @@ class Producer:
         if first is not None:
             times -= 1
             last_broker, last_error = first.broker_name, first.error
-        for _ in range(times):
-            mq = self.fault.select(queues, rr, last_broker)
+        if self.idempotent:  # retried on its queue until the send timeout (Kafka: retries within delivery.timeout.ms)
+            times = max(times, 1 << 20)
+        tries = 0
+        mq: MessageQueue | None = first.mq if first is not None else None
+        if self.idempotent and mq is None:
+            mq = idempotent_queue(queues, p.uniq)
+        for attempt in range(1, times + 1):
+            if self.idempotent and mq is not None:
+                if attempt > 1 or first is not None:
+                    await asyncio.sleep(min(idempotent_backoff(attempt),
+                                            max(0.0, timeout - (time.monotonic() - begin))))
+            else:
+                mq = self.fault.select(queues, rr, last_broker)
             last_broker = mq.broker_name
             left = timeout - (time.monotonic() - begin)
             if left <= 0:
                 break
+            tries += 1
             t0 = time.monotonic()
             try:
                 if mode == _MODE_ONEWAY:
@@ -343,7 +395,7 @@ class Producer:
         elapsed = int((time.monotonic() - begin) * 1000)
         if last_error is not None and elapsed < timeout * 1000:
             if isinstance(last_error, MQClientError) and not isinstance(last_error, MQBrokerError):
-                raise MQClientError(last_error.code, f"Send [{times}] times, still failed, cost [{elapsed}]ms, "
+                raise MQClientError(last_error.code, f"Send [{tries}] times, still failed, cost [{elapsed}]ms, "
                                     f"Topic: {p.topic}: {last_error.remark}") from last_error
             raise last_error
         raise SendTimeoutError(f"sendDefaultImpl call timeout: {elapsed} ms (send_timeout {int(timeout * 1000)} ms), "
@@ -355,11 +407,21 @@ class Producer:
             await self._instance.invoke_oneway(self._broker_addr(route, mq), self._request(p, mq))
             return None
         t0 = time.monotonic()
-        try:
-            res = await self._send_once(p, route, mq, self.send_timeout if timeout is None else timeout)
-        except MQClientError:
-            self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
-            raise
+        timeout = self.send_timeout if timeout is None else timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                res = await self._send_once(p, route, mq, timeout - (time.monotonic() - t0))
+                break
+            except MQClientError as e:
+                self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
+                pause = idempotent_backoff(attempt)
+                # idempotent: a lost connection or answer is retried on the queue (its window dedups)
+                if (not self.idempotent or isinstance(e, MQBrokerError | ValidationError)
+                        or time.monotonic() - t0 + pause >= timeout):
+                    raise
+            await asyncio.sleep(pause)
         self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
         return res
 
@@ -438,7 +500,7 @@ class Producer:
         rr = self._rr.get(p.topic)
         if rr is None:
             rr = self._rr[p.topic] = RoundRobin()
-        mq = self.fault.select(queues, rr, None)
+        mq = idempotent_queue(queues, p.uniq) if self.idempotent else self.fault.select(queues, rr, None)
         addr = route.master_addr(mq.broker_name) or self._instance.master_addr(mq.broker_name)
         conn = self._instance.ready_connection(addr) if addr is not None else None
         if conn is None:

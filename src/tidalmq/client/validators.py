@@ -11,7 +11,9 @@ from tidalmq.common import naming as nm
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_MAX_DELAY_LEVEL = 18  # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-DEFAULT_TIMER_MAX_DELAY_SEC = 3 * 24 * 3600  # timerMaxDelaySec of a RocketMQ 5 broker
+# timerMaxDelaySec of a TidalMQ broker (store/config.py; RocketMQ 5's is 3 days, and its broker refuses a
+# later deliver time itself): the client checks no less than the broker it talks to accepts.
+DEFAULT_TIMER_MAX_DELAY_SEC = 400 * 24 * 3600
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
 _TIMER_SET = frozenset(_TIMER_PROPS)
 

@@ -10,13 +10,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import MessageQueue, PullStatus
@@ -24,6 +26,7 @@ from tidalmq.client.pull_consumer import PullConsumer
 from tidalmq.client.sync import run as run_sync
 from tidalmq.common import naming as nm
 from tidalmq.spark.options import EARLIEST, LATEST, ReadOptions, StartSpec, TidalMQOptionError
+from tidalmq.spark.retry import RetriesExhausted, describe, retry_async, retry_sync
 
 QueueKey = tuple[str, str, int]  # topic, broker, queue id
 
@@ -72,6 +75,14 @@ class Catalog:
     def _run(self, coro):
         return run_sync(coro, timeout=max(30.0, self.opts.request_timeout_s * 6))
 
+    def _call(self, make: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """``make()``'s result, retried through a blip (``RetryPolicy``); a lasting failure raises
+        ``TidalMQSourceError`` naming ``what`` and the cause."""
+        try:
+            return retry_sync(lambda: self._run(make()), self.opts.retry, what)
+        except RetriesExhausted as e:
+            raise TidalMQSourceError(str(e)) from e.__cause__
+
     def start(self) -> Catalog:
         if not self._started:
             self._run(self._consumer.start())
@@ -97,11 +108,37 @@ class Catalog:
         """Fail with a clear message when no NameServer answers."""
         from tidalmq.remoting.codes import RequestCode as RC
 
+        inst = self._consumer._instance
         try:
-            self._run(self._consumer._instance.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-        except (MQClientError, TimeoutError) as e:
+            self._call(lambda: inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "asking for its topics")
+        except TidalMQSourceError as e:
             raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
-                                     f"{e}") from None
+                                     f"{e}") from e.__cause__
+
+    def check_filter(self, topic: str) -> None:
+        """A SQL92 subscription is checked by the topic's brokers (CHECK_CLIENT_CONFIG, as a push consumer
+        does at start): a broker without enablePropertyFilter, or a bad expression, fails at load()."""
+        from tidalmq.client import codec
+        from tidalmq.common import fastjson
+        from tidalmq.remoting.codes import RequestCode as RC
+
+        o = self.opts
+        if o.sub_expression_type == "TAG":
+            return
+        inst = self._consumer._instance
+        route = inst.routes.get(topic)
+        addrs = sorted({a for a in (route.master_addr(qd["brokerName"]) for qd in route.queue_datas) if a}) \
+            if route is not None else []
+        sub = codec.Subscription.build(topic, o.sub_expression, 0, o.sub_expression_type)
+        body = fastjson.dumpb({"clientId": inst.client_id, "group": o.pull_group, "subscriptionData": sub.to_json()})
+        for addr in addrs:
+            try:
+                self._call(functools.partial(inst.invoke_ok, addr, RC.CHECK_CLIENT_CONFIG, body=body),
+                           f"checking the {o.sub_expression_type} filter with broker {addr}")
+            except MQBrokerError as e:
+                raise TidalMQOptionError(f"option 'subExpression': the broker {addr} refused the "
+                                         f"{o.sub_expression_type} filter {o.sub_expression!r} on topic {topic!r}: "
+                                         f"{e.remark}") from None
 
     def topics(self) -> list[str]:
         if self.opts.topics:
@@ -112,22 +149,18 @@ class Catalog:
         from tidalmq.common import fastjson
         from tidalmq.remoting.codes import RequestCode as RC
 
-        try:
-            resp = self._run(self._consumer._instance.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-        except (MQClientError, TimeoutError) as e:
-            raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
-                                     f"{e}") from None
+        inst = self._consumer._instance
+        resp = self._call(lambda: inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER),
+                          f"option 'nameserver': asking the NameServer at {self.opts.nameserver} for its topics")
         names = fastjson.loads(resp.body_bytes()).get("topicList", [])
         pat = re.compile(self.opts.topic_pattern or "")
         return sorted(t for t in names if pat.fullmatch(t) and not nm.is_system_topic(t)
                       and not t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
 
     def queues(self, topic: str) -> list[MessageQueue]:
-        try:
-            route = self._run(self._consumer._instance.update_route(topic))
-        except (MQClientError, TimeoutError) as e:
-            raise TidalMQSourceError(f"option 'nameserver': could not ask {self.opts.nameserver} for topic "
-                                     f"{topic!r}: {e}") from None
+        inst = self._consumer._instance
+        route = self._call(lambda: inst.update_route(topic),
+                           f"option 'nameserver': asking {self.opts.nameserver} for the route of topic {topic!r}")
         if route is None or not route.queue_datas:
             raise TidalMQOptionError(f"topic {topic!r} does not exist on the NameServer {self.opts.nameserver} "
                                      "(create it with `tidalmq admin topic create` or write to it first)")
@@ -146,23 +179,21 @@ class Catalog:
         return out
 
     # offsets ------------------------------------------------------------------------------------------
-    def _gather(self, coros: list) -> list:
+    def _gather(self, make: Callable[[MessageQueue], Awaitable[Any]], queues: list[MessageQueue], what: str) -> list:
         async def go() -> list:
-            return list(await asyncio.gather(*coros))
+            return list(await asyncio.gather(*(make(q) for q in queues)))
 
-        try:
-            return self._run(go())
-        except (MQClientError, TimeoutError) as e:
-            raise TidalMQSourceError(f"could not read queue offsets from the broker: {e}") from None
+        return self._call(go, what)
 
     def min_max(self, queues: list[MessageQueue]) -> dict[QueueKey, tuple[int, int]]:
         c = self._consumer
-        mins = self._gather([c.min_offset(q) for q in queues])
-        maxs = self._gather([c.max_offset(q) for q in queues])
+        mins = self._gather(c.min_offset, queues, "reading the queues' first offsets from the broker")
+        maxs = self._gather(c.max_offset, queues, "reading the queues' end offsets from the broker")
         return {(q.topic, q.broker_name, q.queue_id): (lo, hi) for q, lo, hi in zip(queues, mins, maxs, strict=True)}
 
     def by_timestamp(self, queues: list[MessageQueue], ts_ms: int) -> dict[QueueKey, int]:
-        offs = self._gather([self._consumer.seek_by_timestamp(q, ts_ms) for q in queues])
+        offs = self._gather(lambda q: self._consumer.seek_by_timestamp(q, ts_ms), queues,
+                            f"searching the queues' offsets at timestamp {ts_ms}")
         return {(q.topic, q.broker_name, q.queue_id): o for q, o in zip(queues, offs, strict=True)}
 
     def resolve(self, spec: StartSpec, queues: list[MessageQueue], bounds: dict[QueueKey, tuple[int, int]],
@@ -192,7 +223,12 @@ class Catalog:
 
     def commit(self, offsets: dict[QueueKey, int]) -> None:
         c = self._consumer
-        self._gather([c.commit(MessageQueue(t, b, q), off) for (t, b, q), off in offsets.items()])
+        items = list(offsets.items())
+
+        async def go() -> None:
+            await asyncio.gather(*(c.commit(MessageQueue(t, b, q), off) for (t, b, q), off in items))
+
+        self._call(go, f"committing the offsets of group {self.opts.pull_group}")
 
 
 # ---- executor side ------------------------------------------------------------------------------------------
@@ -264,7 +300,10 @@ def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: thr
 async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) -> None:
     consumer = PullConsumer(opts.pull_group, opts.nameserver, pull_timeout=opts.pull_timeout_s)
     consumer._instance.request_timeout = opts.request_timeout_s
-    await consumer.start()
+    try:
+        await retry_async(consumer.start, opts.retry, f"connecting to the NameServer at {opts.nameserver}")
+    except RetriesExhausted as e:
+        raise TidalMQSourceError(str(e)) from e.__cause__
     mq = MessageQueue(spec.topic, spec.broker, spec.queue_id)
     try:
         window = opts.pull_batch_size
@@ -292,15 +331,15 @@ async def _window(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, mq
     stalls = 0
     deadline = time.monotonic() + opts.pull_timeout_s * 3
     while off < hi:
-        try:
-            res = await consumer.pull_raw(mq, off, hi - off, opts.sub_expression,
-                                          expression_type=opts.sub_expression_type)
-        except MQBrokerError as e:
-            raise TidalMQSourceError(f"pulling {spec.topic} {spec.broker}:{spec.queue_id} at offset {off} failed: "
-                                     f"broker answered {e.code}: {e.remark}") from None
+        where = f"pulling {spec.topic} {spec.broker}:{spec.queue_id} at offset {off}"
+        try:  # a broker restart mid-read: tried again on a new connection until the deadline
+            res = await retry_async(functools.partial(consumer.pull_raw, mq, off, hi - off, opts.sub_expression,
+                                                      expression_type=opts.sub_expression_type),
+                                    opts.retry, where, counted=False)
+        except RetriesExhausted as e:
+            raise TidalMQSourceError(str(e)) from e.__cause__
         except MQClientError as e:
-            raise TidalMQSourceError(f"pulling {spec.topic} {spec.broker}:{spec.queue_id} at offset {off} failed: "
-                                     f"{e}") from None
+            raise TidalMQSourceError(f"{where} failed: {describe(e)}") from None
         if res.status == PullStatus.FOUND:
             out.append((res.body, off, hi))
         elif res.status == PullStatus.OFFSET_ILLEGAL:

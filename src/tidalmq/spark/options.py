@@ -25,10 +25,11 @@ READ_OPTIONS = (
     "nameserver", "topic", "topicPattern", "subExpression", "subExpressionType", "startingOffsets",
     "endingOffsets", "maxMessagesPerTrigger", "failOnDataLoss", "consumerGroup", "maxRecordsPerPartition",
     "minPartitions", "pullBatchSize", "pullPipeline", "pullTimeoutMs", "requestTimeoutMs",
+    "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "retryDeadlineMs",
 )
 WRITE_OPTIONS = (
     "nameserver", "topic", "producerGroup", "batchSize", "maxInflight", "sendTimeoutMs", "retries",
-    "requestTimeoutMs",
+    "requestTimeoutMs", "writeId",
 )
 # Options Spark itself (or a Spark-level convention) puts into a source's or sink's option map.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname", "path"}
@@ -55,6 +56,21 @@ class StartSpec:
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """How the source rides out a broker or NameServer blip (Kafka's ``fetchOffset.numRetries`` /
+    ``fetchOffset.retryIntervalMs``, and a total deadline): a failed route lookup, offset query or pull is
+    tried again after ``interval_s`` doubling up to 2 s, ``num_retries`` times for the driver's offset
+    queries, and for pulls as long as ``deadline_s`` allows; then it fails with the cause."""
+
+    num_retries: int = 10
+    interval_s: float = 0.1
+    deadline_s: float = 60.0
+
+    def pause(self, attempt: int) -> float:
+        return min(2.0, self.interval_s * 2 ** (attempt - 1))
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     nameserver: str
     topics: tuple[str, ...] = ()
@@ -72,6 +88,7 @@ class ReadOptions:
     pull_pipeline: int = 4
     pull_timeout_s: float = 10.0
     request_timeout_s: float = 5.0
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy())
 
     @property
     def pull_group(self) -> str:
@@ -98,6 +115,7 @@ class WriteOptions:
     send_timeout_s: float = 10.0
     retries: int = 2
     request_timeout_s: float = 5.0
+    write_id: str | None = None  # names a batch write for deterministic message keys (exactly-once re-runs)
 
 
 # ---- helpers -----------------------------------------------------------------------------------------
@@ -251,6 +269,14 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     if expr_type not in ("TAG", "SQL92"):
         raise TidalMQOptionError(f"option 'subExpressionType' must be TAG or SQL92, got {expr_type!r}")
     expr = (opts.get("subExpression") or "*").strip() or "*"
+    if expr_type == "SQL92":
+        from tidalmq.filter.compiled import compile_sql92
+        from tidalmq.filter.errors import FilterSyntaxError
+
+        try:
+            compile_sql92(expr)
+        except FilterSyntaxError as e:
+            raise TidalMQOptionError(f"option 'subExpression' is not a valid SQL92 filter: {e.describe()}") from None
     starting = parse_offsets(opts.get("startingOffsets"), "startingOffsets", "latest" if streaming else "earliest")
     if streaming is True and "endingOffsets" in opts:
         raise TidalMQOptionError("option 'endingOffsets' is for batch queries (spark.read); a streaming query runs "
@@ -285,6 +311,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         pull_pipeline=_int(opts, "pullPipeline", 4) or 4,
         pull_timeout_s=(_int(opts, "pullTimeoutMs", 10_000) or 10_000) / 1000.0,
         request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
+        retry=RetryPolicy(
+            num_retries=_int(opts, "fetchOffset.numRetries", 10, minimum=0) or 0,
+            interval_s=(_int(opts, "fetchOffset.retryIntervalMs", 100, minimum=0) or 0) / 1000.0,
+            deadline_s=(_int(opts, "retryDeadlineMs", 60_000) or 60_000) / 1000.0,
+        ),
     )
 
 
@@ -314,4 +345,5 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
         send_timeout_s=(_int(opts, "sendTimeoutMs", 10_000) or 10_000) / 1000.0,
         retries=_int(opts, "retries", 2, minimum=0) or 0,
         request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
+        write_id=(opts.get("writeId") or "").strip() or None,
     )

@@ -9,8 +9,11 @@ order). The schema is checked on the driver when the write is planned.
 Each task sends with one asyncio ``Producer``: plain rows as batches (``SEND_BATCH_MESSAGE``, round-robin
 over the queues), scheduled rows one by one (batches cannot carry a schedule), many requests in flight
 (``maxInflight``); rows with a sharding key go to their queue with at most one request in flight per queue,
-so their order holds. Every send is awaited before the task ends: at-least-once (a retried task sends its
-rows again). A refused send fails the task with the broker's code and remark.
+so their order holds. Every send is awaited before the task ends. The producer is idempotent (a send
+goes to the queue its key hashes to and is retried there until ``sendTimeoutMs``) and the keys are
+deterministic (``message_keys``), so with ``duplicationEnable`` on the broker a retried task or a re-run
+batch stores each row once (docs/spark.md, "Exactly-once writes"). A refused send fails the task, saying
+whether the broker answered or the client got no answer.
 """
 
 from __future__ import annotations
@@ -58,6 +61,35 @@ class TidalMQSchemaError(ValueError):
 
 class TidalMQSinkError(RuntimeError):
     """A send the broker (or the network) refused; fails the task."""
+
+
+def refuse_overwrite(overwrite: bool) -> None:
+    """``mode("overwrite")`` would promise to replace a topic's messages, which a log cannot do (Kafka's
+    sink refuses it too)."""
+    if overwrite:
+        raise TidalMQOptionError("the tidalmq sink cannot overwrite a topic (its messages are a log): save mode "
+                                 "'overwrite' is not supported, use mode('append')")
+
+
+def message_keys(write_id: str | None, *, streaming: bool) -> str | None:
+    """The prefix of this task's deterministic message keys (UNIQ_KEY = prefix + row number, 32 hex
+    digits as the client's ids), from (``writeId`` or the streaming query's id, the micro-batch id, the
+    partition): a retried task or a re-run batch sends the same keys, which a broker with
+    ``duplicationEnable`` stores once. None (random keys): a batch write without ``writeId``, or no
+    Spark task context (the keys would not be stable)."""
+    import hashlib
+
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        return None
+    batch = tc.getLocalProperty("streaming.sql.batchId") if streaming else ""
+    base = write_id or (tc.getLocalProperty("sql.streaming.queryId") if streaming else None)
+    if not base or batch is None:
+        return None
+    seed = f"{base}\x00{batch}\x00{tc.partitionId()}".encode()
+    return hashlib.blake2b(seed, digest_size=12).hexdigest().upper()
 
 
 def check_sink_schema(schema: StructType, opts: WriteOptions) -> dict[str, str]:
@@ -120,10 +152,12 @@ class _WriterBase:
     def __init__(self, options: Any, schema: StructType, *, streaming: bool) -> None:
         self.opts = parse_write_options(options, streaming=streaming)
         self.columns = check_sink_schema(schema, self.opts)
+        self.streaming = streaming
         _check_nameserver(self.opts)
 
     def _write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        return asyncio.run(_send_all(self.opts, self.columns, iterator))
+        keys = message_keys(self.opts.write_id, streaming=self.streaming)
+        return asyncio.run(_send_all(self.opts, self.columns, iterator, keys))
 
 
 class TidalMQBatchWriter(_WriterBase, DataSourceArrowWriter):
@@ -171,7 +205,8 @@ def _is_timestamp(rb: Any, name: str | None) -> bool:
 
 
 class _Sender:
-    def __init__(self, producer: Any, opts: WriteOptions, columns: dict[str, str]) -> None:
+    def __init__(self, producer: Any, opts: WriteOptions, columns: dict[str, str], keys: str | None) -> None:
+        self.keys = keys  # the prefix of deterministic UNIQ_KEYs (message_keys), or None
         self.p = producer
         self.opts = opts
         self.cols = columns
@@ -193,10 +228,9 @@ class _Sender:
             await coro
         except BaseException as e:  # noqa: BLE001 - remembered, raised by the task
             if self.error is None:
-                code = getattr(e, "code", None)
-                remark = getattr(e, "remark", None) or str(e)
-                detail = f"broker answered {code}: {remark}" if code is not None else remark
-                self.error = TidalMQSinkError(f"tidalmq sink: {what} failed: {detail}")
+                from tidalmq.spark.retry import describe
+
+                self.error = TidalMQSinkError(f"tidalmq sink: {what} failed: {describe(e)}")
                 self.error.__cause__ = e
 
     async def _after(self, prev: asyncio.Future[Any] | None, coro_fn: Any) -> None:
@@ -222,11 +256,13 @@ class _Sender:
         deliver_us = _is_timestamp(rb, c.get("deliverTime"))  # timestamps come as microseconds, longs are ms
         shards = _column(rb, c.get("shardingKey"))
         default_topic = self.opts.topic
-        plain: dict[str, list[tuple[bytes, str]]] = {}  # topic -> [(body, properties without UNIQ_KEY)]
+        plain: dict[str, list[Entry]] = {}  # topic -> [(body, properties without UNIQ_KEY, key)]
         ordered: dict[Any, list[Message]] = {}
         checked = self.checked_topics
         max_size = self.p.max_message_size
+        prefix = self.keys
         for i in range(n):
+            uniq = f"{prefix}{self.rows + i:08X}" if prefix is not None else None
             body = bodies[i]
             if not body or len(body) > max_size:
                 what = "null" if body is None else "empty" if not body else f"{len(body)} bytes, over {max_size}"
@@ -253,7 +289,7 @@ class _Sender:
                     parts.append(f"KEYS\x01{k if isinstance(k, str) else ' '.join(x for x in k if x)}\x02")
                 if props is not None and props[i]:
                     parts.extend(f"{pk}\x01{pv}\x02" for pk, pv in props[i] if pv is not None)
-                plain.setdefault(topic, []).append((body, "".join(parts)))
+                plain.setdefault(topic, []).append((body, "".join(parts), uniq))
                 continue
             kw: dict[str, Any] = {}
             if tags is not None and tags[i] is not None:
@@ -268,6 +304,9 @@ class _Sender:
                 p[DELIVER_MS_PROPERTY] = str(ms)
             if level is not None and level > 0:
                 kw["delay_level"] = level
+            if uniq is not None:
+                p = p or {}
+                p["UNIQ_KEY"] = uniq
             try:
                 msg = Message(topic, body, properties=p, **kw)
             except (ValueError, TypeError) as e:
@@ -327,8 +366,12 @@ class _Sender:
             raise self.error
 
 
-def _entry_chunks(entries: list[tuple[bytes, str]], size: int) -> Iterator[list[tuple[bytes, str]]]:
-    chunk: list[tuple[bytes, str]] = []
+# A plain row as the sink encodes it: body, properties text without UNIQ_KEY, its deterministic key or None.
+Entry = tuple[bytes, str, str | None]
+
+
+def _entry_chunks(entries: list[Entry], size: int) -> Iterator[list[Entry]]:
+    chunk: list[Entry] = []
     nbytes = 0
     for e in entries:
         b = len(e[0]) + len(e[1]) + 64
@@ -343,7 +386,7 @@ def _entry_chunks(entries: list[tuple[bytes, str]], size: int) -> Iterator[list[
 
 def _sink_producer_class() -> type:
     """A Producer that sends batches the sink encoded itself (``MessageDecoder.encodeMessages`` layout), with
-    the producer's routing, retries and latency-fault avoidance: the per-row ``Message`` objects and their
+    the producer's routing and (idempotent) retries: the per-row ``Message`` objects and their
     checks are what a high-rate sink cannot afford."""
     import struct
     import threading
@@ -380,11 +423,10 @@ def _sink_producer_class() -> type:
             super().__init__(*args, **kwargs)
             self._bulk = BulkIds(host_bytes(self.instance.client_ip))
 
-        async def send_encoded_batch(self, topic: str, entries: list[tuple[bytes, str]], *,
-                                     queue: Any = None) -> Any:
-            ids = self._bulk.next_ids(len(entries))
+        async def send_encoded_batch(self, topic: str, entries: list[Entry], *, queue: Any = None) -> Any:
+            ids = [e[2] or "" for e in entries] if entries[0][2] is not None else self._bulk.next_ids(len(entries))
             parts: list[bytes] = []
-            for (body, props), uid in zip(entries, ids, strict=True):
+            for (body, props, _), uid in zip(entries, ids, strict=True):
                 pb = f"{props}UNIQ_KEY\x01{uid}\x02".encode()
                 parts.append(head.pack(20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)))
                 parts.append(body)
@@ -413,12 +455,20 @@ def _chunks(msgs: list[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-async def _send_all(opts: WriteOptions, columns: dict[str, str], iterator: Iterator[Any]) -> SinkCommitMessage:
+# The broker decides how far ahead a message may be scheduled (timerMaxDelaySec): the sink does not cap it.
+_NO_CLIENT_DELAY_CAP_S = 1 << 40
+
+
+async def _send_all(opts: WriteOptions, columns: dict[str, str], iterator: Iterator[Any],
+                    keys: str | None = None) -> SinkCommitMessage:
+    # idempotent: a send is retried on its queue through a broker blip until sendTimeoutMs, never on
+    # another broker, so with deterministic keys the broker's de-duplication window sees every copy.
     producer = _sink_producer_class()(opts.producer_group, opts.nameserver, send_timeout=opts.send_timeout_s,
-                        retry_times_when_send_failed=opts.retries)
+                                      retry_times_when_send_failed=opts.retries, idempotent=True,
+                                      timer_max_delay_sec=_NO_CLIENT_DELAY_CAP_S)
     producer.instance.request_timeout = opts.request_timeout_s
     await producer.start()
-    sender = _Sender(producer, opts, columns)
+    sender = _Sender(producer, opts, columns, keys)
     try:
         for rb in iterator:
             await sender.add(rb)

@@ -82,6 +82,7 @@ def _validate(opts: ReadOptions) -> None:
         cat.check_nameserver()
         for t in opts.topics:
             cat.queues(t)
+            cat.check_filter(t)
 
 
 def _read_partition(opts: ReadOptions, p: QueueRangePartition) -> Iterator[Any]:
@@ -121,8 +122,9 @@ class TidalMQDataSource(DataSource):
         return TidalMQStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool):
-        from tidalmq.spark.sink import TidalMQBatchWriter
+        from tidalmq.spark.sink import TidalMQBatchWriter, refuse_overwrite
 
+        refuse_overwrite(overwrite)
         return TidalMQBatchWriter(self.options, schema, streaming=False)
 
     def streamWriter(self, schema: StructType, overwrite: bool):

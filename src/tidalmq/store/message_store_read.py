@@ -17,7 +17,7 @@ from tidalmq.store.commit_log import CommitLog
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE, MessageStoreConfig
 from tidalmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from tidalmq.store.message_store_dispatch import IndexServiceLike
-from tidalmq.store.results import GetMessageResult, GetStatus, QueueEntries, QueueRange
+from tidalmq.store.results import DispatchBatch, GetMessageResult, GetStatus, QueueEntries, QueueRange
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024
 
@@ -258,6 +258,21 @@ class MessageStoreRead:
             else:
                 hi = mid - 1
         return lo
+
+    def commit_log_range(self) -> tuple[int, int]:
+        """(first CommitLog offset still on disk, offset after the last record written)."""
+        return self.commit_log.min_offset, self.commit_log.written[0]
+
+    def read_commit_log_records(self, offset: int, max_bytes: int) -> tuple[DispatchBatch, int]:
+        """What reput reads of the records from ``offset`` (about ``max_bytes``): topic, queue, offsets,
+        store time, keys, ``UNIQ_KEY``, a column each; and the offset after them (no progress: nothing
+        more is readable there)."""
+        batch, nxt, _bad = self.commit_log.read_dispatch_requests(offset, max_bytes)
+        return batch, nxt
+
+    def offset_msg_id(self, commit_log_offset: int) -> str:
+        """The offset msgId of the record at ``commit_log_offset`` (store host + port + offset)."""
+        return self.commit_log.msg_id(commit_log_offset)
 
     def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> memoryview | None:
         if size is None:

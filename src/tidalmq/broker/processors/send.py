@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.broker.message_type import check_messages
 from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
@@ -127,6 +128,7 @@ class SendMessageProcessor:
         self._drain_scheduled = False
         self.busy_answers = 0  # sends answered SYSTEM_BUSY by flow control
         self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
+        self.dedup = window_for(broker)  # duplicationEnable: idempotent produce (broker/dedup.py)
 
     # entry point ------------------------------------------------------------------------------
     def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
@@ -283,6 +285,11 @@ class SendMessageProcessor:
             self.busy_answers += 1
             reply(req.make_response(ResponseCode.SYSTEM_BUSY, _BUSY_OVERLOAD))
             return
+        if received and self.dedup is not None:  # a client's send (not the broker's own message)
+            screened = self.dedup.screen(req, put, reply)
+            if screened is None:
+                return
+            put = screened
         self._pending.append((put, req, reply, wait, received))
         if not self._drain_scheduled:
             self._drain_scheduled = True
@@ -325,7 +332,9 @@ class SendMessageProcessor:
         except Exception as e:  # the store refused the whole batch: answer each sender
             self._pending = []
             log.exception("put_messages failed")
-            for _, req, reply, _, _ in batch:
+            for put, req, reply, _, _ in batch:
+                if self.dedup is not None:
+                    self.dedup.settle(put, None)
                 reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"store error: {e}"))
             return
         if results is None:
@@ -342,6 +351,8 @@ class SendMessageProcessor:
             # A client's send (it has the time its frame was read) is answered on the wire only: its
             # response may carry the pre-encoded header; the broker's own sends read the fields back.
             resp = self._response(req, put, res, bool(received))
+            if self.dedup is not None:
+                self.dedup.settle(put, res)
             b.stats_put(put.topic, len(put.records), res)
             if sync and wait and res.status == PutStatus.PUT_OK:
                 max_end = max(max_end, res.wrote_offset + res.wrote_bytes)
@@ -381,6 +392,8 @@ class SendMessageProcessor:
                 keep.append(item)
             elif all_of_them or received <= limit:
                 shed.append((item[1], item[2], received))
+                if self.dedup is not None:
+                    self.dedup.settle(item[0], None)
             else:
                 keep.extend(pending[i:])
                 break

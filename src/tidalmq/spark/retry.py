@@ -1,0 +1,88 @@
+"""Retries with backoff for the Spark source and its driver-side queries (no pyspark here).
+
+A broker restart or a NameServer blip shows as a refused or broken connection, a timeout, or a broker's
+"busy / not available" answer; those are tried again (``RetryPolicy``: pause doubling from
+``fetchOffset.retryIntervalMs`` to 2 s, at most ``fetchOffset.numRetries`` retries where a count applies,
+never past ``retryDeadlineMs``). Anything else (a refused subscription, a topic that does not exist) fails
+at once. When the retries run out the error names the operation, the tries, the time and the last cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from tidalmq.client.errors import IllegalStateError, MQBrokerError, MQClientError, ValidationError
+from tidalmq.remoting.codes import ResponseCode
+from tidalmq.spark.options import RetryPolicy
+
+T = TypeVar("T")
+
+# Broker answers that say "not now" rather than "no" (SYSTEM_ERROR is also "no": a refused subscription).
+_TRANSIENT_CODES = frozenset({ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE})
+
+
+def transient(e: BaseException) -> bool:
+    """Whether trying again later may succeed."""
+    if isinstance(e, ValidationError | IllegalStateError):
+        return False
+    if isinstance(e, MQBrokerError):
+        return e.code in _TRANSIENT_CODES
+    return isinstance(e, MQClientError | TimeoutError | ConnectionError)
+
+
+def describe(e: BaseException) -> str:
+    """The cause, saying whether the broker answered or the client could not get an answer."""
+    if isinstance(e, MQBrokerError):
+        return f"broker answered {e.code}: {e.remark}"
+    if isinstance(e, MQClientError):
+        return f"client-side error {e.code}: {e.remark}"
+    return f"client-side error: {type(e).__name__}: {e}"
+
+
+class RetriesExhausted(RuntimeError):
+    """Retries ran out; ``__cause__`` is the last failure."""
+
+
+def _exhausted(what: str, tries: int, began: float, policy: RetryPolicy, last: BaseException) -> RetriesExhausted:
+    return RetriesExhausted(
+        f"{what} failed after {tries} tries over {time.monotonic() - began:.1f} s (fetchOffset.numRetries="
+        f"{policy.num_retries}, retryDeadlineMs={int(policy.deadline_s * 1000)}): {describe(last)}")
+
+
+async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str, *,
+                      counted: bool = True) -> T:
+    """``await call()`` until it succeeds or fails for good. ``counted``: at most ``num_retries``
+    retries (the driver's queries); otherwise only the deadline bounds them (pulls)."""
+    began = time.monotonic()
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await call()
+        except BaseException as e:  # noqa: BLE001 - sorted below
+            if not transient(e):
+                raise
+            pause = policy.pause(tries)
+            if (counted and tries > policy.num_retries) or time.monotonic() + pause - began > policy.deadline_s:
+                raise _exhausted(what, tries, began, policy, e) from e
+        await asyncio.sleep(pause)
+
+
+def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str) -> T:
+    """``call()`` (a blocking call) with the same rules as ``retry_async`` (counted)."""
+    began = time.monotonic()
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return call()
+        except BaseException as e:  # noqa: BLE001 - sorted below
+            if not transient(e):
+                raise
+            pause = policy.pause(tries)
+            if tries > policy.num_retries or time.monotonic() + pause - began > policy.deadline_s:
+                raise _exhausted(what, tries, began, policy, e) from e
+        time.sleep(pause)

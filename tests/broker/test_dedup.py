@@ -1,0 +1,216 @@
+"""Idempotent produce (``duplicationEnable``, broker/dedup.py): a send whose UNIQ_KEY is in the window is
+answered with the original's result and not stored again; the window is bounded and survives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.broker.rawclient import run, send_cmd, wait_max_offset
+from tests.support import Standalone
+from tidalmq.broker.dedup import SNAPSHOT_FILE, DuplicationWindow, Original
+from tidalmq.client.message import Message, MessageQueue
+from tidalmq.client.producer import Producer
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+SMALL = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "duplicationEnable": "true"}
+
+
+def key(i: int) -> str:
+    return f"{i:032X}"
+
+
+async def max_offset(c: RemotingClient, addr: str, topic: str, queue_id: int = 0) -> int:
+    r = await c.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET, ext_fields={
+        "topic": topic, "queueId": str(queue_id)}), 5)
+    return int(r.ext_fields["offset"])
+
+
+async def send(c: RemotingClient, addr: str, topic: str, uniq: str, body: bytes = b"x") -> RemotingCommand:
+    r = await c.invoke(addr, send_cmd(topic, body, props={"UNIQ_KEY": uniq}), 5)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    return r
+
+
+def answer(r: RemotingCommand) -> tuple[str, str, str]:
+    return r.ext_fields["msgId"], r.ext_fields["queueId"], r.ext_fields["queueOffset"]
+
+
+@pytest.fixture
+def dedup_broker(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with Standalone(tmp_path / "data", SMALL) as s:
+        yield s
+
+
+def test_duplicate_answered_with_original_result_and_not_stored(dedup_broker: Standalone) -> None:
+    addr = dedup_broker.broker_addr
+
+    async def scenario() -> None:
+        c = RemotingClient()
+        try:
+            first = await send(c, addr, "Dedup", key(1), b"one")
+            await send(c, addr, "Dedup", key(2), b"two")
+            again = await send(c, addr, "Dedup", key(1), b"one")
+            assert answer(again) == answer(first)
+            await wait_max_offset(c, addr, "Dedup", 0, 2)
+            assert await max_offset(c, addr, "Dedup") == 2
+            # A retry topic keeps the original's UNIQ_KEY by design: never deduplicated; nor is a message
+            # forwarded to another topic (the window is per topic).
+            for other in ("%RETRY%G", "DedupForward"):
+                r = await c.invoke(addr, send_cmd(other, b"one", props={"UNIQ_KEY": key(1)}), 5)
+                assert r.code == ResponseCode.SUCCESS and r.ext_fields["msgId"] != first.ext_fields["msgId"]
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_batch_duplicates_whole_and_partial(dedup_broker: Standalone) -> None:
+    async def scenario() -> None:
+        async with Producer("DedupPG", dedup_broker.namesrv_addr) as p:
+            mq = MessageQueue("DedupBatch", (await p.fetch_publish_queues("DedupBatch"))[0].broker_name, 0)
+
+            def batch(ids: range) -> list[Message]:
+                return [Message("DedupBatch", f"m{i}", properties={"UNIQ_KEY": key(i)}) for i in ids]
+
+            first = await p.send_batch(batch(range(0, 4)), queue=mq)
+            again = await p.send_batch(batch(range(0, 4)), queue=mq)
+            assert (again.offset_msg_id, again.queue_offset) == (first.offset_msg_id, first.queue_offset)
+            mixed = await p.send_batch(batch(range(2, 7)), queue=mq)  # 2, 3 stored before; 4, 5, 6 new
+            assert mixed.queue_offset == 4
+        c = RemotingClient()
+        try:
+            await wait_max_offset(c, dedup_broker.broker_addr, "DedupBatch", 0, 7)
+            assert await max_offset(c, dedup_broker.broker_addr, "DedupBatch") == 7
+        finally:
+            await c.close()
+
+    run(scenario())
+
+
+def test_window_is_bounded_by_size(tmp_path: Path) -> None:
+    with Standalone(tmp_path / "data", {**SMALL, "duplicationWindowSize": "3"}) as s:
+        async def scenario() -> None:
+            c = RemotingClient()
+            try:
+                first = await send(c, s.broker_addr, "DedupBound", key(1))
+                assert answer(await send(c, s.broker_addr, "DedupBound", key(1))) == answer(first)
+                for i in range(2, 5):  # three newer keys push key 1 out of a window of 3
+                    await send(c, s.broker_addr, "DedupBound", key(i))
+                late = await send(c, s.broker_addr, "DedupBound", key(1))
+                assert late.ext_fields["queueOffset"] == "4"
+            finally:
+                await c.close()
+
+        run(scenario())
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_window_survives_restart(tmp_path: Path, how: str) -> None:
+    """SIGKILL before any snapshot (rebuilt from the CommitLog tail), or a stop after one (snapshot +
+    replay of what came after it)."""
+    s = Standalone(tmp_path / "data", {**SMALL, "duplicationSnapshotIntervalSeconds": "1"})
+    answers: dict[int, tuple[str, str, str]] = {}
+
+    async def before() -> None:
+        c = RemotingClient()
+        try:
+            answers[1] = answer(await send(c, s.broker_addr, "DedupRestart", key(1)))
+            if how == "stop":  # past the snapshot interval: the next send writes a snapshot
+                snap = tmp_path / "data" / "store" / "config" / SNAPSHOT_FILE
+                deadline = asyncio.get_running_loop().time() + 15
+                i = 2
+                while not snap.exists():  # a send settled past the interval writes one (off the loop)
+                    assert asyncio.get_running_loop().time() < deadline, "no snapshot was written"
+                    answers[i] = answer(await send(c, s.broker_addr, "DedupRestart", key(i)))
+                    i += 1
+                    await asyncio.sleep(0.05)
+            answers[1000] = answer(await send(c, s.broker_addr, "DedupRestart", key(1000)))  # after the snapshot
+        finally:
+            await c.close()
+
+    async def after() -> None:
+        c = RemotingClient()
+        try:
+            n = await max_offset(c, s.broker_addr, "DedupRestart")
+            for i, original in answers.items():
+                assert answer(await send(c, s.broker_addr, "DedupRestart", key(i))) == original
+            assert await max_offset(c, s.broker_addr, "DedupRestart") == n == len(answers)
+        finally:
+            await c.close()
+
+    with s:
+        run(before())
+        s.kill() if how == "kill" else s.stop()
+        s.start()
+        run(after())
+
+
+class _Store:
+    """What the window reads of the store: an empty CommitLog."""
+
+    @staticmethod
+    def commit_log_range() -> tuple[int, int]:
+        return 0, 0
+
+    @staticmethod
+    def offset_msg_id(phys: int) -> str:
+        return f"{phys:032X}"
+
+
+def test_window_drops_keys_older_than_its_seconds(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    w = DuplicationWindow(_Store(), str(tmp_path), window_seconds=60, window_size=100,  # type: ignore[arg-type]
+                          clock=lambda: now[0])
+    w.ensure_loaded()
+    w.entries["old"] = Original(0, 0, 0, int((now[0] - 61) * 1000))
+    w.entries["new"] = Original(100, 0, 1, int((now[0] - 1) * 1000))
+    w._evict()
+    assert list(w.entries) == ["new"]
+
+
+def test_idempotent_producer_rides_out_a_restart_and_stores_once(dedup_broker: Standalone) -> None:
+    """``Producer(idempotent=True)``: a send made while the broker is down is retried on its queue until
+    the broker is back; sending the same message again returns the original's result."""
+    async def scenario() -> None:
+        async with Producer("IdemPG", dedup_broker.namesrv_addr, idempotent=True, send_timeout=30) as p:
+            assert (await p.send(Message("Idem", "a"))).ok  # the route is known from here on
+            dedup_broker.kill()
+            msg = Message("Idem", "b")
+            pending = asyncio.ensure_future(p.send(msg))
+            await asyncio.get_running_loop().run_in_executor(None, dedup_broker.start)
+            res = await asyncio.wait_for(pending, 30)
+            assert res.ok
+            again = await p.send(msg)  # the same UNIQ_KEY: answered from the window
+            assert (again.offset_msg_id, again.message_queue, again.queue_offset) == \
+                (res.offset_msg_id, res.message_queue, res.queue_offset)
+        c = RemotingClient()
+        try:
+            total = 0
+            for q in range(8):
+                total += await max_offset(c, dedup_broker.broker_addr, "Idem", q)
+            assert total == 2
+        finally:
+            await c.close()
+
+    run(scenario(), timeout=90)
+
+
+def test_timer_cancel_is_not_taken_for_a_duplicate(dedup_broker: Standalone) -> None:
+    """A cancel carries its target's UNIQ_KEY (and is parked in the same timer topic): it is stored."""
+    import time
+
+    async def scenario() -> None:
+        async with Producer("DedupTimerPG", dedup_broker.namesrv_addr) as p:
+            scheduled = await p.send(Message("DedupTimer", "later", deliver_time_ms=int(time.time() * 1000) + 60_000))
+            cancel = await p.cancel_scheduled(scheduled)
+            assert cancel.ok and cancel.offset_msg_id != scheduled.offset_msg_id
+            again = await p.send(Message("DedupTimer", "later", properties={"UNIQ_KEY": scheduled.msg_id},
+                                         deliver_time_ms=scheduled.deliver_time_ms), queue=scheduled.message_queue)
+            assert again.offset_msg_id == scheduled.offset_msg_id  # the scheduled send itself still is one
+
+    run(scenario())
