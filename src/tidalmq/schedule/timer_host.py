@@ -164,6 +164,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _take_lock(root: Path) -> int:
     """One schedule process per store: a previous one (killed, or exiting) releases the lock as it dies."""
+    root.mkdir(parents=True, exist_ok=True)  # started before the broker's store made it (prestart)
     fd = os.open(root / "timerlock", os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
