@@ -38,7 +38,7 @@ import numpy as np
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import RecordError, StoredMessage, decode_record, view_record
+from tidalmq.common.record import RecordError, RecordView, StoredMessage, decode_record, view_record
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -390,15 +390,8 @@ class TimerMessageService:
         return True
 
     def _properties(self, phys: int, size: int) -> dict[str, str] | None:
-        view = self.store.select_one_message_by_offset(phys, size)
-        if view is None:
-            log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
-            return None
-        try:
-            return view_record(view).properties  # the properties alone: no hosts, no body decoded
-        except RecordError as e:
-            log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
-            return None
+        got = self._read_parked(phys, size)  # the properties alone: no hosts, no body decoded
+        return None if got is None else got[1]
 
     # ------------------------------------------------------------------ deliver
     def _deliver_round(self) -> bool:
@@ -427,22 +420,22 @@ class TimerMessageService:
                 if props is not None:
                     skipped_keys.append((props.get(mc.REAL_TOPIC, ""), _deliver_of(props, d)))
                 continue
-            msg = self.store.look_message_by_offset(off, size)
-            if msg is None:
+            got = self._read_parked(off, size)
+            if got is None:
                 self.counters["unreadable"] += 1
-                log.error("timer message at %d (size %d) cannot be read; skipped", off, size)
                 continue
-            real_deliver = _deliver_of(msg.properties, d)
+            view, parked = got
+            real_deliver = _deliver_of(parked, d)
             if key <= self._verify_upto and off < self._load_watermark:
-                if self._already_delivered(msg):
+                if self._already_delivered(parked):
                     self.counters["duplicatesSkipped"] += 1
-                    skipped_keys.append((msg.properties.get(mc.REAL_TOPIC, ""), real_deliver))
+                    skipped_keys.append((parked.get(mc.REAL_TOPIC, ""), real_deliver))
                     continue
                 if not self.store.has_index:
                     self.counters["redelivered"] += 1
             try:
-                topic, qid, record = restore_record(msg, {
-                    mc.TIMER_ENQUEUE_MS: str(msg.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)})
+                topic, qid, record = restore_record(view, {
+                    mc.TIMER_ENQUEUE_MS: str(view.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)}, parked)
             except ValueError as err:
                 self.counters["unreadable"] += 1
                 log.error("%s; skipped", err)
@@ -490,10 +483,25 @@ class TimerMessageService:
             time.sleep(0.05)  # the store is refusing writes (disk full, shutting down): do not spin
         return True
 
-    def _already_delivered(self, msg: Any) -> bool:
-        """After a crash mid-batch: is this message's copy in its real topic already?"""
-        uniq = msg.properties.get(mc.UNIQ_KEY)
-        real = msg.properties.get(mc.REAL_TOPIC)
+    def _read_parked(self, phys: int, size: int) -> tuple[RecordView, dict[str, str]] | None:
+        """A parked record read in place, and its properties (nothing else of it is decoded: the
+        delivered copy is made from its bytes); None, logged, when it cannot be read."""
+        raw = self.store.select_one_message_by_offset(phys, size)
+        try:
+            if raw is not None:
+                view = view_record(raw)
+                return view, view.properties
+        except RecordError as e:
+            log.error("timer message at %d (size %d) cannot be decoded (%s); skipped", phys, size, e)
+            return None
+        log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
+        return None
+
+    def _already_delivered(self, props: dict[str, str]) -> bool:
+        """After a crash mid-batch: is the copy of the message with these (parked) properties in its
+        real topic already?"""
+        uniq = props.get(mc.UNIQ_KEY)
+        real = props.get(mc.REAL_TOPIC)
         if not uniq or not real or not self.store.has_index:
             return False
         for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
