@@ -214,6 +214,9 @@ def test_sigkill_of_the_child_mid_delivery_loses_nothing(tmp_path: Path) -> None
                     assert time.monotonic() < deadline, f"{len(msgs)} of {len(uniqs)} delivered after the restart"
                     await asyncio.sleep(0.1)
                 check_all_once(msgs, uniqs)
+                for q in range(QUEUES):  # the batches in flight at the kill kept their order
+                    deliver = [int(m.body.split(b":")[0]) for m in msgs if m.queue_id == q]
+                    assert deliver == sorted(deliver), f"queue {q} out of deliver order"
                 info = await runtime_info(c, addr)
                 assert int(info["timer.processRestarts"]) >= 1
                 dups = len(msgs) - len(set(uniqs))

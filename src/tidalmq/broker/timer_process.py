@@ -42,6 +42,7 @@ from tidalmq.schedule.channel import (
 from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore
+from tidalmq.store.results import PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class TimerProcess:
         # shutdown(). A child started earlier (prestart) imports and loads its own files meanwhile.
         self._store_ready = threading.Event()
         self._started = False
+        self._refusing = False  # a PUT failed: the following ones are refused until RESUME (pipelined batches)
         self._state_wanted = threading.Event()
         self._view_wanted = False
         self._view: dict[str, Any] | None = None
@@ -174,6 +176,7 @@ class TimerProcess:
             proc.wait()
             return
         self._sock = sock
+        self._refusing = False  # a new child starts from its journal
         self._send(self._state_frame())
         if self._stopping.is_set():  # shutdown() began while the child was being started
             self._send(frame(Kind.STOP))
@@ -220,8 +223,17 @@ class TimerProcess:
     def _handle(self, kind: Kind, payload: bytes) -> None:
         store = self.store
         if kind is Kind.PUT:
-            results = store.put_messages(decode_puts(payload))
-            self._send(frame(Kind.PUT_RESULT, encode_statuses([r.status for r in results])))
+            requests = decode_puts(payload)
+            if self._refusing:
+                # A put before this one failed: the child has more batches in flight, and storing them
+                # would put them ahead of the one it retries. Refused, nothing stored, until RESUME.
+                statuses = [PutStatus.SERVICE_NOT_AVAILABLE] * len(requests)
+            else:
+                statuses = [r.status for r in store.put_messages(requests)]
+                self._refusing = any(s is not PutStatus.PUT_OK for s in statuses)
+            self._send(frame(Kind.PUT_RESULT, encode_statuses(statuses)))
+        elif kind is Kind.RESUME:
+            self._refusing = False
         elif kind is Kind.QUERY:
             q = decode_json(payload)
             views = store.query_message(q["topic"], q["key"], int(q["maxNum"]), int(q["begin"]), int(q["end"]))

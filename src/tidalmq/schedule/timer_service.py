@@ -92,6 +92,31 @@ class TimerStoreAccess(Protocol):
     def wait_reput(self, offset: int, timeout: float) -> bool: ...
 
 
+class PipelinedPuts(Protocol):
+    """Puts whose answers come later, in the order they were made (schedule/timer_host.BrokerChannel)."""
+
+    def submit_put(self, requests: Sequence[PutRequest]) -> Callable[[], list[AppendResult]]:
+        """Send the put now; the returned function waits for its answer."""
+        ...
+
+    def resume(self) -> None:
+        """After a failed put the broker refuses the following ones (nothing stored) until this."""
+        ...
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A delivery batch between its put and the broker's answer."""
+
+    due: np.ndarray  # the entries popped (ENTRY_DTYPE)
+    requests: list[PutRequest]
+    owners: list[int]  # index in ``due`` of each request's last entry
+    lateness: list[int]
+    topics: list[tuple[str, int]]  # (real topic, deliver ms) of each record
+    last: tuple[int, int]  # the key (deliver_ms, offset) of the last entry
+    wait: Callable[[], list[AppendResult]] = list
+
+
 @dataclass
 class CancelTarget:
     """What the broker knows of the message a cancel names (see find_cancel_target)."""
@@ -201,8 +226,14 @@ def histogram_of(minutes: Counter[int] | dict[int, int], now_ms: int) -> dict[st
 class TimerMessageService:
     def __init__(self, store: TimerStoreAccess, root_dir: str | Path, *, precision_ms: int = 1000,
                  max_delay_ms: int = 400 * DAY_MS, stats: ScheduleStats | None = None,
-                 clock: Callable[[], int] = ms_now, wheel_slots: int | None = None) -> None:
+                 clock: Callable[[], int] = ms_now, wheel_slots: int | None = None,
+                 pipeline: PipelinedPuts | None = None, pipeline_depth: int = 1) -> None:
         self.store = store
+        # Puts that answer later (the schedule process's channel to the broker): up to pipeline_depth
+        # delivery batches in flight, so the next one is prepared while the broker appends this one.
+        self.pipeline = pipeline
+        self.pipeline_depth = max(1, pipeline_depth) if pipeline is not None else 0  # 0: answered at once
+        self._inflight: deque[_Batch] = deque()
         self.root = Path(root_dir)
         self.precision_ms = check_precision(precision_ms)
         self.timer = TimerStore(str(self.root), precision_ms=precision_ms, slot_ms=SLOT_MS, wheel_slots=wheel_slots,
@@ -296,6 +327,7 @@ class TimerMessageService:
                         if not self._deliver_round():
                             break
                         busy = True
+                    self._drain()
                     if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
                         self._sync()
                     nxt = self.timer.next_due_ms()
@@ -451,11 +483,38 @@ class TimerMessageService:
             topics.append((topic, real_deliver))
         for t, d in skipped_keys:
             self.topics.add(t, d, -1)
-        last = (int(due["deliver_ms"][-1]), int(due["offset"][-1]))
-        done_upto: tuple[int, int] | None = last
+        batch = _Batch(due, requests, owners, lateness, topics, (int(due["deliver_ms"][-1]), int(due["offset"][-1])))
         if requests:
-            self._write_journal(last, self._journal_done)
+            # The journal's intent covers every batch in flight (the broker acknowledges them in order).
+            self._inflight.append(batch)
+            self._write_journal(max(b.last for b in self._inflight), self._journal_done)
+            batch.wait = self._submit(requests)
+        else:
+            self._inflight.append(batch)  # nothing to put: done once the batches before it are
+        while len(self._inflight) > self.pipeline_depth:
+            self._complete(self._inflight.popleft())
+        return True
+
+    def _submit(self, requests: list[PutRequest]) -> Callable[[], list[AppendResult]]:
+        if self.pipeline is None:
             results = self.store.put_messages(requests)
+            return lambda: results
+        return self.pipeline.submit_put(requests)
+
+    def _drain(self) -> None:
+        """Complete every batch in flight (in order)."""
+        while self._inflight:
+            self._complete(self._inflight.popleft())
+
+    def _complete(self, batch: _Batch) -> None:
+        """The broker answered ``batch`` (the oldest in flight): count what it stored, move the journal's
+        done key and the TimerStore's commit up to it. After a refusal, every later batch in flight was
+        refused too (the broker refuses puts after a failed one until RESUME): they are all retried, in
+        order, once the ones in flight are answered."""
+        due, requests, owners = batch.due, batch.requests, batch.owners
+        done_upto: tuple[int, int] | None = batch.last
+        if requests:
+            results = batch.wait()
             ok = 0
             for req, res in zip(requests, results, strict=True):
                 if res.status != PutStatus.PUT_OK:
@@ -464,24 +523,33 @@ class TimerMessageService:
                 ok += 1
             if ok < len(requests):
                 first_failed = owners[ok - 1] + 1 if ok else 0
-                self._retry = due[first_failed:].copy()
+                retry = [due[first_failed:]]
+                for later in self._inflight:  # refused by the broker after this one: nothing of them stored
+                    if later.requests:
+                        later.wait()
+                    retry.append(later.due)
+                self._inflight.clear()
+                self._retry = np.concatenate(retry)
+                if self.pipeline is not None:
+                    self.pipeline.resume()
                 done_upto = (int(due["deliver_ms"][first_failed - 1]), int(due["offset"][first_failed - 1])) \
                     if first_failed else None
             delivered = sum(len(r.records) for r in requests[:ok])
-            self.stats.delivered(lateness[:delivered])
-            for t, d in topics[:delivered]:
+            lateness = batch.lateness[:delivered]
+            self.stats.delivered(lateness)
+            for t, d in batch.topics[:delivered]:
                 self.topics.add(t, d, -1)
-            if lateness[:delivered]:
-                self.last_lateness_ms = max(lateness[:delivered])
+            if lateness:
+                self.last_lateness_ms = max(lateness)
             if done_upto is not None:
-                self._write_journal(done_upto, done_upto)
+                intent = max((b.last for b in self._inflight), default=done_upto)
+                self._write_journal(max(intent, done_upto), done_upto)
         if done_upto is not None and done_upto <= self.timer.read_cursor:
             if done_upto > self.timer.committed_cursor:
                 self.timer.commit_delivered(done_upto, sync=False)
         self._dirty = True
         if self._retry.size:
             time.sleep(0.05)  # the store is refusing writes (disk full, shutting down): do not spin
-        return True
 
     def _read_parked(self, phys: int, size: int) -> tuple[RecordView, dict[str, str]] | None:
         """A parked record read in place, and its properties (nothing else of it is decoded: the
