@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -38,7 +39,14 @@ import numpy as np
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import RecordError, RecordView, StoredMessage, decode_record, view_record
+from tidalmq.common.record import (
+    RecordError,
+    RecordView,
+    StoredMessage,
+    decode_record,
+    properties_span,
+    view_record,
+)
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -61,6 +69,10 @@ SLOT_MS = 1000
 # While it works, the thread publishes its view (TimerView) at most this often unless a reader asked:
 # counting the pending entries walks the whole wheel (tens of ms with the default 7-day wheel).
 VIEW_INTERVAL_S = 1.0
+# The properties the enqueue round and the duplicate skip read (the cancel hash, a delete marker, the
+# real topic's counts, the deliver time when the tag lacks it).
+_ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + b"|".join(
+    n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS)) + rb")\x01([^\x02]*)")
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
 
@@ -422,8 +434,22 @@ class TimerMessageService:
         return True
 
     def _properties(self, phys: int, size: int) -> dict[str, str] | None:
-        got = self._read_parked(phys, size)  # the properties alone: no hosts, no body decoded
-        return None if got is None else got[1]
+        """What enqueueing needs of a parked record's properties (``_ENQUEUE_PROPERTIES``), found in
+        place: no hosts, no body, no other property decoded. The records are the broker's own, made
+        whole by reput before it published them (so their layout is trusted, as the pull path trusts
+        it); None, logged, when one cannot be read."""
+        raw = self.store.select_one_message_by_offset(phys, size)
+        if raw is None or len(raw) < size:
+            log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
+            return None
+        try:
+            at, n = properties_span(raw)
+            if at + n != size:
+                raise RecordError("properties do not end the record")
+            return {k.decode(): v.decode("utf-8") for k, v in _ENQUEUE_PROPERTIES.findall(raw[at : at + n])}
+        except (RecordError, IndexError, UnicodeDecodeError, struct.error) as e:
+            log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
+            return None
 
     # ------------------------------------------------------------------ deliver
     def _deliver_round(self) -> bool:
