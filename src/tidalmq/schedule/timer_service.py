@@ -9,7 +9,8 @@ One thread then:
   hands the batch to ``TimerStore.enqueue`` — idempotent, so a replay after a crash files nothing twice;
 - **delivers**: sleeps until ``next_due_ms`` (woken early by the store's arrival listener), pops what fell due,
   re-stores the bodies in their real topic and queue in (deliver time, CommitLog offset) order with one
-  ``put_messages`` call per batch, then commits.
+  ``put_messages`` call per batch, then commits. In the schedule process (``pipeline``) up to
+  ``pipeline_depth`` batches are in flight to the broker, answered and committed in order.
 
 Exactly-once across SIGKILL: before each batch is re-stored its last key is written to a small journal
 (``timerdeliver``, pwrite, no fsync — SIGKILL keeps the page cache), and again once the store accepted it. After
