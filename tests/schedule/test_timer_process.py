@@ -17,6 +17,7 @@ import pytest
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
 from tests.schedule.test_timer_broker import decode_all
 from tests.support import Standalone, wait_for
+from tidalmq.broker.timer_process import TimerProcess
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, encode_record
@@ -213,6 +214,9 @@ def test_sigkill_of_the_child_mid_delivery_loses_nothing(tmp_path: Path) -> None
                     assert time.monotonic() < deadline, f"{len(msgs)} of {len(uniqs)} delivered after the restart"
                     await asyncio.sleep(0.1)
                 check_all_once(msgs, uniqs)
+                for q in range(QUEUES):  # the batches in flight at the kill kept their order
+                    deliver = [int(m.body.split(b":")[0]) for m in msgs if m.queue_id == q]
+                    assert deliver == sorted(deliver), f"queue {q} out of deliver order"
                 info = await runtime_info(c, addr)
                 assert int(info["timer.processRestarts"]) >= 1
                 dups = len(msgs) - len(set(uniqs))
@@ -288,3 +292,50 @@ def test_due_messages_are_delivered_while_a_send_burst_runs(tmp_path: Path) -> N
                 await c.close()
 
         asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+# ---------------------------------------------------------------- start-up before the store is loaded
+def _timer_store(root: Path) -> tuple[DefaultMessageStore, MessageStoreConfig]:
+    cfg = MessageStoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=1024 * 1024,
+                             mapped_file_size_consume_queue=20 * 50, timer_precision_ms=10)
+    return DefaultMessageStore(cfg), cfg
+
+
+def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path) -> None:
+    """prestart() starts the schedule process before the broker's store is loaded (its start-up overlaps
+    a recovery); it serves nothing and reads nothing until start(), then delivers what fell due."""
+    store, cfg = _timer_store(tmp_path / "store")
+    timer = TimerProcess(store, cfg, Path(cfg.store_path_root_dir), max_delay_ms=3_600_000)
+    try:
+        timer.prestart()
+        pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
+        time.sleep(0.5)  # time to load its files: it must still be waiting for the store
+        assert timer.pid == pid and timer.snapshot(ask_fresh=False)["processReady"] == "false"
+        assert store.load()
+        due = now_ms() + 300
+        props = {mc.REAL_TOPIC: "Pre", mc.REAL_QID: "2", mc.UNIQ_KEY: "U1", mc.TIMER_OUT_MS: str(due)}
+        rec = encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"pre", properties=props, born_timestamp=1,
+                            born_port=1, store_port=10911)
+        assert store.put_messages([PutRequest(TIMER_TOPIC, 0, [rec])])[0].status == PutStatus.PUT_OK
+        store.add_arrival_listener(timer.on_arrival)
+        store.start()
+        timer.start()
+        wait_for(lambda: len(store.read_queue("Pre", 2, 0, 1)), 20, what="the delivery")
+        view = store.select_one_message_by_offset(int(store.read_queue("Pre", 2, 0, 1).commit_log_offsets[0]))
+        assert view is not None
+        copy = decode_record(view)
+        assert copy.body == b"pre" and copy.store_timestamp >= due
+        assert timer.pid == pid  # the same child: it was not restarted
+    finally:
+        timer.shutdown()
+        store.shutdown()
+
+
+def test_broker_stopped_before_its_store_started_ends_the_prestarted_child(tmp_path: Path) -> None:
+    store, cfg = _timer_store(tmp_path / "store")
+    timer = TimerProcess(store, cfg, Path(cfg.store_path_root_dir), max_delay_ms=3_600_000)
+    timer.prestart()
+    pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
+    t0 = time.monotonic()
+    timer.shutdown()
+    assert exited(pid) and time.monotonic() - t0 < 10

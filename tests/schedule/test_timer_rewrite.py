@@ -11,9 +11,10 @@ from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.broker.schedule_hooks import TimerRewrite
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import decode_record
+from tidalmq.common.record import DISPATCH_PROPERTIES, decode_record, properties_span
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
 NOW = 1_700_000_000_000
 MAX_DELAY_MS = 3_600_000
@@ -97,6 +98,35 @@ def test_batch_parks_each_message_at_its_own_time() -> None:
     assert [dict(p)[b"TIMER_OUT_MS"] for p in records.dispatch_properties] == [
         str(t).encode() for t in (NOW + 5000, NOW + 700, NOW + 2000, NOW - 1)]
     assert records.nbytes == sum(len(r) for r in records.records()) == sum(m.store_size for m in stored)
+    # ... and it is exactly what a read of the parked properties finds
+    assert records.dispatch_properties == [
+        DISPATCH_PROPERTIES.findall(r[at - 1 : at + n]) for r in records.records() for at, n in [properties_span(r)]]
+
+
+def test_parked_batch_is_dispatched_from_the_append_as_from_a_read_back(tmp_path) -> None:  # noqa: ANN001
+    """The ConsumeQueue entries of a parked batch (tag = deliver time, UNIQ_KEY and KEYS for the index)
+    come from what the append knows, without reading the records back: the same as a scan of them."""
+    from tests.store.conftest import FakeIndex, small_config
+
+    store = DefaultMessageStore(small_config(str(tmp_path / "store")), index_service=FakeIndex())
+    assert store.load()
+    try:
+        asks = [{"TIMER_DELIVER_MS": str(NOW + 5000), "KEYS": "k1 k2"}, {"TIMER_DELAY_MS": "700", "TAGS": "t"},
+                {"TIMER_DELAY_SEC": "2"}]
+        records = encode(b"".join(batch_item(f"m{i}".encode(), {**a, "UNIQ_KEY": f"U{i}"})
+                                  for i, a in enumerate(asks)))
+        rewrite().park_batch(records, "T", 3)
+        assert store.put_messages([PutRequest(TIMER_TOPIC, 0, records)])[0].status == PutStatus.PUT_OK
+        cl = store.commit_log
+        assert len(cl._preread) == 1
+        from_append, end, stalled = cl.read_dispatch_requests(0, 1 << 30)
+        assert not cl._preread and not stalled and end == store.max_phy_offset
+        read_back, _, _ = cl.read_dispatch_requests(0, 1 << 30)
+        assert from_append.rows() == read_back.rows()
+        assert [r.tags_code for r in read_back.rows()] == [NOW + 5000, NOW + 700, NOW + 2000]
+        assert [r.uniq_key for r in read_back.rows()] == ["U0", "U1", "U2"]
+    finally:
+        store.shutdown()
 
 
 @pytest.mark.parametrize(("props", "words"), [

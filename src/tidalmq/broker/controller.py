@@ -311,6 +311,8 @@ class BrokerController:
 
     def _load_and_start_store(self) -> None:
         """The configs, the store (with its recovery) and the schedule services, loaded and started."""
+        if isinstance(self.timer, TimerProcess) and not self.config.is_slave:
+            self.timer.prestart()  # its start-up overlaps the store's recovery
         self.topics.load()
         self.offsets.load()
         self.groups.load()

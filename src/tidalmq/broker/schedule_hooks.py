@@ -62,6 +62,7 @@ TIMER_REQUEST_PROPERTIES = (mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_DELI
 # Properties only the broker writes; a client's copy is dropped so it cannot steer the timer.
 TIMER_BROKER_PROPERTIES = (mc.TIMER_OUT_MS, mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES)
 _INT64_MAX = (1 << 63) - 1
+_TIMER_OUT_MS_B = mc.TIMER_OUT_MS.encode()
 
 
 def _now_ms() -> int:
@@ -202,6 +203,10 @@ class TimerRewrite:
             raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         now = self.clock()
         parked: list[bytes] = []
+        # What the reput reads in the parked properties: the client's (read when the batch was encoded;
+        # they hold no TIMER_OUT_MS or DELAY, the fast path refuses those) and the TIMER_OUT_MS appended.
+        # Given to redirect, so neither it nor the reput reads the new properties again.
+        dispatch = [list(found) for found in records.dispatch_properties]
         for i, props in enumerate(records.item_properties()):
             try:
                 text = str(props, "utf-8")
@@ -213,7 +218,8 @@ class TimerRewrite:
                                 f"timer batch illegal: message {i} asks for no deliver time or for more than one "
                                 f"({', '.join(TIMER_REQUEST_PROPERTIES)}); timer and plain messages cannot share a batch")
             parked.append(fast[0].encode("utf-8"))
-        records.redirect(TIMER_TOPIC, 0, parked)
+            dispatch[i].append((_TIMER_OUT_MS_B, b"%d" % fast[1]))
+        records.redirect(TIMER_TOPIC, 0, parked, dispatch)
 
     def __call__(self, msg: InnerMessage) -> None:
         if (not msg.is_parsed and self.enabled and msg.topic != TIMER_TOPIC

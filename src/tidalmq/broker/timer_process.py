@@ -42,6 +42,7 @@ from tidalmq.schedule.channel import (
 from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore
+from tidalmq.store.results import PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,11 @@ class TimerProcess:
         self._sock: socket.socket | None = None
         self._send_lock = threading.Lock()
         self._stopping = threading.Event()
+        # Set by start() (the store is loaded and started: STATE can be sent, requests served) or by
+        # shutdown(). A child started earlier (prestart) imports and loads its own files meanwhile.
+        self._store_ready = threading.Event()
+        self._started = False
+        self._refusing = False  # a PUT failed: the following ones are refused until RESUME (pipelined batches)
         self._state_wanted = threading.Event()
         self._view_wanted = False
         self._view: dict[str, Any] | None = None
@@ -80,16 +86,27 @@ class TimerProcess:
     def load(self) -> None:
         """Nothing to load here: the child loads the timer's files."""
 
+    def prestart(self) -> None:
+        """Start the child before the broker's store is loaded (a recovery after a crash takes a while):
+        its interpreter start-up and the load of the timer's files overlap the store's, and the first
+        delivery after a restart comes that much sooner. The child reads nothing of the store before
+        the first STATE, which start() allows; its requests wait in the socket until then."""
+        if self._supervisor is None:
+            # The child is started from the supervisor thread, which lives as long as the broker: Linux's
+            # PR_SET_PDEATHSIG fires when the *thread* that started the child ends.
+            self._supervisor = threading.Thread(target=self._supervise, name="TimerProcessSupervisor", daemon=True)
+            self._supervisor.start()
+
     def start(self) -> None:
-        # The child is started from the supervisor thread, which lives as long as the broker: Linux's
-        # PR_SET_PDEATHSIG fires when the *thread* that started the child ends.
-        self._supervisor = threading.Thread(target=self._supervise, name="TimerProcessSupervisor", daemon=True)
-        self._supervisor.start()
+        self.prestart()
+        self._started = True
+        self._store_ready.set()
         self._publisher = threading.Thread(target=self._publish_loop, name="TimerProcessState", daemon=True)
         self._publisher.start()
 
     def shutdown(self) -> None:
         self._stopping.set()
+        self._store_ready.set()
         self._state_wanted.set()
         proc = self.proc
         if proc is not None and not self._ready and proc.poll() is None:
@@ -150,7 +167,16 @@ class TimerProcess:
         proc, sock = self._spawn()
         with self._view_cond:
             self._ready = False
-        self.proc, self._sock = proc, sock
+        self.proc = proc
+        self._store_ready.wait()
+        if not self._started:
+            # Stopped before the store was ever started (a broker that failed to load): nothing to
+            # serve; shutdown() ended the child, which was still loading.
+            sock.close()
+            proc.wait()
+            return
+        self._sock = sock
+        self._refusing = False  # a new child starts from its journal
         self._send(self._state_frame())
         if self._stopping.is_set():  # shutdown() began while the child was being started
             self._send(frame(Kind.STOP))
@@ -197,8 +223,17 @@ class TimerProcess:
     def _handle(self, kind: Kind, payload: bytes) -> None:
         store = self.store
         if kind is Kind.PUT:
-            results = store.put_messages(decode_puts(payload))
-            self._send(frame(Kind.PUT_RESULT, encode_statuses([r.status for r in results])))
+            requests = decode_puts(payload)
+            if self._refusing:
+                # A put before this one failed: the child has more batches in flight, and storing them
+                # would put them ahead of the one it retries. Refused, nothing stored, until RESUME.
+                statuses = [PutStatus.SERVICE_NOT_AVAILABLE] * len(requests)
+            else:
+                statuses = [r.status for r in store.put_messages(requests)]
+                self._refusing = any(s is not PutStatus.PUT_OK for s in statuses)
+            self._send(frame(Kind.PUT_RESULT, encode_statuses(statuses)))
+        elif kind is Kind.RESUME:
+            self._refusing = False
         elif kind is Kind.QUERY:
             q = decode_json(payload)
             views = store.query_message(q["topic"], q["key"], int(q["maxNum"]), int(q["begin"]), int(q["end"]))

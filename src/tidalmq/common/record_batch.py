@@ -83,12 +83,17 @@ class RecordBatch:
         """Whether one of the records carries a property named in ``names``."""
         return _first_carried(self.pieces[4::5], names) is not None
 
-    def redirect(self, topic: str, queue_id: int, properties: list[bytes]) -> None:
+    def redirect(self, topic: str, queue_id: int, properties: list[bytes],
+                 dispatch_properties: list[DispatchProperties] | None = None) -> None:
         """Store every record in ``topic`` / ``queue_id`` with new properties, one per record (the timer
         rewrite of a batch: each message parked in the timer topic with its own deliver time). Only the
-        topic and properties pieces change; bodies stay views of the request."""
+        topic and properties pieces change; bodies stay views of the request. ``dispatch_properties``:
+        what DISPATCH_PROPERTIES finds in the new properties, when the caller knows it (it saves reading
+        them again); otherwise they are read here."""
         if len(properties) != len(self):
             raise ValueError(f"{len(properties)} properties for {len(self)} records")
+        if dispatch_properties is not None and len(dispatch_properties) != len(self):
+            raise ValueError(f"{len(dispatch_properties)} dispatch properties for {len(self)} records")
         topic_b = topic.encode("utf-8")
         if len(topic_b) > 127:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
@@ -102,7 +107,8 @@ class RecordBatch:
             t = 5 * i + 3
             grow.append(len(topic_part) - len(pieces[t]) + len(pm) - len(pieces[t + 1]))
             pieces[t], pieces[t + 1] = topic_part, pm
-            self.dispatch_properties[i] = DISPATCH_PROPERTIES.findall(memoryview(pm)[1:])
+            self.dispatch_properties[i] = (DISPATCH_PROPERTIES.findall(memoryview(pm)[1:])
+                                           if dispatch_properties is None else dispatch_properties[i])
         self.sizes = self.sizes + np.array(grow, dtype=np.int64)
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id

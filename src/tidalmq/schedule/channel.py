@@ -29,6 +29,7 @@ class Kind(enum.IntEnum):
     QUERY = 2  # query_message by key (the post-crash duplicate check), answer RECORDS
     WAIT_REPUT = 3  # wait until reput dispatched what the CommitLog holds, answer STATE then REPUT_DONE
     VIEW = 4  # the timer's snapshot and pending counts per topic (runtime info, GET_TIMER_METRICS)
+    RESUME = 5  # after a PUT failed the broker refuses the following PUTs (nothing stored) until this
     # broker -> child
     PUT_RESULT = 11
     RECORDS = 12

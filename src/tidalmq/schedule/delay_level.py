@@ -19,6 +19,7 @@ from pathlib import Path
 from tidalmq.common import fastjson
 from tidalmq.common.fileutil import persist_config, read_with_backup
 from tidalmq.common.naming import SCHEDULE_TOPIC
+from tidalmq.common.record import RecordError, view_record
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
@@ -142,13 +143,17 @@ class ScheduleMessageService:
         requests: list[PutRequest] = []
         lateness: list[int] = []
         for phys, size, when in zip(phys_offsets, sizes, deliver, strict=True):
-            msg = self.store.look_message_by_offset(phys, size)
-            if msg is None:
+            raw = self.store.select_one_message_by_offset(phys, size)
+            try:
+                view = view_record(raw) if raw is not None else None
+            except RecordError:
+                view = None
+            if view is None:
                 log.error("scheduled message at %d (size %d) cannot be read; skipped", phys, size)
                 requests.append(PutRequest("", -1, []))
                 continue
             try:
-                topic, queue_id, record = restore_record(msg)
+                topic, queue_id, record = restore_record(view)
             except ValueError as e:
                 log.error("%s; skipped", e)
                 requests.append(PutRequest("", -1, []))

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from tidalmq.common import message as mc
-from tidalmq.common.msgid import host_bytes
-from tidalmq.common.record import StoredMessage, encode_record
+from tidalmq.common.record import (
+    _H,
+    _I,
+    MESSAGE_MAGIC_CODE,
+    POS_MAGIC,
+    POS_QUEUEID,
+    POS_TOTALSIZE,
+    RecordError,
+    RecordView,
+    patch_for_append,
+)
 
 # Properties that only describe the parking, dropped when the message is delivered.
 PARKING_PROPERTIES = (
@@ -17,16 +26,21 @@ PARKING_PROPERTIES = (
 )
 
 
-def restore_record(msg: StoredMessage, extra_properties: dict[str, str] | None = None) -> tuple[str, int, bytearray]:
+def restore_record(view: RecordView, extra_properties: dict[str, str] | None = None,
+                   properties: dict[str, str] | None = None) -> tuple[str, int, bytearray]:
     """(real topic, real queue id, record to append) for a message parked in a schedule topic.
 
     Keeps body, flag, keys, tags, UNIQ_KEY, user properties, born host/time and reconsume times;
     REAL_TOPIC and REAL_QID stay, as RocketMQ keeps them, so a consumer can tell it was scheduled.
-    """
-    props = dict(msg.properties)
+    The record is the parked one's bytes up to the end of the body (hosts, times, flags and body CRC
+    as stored: nothing decoded), then the real topic and the new properties; QUEUEOFFSET,
+    PHYSICALOFFSET and STORETIMESTAMP are left 0 for the append to fill in. ``properties``: the
+    parked record's, when the caller has read them already. Raises ValueError (RecordError for a
+    topic or properties too long for a record)."""
+    props = dict(view.properties if properties is None else properties)
     topic = props.get(mc.REAL_TOPIC)
     if not topic:
-        raise ValueError(f"scheduled message at {msg.commit_log_offset} has no {mc.REAL_TOPIC}")
+        raise ValueError(f"scheduled message at {view.physical_offset} has no {mc.REAL_TOPIC}")
     try:
         queue_id = int(props.get(mc.REAL_QID, "0"))
     except ValueError:
@@ -35,20 +49,22 @@ def restore_record(msg: StoredMessage, extra_properties: dict[str, str] | None =
         props.pop(key, None)
     if extra_properties:
         props.update(extra_properties)
-    record = encode_record(
-        topic=topic,
-        queue_id=queue_id,
-        body=msg.body,
-        properties=props,
-        flag=msg.flag,
-        sysflag=msg.sysflag,
-        born_timestamp=msg.born_timestamp,
-        born_host=host_bytes(msg.born_host[0]),
-        born_port=msg.born_host[1],
-        store_host=msg.store_host_bytes,
-        store_port=msg.store_host[1],
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-        body_crc=msg.body_crc,
-    )
-    return topic, queue_id, record
+    props_b = mc.encode_properties(props).encode("utf-8")
+    topic_b = topic.encode("utf-8")
+    if len(topic_b) > 127:
+        raise RecordError(f"topic too long for the record: {len(topic_b)} bytes")
+    if len(props_b) > 32767:
+        raise RecordError(f"properties too long: {len(props_b)} bytes > 32767")
+    head = view.body_at + view.body_len - view.pos  # the fixed fields and the body
+    out = bytearray(head + 1 + len(topic_b) + 2 + len(props_b))
+    out[:head] = view.buf[view.pos : view.pos + head]
+    _I.pack_into(out, POS_TOTALSIZE, len(out))
+    _I.pack_into(out, POS_MAGIC, MESSAGE_MAGIC_CODE)  # the topic's length in one byte
+    _I.pack_into(out, POS_QUEUEID, queue_id)
+    patch_for_append(out, 0, 0, 0, 0)
+    out[head] = len(topic_b)
+    out[head + 1 : head + 1 + len(topic_b)] = topic_b
+    p = head + 1 + len(topic_b)
+    _H.pack_into(out, p, len(props_b))
+    out[p + 2 :] = props_b
+    return topic, queue_id, out

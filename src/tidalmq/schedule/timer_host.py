@@ -16,14 +16,13 @@ import fcntl
 import json
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -48,16 +47,36 @@ log = logging.getLogger("tidalmq.schedule.host")
 PR_SET_PDEATHSIG = 1
 VIEW_PUSH_INTERVAL_S = 0.5  # how often a changed snapshot is pushed to the broker unasked
 LOCK_WAIT_S = 30.0  # a previous schedule process may still be finishing its exit
+# Delivery batches in flight to the broker: the next one is read and rebuilt here while the broker
+# appends the last (docs/multicore.md).
+PIPELINE_DEPTH = 2
+
+
+class _Answer:
+    """One request's answer, filled in by the main thread (answers come in the order of the requests)."""
+
+    __slots__ = ("done", "kind", "payload")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.kind: Kind | None = None
+        self.payload: bytes | None = None  # None: the channel closed first
 
 
 class BrokerChannel:
-    """The child's end of the socket pair: the ``Upstream`` of the StoreFollower. Requests come from the
-    timer thread, one at a time; the main thread reads the frames and hands the answers over."""
+    """The child's end of the socket pair: the ``Upstream`` of the StoreFollower and the timer service's
+    pipelined puts. Requests come from the timer thread; several may be in flight (delivery batches), and
+    the broker answers them in order; the main thread reads the frames and hands each answer to the
+    oldest request waiting."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._send_lock = threading.Lock()
-        self._answers: queue.Queue[tuple[Kind, bytes] | None] = queue.Queue()
+        # Requests sent, not answered yet, oldest first. Its own lock: the main thread hands answers over
+        # without ever waiting for a send (a send blocked on a full socket waits for the broker, which
+        # may itself wait for this process to read).
+        self._waiting: deque[_Answer] = deque()
+        self._waiting_lock = threading.Lock()
         self.closed = False
         self.append_ms: deque[float] = deque(maxlen=1000)  # round trips of the last delivery batches
 
@@ -71,33 +90,69 @@ class BrokerChannel:
             return False
 
     def answer(self, kind: Kind, payload: bytes) -> None:
-        self._answers.put((kind, payload))
+        with self._waiting_lock:
+            if not self._waiting:
+                raise RuntimeError(f"schedule channel: {kind.name} answers no request")
+            slot = self._waiting.popleft()
+        slot.kind, slot.payload = kind, payload
+        slot.done.set()
 
     def close(self) -> None:
-        self.closed = True
-        self._answers.put(None)  # wakes a request waiting for its answer
+        with self._waiting_lock:
+            self.closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+        for slot in waiting:  # wakes the requests waiting for their answers
+            slot.done.set()
+
+    def _request(self, data: bytes) -> _Answer | None:
+        slot = _Answer()
+        try:
+            with self._send_lock:  # registered in the order sent
+                with self._waiting_lock:
+                    if self.closed:
+                        return None
+                    self._waiting.append(slot)
+                self.sock.sendall(data)
+        except OSError:
+            self.close()
+            return None
+        return slot
+
+    @staticmethod
+    def _wait(slot: _Answer | None, want: Kind) -> bytes | None:
+        if slot is None:
+            return None
+        slot.done.wait()
+        if slot.payload is None:
+            return None
+        if slot.kind != want:
+            raise RuntimeError(f"schedule channel: expected {want.name}, got {slot.kind}")
+        return slot.payload
 
     def _ask(self, data: bytes, want: Kind) -> bytes | None:
-        if self.closed or not self.send(data):
-            return None
-        got = self._answers.get()
-        if got is None:
-            self._answers.put(None)
-            return None
-        kind, payload = got
-        if kind != want:
-            raise RuntimeError(f"schedule channel: expected {want.name}, got {kind.name}")
-        return payload
+        return self._wait(self._request(data), want)
+
+    # PipelinedPuts
+    def submit_put(self, requests: Sequence[PutRequest]) -> Callable[[], list[AppendResult]]:
+        t0 = time.monotonic()
+        slot = self._request(frame(Kind.PUT, encode_puts(requests)))
+
+        def wait() -> list[AppendResult]:
+            payload = self._wait(slot, Kind.PUT_RESULT)
+            self.append_ms.append((time.monotonic() - t0) * 1000)
+            if payload is None:  # the broker is gone: nothing was acknowledged, the journal stays put
+                return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
+            return [AppendResult(s, msg_num=len(r.records))
+                    for s, r in zip(decode_statuses(payload), requests, strict=True)]
+
+        return wait
+
+    def resume(self) -> None:
+        self.send(frame(Kind.RESUME))
 
     # Upstream
     def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]:
-        t0 = time.monotonic()
-        payload = self._ask(frame(Kind.PUT, encode_puts(requests)), Kind.PUT_RESULT)
-        self.append_ms.append((time.monotonic() - t0) * 1000)
-        if payload is None:  # the broker is gone: nothing was acknowledged, the journal stays put
-            return [AppendResult(PutStatus.SERVICE_NOT_AVAILABLE, msg_num=len(r.records)) for r in requests]
-        return [AppendResult(s, msg_num=len(r.records))
-                for s, r in zip(decode_statuses(payload), requests, strict=True)]
+        return self.submit_put(requests)()
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[bytes]:
         payload = self._ask(json_frame(Kind.QUERY, {"topic": topic, "key": key, "maxNum": max_num,
@@ -164,6 +219,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _take_lock(root: Path) -> int:
     """One schedule process per store: a previous one (killed, or exiting) releases the lock as it dies."""
+    root.mkdir(parents=True, exist_ok=True)  # started before the broker's store made it (prestart)
     fd = os.open(root / "timerlock", os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
@@ -183,7 +239,7 @@ def serve(sock: socket.socket, cfg: dict[str, Any]) -> None:
     follower = StoreFollower(cfg["commitLogPath"], int(cfg["commitLogFileSize"]), cfg["consumeQueuePath"],
                              int(cfg["consumeQueueFileSize"]), channel)
     svc = TimerMessageService(follower, root, precision_ms=int(cfg["precisionMs"]),
-                              max_delay_ms=int(cfg["maxDelayMs"]))
+                              max_delay_ms=int(cfg["maxDelayMs"]), pipeline=channel, pipeline_depth=PIPELINE_DEPTH)
     svc.load()
     svc.start()
     pusher = ViewPusher(svc, channel)

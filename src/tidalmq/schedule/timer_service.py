@@ -9,7 +9,8 @@ One thread then:
   hands the batch to ``TimerStore.enqueue`` — idempotent, so a replay after a crash files nothing twice;
 - **delivers**: sleeps until ``next_due_ms`` (woken early by the store's arrival listener), pops what fell due,
   re-stores the bodies in their real topic and queue in (deliver time, CommitLog offset) order with one
-  ``put_messages`` call per batch, then commits.
+  ``put_messages`` call per batch, then commits. In the schedule process (``pipeline``) up to
+  ``pipeline_depth`` batches are in flight to the broker, answered and committed in order.
 
 Exactly-once across SIGKILL: before each batch is re-stored its last key is written to a small journal
 (``timerdeliver``, pwrite, no fsync — SIGKILL keeps the page cache), and again once the store accepted it. After
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -38,7 +40,14 @@ import numpy as np
 from tidalmq.common import message as mc
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import RecordError, StoredMessage, decode_record, view_record
+from tidalmq.common.record import (
+    RecordError,
+    RecordView,
+    StoredMessage,
+    decode_record,
+    properties_span,
+    view_record,
+)
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -61,6 +70,10 @@ SLOT_MS = 1000
 # While it works, the thread publishes its view (TimerView) at most this often unless a reader asked:
 # counting the pending entries walks the whole wheel (tens of ms with the default 7-day wheel).
 VIEW_INTERVAL_S = 1.0
+# The properties the enqueue round and the duplicate skip read (the cancel hash, a delete marker, the
+# real topic's counts, the deliver time when the tag lacks it).
+_ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + b"|".join(
+    n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS)) + rb")\x01([^\x02]*)")
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
 
@@ -90,6 +103,31 @@ class TimerStoreAccess(Protocol):
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]: ...
 
     def wait_reput(self, offset: int, timeout: float) -> bool: ...
+
+
+class PipelinedPuts(Protocol):
+    """Puts whose answers come later, in the order they were made (schedule/timer_host.BrokerChannel)."""
+
+    def submit_put(self, requests: Sequence[PutRequest]) -> Callable[[], list[AppendResult]]:
+        """Send the put now; the returned function waits for its answer."""
+        ...
+
+    def resume(self) -> None:
+        """After a failed put the broker refuses the following ones (nothing stored) until this."""
+        ...
+
+
+@dataclass(slots=True)
+class _Batch:
+    """A delivery batch between its put and the broker's answer."""
+
+    due: np.ndarray  # the entries popped (ENTRY_DTYPE)
+    requests: list[PutRequest]
+    owners: list[int]  # index in ``due`` of each request's last entry
+    lateness: list[int]
+    topics: list[tuple[str, int]]  # (real topic, deliver ms) of each record
+    last: tuple[int, int]  # the key (deliver_ms, offset) of the last entry
+    wait: Callable[[], list[AppendResult]] = list
 
 
 @dataclass
@@ -201,8 +239,14 @@ def histogram_of(minutes: Counter[int] | dict[int, int], now_ms: int) -> dict[st
 class TimerMessageService:
     def __init__(self, store: TimerStoreAccess, root_dir: str | Path, *, precision_ms: int = 1000,
                  max_delay_ms: int = 400 * DAY_MS, stats: ScheduleStats | None = None,
-                 clock: Callable[[], int] = ms_now, wheel_slots: int | None = None) -> None:
+                 clock: Callable[[], int] = ms_now, wheel_slots: int | None = None,
+                 pipeline: PipelinedPuts | None = None, pipeline_depth: int = 1) -> None:
         self.store = store
+        # Puts that answer later (the schedule process's channel to the broker): up to pipeline_depth
+        # delivery batches in flight, so the next one is prepared while the broker appends this one.
+        self.pipeline = pipeline
+        self.pipeline_depth = max(1, pipeline_depth) if pipeline is not None else 0  # 0: answered at once
+        self._inflight: deque[_Batch] = deque()
         self.root = Path(root_dir)
         self.precision_ms = check_precision(precision_ms)
         self.timer = TimerStore(str(self.root), precision_ms=precision_ms, slot_ms=SLOT_MS, wheel_slots=wheel_slots,
@@ -296,6 +340,7 @@ class TimerMessageService:
                         if not self._deliver_round():
                             break
                         busy = True
+                    self._drain()
                     if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
                         self._sync()
                     nxt = self.timer.next_due_ms()
@@ -390,13 +435,20 @@ class TimerMessageService:
         return True
 
     def _properties(self, phys: int, size: int) -> dict[str, str] | None:
-        view = self.store.select_one_message_by_offset(phys, size)
-        if view is None:
+        """What enqueueing needs of a parked record's properties (``_ENQUEUE_PROPERTIES``), found in
+        place: no hosts, no body, no other property decoded. The records are the broker's own, made
+        whole by reput before it published them (so their layout is trusted, as the pull path trusts
+        it); None, logged, when one cannot be read."""
+        raw = self.store.select_one_message_by_offset(phys, size)
+        if raw is None or len(raw) < size:
             log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
             return None
         try:
-            return view_record(view).properties  # the properties alone: no hosts, no body decoded
-        except RecordError as e:
+            at, n = properties_span(raw)
+            if at + n != size:
+                raise RecordError("properties do not end the record")
+            return {k.decode(): v.decode("utf-8") for k, v in _ENQUEUE_PROPERTIES.findall(raw[at : at + n])}
+        except (RecordError, IndexError, UnicodeDecodeError, struct.error) as e:
             log.error("timer message at %d cannot be decoded (%s); skipped", phys, e)
             return None
 
@@ -427,22 +479,22 @@ class TimerMessageService:
                 if props is not None:
                     skipped_keys.append((props.get(mc.REAL_TOPIC, ""), _deliver_of(props, d)))
                 continue
-            msg = self.store.look_message_by_offset(off, size)
-            if msg is None:
+            got = self._read_parked(off, size)
+            if got is None:
                 self.counters["unreadable"] += 1
-                log.error("timer message at %d (size %d) cannot be read; skipped", off, size)
                 continue
-            real_deliver = _deliver_of(msg.properties, d)
+            view, parked = got
+            real_deliver = _deliver_of(parked, d)
             if key <= self._verify_upto and off < self._load_watermark:
-                if self._already_delivered(msg):
+                if self._already_delivered(parked):
                     self.counters["duplicatesSkipped"] += 1
-                    skipped_keys.append((msg.properties.get(mc.REAL_TOPIC, ""), real_deliver))
+                    skipped_keys.append((parked.get(mc.REAL_TOPIC, ""), real_deliver))
                     continue
                 if not self.store.has_index:
                     self.counters["redelivered"] += 1
             try:
-                topic, qid, record = restore_record(msg, {
-                    mc.TIMER_ENQUEUE_MS: str(msg.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)})
+                topic, qid, record = restore_record(view, {
+                    mc.TIMER_ENQUEUE_MS: str(view.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)}, parked)
             except ValueError as err:
                 self.counters["unreadable"] += 1
                 log.error("%s; skipped", err)
@@ -458,11 +510,38 @@ class TimerMessageService:
             topics.append((topic, real_deliver))
         for t, d in skipped_keys:
             self.topics.add(t, d, -1)
-        last = (int(due["deliver_ms"][-1]), int(due["offset"][-1]))
-        done_upto: tuple[int, int] | None = last
+        batch = _Batch(due, requests, owners, lateness, topics, (int(due["deliver_ms"][-1]), int(due["offset"][-1])))
         if requests:
-            self._write_journal(last, self._journal_done)
+            # The journal's intent covers every batch in flight (the broker acknowledges them in order).
+            self._inflight.append(batch)
+            self._write_journal(max(b.last for b in self._inflight), self._journal_done)
+            batch.wait = self._submit(requests)
+        else:
+            self._inflight.append(batch)  # nothing to put: done once the batches before it are
+        while len(self._inflight) > self.pipeline_depth:
+            self._complete(self._inflight.popleft())
+        return True
+
+    def _submit(self, requests: list[PutRequest]) -> Callable[[], list[AppendResult]]:
+        if self.pipeline is None:
             results = self.store.put_messages(requests)
+            return lambda: results
+        return self.pipeline.submit_put(requests)
+
+    def _drain(self) -> None:
+        """Complete every batch in flight (in order)."""
+        while self._inflight:
+            self._complete(self._inflight.popleft())
+
+    def _complete(self, batch: _Batch) -> None:
+        """The broker answered ``batch`` (the oldest in flight): count what it stored, move the journal's
+        done key and the TimerStore's commit up to it. After a refusal, every later batch in flight was
+        refused too (the broker refuses puts after a failed one until RESUME): they are all retried, in
+        order, once the ones in flight are answered."""
+        due, requests, owners = batch.due, batch.requests, batch.owners
+        done_upto: tuple[int, int] | None = batch.last
+        if requests:
+            results = batch.wait()
             ok = 0
             for req, res in zip(requests, results, strict=True):
                 if res.status != PutStatus.PUT_OK:
@@ -471,29 +550,53 @@ class TimerMessageService:
                 ok += 1
             if ok < len(requests):
                 first_failed = owners[ok - 1] + 1 if ok else 0
-                self._retry = due[first_failed:].copy()
+                retry = [due[first_failed:]]
+                for later in self._inflight:  # refused by the broker after this one: nothing of them stored
+                    if later.requests:
+                        later.wait()
+                    retry.append(later.due)
+                self._inflight.clear()
+                self._retry = np.concatenate(retry)
+                if self.pipeline is not None:
+                    self.pipeline.resume()
                 done_upto = (int(due["deliver_ms"][first_failed - 1]), int(due["offset"][first_failed - 1])) \
                     if first_failed else None
             delivered = sum(len(r.records) for r in requests[:ok])
-            self.stats.delivered(lateness[:delivered])
-            for t, d in topics[:delivered]:
+            lateness = batch.lateness[:delivered]
+            self.stats.delivered(lateness)
+            for t, d in batch.topics[:delivered]:
                 self.topics.add(t, d, -1)
-            if lateness[:delivered]:
-                self.last_lateness_ms = max(lateness[:delivered])
+            if lateness:
+                self.last_lateness_ms = max(lateness)
             if done_upto is not None:
-                self._write_journal(done_upto, done_upto)
+                intent = max((b.last for b in self._inflight), default=done_upto)
+                self._write_journal(max(intent, done_upto), done_upto)
         if done_upto is not None and done_upto <= self.timer.read_cursor:
             if done_upto > self.timer.committed_cursor:
                 self.timer.commit_delivered(done_upto, sync=False)
         self._dirty = True
         if self._retry.size:
             time.sleep(0.05)  # the store is refusing writes (disk full, shutting down): do not spin
-        return True
 
-    def _already_delivered(self, msg: Any) -> bool:
-        """After a crash mid-batch: is this message's copy in its real topic already?"""
-        uniq = msg.properties.get(mc.UNIQ_KEY)
-        real = msg.properties.get(mc.REAL_TOPIC)
+    def _read_parked(self, phys: int, size: int) -> tuple[RecordView, dict[str, str]] | None:
+        """A parked record read in place, and its properties (nothing else of it is decoded: the
+        delivered copy is made from its bytes); None, logged, when it cannot be read."""
+        raw = self.store.select_one_message_by_offset(phys, size)
+        try:
+            if raw is not None:
+                view = view_record(raw)
+                return view, view.properties
+        except RecordError as e:
+            log.error("timer message at %d (size %d) cannot be decoded (%s); skipped", phys, size, e)
+            return None
+        log.error("timer message at %d (size %d) cannot be read; skipped", phys, size)
+        return None
+
+    def _already_delivered(self, props: dict[str, str]) -> bool:
+        """After a crash mid-batch: is the copy of the message with these (parked) properties in its
+        real topic already?"""
+        uniq = props.get(mc.UNIQ_KEY)
+        real = props.get(mc.REAL_TOPIC)
         if not uniq or not real or not self.store.has_index:
             return False
         for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):

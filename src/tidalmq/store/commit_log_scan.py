@@ -92,8 +92,10 @@ class CommitLogScan:
     def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
                       ts: int) -> None:
         """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
-        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
-            return  # their tag codes are deliver times: left to the scan
+        if topic == SCHEDULE_TOPIC:
+            return  # no batch goes there (a batch with DELAY is refused); left to the scan
+        # The timer topic's tag code is TIMER_OUT_MS, which TimerRewrite.park_batch put in the batch's
+        # dispatch properties: _dispatch_properties reads it from there as the scan would.
         tid = self._topic_id(topic.encode("utf-8"))
         n = len(batch.sizes)
         tags_codes, keys, uniq = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
