@@ -114,6 +114,14 @@ def test_recall_handle_round_trip() -> None:
             decode_recall_handle(bad)
 
 
+def test_recall_handle_with_a_property_separator_is_invalid() -> None:
+    # its message id becomes a TIMER_DEL_UNIQKEY value: "\x02DELAY\x011" would set a delay level
+    for inner in ("ID\x02DELAY\x011", "ID\x01x"):
+        text = RecallHandle("T", "b", "1700000000123", inner).encode()
+        with pytest.raises(RecallHandleError):
+            decode_recall_handle(text)
+
+
 def test_cli_attr_flags() -> None:
     assert attribute_modification(["message.type=DELAY", "-reserve.time"]) == "+message.type=DELAY,-reserve.time"
     assert attribute_modification([]) is None

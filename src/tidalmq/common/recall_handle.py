@@ -7,6 +7,8 @@ import base64
 import binascii
 from dataclasses import dataclass
 
+from tidalmq.common.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+
 VERSION_1 = "v1"
 
 
@@ -43,5 +45,8 @@ def decode_recall_handle(handle: str) -> RecallHandle:
         raise RecallHandleError("recall handle is invalid") from None
     items = raw.split(" ")
     if items[0] != VERSION_1 or len(items) < 5:
+        raise RecallHandleError("recall handle is invalid")
+    # Its topic and message id become a TIMER_DEL_UNIQKEY property: a separator would write other properties.
+    if NAME_VALUE_SEPARATOR in raw or PROPERTY_SEPARATOR in raw:
         raise RecallHandleError("recall handle is invalid")
     return RecallHandle(items[1], items[2], items[3], items[4])

@@ -159,6 +159,8 @@ HEADERS: dict[int, tuple[Field, ...]] = {
     RC.CHANGE_MESSAGE_INVISIBLETIME: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
                                       ("offset", _L, True), ("invisibleTime", _L, True)),
     RC.NOTIFICATION: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("pollTime", _L, True), ("bornTime", _L, True)),
+    # RecallMessageRequestHeader (RocketMQ 5.3)
+    RC.RECALL_MESSAGE: (("topic", _T, True), ("producerGroup", _G, False), ("recallHandle", Kind.TEXT, True)),
     # NameServer
     RC.REGISTER_BROKER: (*_BROKER_ID, ("haServerAddr", Kind.ADDR, False), ("heartbeatTimeoutMillis", _L, False),
                          ("bodyCrc32", _I, False)),
