@@ -95,6 +95,42 @@ def test_unknown_key_and_wrong_secret_are_refused(acl_standalone: Standalone) ->
     run(go())
 
 
+def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standalone) -> None:
+    """Many large signed sends in flight on one connection (judged ahead together, docs/acl.md), right and
+    wrong signatures interleaved: each is answered by its own verdict and only the right ones are stored."""
+    ns, addr = acl_standalone.namesrv_addr, acl_standalone.broker_addr
+    body = os.urandom(64 * 1024)
+    wrong = SessionCredentials(USER.access_key, "notTheSecret")
+
+    async def go() -> None:
+        await create_topic(ns, "both", 1, credentials=ADMIN)
+        c = RemotingClient()
+        try:
+            cmds = [_request(RC.SEND_MESSAGE_V2, send_cmd("both", body + bytes([i])).ext_fields,
+                             wrong if i % 3 == 1 else USER, body + bytes([i])) for i in range(24)]
+            replies = await asyncio.gather(*(c.invoke(addr, cmd, 10.0) for cmd in cmds))
+            for i, r in enumerate(replies):
+                if i % 3 == 1:
+                    assert _refused(r) == f"Check signature failed for accessKey={USER.access_key}"
+                else:
+                    assert r.code == ResponseCode.SUCCESS, (i, r.code, r.remark)
+        finally:
+            await c.close()
+        async with PullConsumer("readers", ns, credentials=USER) as consumer:
+            mq = MessageQueue("both", (await consumer.fetch_queues("both"))[0].broker_name, 0)
+            stored: list[int] = []
+            offset = 0
+            while offset < 16:  # a pull carries at most 256 KiB of these 64 KiB bodies
+                got = await consumer.pull(mq, offset, max_nums=32)
+                assert got.messages, got.status
+                stored += [m.body[-1] for m in got.messages]
+                offset = got.next_begin_offset
+            assert sorted(stored) == [i for i in range(24) if i % 3 != 1]
+            assert (await consumer.pull(mq, offset)).status.name == "NO_NEW_MSG"
+
+    run(go(), 90)
+
+
 def test_non_admin_account_is_refused_admin_codes(acl_standalone: Standalone) -> None:
     addr = acl_standalone.broker_addr
 
