@@ -29,6 +29,7 @@ accounts:
       - pubOnly=PUB
       - subOnly=SUB
       - both=PUB|SUB
+      - bulk=PUB|SUB
       - denied=DENY
     groupPerms:
       - deniedGroup=DENY

@@ -103,10 +103,10 @@ def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standa
     wrong = SessionCredentials(USER.access_key, "notTheSecret")
 
     async def go() -> None:
-        await create_topic(ns, "both", 1, credentials=ADMIN)
+        await create_topic(ns, "bulk", 1, credentials=ADMIN)
         c = RemotingClient()
         try:
-            cmds = [_request(RC.SEND_MESSAGE_V2, send_cmd("both", body + bytes([i])).ext_fields,
+            cmds = [_request(RC.SEND_MESSAGE_V2, send_cmd("bulk", body + bytes([i])).ext_fields,
                              wrong if i % 3 == 1 else USER, body + bytes([i])) for i in range(24)]
             replies = await asyncio.gather(*(c.invoke(addr, cmd, 10.0) for cmd in cmds))
             for i, r in enumerate(replies):
@@ -117,7 +117,7 @@ def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standa
         finally:
             await c.close()
         async with PullConsumer("readers", ns, credentials=USER) as consumer:
-            mq = MessageQueue("both", (await consumer.fetch_queues("both"))[0].broker_name, 0)
+            mq = MessageQueue("bulk", (await consumer.fetch_queues("bulk"))[0].broker_name, 0)
             stored: list[int] = []
             offset = 0
             while offset < 16:  # a pull carries at most 256 KiB of these 64 KiB bodies
