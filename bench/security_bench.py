@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,8 +44,10 @@ from tests.support import Standalone  # noqa: E402
 import bench.broker_bench as bb  # noqa: E402
 from bench.common import compare, print_machine, save  # noqa: E402
 from tidalmq.acl import RequestSigner, SessionCredentials  # noqa: E402
+from tidalmq.acl.permission import BROKER_ADMIN_CODES  # noqa: E402
+from tidalmq.acl.validator import PlainAccessValidator  # noqa: E402
 from tidalmq.remoting.tls import client_context  # noqa: E402
-from tidalmq.remoting.transport import RemotingClient  # noqa: E402
+from tidalmq.remoting.transport import Connection, RemotingClient  # noqa: E402
 
 SMALL = {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}
 CONFIGS = ("plain", "acl", "tls", "permissive")
@@ -82,6 +86,27 @@ async def measure(s: Standalone, c: RemotingClient, n: int) -> dict[str, float]:
             out[f"{name}_broker_cpu"] = busy / (time.perf_counter() - t0)
     finally:
         await c.close()
+    return out
+
+
+def check_cost(root: Path) -> dict[str, float]:
+    """In this process, what the broker's ACL check costs on one signed 64-message batch request as the
+    load generator sends it, and the part of it that is HMAC-SHA1 over the body (ACL 1.0 signs the whole
+    body, so that part is the floor: docs/acl.md#cost), in us per request."""
+    (root / "acl.yml").write_text(bb.ACL_YML)
+    v = PlainAccessValidator(lambda: [root / "acl.yml"], admin_codes=BROKER_ADMIN_CODES)
+    v.load()
+    conn = Connection(None)
+    conn.remote = ("127.0.0.1", 40000)
+    with signing(True):
+        cmd = bb.build_sends("Bench_async_flush", 64, 64)[0]
+    body = cmd.body_bytes()
+    assert v(conn, cmd) is None, "the bench's batch is refused by its own ACL"
+    sha1 = hashlib.sha1()
+    out: dict[str, float] = {"batch64_body_bytes": len(body)}
+    for name, fn in (("check", lambda: v(conn, cmd)), ("sha1", lambda: sha1.copy().update(body))):
+        best = min(timeit.repeat(fn, number=500, repeat=5)) / 500
+        out[f"batch64_{name}_us"] = best * 1e6
     return out
 
 
@@ -129,8 +154,16 @@ async def main() -> None:
                       f"batch64 {fig['batch64_send_msgs_per_s']:>9,.0f} msg/s "
                       f"({fig['batch64_broker_cpu_us_per_msg']:.2f} us/msg), "
                       f"sync p50/p99 {fig['sync_send_p50_ms']:.3f}/{fig['sync_send_p99_ms']:.3f} ms", flush=True)
+        cost = check_cost(Path(d)) if "acl" in configs else {}
     results = {f"{name}.{key}": statistics.median(run[key] for run in runs[name])
                for name in configs for key in runs[name][0]}
+    if cost:
+        plain_us = results["plain.batch64_broker_cpu_us_per_msg"] * 64
+        results |= {f"acl.{k}": v for k, v in cost.items()}
+        results["acl.batch64_check_vs_plain_cpu"] = cost["batch64_check_us"] / plain_us
+        print(f"ACL check of one 64-message batch ({cost['batch64_body_bytes']:,.0f} B body), in this process: "
+              f"{cost['batch64_check_us']:.1f} us, of which HMAC-SHA1 over the body {cost['batch64_sha1_us']:.1f} us; "
+              f"{cost['batch64_check_us'] / plain_us:.1%} of plain's broker CPU per batch ({plain_us:.0f} us)")
     print(f"\nagainst plain, round by round (each round's figure over that round's plain): median [min-max] "
           f"of {args.rounds} rounds")
     for name in configs[1:]:
