@@ -113,18 +113,23 @@ class TimerProcess:
             # Still loading (a broker stopped right after its start): the timer's files are crash-safe, no
             # need to wait for a load only to commit it. SIGTERM ends it at once until it serves.
             proc.terminate()
+        # One deadline for the whole stop, not one per wait: a broker asked to stop under load must not
+        # add the child's commit, the supervisor's and the publisher's waits up.
+        deadline = time.monotonic() + STOP_WAIT_S
         self._send(frame(Kind.STOP))
         if proc is not None:
             try:
-                proc.wait(STOP_WAIT_S)
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error("schedule process %d did not stop in %.0f s: killed", proc.pid, STOP_WAIT_S)
                 proc.kill()
                 proc.wait()
-        if self._supervisor is not None:
-            self._supervisor.join(STOP_WAIT_S)
-        if self._publisher is not None:
-            self._publisher.join(STOP_WAIT_S)
+        for thread in (self._supervisor, self._publisher):
+            if thread is not None:
+                thread.join(max(0.5, deadline - time.monotonic()))  # the child is gone: they end soon
+                if thread.is_alive():
+                    log.error("%s still running %.0f s after the stop began; left behind (a daemon thread)",
+                              thread.name, STOP_WAIT_S)
 
     @property
     def pid(self) -> int | None:
