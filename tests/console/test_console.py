@@ -1,0 +1,176 @@
+"""The web console in a real headless browser: each action made through the pages is checked afterwards
+through the client (tidalmq.client.Admin), as another operator would see it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.console.conftest import PAGE_WAIT_S
+from tests.console.data import XSS, Seeded
+from tests.support import Standalone
+from tidalmq.client import Admin
+from tidalmq.client.admin import AdminError
+from tidalmq.remoting.codes import ResponseCode
+
+T = TypeVar("T")
+
+
+def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+async def admin_call(s: Standalone, name: str, *args: Any) -> Any:
+    async with Admin(s.namesrv_addr) as admin:
+        return await getattr(admin, name)(*args)
+
+
+def open_page(browser: Any, s: Standalone, path: str) -> None:
+    browser.get(s.console_url + path)
+
+
+def flash(browser: Any) -> str:
+    """The notice (or error) a POST answered with."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    el = WebDriverWait(browser, PAGE_WAIT_S).until(
+        EC.presence_of_element_located((By.CSS_SELECTOR, "#notice, #error")))
+    return f"{el.get_attribute('id')}: {el.text}"
+
+
+def click_and_wait(browser: Any, button: Any) -> None:
+    """Click, and wait for the next page to replace this one."""
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    button.click()
+    WebDriverWait(browser, PAGE_WAIT_S).until(EC.staleness_of(button))
+
+
+def fill(browser: Any, form_id: str, **values: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    form = browser.find_element(By.ID, form_id)
+    for name, value in values.items():
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+
+
+def row_with(browser: Any, table_cls: str, text: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    rows = [r for r in browser.find_elements(By.CSS_SELECTOR, f"table.{table_cls} tr") if text in r.text]
+    assert rows, f"no row of table.{table_cls} shows {text!r}: {browser.page_source[:3000]}"
+    return rows[0]
+
+
+def test_create_and_delete_a_topic(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
+    s = shared_standalone
+    open_page(browser, s, "/topics")
+    fill(browser, "create-topic", topic="ConsoleMade", queues="3")
+    assert "topic ConsoleMade created" in flash(browser)
+    route = run(admin_call(s, "route", "ConsoleMade"))
+    assert [int(q["writeQueueNums"]) for q in route["queueDatas"]] == [3]
+    row_with(browser, "topics", "ConsoleMade")
+    # a name RocketMQ refuses: the broker's reason on the page, nothing created
+    open_page(browser, s, "/topics")
+    fill(browser, "create-topic", topic="bad topic!", queues="3")
+    assert flash(browser).startswith("error: ") and "bad topic!" in flash(browser)
+    assert "bad topic!" not in run(admin_call(s, "topic_list"))
+    # delete
+    from selenium.webdriver.common.by import By
+
+    click_and_wait(browser, row_with(browser, "topics", "ConsoleMade").find_element(By.CSS_SELECTOR, "button"))
+    assert flash(browser) == "notice: topic ConsoleMade deleted"
+    assert "ConsoleMade" not in run(admin_call(s, "topic_list"))
+
+
+def test_find_a_message_by_key_shows_body_and_properties(browser: Any, shared_standalone: Standalone,
+                                                          seeded: Seeded) -> None:
+    s = shared_standalone
+    open_page(browser, s, "/messages")
+    fill(browser, "by-key", topic=seeded.topic, key="order-42")
+    row = row_with(browser, "messages", seeded.keyed_id)
+    assert '{"order": 42, "amount": 14.50}' in row.text and "TAGS=created" in row.text
+    [m] = run(admin_call(s, "query_messages_by_key", seeded.topic, "order-42"))
+    assert m.properties["UNIQ_KEY"] == seeded.keyed_id and m.offset_msg_id in row.text
+    # the same message by its offset id
+    open_page(browser, s, "/messages")
+    fill(browser, "by-id", id=m.offset_msg_id)
+    assert seeded.keyed_id in row_with(browser, "messages", m.offset_msg_id).text
+    # and by time: the last hour of the topic holds it
+    open_page(browser, s, f"/messages?topic={seeded.topic}")
+    row_with(browser, "messages", seeded.keyed_id)
+
+
+def test_an_xss_payload_in_a_message_is_shown_escaped(browser: Any, shared_standalone: Standalone,
+                                                       seeded: Seeded) -> None:
+    from selenium.webdriver.common.by import By
+
+    s = shared_standalone
+    open_page(browser, s, f"/messages?topic={seeded.topic}&key=xss")
+    row = row_with(browser, "messages", "evil")
+    assert row.find_element(By.CSS_SELECTOR, "pre.body").text == XSS  # the text, as sent
+    assert f"note={XSS}" in row.text  # the property too
+    assert browser.title == "Messages · TidalMQ"  # neither the script nor the onerror ran
+    assert browser.find_elements(By.CSS_SELECTOR, "main img, main script") == []
+
+
+def test_every_page_shows_its_data(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
+    s = shared_standalone
+    open_page(browser, s, "/")
+    assert "MASTER" in row_with(browser, "cluster", s.broker_addr).text.upper()
+    open_page(browser, s, "/groups")
+    cells = row_with(browser, "groups", seeded.group).text
+    assert seeded.topic in cells
+    open_page(browser, s, "/schedule")
+    assert row_with(browser, "schedule", seeded.topic).text.split()[2].isdigit()
+
+
+def test_resend_a_dead_letter(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
+    from selenium.webdriver.common.by import By
+
+    s = shared_standalone
+    assert len(run(admin_call(s, "query_messages_by_key", seeded.topic, "poison"))) == 1
+    open_page(browser, s, "/dlq")
+    fill(browser, "dlq-group", group=seeded.group)
+    row = row_with(browser, "messages", seeded.dead_id)
+    assert "poison: cannot be processed" in row.text and f"%DLQ%{seeded.group}" in row.text
+    click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button"))
+    assert flash(browser).startswith(f"notice: re-sent 1 dead letter(s) of {seeded.group}")
+    # the client finds it back in its topic: the original and the re-sent copy, same body and key
+    copies = run(admin_call(s, "query_messages_by_key", seeded.topic, "poison"))
+    assert len(copies) == 2 and {m.body for m in copies} == {b"poison: cannot be processed"}
+
+
+def test_cancel_a_scheduled_message(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
+    from selenium.webdriver.common.by import By
+
+    s = shared_standalone
+
+    def pending() -> int:
+        stats = run(admin_call(s, "schedule_stats"))
+        return sum(r["topics"].get(seeded.topic, {}).get("pending", 0) for r in stats.values())
+
+    before = pending()
+    open_page(browser, s, "/schedule")
+    fill(browser, "scheduled-search", topic=seeded.topic, key=seeded.timer_id)
+    row = row_with(browser, "messages", seeded.timer_id)
+    assert "remind in 60 min" in row.text and f"REAL_TOPIC={seeded.topic}" in row.text
+    click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button"))
+    assert flash(browser).startswith(f"notice: scheduled message {seeded.timer_id} of {seeded.topic} cancelled")
+    assert pending() == before - 1
+    # the client sees it gone: a second cancel finds nothing pending
+    with pytest.raises(AdminError) as e:
+        run(admin_call(s, "cancel_scheduled", seeded.topic, seeded.timer_id))
+    assert e.value.code == ResponseCode.QUERY_NOT_FOUND
