@@ -66,12 +66,18 @@ def fill(browser: Any, form_id: str, **values: str) -> None:
     click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
 
 
-def row_with(browser: Any, table_cls: str, text: str) -> Any:
+def row_with(browser: Any, table_cls: str, text: str, unit: str = "tr") -> Any:
+    """The first row (``unit``) of the page's table.<table_cls> whose text holds ``text``."""
     from selenium.webdriver.common.by import By
 
-    rows = [r for r in browser.find_elements(By.CSS_SELECTOR, f"table.{table_cls} tr") if text in r.text]
+    rows = [r for r in browser.find_elements(By.CSS_SELECTOR, f"table.{table_cls} {unit}") if text in r.text]
     assert rows, f"no row of table.{table_cls} shows {text!r}: {browser.page_source[:3000]}"
     return rows[0]
+
+
+def message_with(browser: Any, text: str) -> Any:
+    """A message on the page: its row and its properties and body below."""
+    return row_with(browser, "messages", text, "tbody.message")
 
 
 def test_create_and_delete_a_topic(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
@@ -100,17 +106,17 @@ def test_find_a_message_by_key_shows_body_and_properties(browser: Any, shared_st
     s = shared_standalone
     open_page(browser, s, "/messages")
     fill(browser, "by-key", topic=seeded.topic, key="order-42")
-    row = row_with(browser, "messages", seeded.keyed_id)
+    row = message_with(browser, seeded.keyed_id)
     assert '{"order": 42, "amount": 14.50}' in row.text and "TAGS=created" in row.text
     [m] = run(admin_call(s, "query_messages_by_key", seeded.topic, "order-42"))
     assert m.properties["UNIQ_KEY"] == seeded.keyed_id and m.offset_msg_id in row.text
     # the same message by its offset id
     open_page(browser, s, "/messages")
     fill(browser, "by-id", id=m.offset_msg_id)
-    assert seeded.keyed_id in row_with(browser, "messages", m.offset_msg_id).text
+    assert seeded.keyed_id in message_with(browser, m.offset_msg_id).text
     # and by time: the last hour of the topic holds it
     open_page(browser, s, f"/messages?topic={seeded.topic}")
-    row_with(browser, "messages", seeded.keyed_id)
+    message_with(browser, seeded.keyed_id)
 
 
 def test_an_xss_payload_in_a_message_is_shown_escaped(browser: Any, shared_standalone: Standalone,
@@ -119,7 +125,7 @@ def test_an_xss_payload_in_a_message_is_shown_escaped(browser: Any, shared_stand
 
     s = shared_standalone
     open_page(browser, s, f"/messages?topic={seeded.topic}&key=xss")
-    row = row_with(browser, "messages", "evil")
+    row = message_with(browser, "evil")
     assert row.find_element(By.CSS_SELECTOR, "pre.body").text == XSS  # the text, as sent
     assert f"note={XSS}" in row.text  # the property too
     assert browser.title == "Messages · TidalMQ"  # neither the script nor the onerror ran
@@ -131,8 +137,11 @@ def test_every_page_shows_its_data(browser: Any, shared_standalone: Standalone, 
     open_page(browser, s, "/")
     assert "MASTER" in row_with(browser, "cluster", s.broker_addr).text.upper()
     open_page(browser, s, "/groups")
-    cells = row_with(browser, "groups", seeded.group).text
-    assert seeded.topic in cells
+    from selenium.webdriver.common.by import By
+
+    cells = [c.text for c in row_with(browser, "groups", seeded.group).find_elements(By.TAG_NAME, "td")]
+    assert cells[1] == seeded.topic and cells[4] == "0"  # topics; max retries as the group was created
+    assert int(cells[3]) == run(admin_call(s, "total_lag", seeded.group))  # lag, as the client counts it
     open_page(browser, s, "/schedule")
     assert row_with(browser, "schedule", seeded.topic).text.split()[2].isdigit()
 
@@ -144,7 +153,7 @@ def test_resend_a_dead_letter(browser: Any, shared_standalone: Standalone, seede
     assert len(run(admin_call(s, "query_messages_by_key", seeded.topic, "poison"))) == 1
     open_page(browser, s, "/dlq")
     fill(browser, "dlq-group", group=seeded.group)
-    row = row_with(browser, "messages", seeded.dead_id)
+    row = message_with(browser, seeded.dead_id)
     assert "poison: cannot be processed" in row.text and f"%DLQ%{seeded.group}" in row.text
     click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button"))
     assert flash(browser).startswith(f"notice: re-sent 1 dead letter(s) of {seeded.group}")
@@ -165,7 +174,7 @@ def test_cancel_a_scheduled_message(browser: Any, shared_standalone: Standalone,
     before = pending()
     open_page(browser, s, "/schedule")
     fill(browser, "scheduled-search", topic=seeded.topic, key=seeded.timer_id)
-    row = row_with(browser, "messages", seeded.timer_id)
+    row = message_with(browser, seeded.timer_id)
     assert "remind in 60 min" in row.text and f"REAL_TOPIC={seeded.topic}" in row.text
     click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button"))
     assert flash(browser).startswith(f"notice: scheduled message {seeded.timer_id} of {seeded.topic} cancelled")

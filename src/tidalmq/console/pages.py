@@ -20,7 +20,7 @@ header{background:#12355b;color:#fff;padding:.6em 1.2em;display:flex;gap:1.4em;a
 header a{color:#cfe3ff;text-decoration:none}header a.on{color:#fff;font-weight:600}
 main{padding:1em 1.4em}table{border-collapse:collapse;background:#fff;margin:.5em 0 1.2em}
 td,th{border:1px solid #d0d7de;padding:.3em .6em;text-align:left;vertical-align:top;font-size:.92em}
-th{background:#eef2f6}pre{white-space:pre-wrap;word-break:break-all;margin:0;max-width:60em}
+th{background:#eef2f6}tr.detail td{border-bottom:2px solid #8aa4c2}tr.detail td:last-child{background:#fbfcfd}pre{white-space:pre-wrap;word-break:break-all;margin:0;max-width:60em}
 form.inline{display:inline}.notice{background:#e6f4ea;border:1px solid #a7d3b2;padding:.5em;margin:.5em 0}
 .error{background:#fdecea;border:1px solid #f1aeb5;padding:.5em;margin:.5em 0}
 .bar{background:#3c7dd9;height:.9em;display:inline-block;vertical-align:middle}
@@ -75,26 +75,31 @@ def body_text(body: bytes) -> str:
     return f"<pre class=body>{esc(shown + more)}</pre>"
 
 
+TIME_PROPERTIES = ("TIMER_OUT_MS", "TIMER_DELIVER_MS")  # epoch ms: also shown as a date
+
+
 def properties(props: dict[str, str]) -> str:
-    return "<br>".join(f"<code>{esc(k)}</code>={esc(v)}" for k, v in sorted(props.items()))
+    return "<br>".join(f"<code>{esc(k)}</code>={esc(v)}" + (f" ({esc(when(v))})" if k in TIME_PROPERTIES else "")
+                       for k, v in sorted(props.items()))
 
 
 def messages(msgs: list[MessageExt], actions: dict[str, str] | None = None) -> str:
-    """One row per message; ``actions`` adds a cell (HTML) per message, keyed by its offset id."""
+    """Two rows per message: its ids and place, then its properties and body. ``actions`` adds a cell
+    (HTML) per message, keyed by its offset id."""
     if not msgs:
         return "<p id=nothing>No message found.</p>"
-    header = ["Message id", "Offset id", "Topic / queue / offset", "Stored", "Tags", "Keys", "Properties", "Body"]
-    if actions is not None:
-        header.append("")
+    header = ["Message id / offset id", "Topic / queue / offset", "Stored", "Tags", "Keys", ""]
     rows = []
     for m in msgs:
-        row = [esc(m.properties.get("UNIQ_KEY", "")), esc(m.offset_msg_id),
-               f"{esc(m.topic)} / {m.queue_id} / {m.queue_offset}", esc(when(m.store_timestamp)),
-               esc(m.tags or ""), esc(" ".join(m.keys)), properties(m.properties), body_text(m.body)]
-        if actions is not None:
-            row.append(actions.get(m.offset_msg_id, ""))
-        rows.append(row)
-    return table(header, rows, "messages")
+        ids = f"{esc(m.properties.get('UNIQ_KEY', ''))}<br><small>{esc(m.offset_msg_id)}</small>"
+        action = (actions or {}).get(m.offset_msg_id, "")
+        rows.append(f"<tbody class=message><tr><td>{ids}</td><td>{esc(m.topic)} / {m.queue_id} / {m.queue_offset}</td>"
+                    f"<td>{esc(when(m.store_timestamp))}</td><td>{esc(m.tags or '')}</td>"
+                    f"<td>{esc(' '.join(m.keys))}</td><td>{action}</td></tr>"
+                    f"<tr class=detail><td colspan=2>{properties(m.properties)}</td>"
+                    f"<td colspan=4>{body_text(m.body)}</td></tr></tbody>")
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    return f'<table class="messages"><thead><tr>{head}</tr></thead>{"".join(rows)}</table>'
 
 
 def histogram(hist: dict[str, int], buckets: list[str]) -> str:

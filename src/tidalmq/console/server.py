@@ -165,7 +165,7 @@ class ConsoleServer:
         begin, end = req.arg("begin"), req.arg("end")
         form = (
             f'<form method="get" action="/messages" id="by-key">Topic <input name="topic" value="{P.esc(topic)}"> '
-            'Key <input name="key" id="key"> <button>Find by key</button></form>'
+            f'Key <input name="key" id="key" value="{P.esc(key)}"> <button>Find by key</button></form>'
             '<form method="get" action="/messages" id="by-id">Message id <input name="id" size=34> '
             f'Topic (for a client id) <input name="topic" value="{P.esc(topic)}"> <button>Find by id</button></form>'
             f'<form method="get" action="/messages" id="by-time">Topic <input name="topic" value="{P.esc(topic)}"> '
