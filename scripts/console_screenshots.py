@@ -7,8 +7,8 @@ tests/console/data.py, and each console page in headless chromium (Debian's chro
 from __future__ import annotations
 
 import argparse
-import base64
 import asyncio
+import base64
 import sys
 import tempfile
 from pathlib import Path
