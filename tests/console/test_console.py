@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -103,6 +104,8 @@ def test_create_and_delete_a_topic(browser: Any, shared_standalone: Standalone, 
 
 def test_find_a_message_by_key_shows_body_and_properties(browser: Any, shared_standalone: Standalone,
                                                           seeded: Seeded) -> None:
+    from selenium.webdriver.common.by import By
+
     s = shared_standalone
     open_page(browser, s, "/messages")
     fill(browser, "by-key", topic=seeded.topic, key="order-42")
@@ -114,9 +117,18 @@ def test_find_a_message_by_key_shows_body_and_properties(browser: Any, shared_st
     open_page(browser, s, "/messages")
     fill(browser, "by-id", id=m.offset_msg_id)
     assert seeded.keyed_id in message_with(browser, m.offset_msg_id).text
-    # and by time: the last hour of the topic holds it
+    # and by time: the last hour of the topic (the default) holds it, the minute it was stored too, the
+    # minute before the seeding nothing
     open_page(browser, s, f"/messages?topic={seeded.topic}")
     message_with(browser, seeded.keyed_id)
+    stored = datetime.fromtimestamp(m.store_timestamp / 1000).replace(microsecond=0)
+    minute = timedelta(minutes=1)
+    open_page(browser, s, f"/messages?topic={seeded.topic}&begin={(stored - minute).isoformat()}"
+                          f"&end={(stored + minute).isoformat()}")
+    message_with(browser, seeded.keyed_id)
+    open_page(browser, s, f"/messages?topic={seeded.topic}&begin={(stored - 3 * minute).isoformat()}"
+                          f"&end={(stored - 2 * minute).isoformat()}")
+    assert browser.find_element(By.ID, "nothing").text == "No message found."
 
 
 def test_an_xss_payload_in_a_message_is_shown_escaped(browser: Any, shared_standalone: Standalone,

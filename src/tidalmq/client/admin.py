@@ -365,17 +365,17 @@ class Admin:
         out: list[MessageExt] = []
         for name, addr, nq in await self._masters_of(topic):
             for q in range(nq):
-                mq = MessageQueue(topic, name, q)
-                index = await self.search_offset(mq, begin_ms)
-                got = max_num
-                while got and len(out) < max_num * (q + 1):
+                index = await self.search_offset(MessageQueue(topic, name, q), begin_ms)
+                taken = 0
+                while taken < max_num:  # each queue gives at most max_num: the oldest overall are kept below
                     msgs, nxt = await self._queue_messages(name, addr, topic, q, index, min(32, max_num))
                     if nxt == index:
-                        break
-                    index, got = nxt, len(msgs)
+                        break  # the end of the queue
+                    index = nxt
                     inside = [m for m in msgs if begin_ms <= m.store_timestamp <= end_ms]
                     out += inside
-                    if len(inside) < len(msgs) and msgs[-1].store_timestamp > end_ms:
+                    taken += len(inside)
+                    if msgs and msgs[-1].store_timestamp > end_ms:
                         break  # past the end of the range
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
