@@ -207,8 +207,8 @@ async def _start_standalone_console(host: str, cc: ConsoleConfig, bc: BrokerConf
             log.warning("aclEnable without accessKey/secretKey: the web console is not served (docs/console.md)")
             return None
         credentials = SessionCredentials(bc.access_key, bc.secret_key)
-    console = ConsoleServer(host, cc.console_port, bc.namesrv_addr, credentials,
-                            tls=client_context_from(tls))
+    console = ConsoleServer(host, cc.console_port, bc.namesrv_addr, credentials, tls=client_context_from(tls),
+                            allowed_hosts=cc.allowed_hosts())
     await console.start()
     return console
 
@@ -223,7 +223,8 @@ async def _console(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tidalmq console: {e}", file=sys.stderr)
         return 2
-    console = ConsoleServer(args.host, args.port, args.namesrv or "", credentials, tls=admin_tls(args))
+    console = ConsoleServer(args.host, args.port, args.namesrv or "", credentials, tls=admin_tls(args),
+                            allowed_hosts=tuple(args.allowed_host))
     await console.start()
     login = " (login: the accessKey and secretKey)" if credentials is not None else ""
     print(f"TidalMQ {__version__} console ready: http://{args.host}:{console.port}/ namesrv "
@@ -336,6 +337,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("console", help="the web console in front of a NameServer and its brokers (docs/console.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_CONSOLE_PORT, help="consolePort (default 8082; 0 any free port)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name the console answers to besides IP addresses and localhost (repeatable)")
     from tidalmq.admin_cli import add_connection_options
 
     add_connection_options(p)

@@ -84,6 +84,17 @@ def test_a_post_without_the_csrf_token_changes_nothing(shared_standalone: Standa
     assert "CsrfVictim" not in run(admin_call(s, "topic_list"))
 
 
+def test_a_request_naming_another_host_is_refused(shared_standalone: Standalone) -> None:
+    """DNS rebinding: evil.example re-pointed at 127.0.0.1 reaches the port, but the console answers only
+    to IP addresses, localhost and consoleAllowedHosts."""
+    s = shared_standalone
+    refused = raw(s, b"GET /topics HTTP/1.1\r\nHost: evil.example:%d\r\n\r\n" % s.console_port)
+    assert refused.startswith(b"HTTP/1.1 421 ") and b"csrf" not in refused
+    for host in (b"localhost", b"127.0.0.1", b"[::1]"):
+        ok = raw(s, b"GET /topics HTTP/1.1\r\nHost: " + host + b":%d\r\n\r\n" % s.console_port)
+        assert ok.startswith(b"HTTP/1.1 200 "), host
+
+
 def raw(s: Standalone, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", s.console_port), timeout=10) as sock:
         sock.sendall(data)
@@ -98,9 +109,9 @@ def test_bad_http_is_refused_and_the_console_keeps_serving(shared_standalone: St
     s = shared_standalone
     assert raw(s, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw(s, b"GET / HTTP/1.1\r\nX: " + b"a" * 40_000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431 ")
-    assert raw(s, b"POST /topics/create HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n").startswith(b"HTTP/1.1 413 ")
-    assert raw(s, b"DELETE / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
-    assert raw(s, b"GET /nowhere HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+    assert raw(s, b"POST /topics/create HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99999999\r\n\r\n").startswith(b"HTTP/1.1 413 ")
+    assert raw(s, b"DELETE / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+    assert raw(s, b"GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
     status, page = http(s.console_url + "/messages?topic=NoSuchTopic&key=k")
     assert status == 200 and 'class="error"' in page  # the broker's refusal, on the page
     assert http(s.console_url + "/")[0] == 200

@@ -13,3 +13,9 @@ class ConsoleConfig:
     console_enable: bool = True
     # consolePort: 0 picks a free port (the ready line names it).
     console_port: int = DEFAULT_CONSOLE_PORT
+    # consoleAllowedHosts: host names (comma-separated) the console answers to besides IP addresses and
+    # localhost; any other Host header is refused (DNS rebinding).
+    console_allowed_hosts: str = ""
+
+    def allowed_hosts(self) -> tuple[str, ...]:
+        return tuple(h.strip() for h in self.console_allowed_hosts.split(",") if h.strip())

@@ -3,7 +3,9 @@ renders the answer (tidalmq.console.pages).
 
 Security (docs/console.md): with credentials (the ACL account the console signs its requests with), every
 page asks for them by HTTP basic auth; every state-changing action is a POST carrying the console's CSRF
-token, since a browser sends basic-auth credentials along with a request another site makes it send.
+token, since a browser sends basic-auth credentials along with a request another site makes it send; and
+a request must name the console by an IP address, ``localhost`` or an allowed host name (its Host header),
+so that a site whose name is re-pointed at 127.0.0.1 (DNS rebinding) cannot read the pages and the token.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -37,9 +40,10 @@ class ConsoleServer:
     """``await ConsoleServer("127.0.0.1", 8082, "127.0.0.1:9876").start()``; ``port`` names the bound port."""
 
     def __init__(self, host: str, port: int, namesrv_addr: str, credentials: SessionCredentials | None = None,
-                 *, tls: TlsOption = None) -> None:
+                 *, tls: TlsOption = None, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.admin = Admin(namesrv_addr, credentials=credentials, tls=tls)
         self.credentials = credentials
+        self.allowed_hosts = {h.strip().lower() for h in allowed_hosts if h.strip()} | {"localhost"}
         self.csrf = secrets.token_urlsafe(32)  # per process: a page shows it, another site cannot read it
         self.http = HttpServer(host, port, self.handle)
         self.gets: dict[str, Page] = {"/": self.cluster, "/topics": self.topics, "/groups": self.groups,
@@ -75,7 +79,20 @@ class ConsoleServer:
             raise HttpError(401, "login required: the console's accessKey and secretKey",
                             {"WWW-Authenticate": 'Basic realm="TidalMQ console", charset="UTF-8"'})
 
+    def _check_host(self, req: Request) -> None:
+        host = req.headers.get("host", "")
+        name = host[1:].partition("]")[0] if host.startswith("[") else host.rpartition(":")[0] or host
+        try:
+            ipaddress.ip_address(name)
+            return
+        except ValueError:
+            pass
+        if name.lower() not in self.allowed_hosts:
+            raise HttpError(421, f"this console answers to IP addresses, localhost and consoleAllowedHosts, "
+                                 f"not {name!r} (docs/console.md)")
+
     async def handle(self, req: Request) -> Response:
+        self._check_host(req)
         self._check_login(req)
         if req.method == "GET":
             page = self.gets.get(req.path)
