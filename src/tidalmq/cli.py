@@ -130,7 +130,8 @@ async def _standalone(args: argparse.Namespace) -> int:
         pc.grpc_server_port = args.grpc_port
     if args.console_port is not None:
         cc.console_port = args.console_port
-        cc.console_enable = args.console_port >= 0
+        if args.console_port < 0:
+            cc.console_enable = False
     if bc.ha_listen_port < 0:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).

@@ -62,11 +62,15 @@ def post_form(action: str, csrf: str, fields: str, button: str, form_id: str = "
 
 def layout(path: str, title: str, content: str, notice: str = "", error: str = "") -> str:
     nav = "".join(f'<a href="{href}"{" class=on" if href == path else ""}>{name}</a>' for href, name in NAV)
-    flash = (f'<div class="notice" id="notice">{esc(notice)}</div>' if notice else "") + (
-        f'<div class="error" id="error">{esc(error)}</div>' if error else "")
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{esc(title)} · TidalMQ</title>"
             f"<style>{STYLE}</style></head><body><header><strong>TidalMQ</strong>{nav}</header>"
-            f"<main><h2>{esc(title)}</h2>{flash}{content}</main></body></html>")
+            f"<main><h2>{esc(title)}</h2>{flash(notice, error)}{content}</main></body></html>")
+
+
+def flash(notice: str, error: str) -> str:
+    """What an action did (notice) or why it was refused (error)."""
+    return (f'<div class="notice" id="notice">{esc(notice)}</div>' if notice else "") + (
+        f'<div class="error" id="error">{esc(error)}</div>' if error else "")
 
 
 def body_text(body: bytes) -> str:

@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from urllib.parse import quote
 
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin, AdminError
@@ -110,7 +111,8 @@ class ConsoleServer:
             except (AdminError, NameError_, ValueError) as e:
                 notice, error, page = "", _error_text(e), self.gets.get(req.path.rsplit("/", 1)[0], self.cluster)
             resp = await page(req)
-            resp.body = resp.body.replace("<h2>", _flash(notice, error) + "<h2>", 1) if (notice or error) else resp.body
+            # the page after the action, with what it did above (the page's own error, if any, stays below)
+            resp.body = resp.body.replace("</h2>", "</h2>" + P.flash(notice, error), 1)
             return resp
         raise HttpError(405, "GET or POST only", {"Allow": "GET, POST"})
 
@@ -273,11 +275,6 @@ class ConsoleServer:
         return f"scheduled message {uniq} of {topic} cancelled on {broker}", "", self.schedule
 
 
-def _flash(notice: str, error: str) -> str:
-    return (f'<div class="notice" id="notice">{P.esc(notice)}</div>' if notice else "") + (
-        f'<div class="error" id="error">{P.esc(error)}</div>' if error else "")
-
-
 def _error_text(e: Exception) -> str:
     if isinstance(e, RemotingError):
         return f"refused (code {e.code}): {e.remark or ''}"
@@ -285,8 +282,7 @@ def _error_text(e: Exception) -> str:
 
 
 def _q(value: str) -> str:
-    from urllib.parse import quote
-
+    """A value for a link's query string."""
     return P.esc(quote(value, safe=""))
 
 
