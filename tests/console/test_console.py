@@ -146,6 +146,7 @@ def test_an_xss_payload_in_a_message_is_shown_escaped(browser: Any, shared_stand
 
 def test_every_page_shows_its_data(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
     s = shared_standalone
+    assert any(f" console http://127.0.0.1:{s.console_port}/ " in line for line in s._lines)  # the ready line
     open_page(browser, s, "/")
     assert "MASTER" in row_with(browser, "cluster", s.broker_addr).text.upper()
     open_page(browser, s, "/groups")

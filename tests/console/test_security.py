@@ -153,3 +153,10 @@ def test_with_acl_but_no_account_the_standalone_serves_no_console(tmp_path: Path
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", s.console_port), timeout=5).close()
         assert "web console is not served" in s.log_tail()
+
+
+def test_console_enable_false_serves_no_console(tmp_path: Path) -> None:
+    with Standalone(tmp_path / "data", {"consoleEnable": "false"}) as s:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", s.console_port), timeout=5).close()
+        assert not any(" console http" in line for line in s._lines)  # the ready line names no console
