@@ -3,6 +3,7 @@ state-changing action, bad HTTP refused, and ``tidalmq console -n`` in front of 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import socket
@@ -160,3 +161,25 @@ def test_console_enable_false_serves_no_console(tmp_path: Path) -> None:
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", s.console_port), timeout=5).close()
         assert not any(" console http" in line for line in s._lines)  # the ready line names no console
+
+
+def test_a_cluster_that_does_not_answer_is_reported_and_the_console_keeps_serving() -> None:
+    """A NameServer nobody listens on: each page says so (502 with the reason); the console stays up."""
+    from tidalmq.console.server import ConsoleServer
+
+    async def scenario() -> list[bytes]:
+        console = ConsoleServer("127.0.0.1", 0, f"127.0.0.1:{free_port()}")
+        await console.start()
+        try:
+            answers = []
+            for path in (b"/", b"/topics", b"/groups", b"/schedule"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", console.port)
+                writer.write(b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                answers.append(await reader.read())
+                writer.close()
+            return answers
+        finally:
+            await console.stop()
+
+    for answer in run(scenario()):
+        assert answer.startswith(b"HTTP/1.1 502 ") and b'class="error"' in answer, answer[:300]

@@ -21,7 +21,7 @@ from datetime import datetime
 from urllib.parse import quote
 
 from tidalmq.acl.signature import SessionCredentials
-from tidalmq.client.admin import Admin, AdminError
+from tidalmq.client.admin import Admin
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_
 from tidalmq.console import pages as P
@@ -95,6 +95,12 @@ class ConsoleServer:
     async def handle(self, req: Request) -> Response:
         self._check_host(req)
         self._check_login(req)
+        try:
+            return await self._dispatch(req)
+        except RemotingError as e:  # a NameServer or broker that does not answer: say so, keep serving
+            return Response(P.layout(req.path, "No answer", "", error=_error_text(e)), 502)
+
+    async def _dispatch(self, req: Request) -> Response:
         if req.method == "GET":
             page = self.gets.get(req.path)
             if page is None:
@@ -108,7 +114,7 @@ class ConsoleServer:
                 raise HttpError(403, "missing or wrong CSRF token: reload the page and try again")
             try:
                 notice, error, page = await action(req)
-            except (AdminError, NameError_, ValueError) as e:
+            except (RemotingError, NameError_, ValueError) as e:
                 notice, error, page = "", _error_text(e), self.gets.get(req.path.rsplit("/", 1)[0], self.cluster)
             resp = await page(req)
             # the page after the action, with what it did above (the page's own error, if any, stays below)
