@@ -183,3 +183,27 @@ def test_a_cluster_that_does_not_answer_is_reported_and_the_console_keeps_servin
 
     for answer in run(scenario()):
         assert answer.startswith(b"HTTP/1.1 502 ") and b'class="error"' in answer, answer[:300]
+
+
+def test_a_request_never_finished_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that opens a connection and sends half a request holds it no longer than READ_TIMEOUT_S."""
+    from tidalmq.console import http as console_http
+    from tidalmq.console.server import ConsoleServer
+
+    monkeypatch.setattr(console_http, "READ_TIMEOUT_S", 0.3)
+
+    async def scenario() -> tuple[bytes, float]:
+        console = ConsoleServer("127.0.0.1", 0, f"127.0.0.1:{free_port()}")
+        await console.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", console.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: 127")
+            t0 = asyncio.get_running_loop().time()
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return answer, asyncio.get_running_loop().time() - t0
+        finally:
+            await console.stop()
+
+    answer, waited = run(scenario())
+    assert answer == b"" and waited < 5  # closed without an answer, once the time ran out

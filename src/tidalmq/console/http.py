@@ -101,7 +101,10 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
 
 def encode_response(resp: Response) -> bytes:
     body = resp.body.encode("utf-8")
-    reason = HTTPStatus(resp.status).phrase if resp.status in HTTPStatus._value2member_map_ else ""
+    try:
+        reason = HTTPStatus(resp.status).phrase
+    except ValueError:
+        reason = ""
     headers = {
         "Content-Type": resp.content_type,
         "Content-Length": str(len(body)),
