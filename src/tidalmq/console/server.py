@@ -14,6 +14,7 @@ import base64
 import binascii
 import hmac
 import ipaddress
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,9 @@ from tidalmq.remoting.transport import RemotingError
 # Runtime-info keys shown on the cluster page: the broker's role and replication state (HA, controller).
 CLUSTER_KEYS = ("brokerRole", "commitLogMinOffset", "commitLogMaxOffset", "msgPutTotalTodayNow",
                 "connectionCount", "bootTimestamp")
-REPLICATION_MARKERS = ("ha", "slave", "master", "syncState", "epoch", "replica", "controller")
+# The replication keys of the runtime info: RocketMQ's HA (haConnections, haMasterAddress, haSlave0 ...) and
+# controller mode's (controllerMasterEpoch, controllerSyncStateSet ...).
+REPLICATION_KEY = re.compile(r"^(ha[A-Z0-9]|controller)")
 
 Page = Callable[[Request], Awaitable[Response]]
 
@@ -138,8 +141,7 @@ class ConsoleServer:
                     except RemotingError as e:
                         rt = {"error": _error_text(e)}
                     shown = [P.esc(rt.get(k, "")) if k != "bootTimestamp" else P.when(rt.get(k)) for k in CLUSTER_KEYS]
-                    repl = {k: v for k, v in rt.items() if k != "brokerRole"
-                            and any(m.lower() in k.lower() for m in REPLICATION_MARKERS)}
+                    repl = {k: v for k, v in rt.items() if REPLICATION_KEY.match(k)}
                     if "error" in rt:
                         repl["error"] = rt["error"]
                     rows.append([P.esc(cluster), P.esc(name), P.esc(bid), P.esc(addr), *shown, P.properties(repl)])
