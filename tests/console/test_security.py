@@ -96,6 +96,18 @@ def test_a_request_naming_another_host_is_refused(shared_standalone: Standalone)
         assert ok.startswith(b"HTTP/1.1 200 "), host
 
 
+def test_system_topics_are_not_deleted(shared_standalone: Standalone) -> None:
+    s = shared_standalone
+    status, page = http(s.console_url + "/topics")
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page) if ">TBW102<" in r)
+    assert "Delete" not in row
+    token = CSRF.search(page)
+    assert token is not None
+    status, page = http(s.console_url + "/topics/delete", {"csrf": token.group(1), "topic": "TBW102"})
+    assert 'class="error"' in page and "TBW102 is a system topic" in page
+    assert "TBW102" in run(admin_call(s, "topic_list"))
+
+
 def raw(s: Standalone, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", s.console_port), timeout=10) as sock:
         sock.sendall(data)

@@ -24,7 +24,7 @@ from urllib.parse import quote
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin
 from tidalmq.client.message import MessageExt
-from tidalmq.common.naming import NameError_
+from tidalmq.common.naming import NameError_, is_system_topic
 from tidalmq.console import pages as P
 from tidalmq.console.http import HttpError, HttpServer, Request, Response
 from tidalmq.remoting.tls import TlsOption
@@ -153,7 +153,8 @@ class ConsoleServer:
     async def topics(self, req: Request) -> Response:
         rows = []
         for topic in await self.admin.topic_list():
-            delete = P.post_form("/topics/delete", self.csrf, P.hidden("topic", topic), "Delete")
+            delete = ("<small>system</small>" if is_system_topic(topic)
+                      else P.post_form("/topics/delete", self.csrf, P.hidden("topic", topic), "Delete"))
             rows.append([f'<a href="/messages?topic={_q(topic)}">{P.esc(topic)}</a>', delete])
         create = P.post_form("/topics/create", self.csrf,
                              '<input name="topic" id="new-topic" placeholder="topic" required> '
@@ -168,6 +169,8 @@ class ConsoleServer:
 
     async def delete_topic(self, req: Request) -> tuple[str, str, Page]:
         topic = req.arg("topic")
+        if is_system_topic(topic):  # the broker's own (TBW102, the timer's, the transactions' ...)
+            raise ValueError(f"{topic} is a system topic: the console does not delete it")
         await self.admin.delete_topic(topic)
         return f"topic {topic} deleted", "", self.topics
 
