@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.console.conftest import new_browser  # noqa: E402
 from tests.console.data import seed  # noqa: E402
+from tests.console.support import new_browser  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.console.test_security import http
+from tests.console.support import http
 from tests.ha.support import Slave, master_settings
 from tests.support import Standalone, wait_for
 

@@ -3,33 +3,16 @@ through the client (tidalmq.client.Admin), as another operator would see it."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from tests.console.conftest import PAGE_WAIT_S
 from tests.console.data import XSS, Seeded
+from tests.console.support import PAGE_WAIT_S, admin_call, run
 from tests.support import Standalone
-from tidalmq.client import Admin
 from tidalmq.client.admin import AdminError
 from tidalmq.remoting.codes import ResponseCode
-
-T = TypeVar("T")
-
-
-def run(coro: Awaitable[T], timeout: float = 30.0) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
-
-
-async def admin_call(s: Standalone, name: str, *args: Any) -> Any:
-    async with Admin(s.namesrv_addr) as admin:
-        return await getattr(admin, name)(*args)
 
 
 def open_page(browser: Any, s: Standalone, path: str) -> None:

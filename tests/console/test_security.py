@@ -4,38 +4,22 @@ state-changing action, bad HTTP refused, and ``tidalmq console -n`` in front of 
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 import socket
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acl.conftest import ADMIN, acl_text
-from tests.console.test_console import admin_call, run
+from tests.console.support import admin_call, http, run
 from tests.support import Standalone, free_port
 from tidalmq.client import Admin
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-
-
-def http(url: str, form: dict[str, str] | None = None, auth: tuple[str, str] | None = None) -> tuple[int, str]:
-    data = urllib.parse.urlencode(form).encode() if form is not None else None
-    req = urllib.request.Request(url, data=data)
-    if auth is not None:
-        req.add_header("Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode())
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 @pytest.fixture(scope="module")
