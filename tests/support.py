@@ -42,6 +42,7 @@ class Standalone:
         self.settings = {"mappedFileSizeCommitLog": str(64 << 20), **(settings or {})}
         self.namesrv_port, self.broker_port = free_port_pair()
         self.grpc_port = free_port()
+        self.console_port = free_port()
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = log_path or (self.data_dir / "standalone.log")
         self._lines: list[str] = []
@@ -55,14 +56,19 @@ class Standalone:
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"
+
+    @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
     def command(self) -> list[str]:
-        # the gRPC endpoint on a free port too (never RocketMQ's 8081): grpc_endpoint names it
+        # the gRPC endpoint and the web console on free ports too (never 8081, 8082): grpc_endpoint and
+        # console_url name them
         cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(self.data_dir),
                "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
-               "--grpc-port", str(self.grpc_port)]
+               "--grpc-port", str(self.grpc_port), "--console-port", str(self.console_port)]
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         return cmd
@@ -82,6 +88,7 @@ class Standalone:
                     raise
                 self.namesrv_port, self.broker_port = free_port_pair()
                 self.grpc_port = free_port()
+                self.console_port = free_port()
         raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> Standalone:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from tidalmq.remoting.tls import client_context as tls_context
 from tidalmq.remoting.transport import RemotingError
 
 
-def add_admin_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("admin", help="operate a running TidalMQ (topics, consumer progress)")
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    """How an operator's tool reaches the cluster: ``tidalmq admin`` and ``tidalmq console``."""
     p.add_argument("-n", "--namesrv", help="NameServer address (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     p.add_argument("--access-key", help="ACL account to sign requests with (default $TIDALMQ_ACCESS_KEY, "
                                         "else accessKey of $ROCKETMQ_HOME/conf/tools.yml)")
@@ -25,6 +26,11 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-ca", help="verify the servers' certificates against this CA file (PEM)")
     p.add_argument("--tls-cert", help="client certificate (PEM), for tls.server.need.client.auth")
     p.add_argument("--tls-key", help="the client certificate's private key (PEM)")
+
+
+def add_admin_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("admin", help="operate a running TidalMQ (topics, consumer progress)")
+    add_connection_options(p)
     asub = p.add_subparsers(dest="admin_cmd", required=True)
     t = asub.add_parser("topic", help="topics").add_subparsers(dest="topic_cmd", required=True)
     c = t.add_parser("create")
@@ -111,16 +117,20 @@ def admin_credentials(args: argparse.Namespace) -> SessionCredentials | None:
     return SessionCredentials(ak, sk)
 
 
+def admin_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context of the ``--tls*`` options, None for plain connections."""
+    if args.tls or args.tls_ca or args.tls_cert:
+        return tls_context(trust_cert_path=args.tls_ca or "", cert_path=args.tls_cert or "", key_path=args.tls_key or "")
+    return None
+
+
 async def run_admin(args: argparse.Namespace) -> int:
     try:
         credentials = admin_credentials(args)
     except ValueError as e:
         print(f"tidalmq admin: {e}", file=sys.stderr)
         return 2
-    tls = None
-    if args.tls or args.tls_ca or args.tls_cert:
-        tls = tls_context(trust_cert_path=args.tls_ca or "", cert_path=args.tls_cert or "", key_path=args.tls_key or "")
-    async with Admin(args.namesrv, credentials=credentials, tls=tls) as admin:
+    async with Admin(args.namesrv, credentials=credentials, tls=admin_tls(args)) as admin:
         try:
             if args.admin_cmd == "topic":
                 if args.topic_cmd == "create":

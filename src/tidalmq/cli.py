@@ -1,4 +1,4 @@
-"""The ``tidalmq`` command: standalone, namesrv, broker, proxy and admin."""
+"""The ``tidalmq`` command: standalone, namesrv, broker, proxy, console and admin."""
 
 from __future__ import annotations
 
@@ -11,15 +11,20 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidalmq import __version__
 from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.console.config import DEFAULT_CONSOLE_PORT, ConsoleConfig
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.config import RemotingServerConfig
-from tidalmq.remoting.tls import TlsConfig, is_tls_key, tls_config
+from tidalmq.remoting.tls import TlsConfig, client_context_from, is_tls_key, tls_config
 from tidalmq.store.config import MessageStoreConfig
+
+if TYPE_CHECKING:
+    from tidalmq.console.server import ConsoleServer
 
 log = logging.getLogger("tidalmq")
 
@@ -75,11 +80,12 @@ def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsCon
     return rc, tls, {k: rest[k] for k in unknown}
 
 
-def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyConfig | None = None
+def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyConfig | None = None,
+                         console: ConsoleConfig | None = None
                          ) -> tuple[BrokerConfig, MessageStoreConfig, RemotingServerConfig, TlsConfig]:
     """The broker's, the store's and the remoting server's configuration from ``-c`` and ``--set``
-    (and the gRPC endpoint's into ``proxy``, for the standalone), validated (a ``ConfigError`` names
-    the key): callers build it before they bind any port."""
+    (and the gRPC endpoint's into ``proxy`` and the web console's into ``console``, for the standalone),
+    validated (a ``ConfigError`` names the key): callers build it before they bind any port."""
     props = _load_props(args)
     rc, tls, props = server_settings(props)
     bc = BrokerConfig()
@@ -90,6 +96,8 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
     if proxy is not None:
         unknown = apply_properties(proxy, {k: props[k] for k in unknown})
         proxy.max_message_size = sc.max_message_size
+    if console is not None:
+        unknown = apply_properties(console, {k: props[k] for k in unknown})
     for key in unknown:
         log.warning("unknown configuration key %s ignored (not a key TidalMQ uses)", key)
     if getattr(args, "broker_port", None) is not None:
@@ -116,9 +124,14 @@ async def _standalone(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     pc = ProxyConfig()
-    bc, sc, rc, tls = build_broker_configs(args, data_dir, pc)  # refused before any port is bound
+    cc = ConsoleConfig()
+    bc, sc, rc, tls = build_broker_configs(args, data_dir, pc, cc)  # refused before any port is bound
     if args.grpc_port is not None:
         pc.grpc_server_port = args.grpc_port
+    if args.console_port is not None:
+        cc.console_port = args.console_port
+        if args.console_port < 0:
+            cc.console_enable = False
     if bc.ha_listen_port < 0:
         # Not listenPort + 1 here: a standalone is most often alone, and its own NameServer tells any
         # slave the HA port it took (docs/replication.md).
@@ -160,17 +173,66 @@ async def _standalone(args: argparse.Namespace) -> int:
         grpc_server = GrpcServer(args.host, bc.namesrv_addr, pc, tls)
         await grpc_server.start()
         grpc_text = f" grpc {args.host}:{grpc_server.port}"
+    console = None
+    console_text = ""
+    if cc.console_enable:
+        console = await _start_standalone_console(args.host, cc, bc, tls)
+        console_text = f" console http://{args.host}:{console.port}/" if console is not None else ""
     _settle_gc()
     print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr}"
-          f"{grpc_text} data {data_dir}", flush=True)
+          f"{grpc_text}{console_text} data {data_dir}", flush=True)
     stop = asyncio.Event()
     await _run_until_signal(stop)
     log.info("shutting down")
+    if console is not None:
+        await console.stop()
     if grpc_server is not None:
         await grpc_server.stop()
     await broker.stop()
     await ns.stop()
     print("TidalMQ stopped", flush=True)
+    return 0
+
+
+async def _start_standalone_console(host: str, cc: ConsoleConfig, bc: BrokerConfig, tls: TlsConfig
+                                   ) -> ConsoleServer | None:
+    """The web console beside the standalone's broker. With ACL it signs with the broker's accessKey and
+    secretKey and asks for them as its login; with ACL but no such keys it is not served (an open console
+    would administer an ACL-protected broker for anyone who reaches it)."""
+    from tidalmq.acl.signature import SessionCredentials
+    from tidalmq.console.server import ConsoleServer
+
+    credentials = None
+    if bc.acl_enable:
+        if not (bc.access_key and bc.secret_key):
+            log.warning("aclEnable without accessKey/secretKey: the web console is not served (docs/console.md)")
+            return None
+        credentials = SessionCredentials(bc.access_key, bc.secret_key)
+    console = ConsoleServer(host, cc.console_port, bc.namesrv_addr, credentials, tls=client_context_from(tls),
+                            allowed_hosts=cc.allowed_hosts())
+    await console.start()
+    return console
+
+
+async def _console(args: argparse.Namespace) -> int:
+    """The web console alone, in front of a NameServer and its brokers (``tidalmq console -n ADDR``)."""
+    from tidalmq.admin_cli import admin_credentials, admin_tls
+    from tidalmq.console.server import ConsoleServer
+
+    try:
+        credentials = admin_credentials(args)
+    except ValueError as e:
+        print(f"tidalmq console: {e}", file=sys.stderr)
+        return 2
+    console = ConsoleServer(args.host, args.port, args.namesrv or "", credentials, tls=admin_tls(args),
+                            allowed_hosts=tuple(args.allowed_host))
+    await console.start()
+    login = " (login: the accessKey and secretKey)" if credentials is not None else ""
+    print(f"TidalMQ {__version__} console ready: http://{args.host}:{console.port}/ namesrv "
+          f"{';'.join(console.admin.namesrv_addrs)}{login}", flush=True)
+    stop = asyncio.Event()
+    await _run_until_signal(stop)
+    await console.stop()
     return 0
 
 
@@ -255,6 +317,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-port", type=int, default=None, help="the broker's listenPort (default 10911)")
     p.add_argument("--grpc-port", type=int, default=None,
                    help="the gRPC endpoint's port, grpcServerPort (default 8081; 0 any free port, -1 none)")
+    p.add_argument("--console-port", type=int, default=None,
+                   help="the web console's port, consolePort (default 8082; 0 any free port, -1 none)")
 
     p = sub.add_parser("namesrv", help="a NameServer")
     p.add_argument("--host", default="127.0.0.1")
@@ -270,6 +334,15 @@ def make_parser() -> argparse.ArgumentParser:
     _add_broker_options(p)
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
     p.add_argument("--broker-port", type=int, default=None)
+
+    p = sub.add_parser("console", help="the web console in front of a NameServer and its brokers (docs/console.md)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_CONSOLE_PORT, help="consolePort (default 8082; 0 any free port)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a host name the console answers to besides IP addresses and localhost (repeatable)")
+    from tidalmq.admin_cli import add_connection_options
+
+    add_connection_options(p)
 
     p = sub.add_parser("proxy", help="the gRPC endpoint (RocketMQ 5 clients) in front of a cluster")
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
@@ -302,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_broker(args))
         if args.cmd == "proxy":
             return asyncio.run(_proxy(args))
+        if args.cmd == "console":
+            return asyncio.run(_console(args))
         if args.cmd == "admin":
             from tidalmq.admin_cli import run_admin
 

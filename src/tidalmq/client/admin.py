@@ -321,16 +321,62 @@ class Admin:
     async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                                     end_ms: int | None = None) -> list[MessageExt]:
         """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index."""
-        end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
         out: list[MessageExt] = []
         for name, addr, _ in await self._masters_of(topic):
-            ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
-                   "endTimestamp": str(end_ms)}
-            resp = await self._call(addr, RC.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-            if resp.code == ResponseCode.SUCCESS:
-                for m in decode_messages(resp.body_bytes(), name):
-                    if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
-                        out.append(m)
+            out += await self._query_index(name, addr, topic, key, max_num, begin_ms, end_ms)
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    async def _query_index(self, name: str, addr: str, topic: str, key: str, max_num: int, begin_ms: int = 0,
+                           end_ms: int | None = None) -> list[MessageExt]:
+        """QUERY_MESSAGE on one broker: the messages stored under ``topic`` whose KEYS or UNIQ_KEY is ``key``."""
+        end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms)}
+        resp = await self._call(addr, RC.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        if resp.code != ResponseCode.SUCCESS:
+            return []
+        return [m for m in decode_messages(resp.body_bytes(), name)
+                if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key)]
+
+    async def _queue_messages(self, name: str, addr: str, topic: str, queue_id: int, index: int, count: int,
+                              group: str = "") -> tuple[list[MessageExt], int]:
+        """Up to ``count`` messages of one queue from ``index`` on (QUERY_CONSUME_QUEUE, then VIEW_MESSAGE_BY_ID
+        each): works on queues no subscription may read (the DLQ). Returns them and the index after the last
+        entry read (0 entries read: the same index)."""
+        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
+            "topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count),
+            "consumerGroup": group}, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if resp.code != ResponseCode.SUCCESS:
+            return [], index  # the broker has no such queue
+        data = fastjson.loads(resp.body_bytes())
+        rows = data.get("queueData") or []
+        out: list[MessageExt] = []
+        for row in rows:
+            view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(row["physicOffset"])},
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+            if view.code == ResponseCode.SUCCESS:  # a file already deleted by retention is skipped
+                out.extend(decode_messages(view.body_bytes(), name))
+        return out, (max(index, int(data.get("minQueueIndex", 0))) + len(rows) if rows else index)
+
+    async def messages_by_time(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 64) -> list[MessageExt]:
+        """Messages of ``topic`` stored between ``begin_ms`` and ``end_ms`` (each queue from the offset
+        SEARCH_OFFSET_BY_TIMESTAMP gives for ``begin_ms``), oldest first, at most ``max_num``."""
+        out: list[MessageExt] = []
+        for name, addr, nq in await self._masters_of(topic):
+            for q in range(nq):
+                index = await self.search_offset(MessageQueue(topic, name, q), begin_ms)
+                taken = 0
+                while taken < max_num:  # each queue gives at most max_num: the oldest overall are kept below
+                    msgs, nxt = await self._queue_messages(name, addr, topic, q, index, min(32, max_num))
+                    if nxt == index:
+                        break  # the end of the queue
+                    index = nxt
+                    inside = [m for m in msgs if begin_ms <= m.store_timestamp <= end_ms]
+                    out += inside
+                    taken += len(inside)
+                    if msgs and msgs[-1].store_timestamp > end_ms:
+                        break  # past the end of the range
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
@@ -364,6 +410,19 @@ class Admin:
         deliver-time histogram, enqueue/delivery rates and lateness (GET_TIMER_METRICS)."""
         return {name: fastjson.loads((await self._call(addr, RC.GET_TIMER_METRICS)).body_bytes())
                 for name, addr in sorted((await self.master_addrs()).items())}
+
+    async def scheduled_messages(self, topic: str, key: str, max_num: int = 32) -> list[MessageExt]:
+        """Scheduled messages of ``topic`` whose key or client id (UNIQ_KEY) is ``key``, as parked on the
+        brokers: timer messages in rmq_sys_wheel_timer (their due time in TIMER_OUT_MS), delay-level ones in
+        SCHEDULE_TOPIC_XXXX (DELAY). A parked copy stays after its delivery or cancel: the copy delivered
+        is found in ``topic`` itself (query_messages_by_key)."""
+        out: list[MessageExt] = []
+        for name, addr in sorted((await self.master_addrs()).items()):
+            for parked in (nm.TIMER_TOPIC, nm.SCHEDULE_TOPIC):
+                out += [m for m in await self._query_index(name, addr, parked, key, max_num)
+                        if m.properties.get("REAL_TOPIC") == topic]
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
 
     async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None,
                                group: str = "TOOLS_CANCEL_GROUP") -> str:
@@ -417,21 +476,11 @@ class Admin:
         for name, addr in sorted((await self.master_addrs()).items()):
             index = 0
             while len(out) < max_num:
-                resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
-                    "topic": topic, "queueId": "0", "index": str(index), "count": "64", "consumerGroup": group},
-                    ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-                if resp.code != ResponseCode.SUCCESS:
-                    break  # this broker has no dead letters for the group
-                data = fastjson.loads(resp.body_bytes())
-                rows = data.get("queueData") or []
-                if not rows:
-                    break
-                for row in rows:
-                    view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(row["physicOffset"])},
-                                            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-                    if view.code == ResponseCode.SUCCESS:  # a file already deleted by retention is skipped
-                        out.extend(decode_messages(view.body_bytes(), name))
-                index = max(index, int(data.get("minQueueIndex", 0))) + len(rows)
+                msgs, nxt = await self._queue_messages(name, addr, topic, 0, index, 64, group)
+                if nxt == index:
+                    break  # the end, or this broker has no dead letters for the group
+                out += msgs
+                index = nxt
         return out[:max_num]
 
     async def resend_dead_letters(self, group: str, ids: list[str] | None = None) -> list[tuple[str, str]]:
