@@ -23,15 +23,13 @@ def master_settings(role: str, **extra: str) -> dict[str, str]:
             "mappedFileSizeCommitLog": str(FILE_SIZE), "timerWheelEnable": "false", **extra}
 
 
-class Slave(Standalone):
-    """A ``tidalmq broker`` with brokerRole=SLAVE, brokerId=1, registered with the master's NameServer."""
+class Broker(Standalone):
+    """A ``tidalmq broker`` alone (no NameServer of its own), registered with ``namesrv_addr``."""
 
     ready_line = re.compile(r"broker \S+ ready on (\S+):(\d+)")
 
     def __init__(self, data_dir: Path, namesrv_addr: str, settings: dict[str, str] | None = None) -> None:
-        super().__init__(data_dir, {"brokerName": BROKER_NAME, "brokerRole": "SLAVE", "brokerId": "1",
-                                    "mappedFileSizeCommitLog": str(FILE_SIZE), "timerWheelEnable": "false",
-                                    **(settings or {})})
+        super().__init__(data_dir, settings)
         self.namesrv = namesrv_addr
         self.broker_port = free_port()
 
@@ -41,6 +39,15 @@ class Slave(Standalone):
         for k, v in self.settings.items():
             cmd += ["--set", f"{k}={v}"]
         return cmd
+
+
+class Slave(Broker):
+    """A ``tidalmq broker`` with brokerRole=SLAVE, brokerId=1, registered with the master's NameServer."""
+
+    def __init__(self, data_dir: Path, namesrv_addr: str, settings: dict[str, str] | None = None) -> None:
+        super().__init__(data_dir, namesrv_addr, {"brokerName": BROKER_NAME, "brokerRole": "SLAVE", "brokerId": "1",
+                                                  "mappedFileSizeCommitLog": str(FILE_SIZE),
+                                                  "timerWheelEnable": "false", **(settings or {})})
 
     def pause(self) -> None:
         """SIGSTOP: the slave keeps its connection and answers nothing (a stalled slave)."""
