@@ -13,7 +13,7 @@ import logging
 import time
 
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.ha.frames import FrameError, FrameReader, RecordAssembler, encode_report
+from tidalmq.ha.frames import FrameError, FrameReader, RecordAssembler, encode_hello, encode_report
 from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,9 @@ class HAClient:
                                   None if store.commit_log_is_empty else store.max_phy_offset)
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         housekeeping = cfg.ha_housekeeping_interval / 1000.0
+        if cfg.enable_controller_mode:
+            # The master counts acks per replica of its SyncStateSet (allAckInSyncStateSet): say which one.
+            writer.write(encode_hello(cfg.broker_id))
         self._report(writer)
         last_read = last_report = time.monotonic()
         while True:

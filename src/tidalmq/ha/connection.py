@@ -29,6 +29,7 @@ class HAConnection:
         # -1 until the slave's first report: where it asks the stream to start.
         self.slave_request_offset = -1
         self.slave_ack_offset = -1
+        self.replica_id: int | None = None  # controller mode: the slave's replica id (its hello)
         self.wake = asyncio.Event()  # set when the CommitLog grew (or the first report came)
         self._last_read = time.monotonic()
 
@@ -67,6 +68,9 @@ class HAConnection:
             except FrameError as e:
                 log.error("HA: slave %s: %s", self.client_addr, e)
                 return
+            if reports.replica_id is not None and self.replica_id is None:
+                self.replica_id = reports.replica_id
+                log.info("HA: slave %s is replica %d", self.client_addr, self.replica_id)
             if offset is None:
                 continue
             if self.slave_request_offset < 0:
