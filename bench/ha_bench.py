@@ -43,21 +43,24 @@ async def _caught_up_after(c: RemotingClient, master: str, slave: str) -> float:
     return time.perf_counter() - t0
 
 
-async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float]) -> None:
+async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float],
+                batches: tuple[int, ...] = (1, 64), extra: dict[str, str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
-        settings = master_settings(role, mappedFileSizeCommitLog=str(256 * 1024 * 1024))
+        settings = master_settings(role, mappedFileSizeCommitLog=str(256 * 1024 * 1024), **(extra or {}))
         with Standalone(Path(tmp) / "m", settings) as master:
             c = RemotingClient()
             try:
                 await create_topic(c, master.broker_addr, "HaBench")
                 slave = Slave(Path(tmp) / "s", master.namesrv_addr,
-                              {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}) if with_slave else None
+                              {"mappedFileSizeCommitLog": str(256 * 1024 * 1024), **(extra or {})}) if with_slave else None
                 try:
                     if slave is not None:
                         slave.start()
                         while (await runtime_info(c, master.broker_addr)).get("haConnections") != "1":
                             await asyncio.sleep(0.05)
-                    for batch in (1, 64):
+                    if slave is not None and master.proc is not None and slave.proc is not None:
+                        print(f"  pids (for py-spy): master {master.proc.pid}, slave {slave.proc.pid}", flush=True)
+                    for batch in batches:
                         sends = build_sends("HaBench", n, batch)
                         rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
                         key = f"{name}.{'single' if batch == 1 else 'batch64'}_msgs_per_s"
@@ -118,21 +121,34 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=40000)
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--phases", default="alone,async_master,sync_master",
+                    help="which throughput phases to run (comma-separated), e.g. alone,sync_master")
+    ap.add_argument("--batch-only", action="store_true", help="batches of 64 only (no single sends)")
+    ap.add_argument("--no-kill", action="store_true", help="skip the SIGKILL loss measurements")
+    ap.add_argument("--slave-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for master and slave (e.g. haTransferBatchSize=262144); repeatable")
     args = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.slave_set)
     print_machine()
     results: dict[str, float] = {}
+    wanted = set(args.phases.split(","))
     for name, role, with_slave in (("alone", "ASYNC_MASTER", False), ("async_master", "ASYNC_MASTER", True),
                                    ("sync_master", "SYNC_MASTER", True)):
+        if name not in wanted:
+            continue
         print(f"{name}:", flush=True)
-        await phase(name, role, with_slave, args.messages, args.window, results)
-    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        await phase(name, role, with_slave, args.messages, args.window, results,
+                    (64,) if args.batch_only else (1, 64), extra)
+    for role in () if args.no_kill else ("ASYNC_MASTER", "SYNC_MASTER"):
         r = await loss_on_master_kill(role, args.messages // 2, args.window)
         results[f"{role.lower()}.kill_acked"], results[f"{role.lower()}.kill_lost"] = r["acked"], r["lost"]
         print(f"{role}: master SIGKILLed under load: {r['lost']} of {r['acked']} acknowledged messages "
               f"not on the slave", flush=True)
     for kind in ("single", "batch64"):
-        alone = results[f"alone.{kind}_msgs_per_s"]
+        alone = results.get(f"alone.{kind}_msgs_per_s")
         for name in ("async_master", "sync_master"):
+            if not alone or f"{name}.{kind}_msgs_per_s" not in results:
+                continue
             print(f"{name} {kind}: {results[f'{name}.{kind}_msgs_per_s'] / alone:.0%} of the master alone")
     print(f"saved {save('ha', results)}")
 
