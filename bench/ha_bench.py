@@ -19,13 +19,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.broker.rawclient import runtime_info  # noqa: E402
 from tests.ha.support import Slave, master_settings  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
-from bench.broker_bench import QUEUES, build_sends, create_topic, pipelined_sends, send_req  # noqa: E402
+from bench.broker_bench import (  # noqa: E402
+    QUEUES,
+    build_sends,
+    cpu_of,
+    create_topic,
+    pipelined_sends,
+    send_req,
+)
 from bench.common import print_machine, save  # noqa: E402
 from tidalmq.remoting.codes import ResponseCode  # noqa: E402
 from tidalmq.remoting.command import RemotingCommand  # noqa: E402
@@ -60,16 +69,26 @@ async def phase(name: str, role: str, with_slave: bool, n: int, window: int, res
                             await asyncio.sleep(0.05)
                     if slave is not None and master.proc is not None and slave.proc is not None:
                         print(f"  pids (for py-spy): master {master.proc.pid}, slave {slave.proc.pid}", flush=True)
+                    procs = [psutil.Process(p.proc.pid) for p in (master, slave) if p is not None and p.proc is not None]
                     for batch in batches:
                         sends = build_sends("HaBench", n, batch)
+                        cpu0 = [cpu_of(p) for p in procs]
                         rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
-                        key = f"{name}.{'single' if batch == 1 else 'batch64'}_msgs_per_s"
+                        kind = "single" if batch == 1 else "batch64"
+                        key = f"{name}.{kind}_msgs_per_s"
                         results[key] = round(rate)
                         line = f"  {key}: {rate:,.0f}"
                         if slave is not None:
                             lag = await _caught_up_after(c, master.broker_addr, slave.broker_addr)
-                            results[f"{name}.{'single' if batch == 1 else 'batch64'}_slave_lag_s"] = round(lag, 3)
+                            results[f"{name}.{kind}_slave_lag_s"] = round(lag, 3)
                             line += f"  (slave caught up {lag * 1000:.0f} ms after the last ack)"
+                        # CPU per message (the kernel's accounting): steadier than a rate on a shared machine.
+                        us = [(cpu_of(p) - c0) / n * 1e6 for p, c0 in zip(procs, cpu0, strict=True)]
+                        results[f"{name}.{kind}_master_cpu_us_per_msg"] = round(us[0], 2)
+                        line += f"  CPU/msg: master {us[0]:.2f} us"
+                        if len(us) > 1:
+                            results[f"{name}.{kind}_slave_cpu_us_per_msg"] = round(us[1], 2)
+                            line += f", slave {us[1]:.2f} us"
                         print(line, flush=True)
                 finally:
                     if slave is not None:
