@@ -20,8 +20,8 @@ from tidalmq.remoting.transport import RemotingClient
 TOPIC = "TimerHa"
 PRECISION_MS = 100
 # Level 1 falls due before the kill, level 2 after the promotion; the late timer messages from LATE_MS on.
-LATE_MS = 6000
-SCHEDULE = {"timerWheelEnable": "true", "timerPrecisionMs": str(PRECISION_MS), "messageDelayLevel": "1s 9s"}
+LATE_MS = 7000
+SCHEDULE = {"timerWheelEnable": "true", "timerPrecisionMs": str(PRECISION_MS), "messageDelayLevel": "1s 10s"}
 # A loaded 2-core machine: a delivery may come this much later than one precision tick.
 SLACK_MS = 700
 
@@ -37,7 +37,7 @@ def test_slave_restarted_as_master_delivers_pending_scheduled_messages_on_time_o
         try:
             run(_create_topic(master.broker_addr), 20)
             with Slave(tmp_path / "s", ns.namesrv_addr, SCHEDULE) as slave:
-                sent = run(before_the_crash(master.broker_addr, [slave.broker_addr], LATE_MS, 9000), 60)
+                sent = run(before_the_crash(master.broker_addr, [slave.broker_addr], LATE_MS, 10000), 60)
                 master.kill()
             promoted = _master(tmp_path / "s", ns.namesrv_addr, "ASYNC_MASTER")
             with promoted:
