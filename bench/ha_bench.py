@@ -19,13 +19,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.broker.rawclient import runtime_info  # noqa: E402
 from tests.ha.support import Slave, master_settings  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
-from bench.broker_bench import QUEUES, build_sends, create_topic, pipelined_sends, send_req  # noqa: E402
+from bench.broker_bench import (  # noqa: E402
+    QUEUES,
+    build_sends,
+    cpu_of,
+    create_topic,
+    pipelined_sends,
+    send_req,
+)
 from bench.common import print_machine, save  # noqa: E402
 from tidalmq.remoting.codes import ResponseCode  # noqa: E402
 from tidalmq.remoting.command import RemotingCommand  # noqa: E402
@@ -43,30 +52,43 @@ async def _caught_up_after(c: RemotingClient, master: str, slave: str) -> float:
     return time.perf_counter() - t0
 
 
-async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float]) -> None:
+async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float],
+                batches: tuple[int, ...] = (1, 64), extra: dict[str, str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
-        settings = master_settings(role, mappedFileSizeCommitLog=str(256 * 1024 * 1024))
+        settings = master_settings(role, mappedFileSizeCommitLog=str(256 * 1024 * 1024), **(extra or {}))
         with Standalone(Path(tmp) / "m", settings) as master:
             c = RemotingClient()
             try:
                 await create_topic(c, master.broker_addr, "HaBench")
                 slave = Slave(Path(tmp) / "s", master.namesrv_addr,
-                              {"mappedFileSizeCommitLog": str(256 * 1024 * 1024)}) if with_slave else None
+                              {"mappedFileSizeCommitLog": str(256 * 1024 * 1024), **(extra or {})}) if with_slave else None
                 try:
                     if slave is not None:
                         slave.start()
                         while (await runtime_info(c, master.broker_addr)).get("haConnections") != "1":
                             await asyncio.sleep(0.05)
-                    for batch in (1, 64):
+                    if slave is not None and master.proc is not None and slave.proc is not None:
+                        print(f"  pids (for py-spy): master {master.proc.pid}, slave {slave.proc.pid}", flush=True)
+                    procs = [psutil.Process(p.proc.pid) for p in (master, slave) if p is not None and p.proc is not None]
+                    for batch in batches:
                         sends = build_sends("HaBench", n, batch)
+                        cpu0 = [cpu_of(p) for p in procs]
                         rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
-                        key = f"{name}.{'single' if batch == 1 else 'batch64'}_msgs_per_s"
+                        kind = "single" if batch == 1 else "batch64"
+                        key = f"{name}.{kind}_msgs_per_s"
                         results[key] = round(rate)
                         line = f"  {key}: {rate:,.0f}"
                         if slave is not None:
                             lag = await _caught_up_after(c, master.broker_addr, slave.broker_addr)
-                            results[f"{name}.{'single' if batch == 1 else 'batch64'}_slave_lag_s"] = round(lag, 3)
+                            results[f"{name}.{kind}_slave_lag_s"] = round(lag, 3)
                             line += f"  (slave caught up {lag * 1000:.0f} ms after the last ack)"
+                        # CPU per message (the kernel's accounting): steadier than a rate on a shared machine.
+                        us = [(cpu_of(p) - c0) / n * 1e6 for p, c0 in zip(procs, cpu0, strict=True)]
+                        results[f"{name}.{kind}_master_cpu_us_per_msg"] = round(us[0], 2)
+                        line += f"  CPU/msg: master {us[0]:.2f} us"
+                        if len(us) > 1:
+                            results[f"{name}.{kind}_slave_cpu_us_per_msg"] = round(us[1], 2)
+                            line += f", slave {us[1]:.2f} us"
                         print(line, flush=True)
                 finally:
                     if slave is not None:
@@ -118,21 +140,34 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=40000)
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--phases", default="alone,async_master,sync_master",
+                    help="which throughput phases to run (comma-separated), e.g. alone,sync_master")
+    ap.add_argument("--batch-only", action="store_true", help="batches of 64 only (no single sends)")
+    ap.add_argument("--no-kill", action="store_true", help="skip the SIGKILL loss measurements")
+    ap.add_argument("--slave-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for master and slave (e.g. haTransferBatchSize=262144); repeatable")
     args = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.slave_set)
     print_machine()
     results: dict[str, float] = {}
+    wanted = set(args.phases.split(","))
     for name, role, with_slave in (("alone", "ASYNC_MASTER", False), ("async_master", "ASYNC_MASTER", True),
                                    ("sync_master", "SYNC_MASTER", True)):
+        if name not in wanted:
+            continue
         print(f"{name}:", flush=True)
-        await phase(name, role, with_slave, args.messages, args.window, results)
-    for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+        await phase(name, role, with_slave, args.messages, args.window, results,
+                    (64,) if args.batch_only else (1, 64), extra)
+    for role in () if args.no_kill else ("ASYNC_MASTER", "SYNC_MASTER"):
         r = await loss_on_master_kill(role, args.messages // 2, args.window)
         results[f"{role.lower()}.kill_acked"], results[f"{role.lower()}.kill_lost"] = r["acked"], r["lost"]
         print(f"{role}: master SIGKILLed under load: {r['lost']} of {r['acked']} acknowledged messages "
               f"not on the slave", flush=True)
     for kind in ("single", "batch64"):
-        alone = results[f"alone.{kind}_msgs_per_s"]
+        alone = results.get(f"alone.{kind}_msgs_per_s")
         for name in ("async_master", "sync_master"):
+            if not alone or f"{name}.{kind}_msgs_per_s" not in results:
+                continue
             print(f"{name} {kind}: {results[f'{name}.{kind}_msgs_per_s'] / alone:.0%} of the master alone")
     print(f"saved {save('ha', results)}")
 

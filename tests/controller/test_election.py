@@ -27,6 +27,7 @@ class FakeBroker:
         self.store = SimpleNamespace(max_phy_offset=0)
         self.ha_client = SimpleNamespace(master="", update_master_address=lambda a: setattr(self.ha_client, "master", a))
         self.slave_sync = SimpleNamespace(master="", update_master_addr=lambda a: setattr(self.slave_sync, "master", a))
+        self.ha_service = None  # the master's HAService: the SyncStateSet is published to it
         self.promoted = 0
         self.fenced = 0
 

@@ -14,6 +14,7 @@ from tidalmq.ha.frames import (
     RecordAssembler,
     ReportReader,
     encode_header,
+    encode_hello,
     encode_report,
 )
 
@@ -34,7 +35,23 @@ def test_report_is_eight_bytes_big_endian_and_the_last_whole_one_counts() -> Non
     assert r.feed(stream[5:19]) == 200  # 100 and 200 complete, 300 cut
     assert r.feed(stream[19:]) == 300
     with pytest.raises(FrameError):
-        ReportReader().feed(encode_report(-1))
+        ReportReader().feed(encode_report(5) + encode_report(-1))
+
+
+def test_a_controller_mode_slave_says_which_replica_it_is_first() -> None:
+    with pytest.raises(ValueError):
+        encode_hello(0)
+    r = ReportReader()
+    assert r.feed(encode_hello(2)[:3]) is None
+    assert r.feed(encode_hello(2)[3:] + encode_report(700)) == 700  # hello and first report in one read
+    assert r.replica_id == 2
+    alone = ReportReader()
+    assert alone.feed(encode_hello(3)) is None and alone.replica_id == 3
+    assert alone.feed(encode_report(9)) == 9
+    with pytest.raises(FrameError):
+        alone.feed(encode_hello(3))  # only the stream's first report may be a hello
+    static = ReportReader()
+    assert static.feed(encode_report(0)) == 0 and static.replica_id is None
 
 
 def test_frames_are_offset_size_body_and_survive_any_split() -> None:

@@ -23,8 +23,15 @@ def _service(gap: int = 1000, timeout_ms: int = 100) -> HAService:
 class _FakeConnection:
     """A connected slave as far as the wait is concerned (its writer is woken, nothing more)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replica_id: int | None = None) -> None:
         self.wake = asyncio.Event()
+        self.replica_id = replica_id
+        self.slave_ack_offset = -1
+
+
+def _ack(svc: HAService, conn: _FakeConnection, offset: int) -> None:
+    conn.slave_ack_offset = offset  # what HAConnection does with a report
+    svc.notify_transfer_some(offset)
 
 
 def _waiter(svc: HAService, end: int) -> asyncio.Future[TransferStatus]:
@@ -76,3 +83,48 @@ def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None
             await broker.stop()
 
     run(scenario(), 30)
+
+
+def test_controller_mode_counts_acks_as_rocketmq_5_keys_say() -> None:
+    """allAckInSyncStateSet: every member of the SyncStateSet; inSyncReplicas: that many replicas, the
+    master included (with enableAutoInSyncReplicas capped by the set's size, not below
+    minInSyncReplicas); minInSyncReplicas: refuse while the set is smaller."""
+
+    async def scenario() -> None:
+        svc = HAService(BrokerConfig(all_ack_in_sync_state_set=True, min_in_sync_replicas=2), store=None,  # type: ignore[arg-type]
+                        sync_flush_timeout_ms=5000)
+        svc._loop = asyncio.get_running_loop()
+        two, three = _FakeConnection(2), _FakeConnection(3)
+        svc.connections |= {two, three}  # type: ignore[arg-type]
+        svc.set_sync_state_set(1, frozenset({1, 2, 3}))
+        assert not svc.in_sync_replicas_not_enough()
+        waiting = _waiter(svc, 100)
+        _ack(svc, two, 150)
+        await asyncio.sleep(0)
+        assert not waiting.done()  # replica 3, in the set, has not got it
+        svc.set_sync_state_set(1, frozenset({1, 2}))  # the master dropped replica 3
+        assert (await waiting) is TransferStatus.PUT_OK
+        svc.set_sync_state_set(1, frozenset({1}))
+        assert svc.in_sync_replicas_not_enough()  # 1 < minInSyncReplicas
+        assert (await _waiter(svc, 10_000)) is TransferStatus.PUT_OK  # the master alone: nothing to wait for
+
+        cfg = BrokerConfig(in_sync_replicas=3)
+        svc = HAService(cfg, store=None, sync_flush_timeout_ms=5000)  # type: ignore[arg-type]
+        svc._loop = asyncio.get_running_loop()
+        svc.connections |= {two, three}  # type: ignore[arg-type]
+        two.slave_ack_offset = three.slave_ack_offset = -1
+        svc.set_sync_state_set(1, frozenset({1, 2, 3}))
+        assert svc.slave_acks_needed() == 2
+        waiting = _waiter(svc, 100)
+        _ack(svc, two, 100)
+        await asyncio.sleep(0)
+        assert not waiting.done()  # two slaves needed, one has it
+        _ack(svc, three, 120)
+        assert (await waiting) is TransferStatus.PUT_OK
+        cfg.enable_auto_in_sync_replicas = True
+        svc.set_sync_state_set(1, frozenset({1, 2}))
+        assert svc.slave_acks_needed() == 1  # lowered to the set's size
+        cfg.in_sync_replicas = 1
+        assert svc.slave_acks_needed() == 1  # RocketMQ would not wait at all; SYNC_MASTER waits for one
+
+    run(scenario(), 10)

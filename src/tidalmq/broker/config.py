@@ -82,6 +82,14 @@ class BrokerConfig:
     # The master drops from the SyncStateSet a replica that has not caught up for this long
     # (RocketMQ 5's haMaxTimeSlaveNotCatchup).
     sync_state_set_max_lag_ms: int = 15000
+    # What a SYNC_MASTER waits for in controller mode (RocketMQ 5's MessageStoreConfig keys; counts include the
+    # master). allAckInSyncStateSet: every replica in the SyncStateSet; else inSyncReplicas, lowered to the
+    # SyncStateSet's size (not below minInSyncReplicas) with enableAutoInSyncReplicas. A send is refused
+    # ("in-sync replicas not enough", nothing stored) while the SyncStateSet is smaller than minInSyncReplicas.
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    enable_auto_in_sync_replicas: bool = False
     # Reads from slaves: the master suggests the slave (whichBrokerWhenConsumeSlowly) to a pull that is
     # far behind; the slave suggests the group's brokerId.
     slave_read_enable: bool = False
@@ -136,6 +144,8 @@ _CHECKS: dict[str, Check] = {
     "ha_max_gap_not_in_sync": in_range(1, 2**63 - 1),
     "controller_lease_ttl_seconds": in_range(2, 3600),
     "sync_state_set_max_lag_ms": in_range(1, JAVA_INT_MAX),
+    "in_sync_replicas": in_range(1, 64),
+    "min_in_sync_replicas": in_range(1, 64),
     "broker_permission": in_range(0, 7),  # PermName's bits: 4 read, 2 write, 1 inherit
     "default_topic_queue_nums": in_range(1, 1024),
     "flush_consumer_offset_interval": in_range(1, JAVA_INT_MAX),

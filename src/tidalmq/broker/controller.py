@@ -64,6 +64,7 @@ from tidalmq.schedule.timer_service import (
     check_precision,
     find_cancel_target,
 )
+from tidalmq.schedule.timer_takeover import mark_replica
 from tidalmq.store.async_face import StoreFace
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
@@ -300,6 +301,7 @@ class BrokerController:
     def _start_master_store(self) -> None:
         self.store.become_master()
         self.schedule.start()
+        self._load_timer()
         if self.timer is not None:
             self.store.add_arrival_listener(self.timer.on_arrival)
             self.timer.start()
@@ -325,28 +327,34 @@ class BrokerController:
         self.schedule.load()
         self.transactions.load()
         self.store.add_arrival_listener(self.schedule.on_arrival)
-        if self.timer is not None:
-            try:
-                self.timer.load()
-            except OSError as e:
-                if not is_disk_full(e):
-                    raise
-                # Its load writes its checkpoint. Timer messages still go to the timer topic in the
-                # CommitLog, and a start with space delivers them from there.
-                log.error("timer service not started, the disk is full (%s): timer messages are kept and "
-                          "delivered after a restart with space", e)
-                self.timer = None
-            else:
-                if not self.config.is_slave:
-                    self.store.add_arrival_listener(self.timer.on_arrival)
+        if self.config.is_slave:
+            # A slave delivers no scheduled message and keeps no timer state: its CommitLog is the master's
+            # copy (RocketMQ starts these services on masters only). Promoted, its timer service rebuilds
+            # the wheel from that copy (schedule/timer_takeover.py).
+            mark_replica(self.store_config.store_path_root_dir)
+        else:
+            self._load_timer()
         self.store.start()
-        # A slave delivers no scheduled message: its CommitLog is the master's copy (RocketMQ starts these
-        # services on masters only).
         if not self.config.is_slave:
             self.schedule.start()
             if self.timer is not None:
+                self.store.add_arrival_listener(self.timer.on_arrival)
                 self.timer.start()
         self.topics.persist()
+
+    def _load_timer(self) -> None:
+        if self.timer is None:
+            return
+        try:
+            self.timer.load()
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            # Its load writes its checkpoint. Timer messages still go to the timer topic in the
+            # CommitLog, and a start with space delivers them from there.
+            log.error("timer service not started, the disk is full (%s): timer messages are kept and "
+                      "delivered after a restart with space", e)
+            self.timer = None
 
     async def stop(self) -> None:
         if self.replicas is not None:
@@ -551,6 +559,7 @@ class BrokerController:
         }
         for key, value in self.schedule_stats.snapshot().items():
             info[f"schedule.{key}"] = str(value)
+        info["schedule.caughtUp"] = str(self.schedule.caught_up)
         for level, n in self.schedule.pending().items():
             info[f"schedule.pending.level{level}"] = str(n)
         try:

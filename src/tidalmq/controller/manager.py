@@ -118,6 +118,7 @@ class ReplicasManager:
                 # Named master from before a restart: a new term, starting at this CommitLog's end.
                 await self._try_write(new_term(record, me), promote=True)
             elif self.is_master:
+                self._publish_sync_state_set()
                 await self._alter_sync_state_set(record, alive)
         else:
             if self.is_master:
@@ -173,7 +174,15 @@ class ReplicasManager:
                         self.record.master_epoch, sorted(self.record.sync_state_set))
             self.is_master = True
             await self.broker.become_master()
+        self._publish_sync_state_set()
         return True
+
+    def _publish_sync_state_set(self) -> None:
+        """The HAService waits for the SyncStateSet's replicas (allAckInSyncStateSet, minInSyncReplicas)."""
+        ha = self.broker.ha_service
+        r = self.record
+        if self.is_master and ha is not None and r is not None and r.master_broker_id == self.broker_id:
+            ha.set_sync_state_set(self.broker_id, r.sync_state_set)
 
     async def _alter_sync_state_set(self, record: GroupRecord, alive: dict[int, Replica]) -> None:
         now = time.monotonic()

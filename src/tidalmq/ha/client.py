@@ -13,12 +13,14 @@ import logging
 import time
 
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.ha.frames import FrameError, FrameReader, RecordAssembler, encode_report
+from tidalmq.ha.frames import Frame, FrameError, FrameReader, RecordAssembler, encode_hello, encode_report
 from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 256 * 1024
+# A read takes whatever the socket holds, up to this much: everything one read brought is appended with one
+# write (per CommitLog file) and acknowledged with one report, however many frames it held.
+READ_CHUNK = 1024 * 1024
 # RocketMQ's HAClient waits 5 s after a failed connect; ours retries sooner, a connect being cheap and
 # the slave's lag growing meanwhile.
 RECONNECT_DELAY_S = 1.0
@@ -79,6 +81,9 @@ class HAClient:
                                   None if store.commit_log_is_empty else store.max_phy_offset)
         heartbeat = cfg.ha_send_heartbeat_interval / 1000.0
         housekeeping = cfg.ha_housekeeping_interval / 1000.0
+        if cfg.enable_controller_mode:
+            # The master counts acks per replica of its SyncStateSet (allAckInSyncStateSet): say which one.
+            writer.write(encode_hello(cfg.broker_id))
         self._report(writer)
         last_read = last_report = time.monotonic()
         while True:
@@ -92,13 +97,7 @@ class HAClient:
                 if not data:
                     raise ConnectionError("the master closed the connection")
                 last_read = now
-                for frame in frames.feed(data):
-                    run = records.push(frame)
-                    if run is None:
-                        continue
-                    if not store.append_to_commit_log(run.offset, run.data, run.store_timestamp):
-                        raise FrameError(f"the CommitLog refused {len(run.data)} bytes at {run.offset} "
-                                         f"(it ends at {store.max_phy_offset})")
+                self._append_runs(records, frames.feed(data))
                 # RocketMQ's reportSlaveMaxOffsetPlus: report after each receive that moved the offset.
                 if store.max_phy_offset != self.current_reported_offset:
                     self._report(writer)
@@ -109,6 +108,33 @@ class HAClient:
                 self._report(writer)
                 last_report = now
             await writer.drain()
+
+    def _append_runs(self, records: RecordAssembler, got: list[Frame]) -> None:
+        """Append the whole records of ``got`` with as few writes as the CommitLog's files allow: each
+        append costs a pwrite, a wake of the flush and reput threads and (after the read) a report, so
+        many small frames appended one by one cost the slave more than the bytes do."""
+        file_size = records.file_size
+        parts: list[bytes] = []
+        at = ts = 0
+        for frame in got:
+            run = records.push(frame)
+            if run is None:
+                continue
+            if parts and run.offset % file_size == 0:  # a new file: an append never crosses a file's end
+                self._append(at, parts, ts)
+                parts = []
+            if not parts:
+                at = run.offset
+            parts.append(run.data)
+            ts = run.store_timestamp or ts
+        if parts:
+            self._append(at, parts, ts)
+
+    def _append(self, at: int, parts: list[bytes], ts: int) -> None:
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if not self.store.append_to_commit_log(at, data, ts):
+            raise FrameError(f"the CommitLog refused {len(data)} bytes at {at} "
+                             f"(it ends at {self.store.max_phy_offset})")
 
     def _report(self, writer: asyncio.StreamWriter) -> None:
         self.current_reported_offset = self.store.max_phy_offset

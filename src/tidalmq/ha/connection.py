@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 64 * 1024
+BURST_BYTES = 1024 * 1024
 
 
 class HAConnection:
@@ -29,6 +30,7 @@ class HAConnection:
         # -1 until the slave's first report: where it asks the stream to start.
         self.slave_request_offset = -1
         self.slave_ack_offset = -1
+        self.replica_id: int | None = None  # controller mode: the slave's replica id (its hello)
         self.wake = asyncio.Event()  # set when the CommitLog grew (or the first report came)
         self._last_read = time.monotonic()
 
@@ -67,6 +69,9 @@ class HAConnection:
             except FrameError as e:
                 log.error("HA: slave %s: %s", self.client_addr, e)
                 return
+            if reports.replica_id is not None and self.replica_id is None:
+                self.replica_id = reports.replica_id
+                log.info("HA: slave %s is replica %d", self.client_addr, self.replica_id)
             if offset is None:
                 continue
             if self.slave_request_offset < 0:
@@ -104,11 +109,19 @@ class HAConnection:
                           next_offset, store.min_phy_offset)
                 return
             if data is not None:
-                self.writer.write(encode_header(next_offset, len(data)))
-                # A copy (32 KiB at most): a transport may keep what it could not send yet, and a view
-                # would pin the mapped file, which retention must be free to unmap.
-                self.writer.write(bytes(data))
-                next_offset += len(data)
+                # Frames of haTransferBatchSize each, as many as are ready up to BURST_BYTES, then one
+                # drain: one pass of the event loop per burst rather than per frame.
+                burst = 0
+                while data is not None:
+                    self.writer.write(encode_header(next_offset, len(data)))
+                    # A copy (haTransferBatchSize at most): a transport may keep what it could not send
+                    # yet, and a view would pin the mapped file, which retention must be free to unmap.
+                    self.writer.write(bytes(data))
+                    next_offset += len(data)
+                    burst += len(data)
+                    if burst >= BURST_BYTES:
+                        break
+                    data = store.get_commit_log_data(next_offset, cfg.ha_transfer_batch_size)
             elif time.monotonic() - last_write >= heartbeat:
                 self.writer.write(encode_header(next_offset, 0))
             else:

@@ -43,24 +43,42 @@ def encode_report(offset: int) -> bytes:
     return REPORT.pack(offset)
 
 
+def encode_hello(replica_id: int) -> bytes:
+    """A controller-mode slave's first report: which replica it is (see ReportReader)."""
+    if replica_id < 1:
+        raise ValueError(f"a replica id is >= 1, got {replica_id}")
+    return REPORT.pack(-replica_id)
+
+
 def encode_header(offset: int, size: int) -> bytes:
     return HEADER.pack(offset, size)
 
 
 class ReportReader:
-    """The master's side: the slave's offset reports, from bytes as they arrive."""
+    """The master's side: the slave's offset reports, from bytes as they arrive. In controller mode a slave
+    first says which replica it is: one report of minus its brokerId (``encode_hello``), kept in
+    ``replica_id``; an offset is never negative."""
 
     def __init__(self) -> None:
         self._buf = b""
+        self._first = True  # the stream's first report is still to come (a hello may be it)
+        self.replica_id: int | None = None
 
     def feed(self, data: bytes) -> int | None:
-        """The last complete report in what arrived so far, or None when none completed."""
+        """The last complete offset report in what arrived so far, or None when none completed."""
         buf = self._buf + data
         whole = len(buf) - len(buf) % REPORT.size
         self._buf = buf[whole:]
         if whole == 0:
             return None
         offset: int = REPORT.unpack_from(buf, whole - REPORT.size)[0]
+        if self._first:
+            self._first = False
+            first: int = REPORT.unpack_from(buf, 0)[0]
+            if first < 0:
+                self.replica_id = -first
+                if whole == REPORT.size:
+                    return None
         if offset < 0:
             raise FrameError(f"negative offset report {offset}")
         return offset

@@ -2,9 +2,15 @@
 GroupTransferService). Runs on the broker's event loop.
 
 SYNC_MASTER: a group commit round asks ``transfer(end, done)`` once for all its messages (one wait per
-round, not per message); ``done`` gets PUT_OK when some slave reported an offset >= ``end``,
+round, not per message); ``done`` gets PUT_OK once enough replicas reported an offset >= ``end``,
 FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, SLAVE_NOT_AVAILABLE at once when no slave is connected or
 the best one is haMaxGapNotInSync or more behind (RocketMQ's isSlaveOK).
+
+"Enough" (``acked_offset``): one slave in static mode (RocketMQ 4's SYNC_MASTER). In controller mode
+RocketMQ 5's keys decide, counting the master: with allAckInSyncStateSet every replica of the
+SyncStateSet; else inSyncReplicas (with enableAutoInSyncReplicas lowered to the SyncStateSet's size, not
+below minInSyncReplicas). RocketMQ acknowledges at once when that count is 1 (its default); TidalMQ keeps
+its SYNC_MASTER meaning there and waits for one slave (docs/replication.md).
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ class HAService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
+        # Controller mode: the SyncStateSet the group's record names, and this master's replica id in it
+        # (None: static mode, where one slave's ack is enough).
+        self.sync_state_set: frozenset[int] | None = None
+        self.replica_id = 0
 
     # lifecycle --------------------------------------------------------------------------------
     async def start(self, port: int) -> None:
@@ -108,14 +118,65 @@ class HAService:
 
     # group transfer ---------------------------------------------------------------------------
     def is_slave_ok(self, master_put_where: int) -> bool:
+        if self._all_ack() and not self._set_members():
+            return True  # the SyncStateSet is the master alone: nothing to wait for
         return bool(self.connections) and master_put_where - self.push2slave_max_offset < self.config.ha_max_gap_not_in_sync
 
+    def in_sync_replicas_not_enough(self) -> bool:
+        """Controller mode: fewer replicas in sync than minInSyncReplicas (the send is refused, nothing
+        stored; RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH). The SyncStateSet counts the master."""
+        sss = self.sync_state_set
+        return sss is not None and len(sss) < self.config.min_in_sync_replicas
+
+    def set_sync_state_set(self, replica_id: int, members: frozenset[int]) -> None:
+        """Controller mode: the record changed; waits the new set satisfies end now."""
+        self.replica_id = replica_id
+        self.sync_state_set = members
+        self._release(self.acked_offset())
+
+    def _all_ack(self) -> bool:
+        return self.sync_state_set is not None and self.config.all_ack_in_sync_state_set
+
+    def _set_members(self) -> frozenset[int]:
+        sss = self.sync_state_set or frozenset()
+        return sss - {self.replica_id}
+
+    def slave_acks_needed(self) -> int:
+        """How many slaves must have an offset (when not allAckInSyncStateSet)."""
+        c = self.config
+        sss = self.sync_state_set
+        if sss is None:
+            return 1
+        need = c.in_sync_replicas
+        if c.enable_auto_in_sync_replicas:
+            need = max(min(need, len(sss)), c.min_in_sync_replicas)
+        return max(1, need - 1)  # the master is one of them; TidalMQ's SYNC_MASTER waits for a slave at least
+
+    def acked_offset(self) -> int:
+        """The CommitLog offset enough replicas have: every SyncStateSet member's (allAckInSyncStateSet),
+        else the k-th best slave's."""
+        if self._all_ack():
+            members = self._set_members()
+            if not members:
+                return 1 << 62
+            best: dict[int, int] = {}
+            for conn in self.connections:
+                rid = conn.replica_id
+                if rid in members:
+                    best[rid] = max(best.get(rid, -1), conn.slave_ack_offset)
+            return min(best.get(m, -1) for m in members)
+        k = self.slave_acks_needed()
+        if k == 1:
+            return self.push2slave_max_offset
+        acks = sorted((c.slave_ack_offset for c in self.connections), reverse=True)
+        return acks[k - 1] if len(acks) >= k else -1
+
     def transfer(self, next_offset: int, done: TransferDone) -> None:
-        """Call ``done`` (on the loop) once a slave has everything before ``next_offset`` (see module doc)."""
+        """Call ``done`` (on the loop) once enough replicas have everything before ``next_offset`` (see module doc)."""
         if not self.is_slave_ok(next_offset):
             done(TransferStatus.SLAVE_NOT_AVAILABLE)
             return
-        if self.push2slave_max_offset >= next_offset:
+        if self.acked_offset() >= next_offset:
             done(TransferStatus.PUT_OK)
             return
         req = _TransferRequest(next_offset, next(self._seq), done)
@@ -125,11 +186,16 @@ class HAService:
         self.wake_writers()
 
     def notify_transfer_some(self, offset: int) -> None:
-        if offset <= self.push2slave_max_offset:
-            return
-        self.push2slave_max_offset = offset
+        if offset > self.push2slave_max_offset:
+            self.push2slave_max_offset = offset
+        elif self.sync_state_set is None:
+            return  # static mode: only the best slave's offset counts, and it did not move
+        if self._requests:
+            self._release(self.acked_offset())
+
+    def _release(self, acked: int) -> None:
         reqs = self._requests
-        while reqs and reqs[0].next_offset <= offset:
+        while reqs and reqs[0].next_offset <= acked:
             self._finish(heapq.heappop(reqs), TransferStatus.PUT_OK)
 
     @staticmethod
@@ -152,5 +218,6 @@ class HAService:
             "haSlaveFallBehind": str(max(0, master_put - self.push2slave_max_offset) if self.connections else -1),
         }
         for i, conn in enumerate(sorted(self.connections, key=lambda c: c.client_addr)):
-            info[f"haSlave{i}"] = f"{conn.client_addr} ack {conn.slave_ack_offset}"
+            who = "" if conn.replica_id is None else f" replica {conn.replica_id}"
+            info[f"haSlave{i}"] = f"{conn.client_addr}{who} ack {conn.slave_ack_offset}"
         return info

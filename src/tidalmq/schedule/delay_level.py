@@ -6,6 +6,11 @@ configured) level queues in order; each queue is FIFO by deliver time because al
 the same delay, so a level only has to look at its head. Due messages are stored again in their real
 topic and queue; per-level progress is persisted to ``config/delayOffset.json`` after each round
 (at-least-once: a crash between the re-store and the persist re-delivers those messages).
+
+At start a master first moves each level's offset past the messages whose copy is already in their real
+topic (``catch_up``): the offsets a promoted slave copied from its old master (SlaveSynchronize, every 10 s)
+lag what that master delivered, and so does a crashed master's own file. The copy is found in the index
+by UNIQ_KEY; what the old master delivered but did not replicate is delivered again.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidalmq.common import fastjson
+from tidalmq.common import message as mc
 from tidalmq.common.fileutil import persist_config, read_with_backup
 from tidalmq.common.naming import SCHEDULE_TOPIC
-from tidalmq.common.record import RecordError, view_record
+from tidalmq.common.record import RecordError, decode_record, view_record
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
@@ -48,6 +54,7 @@ class ScheduleMessageService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dirty = False
+        self.caught_up = 0  # messages skipped at start: already delivered (catch_up)
 
     # lifecycle --------------------------------------------------------------------------------
     def load(self) -> None:
@@ -84,6 +91,12 @@ class ScheduleMessageService:
 
     # the delivery loop ------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            # The index is built by reput: dispatch what the CommitLog holds before looking copies up.
+            self.store.wait_reput(self.store.max_phy_offset, 30.0)
+            self.catch_up()
+        except Exception:
+            log.exception("schedule catch-up failed; delivering from the offsets on file")
         while not self._stop.is_set():
             try:
                 next_due = self.deliver_due()
@@ -138,6 +151,56 @@ class ScheduleMessageService:
             if delivered < due:
                 return now + 1000  # the store refused: try again in a second
         return None
+
+    def catch_up(self) -> int:
+        """Move each level past the head messages already delivered (their copy is in the real topic's
+        index); a level is FIFO, so its first message without a copy ends the run. Returns how many."""
+        if not self.store.has_index:
+            return 0
+        skipped = 0
+        for level in self.levels:
+            offset = self.offsets.get(level, 0)
+            while not self._stop.is_set():
+                entries = self.store.read_queue(SCHEDULE_TOPIC, level - 1, offset, MAX_BATCH)
+                offset = entries.start
+                n = 0
+                for phys, size in zip(entries.commit_log_offsets.tolist(), entries.sizes.tolist(), strict=True):
+                    if not self._has_copy(phys, size):
+                        break
+                    n += 1
+                if n:
+                    offset += n
+                    self.offsets[level] = offset
+                    skipped += n
+                    self._dirty = True
+                if n < len(entries) or len(entries) == 0 and entries.next_offset == offset:
+                    break
+                if len(entries) == 0:
+                    offset = entries.next_offset  # past the end of one ConsumeQueue file
+        if skipped:
+            log.warning("delay levels: %d message(s) already delivered by a previous master skipped", skipped)
+            self.persist()
+        self.caught_up += skipped
+        return skipped
+
+    def _has_copy(self, phys: int, size: int) -> bool:
+        raw = self.store.select_one_message_by_offset(phys, size)
+        try:
+            props = view_record(raw).properties if raw is not None else {}
+        except RecordError:
+            return False
+        uniq, real = props.get(mc.UNIQ_KEY), props.get(mc.REAL_TOPIC)
+        if not uniq or not real:
+            return False
+        for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
+            try:
+                m = decode_record(view, read_body=False)
+            except RecordError:
+                continue
+            # A copy: stored in the real topic, scheduling noted (the parked original is in SCHEDULE_TOPIC).
+            if m.topic == real and m.properties.get(mc.REAL_TOPIC) == real:
+                return True
+        return False
 
     def _restore(self, phys_offsets: list[int], sizes: list[int], deliver: list[int], now: int) -> int:
         requests: list[PutRequest] = []

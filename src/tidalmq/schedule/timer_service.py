@@ -48,6 +48,7 @@ from tidalmq.common.record import (
     properties_span,
     view_record,
 )
+from tidalmq.schedule import timer_takeover
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import restore_record
 from tidalmq.schedule.stats import ScheduleStats
@@ -260,6 +261,9 @@ class TimerMessageService:
         self._journal_done = _NONE_KEY
         self._journal_intent = _NONE_KEY
         self._verify_upto = _NONE_KEY  # after a crash: entries up to here may already be in their real topic
+        # A replica promoted (schedule/timer_takeover.py): entries up to here may have been delivered by the
+        # old master, whatever their CommitLog offset.
+        self._takeover_upto = _NONE_KEY
         self._retry = np.empty(0, ENTRY_DTYPE)  # popped, the store refused them: re-stored first next round
         self._cq_offset = -1
         self._load_watermark = 0  # everything delivered before a crash lies below this CommitLog offset
@@ -281,6 +285,12 @@ class TimerMessageService:
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
+        takeover = timer_takeover.begin(self.root, self.clock())
+        if takeover is not None:
+            self._takeover_upto = (takeover.verify_upto_ms, 1 << 62)
+            log.warning("timer: taking over from a replica's store: wheel rebuilt from the CommitLog; messages "
+                        "due up to %d are checked against the index for the old master's copies",
+                        takeover.verify_upto_ms)
         self.timer.load()
         self._load_watermark = self.timer.enqueue_offset
         try:
@@ -311,6 +321,8 @@ class TimerMessageService:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(15)
+        if self._journal_fd < 0:
+            return  # never loaded (a slave's), or already shut down
         with self._lock:
             try:
                 self._sync()
@@ -363,6 +375,9 @@ class TimerMessageService:
         self._metrics_mark = self.timer.enqueue_offset
         self._last_sync = self.clock()
         self._dirty = False
+        if self._takeover_upto != _NONE_KEY and self.timer.committed_cursor > self._takeover_upto:
+            timer_takeover.finish(self.root)  # durably past all the old master could have delivered
+            self._takeover_upto = _NONE_KEY
 
     # ------------------------------------------------------------------ enqueue
     def _enqueue_round(self) -> bool:
@@ -485,7 +500,7 @@ class TimerMessageService:
                 continue
             view, parked = got
             real_deliver = _deliver_of(parked, d)
-            if key <= self._verify_upto and off < self._load_watermark:
+            if (key <= self._verify_upto and off < self._load_watermark) or key <= self._takeover_upto:
                 if self._already_delivered(parked):
                     self.counters["duplicatesSkipped"] += 1
                     skipped_keys.append((parked.get(mc.REAL_TOPIC, ""), real_deliver))

@@ -147,6 +147,10 @@ class SendMessageProcessor:
         topic = h.get(k.topic, "")
         if not (b.config.broker_permission & 0x2):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
+        ha = b.ha_service
+        if ha is not None and b.config.broker_role == "SYNC_MASTER" and ha.in_sync_replicas_not_enough():
+            # Controller mode, minInSyncReplicas: refused before anything is stored (RocketMQ's answer).
+            raise SendError(ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
         try:
             nm.check_topic(topic)
         except nm.NameError_ as e:
