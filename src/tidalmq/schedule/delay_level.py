@@ -22,11 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidalmq.common import fastjson
-from tidalmq.common import message as mc
 from tidalmq.common.fileutil import persist_config, read_with_backup
 from tidalmq.common.naming import SCHEDULE_TOPIC
-from tidalmq.common.record import RecordError, decode_record, view_record
-from tidalmq.schedule.restore import restore_record
+from tidalmq.common.record import RecordError, view_record
+from tidalmq.schedule.restore import copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
@@ -189,18 +188,7 @@ class ScheduleMessageService:
             props = view_record(raw).properties if raw is not None else {}
         except RecordError:
             return False
-        uniq, real = props.get(mc.UNIQ_KEY), props.get(mc.REAL_TOPIC)
-        if not uniq or not real:
-            return False
-        for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
-            try:
-                m = decode_record(view, read_body=False)
-            except RecordError:
-                continue
-            # A copy: stored in the real topic, scheduling noted (the parked original is in SCHEDULE_TOPIC).
-            if m.topic == real and m.properties.get(mc.REAL_TOPIC) == real:
-                return True
-        return False
+        return copy_in_real_topic(self.store, props)
 
     def _restore(self, phys_offsets: list[int], sizes: list[int], deliver: list[int], now: int) -> int:
         requests: list[PutRequest] = []

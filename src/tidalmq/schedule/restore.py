@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from tidalmq.common import message as mc
 from tidalmq.common.record import (
     _H,
@@ -12,6 +14,7 @@ from tidalmq.common.record import (
     POS_TOTALSIZE,
     RecordError,
     RecordView,
+    decode_record,
     patch_for_append,
 )
 
@@ -68,3 +71,28 @@ def restore_record(view: RecordView, extra_properties: dict[str, str] | None = N
     _H.pack_into(out, p, len(props_b))
     out[p + 2 :] = props_b
     return topic, queue_id, out
+
+
+class IndexedStore(Protocol):
+    @property
+    def has_index(self) -> bool: ...
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]: ...
+
+
+def copy_in_real_topic(store: IndexedStore, parked: dict[str, str], mark: str | None = None) -> bool:
+    """Whether the copy of a parked message (``parked``: its properties) is in its real topic already: a
+    message of that topic with the parked one's UNIQ_KEY in the index, carrying REAL_TOPIC (every restored
+    copy does) and, if given, property ``mark``. What a crash mid-delivery or a promoted replica asks before
+    delivering again; False without an index, a UNIQ_KEY or a REAL_TOPIC."""
+    uniq, real = parked.get(mc.UNIQ_KEY), parked.get(mc.REAL_TOPIC)
+    if not uniq or not real or not store.has_index:
+        return False
+    for view in store.query_message(real, uniq, 32, 0, 1 << 62):
+        try:
+            m = decode_record(view, read_body=False)
+        except RecordError:
+            continue
+        if m.topic == real and m.properties.get(mc.REAL_TOPIC) == real and (mark is None or mark in m.properties):
+            return True
+    return False

@@ -50,7 +50,7 @@ from tidalmq.common.record import (
 )
 from tidalmq.schedule import timer_takeover
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
-from tidalmq.schedule.restore import restore_record
+from tidalmq.schedule.restore import copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
 from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
@@ -610,18 +610,7 @@ class TimerMessageService:
     def _already_delivered(self, props: dict[str, str]) -> bool:
         """After a crash mid-batch: is the copy of the message with these (parked) properties in its
         real topic already?"""
-        uniq = props.get(mc.UNIQ_KEY)
-        real = props.get(mc.REAL_TOPIC)
-        if not uniq or not real or not self.store.has_index:
-            return False
-        for view in self.store.query_message(real, uniq, 32, 0, 1 << 62):
-            try:
-                m = decode_record(view, read_body=False)
-            except RecordError:
-                continue
-            if m.properties.get(mc.REAL_TOPIC) == real and mc.TIMER_DEQUEUE_MS in m.properties:
-                return True
-        return False
+        return copy_in_real_topic(self.store, props, mc.TIMER_DEQUEUE_MS)
 
     def _write_journal(self, intent: tuple[int, int], done: tuple[int, int]) -> None:
         self._journal_intent, self._journal_done = intent, done
