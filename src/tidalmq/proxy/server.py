@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 import grpc
+from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.service import MessagingService
 from tidalmq.remoting.tls import TlsConfig
@@ -27,10 +29,15 @@ def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
 
 
 class GrpcServer:
-    def __init__(self, host: str, namesrv_addr: str, config: ProxyConfig, tls: TlsConfig | None = None) -> None:
+    def __init__(self, host: str, namesrv_addr: str, config: ProxyConfig, tls: TlsConfig | None = None, *,
+                 acl: PlainAccessValidator | None = None, credentials: SessionCredentials | None = None,
+                 watch_acl: bool = False) -> None:
+        """``watch_acl``: reload ``acl`` when its files change (not when the broker beside already does)."""
         self.host = host
         self.config = config
-        self.service = MessagingService(namesrv_addr, config)
+        self.service = MessagingService(namesrv_addr, config, acl, credentials)
+        self._watch = acl.watch if watch_acl and acl is not None else None
+        self._watch_task: asyncio.Task[None] | None = None
         self.tls = tls
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -44,9 +51,13 @@ class GrpcServer:
         self.port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
         await server.start()
         self._server = server
+        if self._watch is not None:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch())
         log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port, "TLS" if creds else "plain")
 
     async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.service.stop()

@@ -19,6 +19,8 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 import grpc
+from tidalmq.acl import PlainAccessValidator, SessionCredentials
+from tidalmq.acl.permission import PUB
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -26,7 +28,7 @@ from tidalmq.client.pop_consumer import MAX_POP_NUMS, POP_CK, PopConsumer
 from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
 from tidalmq.common import message as mc
-from tidalmq.proxy import convert
+from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 
@@ -97,11 +99,19 @@ def parse_transaction_id(text: str, topic: str, msg_id: str) -> SendResult:
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, namesrv_addr: str, config: ProxyConfig) -> None:
+    """``acl``: when set, every call must carry the credentials of an account of that ACL, allowed what
+    the call touches (UNAUTHORIZED / FORBIDDEN otherwise). ``credentials``: the identity the endpoint
+    signs its own requests to the NameServer and brokers with (RocketMQ's proxy in cluster mode: one
+    inner identity, tools.yml's, not each client's account)."""
+
+    def __init__(self, namesrv_addr: str, config: ProxyConfig, acl: PlainAccessValidator | None = None,
+                 credentials: SessionCredentials | None = None) -> None:
         self.namesrv_addr = namesrv_addr
         self.config = config
+        self.acl = acl
+        self.credentials = credentials
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr,
-                                            max_message_size=config.max_message_size)
+                                            max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
 
@@ -119,15 +129,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             async with self._consumer_lock:
                 c = self._consumers.get(group)
                 if c is None:
-                    c = PopConsumer(group, self.namesrv_addr)
+                    c = PopConsumer(group, self.namesrv_addr, credentials=self.credentials)
                     await c.start()
                     self._consumers[group] = c
         return c
+
+    def refusal(self, context: grpc.aio.ServicerContext, needed: dict[str, int]) -> pb.Status | None:
+        """Why the ACL refuses this call (None: it passes, or there is no ACL). An unknown account or a
+        bad signature is UNAUTHORIZED, a known account lacking the permission FORBIDDEN (RocketMQ's
+        proxy: authentication, then authorization)."""
+        if self.acl is None:
+            return None
+        md = auth.metadata_dict(context.invocation_metadata())
+        parsed = auth.parse_authorization(md.get(auth.AUTHORIZATION, ""))
+        date_time = md.get(auth.DATE_TIME)
+        result = self.acl.check_signed(
+            auth.peer_host(context.peer() or ""), parsed.access_key if parsed else None,
+            lambda account: parsed is not None and auth.verify(parsed, account.secret_key, date_time), needed)
+        if result is None:
+            return None
+        authenticated, why = result
+        return status(Code.FORBIDDEN if authenticated else Code.UNAUTHORIZED, why)
 
     # route, heartbeat, settings ---------------------------------------------------------------------
     async def QueryRoute(self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
                          ) -> sv.QueryRouteResponse:
         topic = request.topic.name
+        if (refused := self.refusal(context, auth.route_needs(topic))) is not None:
+            return sv.QueryRouteResponse(status=refused)
         try:
             validators.check_topic(topic)
             route = await self.producer.instance.update_route(topic)
@@ -150,7 +179,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return out
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
-        return sv.HeartbeatResponse(status=status())
+        refused = self.refusal(context, auth.consume_needs("", request.group.name))
+        return sv.HeartbeatResponse(status=refused or status())
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
@@ -179,6 +209,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[sv.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[sv.TelemetryCommand]:
+        if (refused := self.refusal(context, {})) is not None:
+            yield sv.TelemetryCommand(status=refused)
+            return
         async for cmd in request_iterator:
             if cmd.HasField("settings"):
                 yield sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings))
@@ -189,6 +222,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                           ) -> sv.SendMessageResponse:
         if not request.messages:
             return sv.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        needed = {m.topic.name: PUB for m in request.messages}
+        if (refused := self.refusal(context, needed)) is not None:
+            return sv.SendMessageResponse(status=refused)
         entries = [await self._send_one(m) for m in request.messages]
         if len(entries) == 1:
             return sv.SendMessageResponse(status=entries[0].status, entries=entries)
@@ -223,6 +259,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def EndTransaction(self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
                              ) -> sv.EndTransactionResponse:
+        if (refused := self.refusal(context, auth.topic_needs(request.topic.name))) is not None:
+            return sv.EndTransactionResponse(status=refused)
         try:
             res = parse_transaction_id(request.transaction_id, request.topic.name, request.message_id)
             if request.resolution == pb.TransactionResolution.COMMIT:
@@ -241,6 +279,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               ) -> sv.QueryAssignmentResponse:
         """Pop needs no queue balancing: each broker with readable queues is one assignment (queue id -1)."""
         topic = request.topic.name
+        if (refused := self.refusal(context, auth.consume_needs(topic, request.group.name))) is not None:
+            return sv.QueryAssignmentResponse(status=refused)
         try:
             route = await self.producer.instance.update_route(topic)
         except Exception as e:
@@ -259,6 +299,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[sv.ReceiveMessageResponse]:
         topic = request.message_queue.topic.name
+        if (refused := self.refusal(context, auth.consume_needs(topic, request.group.name))) is not None:
+            yield sv.ReceiveMessageResponse(status=refused)
+            return
         invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
         poll = _ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
         remaining = context.time_remaining()
@@ -291,6 +334,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> sv.AckMessageResponse:
         out = sv.AckMessageResponse()
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            out.status.CopyFrom(refused)
+            return out
         try:
             consumer = await self._consumer(request.group.name)
         except Exception as e:
@@ -315,6 +361,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def ChangeInvisibleDuration(self, request: sv.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.ChangeInvisibleDurationResponse:
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            return sv.ChangeInvisibleDurationResponse(status=refused)
         invisible = _ms(request.invisible_duration)
         try:
             if invisible <= 0:
@@ -336,6 +384,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                               ) -> sv.ForwardMessageToDeadLetterQueueResponse:
         """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to %DLQ%group), then the ack of the
         received copy, as RocketMQ's proxy does."""
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            return sv.ForwardMessageToDeadLetterQueueResponse(status=refused)
         try:
             msg = convert.handle_message(request.topic.name, request.receipt_handle)
             cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
