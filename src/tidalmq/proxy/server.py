@@ -12,7 +12,7 @@ import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.service import MessagingService
-from tidalmq.remoting.tls import TlsConfig
+from tidalmq.remoting.tls import TlsConfig, client_context_from
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +20,15 @@ log = logging.getLogger(__name__)
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
     """TLS on the gRPC port when tls.server.mode is enforcing (tls.server.certPath / keyPath); None:
     plain. One gRPC port cannot take both as the remoting port does in permissive mode, so permissive
-    serves plain gRPC."""
+    serves plain gRPC. ``tls.server.need.client.auth=require`` asks clients for a certificate signed
+    by tls.server.trustCertPath (the 5.x clients present none: only for other gRPC clients)."""
     if tls.server_mode != "enforcing" or not (tls.server_cert_path and tls.server_key_path):
         return None
     key = Path(tls.server_key_path).read_bytes()
     cert = Path(tls.server_cert_path).read_bytes()
+    if tls.server_need_client_auth == "require" and tls.server_trust_cert_path:
+        trust = Path(tls.server_trust_cert_path).read_bytes()
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=trust, require_client_auth=True)
     return grpc.ssl_server_credentials([(key, cert)])
 
 
@@ -35,7 +39,8 @@ class GrpcServer:
         """``watch_acl``: reload ``acl`` when its files change (not when the broker beside already does)."""
         self.host = host
         self.config = config
-        self.service = MessagingService(namesrv_addr, config, acl, credentials)
+        self.service = MessagingService(namesrv_addr, config, acl, credentials,
+                                        client_context_from(tls) if tls is not None else None)
         self._watch = acl.watch if watch_acl and acl is not None else None
         self._watch_task: asyncio.Task[None] | None = None
         self.tls = tls

@@ -31,6 +31,7 @@ from tidalmq.common import message as mc
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.tls import TlsOption
 
 log = logging.getLogger(__name__)
 Code = pb.Code
@@ -105,12 +106,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     inner identity, tools.yml's, not each client's account)."""
 
     def __init__(self, namesrv_addr: str, config: ProxyConfig, acl: PlainAccessValidator | None = None,
-                 credentials: SessionCredentials | None = None) -> None:
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         self.namesrv_addr = namesrv_addr
         self.config = config
         self.acl = acl
         self.credentials = credentials
-        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr,
+        self.tls = tls  # of the endpoint's own remoting connections (tls.enable and tls.client.*)
+        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
@@ -129,7 +131,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             async with self._consumer_lock:
                 c = self._consumers.get(group)
                 if c is None:
-                    c = PopConsumer(group, self.namesrv_addr, credentials=self.credentials)
+                    c = PopConsumer(group, self.namesrv_addr, credentials=self.credentials, tls=self.tls)
                     await c.start()
                     self._consumers[group] = c
         return c
