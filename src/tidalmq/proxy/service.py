@@ -257,7 +257,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             code = Code.MASTER_PERSISTENCE_TIMEOUT if res.status == SendStatus.FLUSH_DISK_TIMEOUT else Code.HA_NOT_AVAILABLE
             return sv.SendResultEntry(status=status(code, res.status.value), message_id=res.msg_id)
         return sv.SendResultEntry(status=status(), message_id=res.msg_id, offset=res.queue_offset,
-                                  transaction_id=transaction_id(res) if transactional else "")
+                                  transaction_id=transaction_id(res) if transactional else "",
+                                  recall_handle=res.recall_handle or "")
+
+    async def RecallMessage(self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
+                            ) -> sv.RecallMessageResponse:
+        """RECALL_MESSAGE with the handle a delay message's send answered (docs/message-types.md): the
+        broker decides (recallMessageEnable, the topic's type, already delivered ...)."""
+        topic = request.topic.name
+        if (refused := self.refusal(context, auth.topic_needs(topic))) is not None:
+            return sv.RecallMessageResponse(status=refused)
+        try:
+            validators.check_topic(topic)
+            msg_id = await self.producer.recall(topic, request.recall_handle)
+        except Exception as e:
+            return sv.RecallMessageResponse(status=_error_status(e))
+        return sv.RecallMessageResponse(status=status(), message_id=msg_id)
 
     async def EndTransaction(self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
                              ) -> sv.EndTransactionResponse:
