@@ -1,5 +1,6 @@
-"""The topic's message type on the gRPC path (enableTopicMessageTypeCheck) and RecallMessage, with the
-official 5.x client against a standalone that checks types and accepts recalls."""
+"""The topic's message type on the gRPC path (enableTopicMessageTypeCheck), RecallMessage and transaction
+checks relayed over Telemetry, with the official 5.x client against a standalone that checks types,
+accepts recalls and checks unresolved transactions within a second."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+from rocketmq import TransactionChecker
+from rocketmq.grpc_protocol import Code, TransactionResolution, definition_pb2, service_pb2
 from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
 import grpc
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.timeout(90)
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    settings = {"enableTopicMessageTypeCheck": "true", "recallMessageEnable": "true"}
+    settings = {"enableTopicMessageTypeCheck": "true", "recallMessageEnable": "true",
+                "transactionTimeOut": "300", "transactionCheckInterval": "200"}
     with Standalone(tmp_path_factory.mktemp("grpc-types") / "data", settings) as s:
         yield s
 
@@ -92,3 +95,32 @@ def test_recall_message(checked: Standalone, clients: Clients) -> None:
     got = receive_all(c, 1, deadline_s=20)
     assert [m.body for m in got] == [b"control"]
     assert c.receive(32, 15) == []  # the recalled one was due with the control: it would be here by now
+
+
+class ByBody(TransactionChecker):
+    """Commits what asks for it, rolls back the rest; remembers what it was asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+
+    def check(self, message):  # noqa: ANN001, ANN201
+        self.asked.append(message.body)
+        return TransactionResolution.COMMIT if message.body == b"commit me" else TransactionResolution.ROLLBACK
+
+
+def test_orphaned_transactions_are_checked_over_telemetry(checked: Standalone, clients: Clients) -> None:
+    """Half messages left unresolved: the broker's check reaches the producer's checker through its
+    Telemetry stream; its COMMIT delivers the message, its ROLLBACK drops the other."""
+    topic = typed_topic(checked, "TRANSACTION")
+    checker = ByBody()
+    p = clients.producer(topic, checker=checker)
+    kept_id = p.send(message(topic, b"commit me"), p.begin_transaction()).message_id
+    p.send(message(topic, b"roll me back"), p.begin_transaction())  # neither is committed nor rolled back here
+    c = clients.simple_consumer(uniq("g5check"), topic, await_s=1)
+    got = receive_all(c, 1, deadline_s=30)
+    assert [(m.message_id, m.body) for m in got] == [(kept_id, b"commit me")]
+    deadline = time.monotonic() + 20
+    while b"roll me back" not in checker.asked and time.monotonic() < deadline:
+        c.receive(32, 15)
+    assert set(checker.asked) >= {b"commit me", b"roll me back"}
+    assert c.receive(32, 15) == []  # the rolled-back one is never delivered

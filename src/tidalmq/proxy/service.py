@@ -73,14 +73,20 @@ def _ms(d: Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
-class _NoCheck:
-    """Transaction checks of half messages sent through the proxy are not relayed yet (docs/grpc.md):
-    an unresolved half message stays unknown until the broker's check limit rolls it back."""
+class _RelayCheck:
+    """The broker's checks of half messages sent through the endpoint (their producer group is the
+    endpoint's): relayed to a 5.x producer publishing the topic, over its Telemetry stream
+    (RecoverOrphanedTransactionCommand), as RocketMQ's proxy does. Its checker answers with an
+    EndTransaction of its own; the broker gets UNKNOWN from here (which changes nothing) meanwhile."""
+
+    def __init__(self, service: MessagingService) -> None:
+        self.service = service
 
     def execute_local_transaction(self, msg: Message, arg: Any) -> TransactionState:
-        return TransactionState.UNKNOWN
+        return TransactionState.UNKNOWN  # half messages are sent with plain sends: never called
 
-    def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+    async def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+        self.service.relay_check(msg)
         return TransactionState.UNKNOWN
 
 
@@ -112,7 +118,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.acl = acl
         self.credentials = credentials
         self.tls = tls  # of the endpoint's own remoting connections (tls.enable and tls.client.*)
-        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr, tls=tls,
+        # topic -> the outgoing queues of the Telemetry streams of producers publishing it
+        self._publishers: dict[str, list[asyncio.Queue[sv.TelemetryCommand]]] = {}
+        self._relayed = 0
+        self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
+        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
@@ -211,13 +221,73 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[sv.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[sv.TelemetryCommand]:
+        """Answers each Settings with the server's; a producer's stream also carries the transaction
+        checks of the topics it publishes (relay_check) for as long as it is open."""
         if (refused := self.refusal(context, {})) is not None:
             yield sv.TelemetryCommand(status=refused)
             return
-        async for cmd in request_iterator:
-            if cmd.HasField("settings"):
-                yield sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings))
-            # thread stack traces and verify-message results answer commands this proxy never sends
+        out: asyncio.Queue[sv.TelemetryCommand | None] = asyncio.Queue()
+        topics: list[str] = []
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        if cmd.settings.client_type == pb.ClientType.PRODUCER:
+                            self._unpublish(out, topics)
+                            topics[:] = [t.name for t in cmd.settings.publishing.topics]
+                            for t in topics:
+                                self._publishers.setdefault(t, []).append(out)
+                        out.put_nowait(sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
+                    # thread stack traces and verify-message results answer commands this proxy never sends
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (cmd := await out.get()) is not None:
+                yield cmd
+        finally:
+            self._unpublish(out, topics)
+            reader.cancel()
+
+    def _unpublish(self, out: asyncio.Queue[Any], topics: list[str]) -> None:
+        for t in topics:
+            queues = self._publishers.get(t, [])
+            if out in queues:
+                queues.remove(out)
+            if not queues:
+                self._publishers.pop(t, None)
+
+    def relay_check(self, msg: MessageExt) -> bool:
+        """Hand the broker's check of a half message to a producer publishing its topic (round robin);
+        False when none is connected (the broker checks again later, up to its check limit)."""
+        queues = self._publishers.get(msg.topic)
+        if not queues:
+            log.info("no 5.x producer of %s connected to answer a transaction check", msg.topic)
+            return False
+        broker = self._broker_of(msg)
+        if broker is None:
+            return False
+        self._relayed += 1
+        mq = MessageQueue(msg.topic, broker, msg.queue_id)
+        tid = transaction_id(SendResult(SendStatus.SEND_OK, msg.msg_id, msg.offset_msg_id, mq, msg.queue_offset))
+        command = sv.TelemetryCommand(recover_orphaned_transaction_command=sv.RecoverOrphanedTransactionCommand(
+            message=convert.to_grpc(msg, msg.topic), transaction_id=tid))
+        queues[self._relayed % len(queues)].put_nowait(command)
+        return True
+
+    def _broker_of(self, msg: MessageExt) -> str | None:
+        """The broker that stored ``msg``: the one whose master address is its store host."""
+        if msg.broker_name:
+            return msg.broker_name
+        host, port = msg.store_host
+        for name in self.producer.instance.broker_addrs:
+            addr = self.producer.instance.master_addr(name)
+            if addr is not None and addr.rsplit(":", 1) == [host, str(port)]:
+                return name
+        log.warning("a transaction check from an unknown broker %s:%s", host, port)
+        return None
 
     # send -------------------------------------------------------------------------------------------
     async def SendMessage(self, request: sv.SendMessageRequest, context: grpc.aio.ServicerContext
@@ -245,6 +315,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                "a transactional message has no message group nor delivery time")
                 msg.properties[mc.TRAN_MSG] = "true"
                 msg.properties[mc.PGROUP] = PROXY_PRODUCER_GROUP
+                await self._register_producer()
             group = msg.properties.get(mc.SHARDING_KEY)
             if group is not None:  # FIFO: one message group, one queue (RocketMQ's proxy hashes the group)
                 res = await self.producer.send(msg, selector=select_by_hash, arg=group)
@@ -273,6 +344,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as e:
             return sv.RecallMessageResponse(status=_error_status(e))
         return sv.RecallMessageResponse(status=status(), message_id=msg_id)
+
+    async def _register_producer(self) -> None:
+        """The broker checks a half message by asking a producer of its group: the endpoint's producer
+        must be registered (HEART_BEAT) with every broker it may send half messages to, before the first
+        periodic heartbeat (30 s) would do it."""
+        instance = self.producer.instance
+        addrs = frozenset(instance.all_broker_addrs())
+        if not addrs <= self._heartbeat_to:
+            await instance.send_heartbeat()
+            self._heartbeat_to |= addrs
 
     async def EndTransaction(self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
                              ) -> sv.EndTransactionResponse:
