@@ -27,6 +27,7 @@ from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult
 from tidalmq.client.pop_consumer import MAX_POP_NUMS, POP_CK, PopConsumer
 from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
+from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
@@ -43,6 +44,8 @@ ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, p
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# How long a group's FIFO flag (consumeMessageOrderly) is trusted before it is read from a broker again.
+GROUP_CONFIG_TTL_S = 30.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
 
@@ -122,6 +125,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._publishers: dict[str, list[asyncio.Queue[sv.TelemetryCommand]]] = {}
         self._relayed = 0
         self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
+        self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
@@ -198,7 +202,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
         return sv.NotifyClientTerminationResponse(status=status())
 
-    def settings(self, client: pb.Settings) -> pb.Settings:
+    async def is_fifo(self, group: str) -> bool:
+        """Whether ``group`` is a FIFO group (its consumeMessageOrderly, as RocketMQ's proxy reads it from
+        the group's config on the brokers; cached GROUP_CONFIG_TTL_S). A group no broker knows is not."""
+        cached = self._fifo_groups.get(group)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GROUP_CONFIG_TTL_S:
+            return cached[0]
+        instance = self.producer.instance
+        fifo = False
+        for name in list(instance.broker_addrs):
+            addr = instance.master_addr(name)
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+                table = fastjson.loads(resp.body_bytes()).get("subscriptionGroupTable") or {}
+            except Exception as e:
+                log.warning("the subscription groups of %s could not be read: %s", name, e)
+                continue
+            if bool((table.get(group) or {}).get("consumeMessageOrderly", False)):
+                fifo = True
+                break
+        self._fifo_groups[group] = (fifo, now)
+        return fifo
+
+    def settings(self, client: pb.Settings, fifo: bool = False) -> pb.Settings:
         """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
         out = pb.Settings()
         out.CopyFrom(client)
@@ -214,6 +243,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.backoff_policy.max_attempts = len(CONSUMER_BACKOFF_S) + 1
             out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
             out.subscription.receive_batch_size = MAX_POP_NUMS
+            out.subscription.fifo = fifo
             if not client.subscription.HasField("long_polling_timeout"):
                 out.subscription.long_polling_timeout.FromMilliseconds(self.config.long_polling_timeout_ms)
         out.metric.on = False
@@ -238,7 +268,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                             topics[:] = [t.name for t in cmd.settings.publishing.topics]
                             for t in topics:
                                 self._publishers.setdefault(t, []).append(out)
-                        out.put_nowait(sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings)))
+                        fifo = False
+                        if cmd.settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+                            fifo = await self.is_fifo(cmd.settings.subscription.group.name)
+                        out.put_nowait(sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings, fifo)))
                     # thread stack traces and verify-message results answer commands this proxy never sends
             finally:
                 out.put_nowait(None)
@@ -410,10 +443,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if invisible <= 0:
                 raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
             consumer = await self._consumer(request.group.name)
+            # FIFO group: orderly pop, a queue (hence a message group) lent until its messages are acked
+            fifo = await self.is_fifo(request.group.name)
             msgs = await consumer.receive(
                 topic, max(1, min(request.batch_size or MAX_POP_NUMS, MAX_POP_NUMS)), invisible / 1000.0,
                 expression=fe.expression or "*", expression_type="SQL92" if fe.type == pb.FilterType.SQL else "TAG",
-                block_timeout=poll / 1000.0)
+                block_timeout=poll / 1000.0, order=fifo)
         except Exception as e:
             yield sv.ReceiveMessageResponse(status=_error_status(e))
             return
