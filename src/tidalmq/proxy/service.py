@@ -188,8 +188,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 readable, writable = i < reads and bool(perm & 4), i < writes and bool(perm & 2)
                 permission = (pb.Permission.READ_WRITE if readable and writable else pb.Permission.READ if readable
                               else pb.Permission.WRITE if writable else pb.Permission.NONE)
-                # TODO(message types, issue #16 item 3): the topic's message.type attribute, once the broker
-                # keeps it, narrows accept_message_types; every type is accepted until then.
+                # Every type is announced as accepted: with enableTopicMessageTypeCheck the broker refuses a
+                # type the topic's message.type does not take at send time (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
                 out.message_queues.add(topic=request.topic, id=i, permission=permission, broker=broker,
                                        accept_message_types=ALL_TYPES)
         return out
