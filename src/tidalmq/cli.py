@@ -240,7 +240,7 @@ async def _proxy(args: argparse.Namespace) -> int:
     if pc.acl_enable:
         from tidalmq.acl import AclConfigError, acl_home, broker_validator, tools_credentials
 
-        home = acl_home(args.data_dir or default_data_dir())
+        home = acl_home(default_data_dir())  # $ROCKETMQ_HOME, as RocketMQ's proxy looks
         try:
             acl = broker_validator(home, pc.acl_plain_file or None)
         except AclConfigError as e:
@@ -297,7 +297,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, default=None, help="grpcServerPort (default 8081; 0 any free port)")
-    p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, tls.* keys")
+    p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, aclEnable, tls.* keys")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     from tidalmq.admin_cli import add_admin_parser

@@ -3,7 +3,12 @@ plain_acl.yml: adminUser is admin; appUser1 may PUB|SUB ``both``, only SUB ``sub
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
@@ -15,7 +20,7 @@ import grpc
 from tests.acl.conftest import ADMIN, USER, acl_standalone  # noqa: F401 (the fixture)
 from tests.compat.harness import create_topic, uniq
 from tests.grpc.test_messaging import message, receive_all
-from tests.support import Standalone
+from tests.support import Standalone, free_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -101,3 +106,29 @@ def test_permissions_are_the_topics_and_groups(topics: Standalone, stub: Messagi
     (resp,) = list(stub.ReceiveMessage(denied, metadata=user, timeout=10))
     assert resp.status.code == Code.FORBIDDEN
     assert send(stub, "subOnly", signed(topics, ADMIN.access_key, ADMIN.secret_key)) == Code.OK  # admin: anything
+
+
+def test_proxy_command_checks_credentials_and_signs_as_tools_yml(topics: Standalone, tmp_path: Path) -> None:
+    """``tidalmq proxy`` with aclEnable: the accounts of $ROCKETMQ_HOME/conf/plain_acl.yml for clients,
+    tools.yml's admin account for its own requests to the ACL-on broker."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    shutil.copy(topics.data_dir / "conf" / "plain_acl.yml", conf / "plain_acl.yml")
+    (conf / "tools.yml").write_text(f"accessKey: {ADMIN.access_key}\nsecretKey: {ADMIN.secret_key}\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "proxy", "-n", topics.namesrv_addr, "--grpc-port",
+                             str(port), "--set", "aclEnable=true"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={**os.environ, "ROCKETMQ_HOME": str(tmp_path)})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "proxy ready" in line, line
+        endpoint = f"127.0.0.1:{port}"
+        with grpc.insecure_channel(endpoint) as channel:
+            stub = MessagingServiceStub(channel)
+            assert send(stub, "both", signed(topics, USER.access_key, "not-the-secret")) == Code.UNAUTHORIZED
+            assert send(stub, "subOnly", signed(topics, USER.access_key, USER.secret_key)) == Code.FORBIDDEN
+            assert send(stub, "both", signed(topics, USER.access_key, USER.secret_key)) == Code.OK
+    finally:
+        proc.terminate()
+        proc.wait(10)
