@@ -34,3 +34,15 @@ if [[ ",$extras," == *",test,"* ]]; then
     touch .venv-rmq4/.installed
   fi
 fi
+# The official 5.x Node.js client for tests/grpc/test_node.py, exactly as package-lock.json pins it
+# (node and npm come from Debian, scripts/setup-system.sh); without node the test skips.
+if [[ ",$extras," == *",test,"* ]] && command -v npm >/dev/null && command -v node >/dev/null; then
+  nd=tests/grpc/node
+  if [ ! -f "$nd/node_modules/.installed" ] || [ "$nd/package-lock.json" -nt "$nd/node_modules/.installed" ]; then
+    if (cd "$nd" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+      touch "$nd/node_modules/.installed"
+    else
+      echo "setup: npm ci in $nd failed; tests/grpc/test_node.py will skip" >&2
+    fi
+  fi
+fi

@@ -6,7 +6,6 @@ import argparse
 import os
 import ssl
 import sys
-from pathlib import Path
 
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.admin import Admin, AdminError
@@ -103,13 +102,10 @@ def admin_credentials(args: argparse.Namespace) -> SessionCredentials | None:
     ak = args.access_key or os.environ.get("TIDALMQ_ACCESS_KEY")
     sk = args.secret_key or os.environ.get("TIDALMQ_SECRET_KEY")
     home = os.environ.get("ROCKETMQ_HOME")
-    if not (ak or sk) and home and (Path(home) / "conf" / "tools.yml").is_file():
-        import yaml
+    if not (ak or sk) and home:
+        from tidalmq.acl import tools_credentials
 
-        doc = yaml.safe_load((Path(home) / "conf" / "tools.yml").read_text(encoding="utf-8")) or {}
-        if isinstance(doc, dict):
-            ak, sk = doc.get("accessKey"), doc.get("secretKey")
-            ak, sk = (str(ak) if ak is not None else None), (str(sk) if sk is not None else None)
+        return tools_credentials(home)
     if not ak and not sk:
         return None
     if not ak or not sk:

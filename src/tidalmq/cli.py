@@ -159,10 +159,18 @@ async def _standalone(args: argparse.Namespace) -> int:
     if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
         tls = dataclasses.replace(tls, enable=True)
     broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
+    endpoint_creds = None
     if internal is not None:
         from tidalmq.acl import RequestSigner
 
         broker.namesrv_signer = RequestSigner(internal)
+        if broker.acl is not None:  # the gRPC endpoint reaches the broker as this identity too
+            broker.acl.add_accounts((account,))
+        endpoint_creds = internal
+    elif bc.acl_enable:
+        from tidalmq.acl import SessionCredentials
+
+        endpoint_creds = SessionCredentials(bc.access_key, bc.secret_key)
     await broker.start()
     await broker.register_all()
     grpc_server = None
@@ -170,7 +178,8 @@ async def _standalone(args: argparse.Namespace) -> int:
     if pc.grpc_server_port >= 0:
         from tidalmq.proxy.server import GrpcServer
 
-        grpc_server = GrpcServer(args.host, bc.namesrv_addr, pc, tls)
+        # One ACL for both doors: the broker's validator (and its file watch) checks gRPC calls too.
+        grpc_server = GrpcServer(args.host, bc.namesrv_addr, pc, tls, acl=broker.acl, credentials=endpoint_creds)
         await grpc_server.start()
         grpc_text = f" grpc {args.host}:{grpc_server.port}"
     console = None
@@ -289,7 +298,20 @@ async def _proxy(args: argparse.Namespace) -> int:
         log.warning("unknown configuration key %s ignored", key)
     if args.grpc_port is not None:
         pc.grpc_server_port = args.grpc_port
-    server = GrpcServer(args.host, namesrv, pc, tls)
+    acl = creds = None
+    if pc.acl_enable:
+        from tidalmq.acl import AclConfigError, acl_home, broker_validator, tools_credentials
+
+        home = acl_home(default_data_dir())  # $ROCKETMQ_HOME, as RocketMQ's proxy looks
+        try:
+            acl = broker_validator(home, pc.acl_plain_file or None)
+        except AclConfigError as e:
+            print(f"tidalmq proxy: {e}", file=sys.stderr)
+            return 2
+        creds = tools_credentials(home)  # RocketMQ's proxy: the inner identity of conf/tools.yml
+        if creds is None:
+            log.warning("aclEnable without %s/conf/tools.yml: the endpoint's own requests go unsigned", home)
+    server = GrpcServer(args.host, namesrv, pc, tls, acl=acl, credentials=creds, watch_acl=acl is not None)
     await server.start()
     print(f"TidalMQ {__version__} proxy ready: grpc {args.host}:{server.port} namesrv {namesrv}", flush=True)
     stop = asyncio.Event()
@@ -348,7 +370,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--grpc-port", type=int, default=None, help="grpcServerPort (default 8081; 0 any free port)")
-    p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, tls.* keys")
+    p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, aclEnable, tls.* keys")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
     from tidalmq.admin_cli import add_admin_parser

@@ -19,6 +19,7 @@ from tidalmq.acl.validator import PlainAccessValidator
 __all__ = [
     "Account", "AclConfigError", "PlainAccessValidator", "RequestSigner", "SessionCredentials",
     "acl_files", "acl_home", "broker_validator", "internal_account", "load_acl", "namesrv_validator",
+    "tools_credentials",
 ]
 
 
@@ -52,3 +53,21 @@ def internal_account() -> tuple[Account, SessionCredentials]:
                       mac=Hmac(creds.secret_key), source="(standalone)")
     return account, creds
 
+
+def tools_credentials(home: str | Path) -> SessionCredentials | None:
+    """The account of ``<home>/conf/tools.yml`` (accessKey, secretKey), as RocketMQ's tools and proxy read
+    it; None when the file is missing or names no account. Raises ValueError when only one key is set."""
+    path = Path(home) / "conf" / "tools.yml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(doc, dict):
+        return None
+    ak, sk = doc.get("accessKey"), doc.get("secretKey")
+    if ak is None and sk is None:
+        return None
+    if not ak or not sk:
+        raise ValueError(f"{path}: an access key needs its secret key, and the other way round")
+    return SessionCredentials(str(ak), str(sk))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from tidalmq.acl.address import IP, parse_host
@@ -177,18 +177,53 @@ class PlainAccessValidator:
             needed = request_resources(cmd)
         except ResourceError as e:
             return str(e)
-        if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:  # message traces pass, as in RocketMQ
+        return _lacking(owned, needed)
+
+    def check_signed(self, ip_text: str, access_key: str | None, signed: Callable[[Account], bool],
+                     needed: Mapping[str, int]) -> tuple[bool, str] | None:
+        """The same checks, in the same order, for a request that is no RemotingCommand (the gRPC
+        endpoint's): ``signed`` says whether the request carries the account's signature, ``needed``
+        what it touches. None: it may pass; else (authenticated, why): whether it failed on who asks
+        (False: unknown account or bad signature) or on what the account may do (True)."""
+        acl = self.acl
+        ip = parse_host(ip_text)
+        if any(p.matches(ip) for p in acl.global_white):
             return None
-        perms = owned.perms
-        for resource, perm in needed.items():
-            is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
-            has = perms.get(resource)
-            if has is None:
-                if not check_permission(perm, owned.default_group_perm if is_group else owned.default_topic_perm):
-                    return f"No default permission for {_print(resource, is_group)}"
-            elif not check_permission(perm, has):
-                return f"No permission for {_print(resource, is_group)}"
+        if not access_key:
+            return False, "No accessKey is configured"
+        owned = acl.accounts.get(access_key)
+        if owned is None:
+            return False, f"No acl config for {access_key}"
+        if owned.white.matches(ip):
+            return None
+        if not signed(owned):
+            return False, f"Check signature failed for accessKey={access_key}"
+        if owned.admin:
+            return None
+        why = _lacking(owned, needed)
+        return None if why is None else (True, why)
+
+    def add_accounts(self, accounts: Iterable[Account]) -> None:
+        """Accounts known beside the files from now on (the standalone's internal identity), and
+        load again with them (AclConfigError if the files are broken)."""
+        self._extra = (*self._extra, *accounts)
+        self.load()
+
+
+def _lacking(owned: Account, needed: Mapping[str, int]) -> str | None:
+    """Why ``owned`` (no admin) may not touch ``needed`` (resource -> permission), or None."""
+    if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:  # message traces pass, as in RocketMQ
         return None
+    perms = owned.perms
+    for resource, perm in needed.items():
+        is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        has = perms.get(resource)
+        if has is None:
+            if not check_permission(perm, owned.default_group_perm if is_group else owned.default_topic_perm):
+                return f"No default permission for {_print(resource, is_group)}"
+        elif not check_permission(perm, has):
+            return f"No permission for {_print(resource, is_group)}"
+    return None
 
 
 class _Peer:

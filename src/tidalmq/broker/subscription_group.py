@@ -26,6 +26,8 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5: a FIFO group (the gRPC endpoint tells its 5.x consumers so and pops in order).
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +40,7 @@ class SubscriptionGroupConfig:
             "brokerId": self.broker_id,
             "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
         }
 
     @classmethod
@@ -52,6 +55,7 @@ class SubscriptionGroupConfig:
             broker_id=int(d.get("brokerId", 0)),
             which_broker_when_consume_slowly=int(d.get("whichBrokerWhenConsumeSlowly", 1)),
             notify_consumer_ids_changed_enable=bool(d.get("notifyConsumerIdsChangedEnable", True)),
+            consume_message_orderly=bool(d.get("consumeMessageOrderly", False)),
         )
 
 

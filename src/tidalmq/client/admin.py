@@ -241,14 +241,15 @@ class Admin:
     # subscription groups ------------------------------------------------------------------------
     async def create_group(self, group: str, *, retry_max_times: int = 16, retry_queue_nums: int = 1,
                            consume_broadcast_enable: bool = True, consume_enable: bool = True,
-                           cluster: str | None = None) -> list[str]:
-        """Create or update a subscription group on every master broker."""
+                           consume_message_orderly: bool = False, cluster: str | None = None) -> list[str]:
+        """Create or update a subscription group on every master broker. ``consume_message_orderly``:
+        a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly)."""
         nm.check_group(group)
         body = fastjson.dumpb({
             "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": True,
             "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
             "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-            "notifyConsumerIdsChangedEnable": True,
+            "notifyConsumerIdsChangedEnable": True, "consumeMessageOrderly": consume_message_orderly,
         })
         masters = await self.master_addrs(cluster)
         for addr in masters.values():

@@ -15,3 +15,7 @@ class ProxyConfig:
     max_message_size: int = 4 * 1024 * 1024
     # The long polling a push consumer is told to use (Settings.subscription.long_polling_timeout).
     long_polling_timeout_ms: int = 30_000
+    # aclEnable: the clients' credentials are checked against plain_acl.yml ($ROCKETMQ_HOME/conf, or
+    # aclPlainFile); in the standalone the broker's own aclEnable decides, and its ACL is shared.
+    acl_enable: bool = False
+    acl_plain_file: str = ""

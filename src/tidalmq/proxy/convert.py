@@ -160,8 +160,14 @@ _CODES: dict[int, int] = {
 }
 
 
+# How RocketMQ's DefaultTopicMessageTypeValidator starts its remark (the broker answers it MESSAGE_ILLEGAL).
+TYPE_CHECK_REMARK = "TopicMessageType validate failed"
+
+
 def grpc_code(remoting_code: int, remark: str = "") -> int:
     """The gRPC status code for a remoting error answer."""
     if remoting_code == ResponseCode.MESSAGE_ILLEGAL and "size" in remark:
         return Code.MESSAGE_BODY_TOO_LARGE
+    if remoting_code == ResponseCode.MESSAGE_ILLEGAL and remark.startswith(TYPE_CHECK_REMARK):
+        return Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE  # RocketMQ's proxy: the topic's message.type
     return _CODES.get(remoting_code, Code.INTERNAL_SERVER_ERROR)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 import grpc
+from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.service import MessagingService
-from tidalmq.remoting.tls import TlsConfig
+from tidalmq.remoting.tls import TlsConfig, client_context_from
 
 log = logging.getLogger(__name__)
 
@@ -18,19 +20,29 @@ log = logging.getLogger(__name__)
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
     """TLS on the gRPC port when tls.server.mode is enforcing (tls.server.certPath / keyPath); None:
     plain. One gRPC port cannot take both as the remoting port does in permissive mode, so permissive
-    serves plain gRPC."""
+    serves plain gRPC. ``tls.server.need.client.auth=require`` asks clients for a certificate signed
+    by tls.server.trustCertPath (the 5.x clients present none: only for other gRPC clients)."""
     if tls.server_mode != "enforcing" or not (tls.server_cert_path and tls.server_key_path):
         return None
     key = Path(tls.server_key_path).read_bytes()
     cert = Path(tls.server_cert_path).read_bytes()
+    if tls.server_need_client_auth == "require" and tls.server_trust_cert_path:
+        trust = Path(tls.server_trust_cert_path).read_bytes()
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=trust, require_client_auth=True)
     return grpc.ssl_server_credentials([(key, cert)])
 
 
 class GrpcServer:
-    def __init__(self, host: str, namesrv_addr: str, config: ProxyConfig, tls: TlsConfig | None = None) -> None:
+    def __init__(self, host: str, namesrv_addr: str, config: ProxyConfig, tls: TlsConfig | None = None, *,
+                 acl: PlainAccessValidator | None = None, credentials: SessionCredentials | None = None,
+                 watch_acl: bool = False) -> None:
+        """``watch_acl``: reload ``acl`` when its files change (not when the broker beside already does)."""
         self.host = host
         self.config = config
-        self.service = MessagingService(namesrv_addr, config)
+        self.service = MessagingService(namesrv_addr, config, acl, credentials,
+                                        client_context_from(tls) if tls is not None else None)
+        self._watch = acl.watch if watch_acl and acl is not None else None
+        self._watch_task: asyncio.Task[None] | None = None
         self.tls = tls
         self.port = 0
         self._server: grpc.aio.Server | None = None
@@ -44,9 +56,13 @@ class GrpcServer:
         self.port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
         await server.start()
         self._server = server
+        if self._watch is not None:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch())
         log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port, "TLS" if creds else "plain")
 
     async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
         if self._server is not None:
             await self._server.stop(grace=1.0)
         await self.service.stop()

@@ -19,16 +19,20 @@ from rocketmq.grpc_protocol import service_pb2 as sv
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 import grpc
+from tidalmq.acl import PlainAccessValidator, SessionCredentials
+from tidalmq.acl.permission import PUB
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
 from tidalmq.client.pop_consumer import MAX_POP_NUMS, POP_CK, PopConsumer
 from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
+from tidalmq.common import fastjson
 from tidalmq.common import message as mc
-from tidalmq.proxy import convert
+from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.tls import TlsOption
 
 log = logging.getLogger(__name__)
 Code = pb.Code
@@ -40,6 +44,8 @@ ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, p
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# How long a group's FIFO flag (consumeMessageOrderly) is trusted before it is read from a broker again.
+GROUP_CONFIG_TTL_S = 30.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
 
@@ -70,14 +76,20 @@ def _ms(d: Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
-class _NoCheck:
-    """Transaction checks of half messages sent through the proxy are not relayed yet (docs/grpc.md):
-    an unresolved half message stays unknown until the broker's check limit rolls it back."""
+class _RelayCheck:
+    """The broker's checks of half messages sent through the endpoint (their producer group is the
+    endpoint's): relayed to a 5.x producer publishing the topic, over its Telemetry stream
+    (RecoverOrphanedTransactionCommand), as RocketMQ's proxy does. Its checker answers with an
+    EndTransaction of its own; the broker gets UNKNOWN from here (which changes nothing) meanwhile."""
+
+    def __init__(self, service: MessagingService) -> None:
+        self.service = service
 
     def execute_local_transaction(self, msg: Message, arg: Any) -> TransactionState:
-        return TransactionState.UNKNOWN
+        return TransactionState.UNKNOWN  # half messages are sent with plain sends: never called
 
-    def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+    async def check_local_transaction(self, msg: MessageExt) -> TransactionState:
+        self.service.relay_check(msg)
         return TransactionState.UNKNOWN
 
 
@@ -97,11 +109,25 @@ def parse_transaction_id(text: str, topic: str, msg_id: str) -> SendResult:
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, namesrv_addr: str, config: ProxyConfig) -> None:
+    """``acl``: when set, every call must carry the credentials of an account of that ACL, allowed what
+    the call touches (UNAUTHORIZED / FORBIDDEN otherwise). ``credentials``: the identity the endpoint
+    signs its own requests to the NameServer and brokers with (RocketMQ's proxy in cluster mode: one
+    inner identity, tools.yml's, not each client's account)."""
+
+    def __init__(self, namesrv_addr: str, config: ProxyConfig, acl: PlainAccessValidator | None = None,
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
         self.namesrv_addr = namesrv_addr
         self.config = config
-        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _NoCheck(), namesrv_addr,
-                                            max_message_size=config.max_message_size)
+        self.acl = acl
+        self.credentials = credentials
+        self.tls = tls  # of the endpoint's own remoting connections (tls.enable and tls.client.*)
+        # topic -> the outgoing queues of the Telemetry streams of producers publishing it
+        self._publishers: dict[str, list[asyncio.Queue[sv.TelemetryCommand]]] = {}
+        self._relayed = 0
+        self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
+        self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
+        self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
+                                            max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
 
@@ -119,15 +145,34 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             async with self._consumer_lock:
                 c = self._consumers.get(group)
                 if c is None:
-                    c = PopConsumer(group, self.namesrv_addr)
+                    c = PopConsumer(group, self.namesrv_addr, credentials=self.credentials, tls=self.tls)
                     await c.start()
                     self._consumers[group] = c
         return c
+
+    def refusal(self, context: grpc.aio.ServicerContext, needed: dict[str, int]) -> pb.Status | None:
+        """Why the ACL refuses this call (None: it passes, or there is no ACL). An unknown account or a
+        bad signature is UNAUTHORIZED, a known account lacking the permission FORBIDDEN (RocketMQ's
+        proxy: authentication, then authorization)."""
+        if self.acl is None:
+            return None
+        md = auth.metadata_dict(context.invocation_metadata())
+        parsed = auth.parse_authorization(md.get(auth.AUTHORIZATION, ""))
+        date_time = md.get(auth.DATE_TIME)
+        result = self.acl.check_signed(
+            auth.peer_host(context.peer() or ""), parsed.access_key if parsed else None,
+            lambda account: parsed is not None and auth.verify(parsed, account.secret_key, date_time), needed)
+        if result is None:
+            return None
+        authenticated, why = result
+        return status(Code.FORBIDDEN if authenticated else Code.UNAUTHORIZED, why)
 
     # route, heartbeat, settings ---------------------------------------------------------------------
     async def QueryRoute(self, request: sv.QueryRouteRequest, context: grpc.aio.ServicerContext
                          ) -> sv.QueryRouteResponse:
         topic = request.topic.name
+        if (refused := self.refusal(context, auth.route_needs(topic))) is not None:
+            return sv.QueryRouteResponse(status=refused)
         try:
             validators.check_topic(topic)
             route = await self.producer.instance.update_route(topic)
@@ -143,20 +188,46 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 readable, writable = i < reads and bool(perm & 4), i < writes and bool(perm & 2)
                 permission = (pb.Permission.READ_WRITE if readable and writable else pb.Permission.READ if readable
                               else pb.Permission.WRITE if writable else pb.Permission.NONE)
-                # TODO(message types, issue #16 item 3): the topic's message.type attribute, once the broker
-                # keeps it, narrows accept_message_types; every type is accepted until then.
+                # Every type is announced as accepted: with enableTopicMessageTypeCheck the broker refuses a
+                # type the topic's message.type does not take at send time (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
                 out.message_queues.add(topic=request.topic, id=i, permission=permission, broker=broker,
                                        accept_message_types=ALL_TYPES)
         return out
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
-        return sv.HeartbeatResponse(status=status())
+        refused = self.refusal(context, auth.consume_needs("", request.group.name))
+        return sv.HeartbeatResponse(status=refused or status())
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
         return sv.NotifyClientTerminationResponse(status=status())
 
-    def settings(self, client: pb.Settings) -> pb.Settings:
+    async def is_fifo(self, group: str) -> bool:
+        """Whether ``group`` is a FIFO group (its consumeMessageOrderly, as RocketMQ's proxy reads it from
+        the group's config on the brokers; cached GROUP_CONFIG_TTL_S). A group no broker knows is not."""
+        cached = self._fifo_groups.get(group)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GROUP_CONFIG_TTL_S:
+            return cached[0]
+        instance = self.producer.instance
+        fifo = False
+        for name in list(instance.broker_addrs):
+            addr = instance.master_addr(name)
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+                table = fastjson.loads(resp.body_bytes()).get("subscriptionGroupTable") or {}
+            except Exception as e:
+                log.warning("the subscription groups of %s could not be read: %s", name, e)
+                continue
+            if bool((table.get(group) or {}).get("consumeMessageOrderly", False)):
+                fifo = True
+                break
+        self._fifo_groups[group] = (fifo, now)
+        return fifo
+
+    def settings(self, client: pb.Settings, fifo: bool = False) -> pb.Settings:
         """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
         out = pb.Settings()
         out.CopyFrom(client)
@@ -172,6 +243,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.backoff_policy.max_attempts = len(CONSUMER_BACKOFF_S) + 1
             out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
             out.subscription.receive_batch_size = MAX_POP_NUMS
+            out.subscription.fifo = fifo
             if not client.subscription.HasField("long_polling_timeout"):
                 out.subscription.long_polling_timeout.FromMilliseconds(self.config.long_polling_timeout_ms)
         out.metric.on = False
@@ -179,16 +251,85 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[sv.TelemetryCommand],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[sv.TelemetryCommand]:
-        async for cmd in request_iterator:
-            if cmd.HasField("settings"):
-                yield sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings))
-            # thread stack traces and verify-message results answer commands this proxy never sends
+        """Answers each Settings with the server's; a producer's stream also carries the transaction
+        checks of the topics it publishes (relay_check) for as long as it is open."""
+        if (refused := self.refusal(context, {})) is not None:
+            yield sv.TelemetryCommand(status=refused)
+            return
+        out: asyncio.Queue[sv.TelemetryCommand | None] = asyncio.Queue()
+        topics: list[str] = []
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if cmd.HasField("settings"):
+                        if cmd.settings.client_type == pb.ClientType.PRODUCER:
+                            self._unpublish(out, topics)
+                            topics[:] = [t.name for t in cmd.settings.publishing.topics]
+                            for t in topics:
+                                self._publishers.setdefault(t, []).append(out)
+                        fifo = False
+                        if cmd.settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+                            fifo = await self.is_fifo(cmd.settings.subscription.group.name)
+                        out.put_nowait(sv.TelemetryCommand(status=status(), settings=self.settings(cmd.settings, fifo)))
+                    # thread stack traces and verify-message results answer commands this proxy never sends
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (cmd := await out.get()) is not None:
+                yield cmd
+        finally:
+            self._unpublish(out, topics)
+            reader.cancel()
+
+    def _unpublish(self, out: asyncio.Queue[Any], topics: list[str]) -> None:
+        for t in topics:
+            queues = self._publishers.get(t, [])
+            if out in queues:
+                queues.remove(out)
+            if not queues:
+                self._publishers.pop(t, None)
+
+    def relay_check(self, msg: MessageExt) -> bool:
+        """Hand the broker's check of a half message to a producer publishing its topic (round robin);
+        False when none is connected (the broker checks again later, up to its check limit)."""
+        queues = self._publishers.get(msg.topic)
+        if not queues:
+            log.info("no 5.x producer of %s connected to answer a transaction check", msg.topic)
+            return False
+        broker = self._broker_of(msg)
+        if broker is None:
+            return False
+        self._relayed += 1
+        mq = MessageQueue(msg.topic, broker, msg.queue_id)
+        tid = transaction_id(SendResult(SendStatus.SEND_OK, msg.msg_id, msg.offset_msg_id, mq, msg.queue_offset))
+        command = sv.TelemetryCommand(recover_orphaned_transaction_command=sv.RecoverOrphanedTransactionCommand(
+            message=convert.to_grpc(msg, msg.topic), transaction_id=tid))
+        queues[self._relayed % len(queues)].put_nowait(command)
+        return True
+
+    def _broker_of(self, msg: MessageExt) -> str | None:
+        """The broker that stored ``msg``: the one whose master address is its store host."""
+        if msg.broker_name:
+            return msg.broker_name
+        host, port = msg.store_host
+        for name in self.producer.instance.broker_addrs:
+            addr = self.producer.instance.master_addr(name)
+            if addr is not None and addr.rsplit(":", 1) == [host, str(port)]:
+                return name
+        log.warning("a transaction check from an unknown broker %s:%s", host, port)
+        return None
 
     # send -------------------------------------------------------------------------------------------
     async def SendMessage(self, request: sv.SendMessageRequest, context: grpc.aio.ServicerContext
                           ) -> sv.SendMessageResponse:
         if not request.messages:
             return sv.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        needed = {m.topic.name: PUB for m in request.messages}
+        if (refused := self.refusal(context, needed)) is not None:
+            return sv.SendMessageResponse(status=refused)
         entries = [await self._send_one(m) for m in request.messages]
         if len(entries) == 1:
             return sv.SendMessageResponse(status=entries[0].status, entries=entries)
@@ -207,6 +348,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                                "a transactional message has no message group nor delivery time")
                 msg.properties[mc.TRAN_MSG] = "true"
                 msg.properties[mc.PGROUP] = PROXY_PRODUCER_GROUP
+                await self._register_producer()
             group = msg.properties.get(mc.SHARDING_KEY)
             if group is not None:  # FIFO: one message group, one queue (RocketMQ's proxy hashes the group)
                 res = await self.producer.send(msg, selector=select_by_hash, arg=group)
@@ -219,10 +361,37 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             code = Code.MASTER_PERSISTENCE_TIMEOUT if res.status == SendStatus.FLUSH_DISK_TIMEOUT else Code.HA_NOT_AVAILABLE
             return sv.SendResultEntry(status=status(code, res.status.value), message_id=res.msg_id)
         return sv.SendResultEntry(status=status(), message_id=res.msg_id, offset=res.queue_offset,
-                                  transaction_id=transaction_id(res) if transactional else "")
+                                  transaction_id=transaction_id(res) if transactional else "",
+                                  recall_handle=res.recall_handle or "")
+
+    async def RecallMessage(self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
+                            ) -> sv.RecallMessageResponse:
+        """RECALL_MESSAGE with the handle a delay message's send answered (docs/message-types.md): the
+        broker decides (recallMessageEnable, the topic's type, already delivered ...)."""
+        topic = request.topic.name
+        if (refused := self.refusal(context, auth.topic_needs(topic))) is not None:
+            return sv.RecallMessageResponse(status=refused)
+        try:
+            validators.check_topic(topic)
+            msg_id = await self.producer.recall(topic, request.recall_handle)
+        except Exception as e:
+            return sv.RecallMessageResponse(status=_error_status(e))
+        return sv.RecallMessageResponse(status=status(), message_id=msg_id)
+
+    async def _register_producer(self) -> None:
+        """The broker checks a half message by asking a producer of its group: the endpoint's producer
+        must be registered (HEART_BEAT) with every broker it may send half messages to, before the first
+        periodic heartbeat (30 s) would do it."""
+        instance = self.producer.instance
+        addrs = frozenset(instance.all_broker_addrs())
+        if not addrs <= self._heartbeat_to:
+            await instance.send_heartbeat()
+            self._heartbeat_to |= addrs
 
     async def EndTransaction(self, request: sv.EndTransactionRequest, context: grpc.aio.ServicerContext
                              ) -> sv.EndTransactionResponse:
+        if (refused := self.refusal(context, auth.topic_needs(request.topic.name))) is not None:
+            return sv.EndTransactionResponse(status=refused)
         try:
             res = parse_transaction_id(request.transaction_id, request.topic.name, request.message_id)
             if request.resolution == pb.TransactionResolution.COMMIT:
@@ -241,6 +410,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                               ) -> sv.QueryAssignmentResponse:
         """Pop needs no queue balancing: each broker with readable queues is one assignment (queue id -1)."""
         topic = request.topic.name
+        if (refused := self.refusal(context, auth.consume_needs(topic, request.group.name))) is not None:
+            return sv.QueryAssignmentResponse(status=refused)
         try:
             route = await self.producer.instance.update_route(topic)
         except Exception as e:
@@ -259,6 +430,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
                              ) -> AsyncIterator[sv.ReceiveMessageResponse]:
         topic = request.message_queue.topic.name
+        if (refused := self.refusal(context, auth.consume_needs(topic, request.group.name))) is not None:
+            yield sv.ReceiveMessageResponse(status=refused)
+            return
         invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
         poll = _ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
         remaining = context.time_remaining()
@@ -269,10 +443,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if invisible <= 0:
                 raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
             consumer = await self._consumer(request.group.name)
+            # FIFO group: orderly pop, a queue (hence a message group) lent until its messages are acked
+            fifo = await self.is_fifo(request.group.name)
             msgs = await consumer.receive(
                 topic, max(1, min(request.batch_size or MAX_POP_NUMS, MAX_POP_NUMS)), invisible / 1000.0,
                 expression=fe.expression or "*", expression_type="SQL92" if fe.type == pb.FilterType.SQL else "TAG",
-                block_timeout=poll / 1000.0)
+                block_timeout=poll / 1000.0, order=fifo)
         except Exception as e:
             yield sv.ReceiveMessageResponse(status=_error_status(e))
             return
@@ -291,6 +467,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> sv.AckMessageResponse:
         out = sv.AckMessageResponse()
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            out.status.CopyFrom(refused)
+            return out
         try:
             consumer = await self._consumer(request.group.name)
         except Exception as e:
@@ -315,6 +494,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def ChangeInvisibleDuration(self, request: sv.ChangeInvisibleDurationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.ChangeInvisibleDurationResponse:
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            return sv.ChangeInvisibleDurationResponse(status=refused)
         invisible = _ms(request.invisible_duration)
         try:
             if invisible <= 0:
@@ -336,6 +517,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                               ) -> sv.ForwardMessageToDeadLetterQueueResponse:
         """CONSUMER_SEND_MSG_BACK with delay level -1 (straight to %DLQ%group), then the ack of the
         received copy, as RocketMQ's proxy does."""
+        if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
+            return sv.ForwardMessageToDeadLetterQueueResponse(status=refused)
         try:
             msg = convert.handle_message(request.topic.name, request.receipt_handle)
             cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]

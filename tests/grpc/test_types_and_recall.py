@@ -1,0 +1,126 @@
+"""The topic's message type on the gRPC path (enableTopicMessageTypeCheck), RecallMessage and transaction
+checks relayed over Telemetry, with the official 5.x client against a standalone that checks types,
+accepts recalls and checks unresolved transactions within a second."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from rocketmq import TransactionChecker
+from rocketmq.grpc_protocol import Code, TransactionResolution, definition_pb2, service_pb2
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+
+import grpc
+from tests.client.helpers import uniq
+from tests.grpc.conftest import Clients
+from tests.grpc.test_messaging import message, receive_all
+from tests.support import Standalone
+from tidalmq.client import Admin
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    settings = {"enableTopicMessageTypeCheck": "true", "recallMessageEnable": "true",
+                "transactionTimeOut": "300", "transactionCheckInterval": "200"}
+    with Standalone(tmp_path_factory.mktemp("grpc-types") / "data", settings) as s:
+        yield s
+
+
+@pytest.fixture
+def clients(checked: Standalone) -> Iterator[Clients]:
+    cs = Clients(checked.grpc_endpoint)
+    try:
+        yield cs
+    finally:
+        cs.close()
+
+
+def typed_topic(broker: Standalone, kind: str) -> str:
+    topic = uniq("g5" + kind.lower())
+
+    async def go() -> None:
+        async with Admin(broker.namesrv_addr) as admin:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    await admin.create_topic(topic, 1, attributes={"message.type": kind})
+                    if (await admin.route(topic)).get("queueDatas"):
+                        return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.2)
+
+    asyncio.run(go())
+    return topic
+
+
+def test_wrong_type_for_the_topic_is_refused(checked: Standalone, clients: Clients) -> None:
+    """A NORMAL message to a FIFO topic: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; with a message group: sent."""
+    topic = typed_topic(checked, "FIFO")
+    m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
+    m.system_properties.message_id = "0123456789ABCDEF0123456789ABCDEF"
+    m.system_properties.message_type = definition_pb2.MessageType.NORMAL
+    with grpc.insecure_channel(checked.grpc_endpoint) as channel:
+        resp = MessagingServiceStub(channel).SendMessage(service_pb2.SendMessageRequest(messages=[m]), timeout=10)
+    assert resp.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "TopicMessageType validate failed" in resp.status.message
+    p = clients.producer(topic)
+    with pytest.raises(Exception, match=str(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)):
+        p.send(message(topic, b"normal"))
+    fifo = message(topic, b"fifo")
+    fifo.message_group = "g1"
+    assert p.send(fifo).message_id
+
+
+def test_recall_message(checked: Standalone, clients: Clients) -> None:
+    """A recalled delay message is never delivered; one due at the same time is; a second recall fails."""
+    topic = typed_topic(checked, "DELAY")
+    p = clients.producer(topic)
+    due = int(time.time()) + 3  # seconds, whatever the 5.1.2 docstring says (test_delivery_timestamp_delays_the_message)
+    recalled, control = message(topic, b"recalled"), message(topic, b"control")
+    recalled.delivery_timestamp = control.delivery_timestamp = due
+    receipt = p.send(recalled)
+    p.send(control)
+    assert receipt.recall_handle
+    assert p.recall_message(topic, receipt.recall_handle) == receipt.message_id
+    with pytest.raises(Exception):  # noqa: B017 (the client raises a bare Exception subclass per code)
+        p.recall_message(topic, receipt.recall_handle)
+    c = clients.simple_consumer(uniq("g5recall"), topic, await_s=1)
+    got = receive_all(c, 1, deadline_s=20)
+    assert [m.body for m in got] == [b"control"]
+    assert c.receive(32, 15) == []  # the recalled one was due with the control: it would be here by now
+
+
+class ByBody(TransactionChecker):
+    """Commits what asks for it, rolls back the rest; remembers what it was asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+
+    def check(self, message):  # noqa: ANN001, ANN201
+        self.asked.append(message.body)
+        return TransactionResolution.COMMIT if message.body == b"commit me" else TransactionResolution.ROLLBACK
+
+
+def test_orphaned_transactions_are_checked_over_telemetry(checked: Standalone, clients: Clients) -> None:
+    """Half messages left unresolved: the broker's check reaches the producer's checker through its
+    Telemetry stream; its COMMIT delivers the message, its ROLLBACK drops the other."""
+    topic = typed_topic(checked, "TRANSACTION")
+    checker = ByBody()
+    p = clients.producer(topic, checker=checker)
+    kept_id = p.send(message(topic, b"commit me"), p.begin_transaction()).message_id
+    p.send(message(topic, b"roll me back"), p.begin_transaction())  # neither is committed nor rolled back here
+    c = clients.simple_consumer(uniq("g5check"), topic, await_s=1)
+    got = receive_all(c, 1, deadline_s=30)
+    assert [(m.message_id, m.body) for m in got] == [(kept_id, b"commit me")]
+    deadline = time.monotonic() + 20
+    while b"roll me back" not in checker.asked and time.monotonic() < deadline:
+        c.receive(32, 15)
+    assert set(checker.asked) >= {b"commit me", b"roll me back"}
+    assert c.receive(32, 15) == []  # the rolled-back one is never delivered
