@@ -233,6 +233,22 @@ def test_bad_topics(topic: str, needle: str) -> None:
         v.check_message(Message(topic, b"x"))
 
 
+def test_topic_checks_hold_on_every_send() -> None:
+    """Names that passed are remembered (a send's fast path); refusals never are, and a full memory starts over."""
+    for _ in range(3):
+        v.check_message(Message("T_ok", b"x"))
+        for topic, needle in (("a b", "illegal characters"), ("SCHEDULE_TOPIC_XXXX", "forbidden")):
+            with pytest.raises(ValidationError, match=needle):
+                v.check_message(Message(topic, b"x"))
+        with pytest.raises(ValidationError, match="must be a string"):
+            v.check_topic_sendable(["T_ok"])  # type: ignore[arg-type]
+    for i in range(v._SENDABLE_MAX + 1):  # noqa: SLF001
+        v.check_topic_sendable(f"T{i}")
+    assert len(v._SENDABLE) <= v._SENDABLE_MAX  # noqa: SLF001
+    with pytest.raises(ValidationError, match="illegal characters"):
+        v.check_topic_sendable("a b")
+
+
 def test_bad_bodies_and_groups() -> None:
     with pytest.raises(ValidationError, match="length is zero"):
         v.check_message(Message("T", b""))

@@ -16,6 +16,7 @@ DEFAULT_MAX_DELAY_LEVEL = 18  # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20
 DEFAULT_TIMER_MAX_DELAY_SEC = 400 * 24 * 3600
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
 _TIMER_SET = frozenset(_TIMER_PROPS)
+_DELAY_SET = frozenset((mc.DELAY, *_TIMER_PROPS))  # check_delay has nothing to do without one
 
 
 def check_group(group: str | None) -> None:
@@ -32,11 +33,22 @@ def check_topic(topic: str | None) -> None:
         raise ValidationError(str(e)) from None
 
 
+# Topics that passed check_topic_sendable (a pure check of the name): a producer sends to few topics,
+# and the name's regex cost each send more than a set lookup. Bounded (cleared when full).
+_SENDABLE: set[str] = set()
+_SENDABLE_MAX = 4096
+
+
 def check_topic_sendable(topic: str | None) -> None:
+    if type(topic) is str and topic in _SENDABLE:
+        return
     check_topic(topic)
     assert topic is not None
     if topic in nm.NOT_ALLOWED_SEND_TOPICS:
         raise ValidationError(f"Sending message to topic[{topic}] is forbidden.")
+    if len(_SENDABLE) >= _SENDABLE_MAX:
+        _SENDABLE.clear()
+    _SENDABLE.add(topic)
 
 
 def _int_prop(msg: Message, name: str) -> int:
@@ -50,6 +62,8 @@ def _int_prop(msg: Message, name: str) -> int:
 def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
                 timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC) -> None:
     """Delay level within 1..max, timer properties positive and within the broker's horizon, one kind only."""
+    if _DELAY_SET.isdisjoint(msg.properties):
+        return
     kinds = [p for p in _TIMER_PROPS if p in msg.properties]
     if mc.DELAY in msg.properties:
         level = _int_prop(msg, mc.DELAY)
