@@ -273,13 +273,10 @@ class Producer:
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
         v.check_batch(msgs, self.max_message_size, self.timer_max_delay_sec)
-        uniqs = []
-        for m in msgs:
-            u = m.properties.get(mc.UNIQ_KEY)
-            if not u:
-                u = self._ids.next_id()
-                m.properties[mc.UNIQ_KEY] = u
-            uniqs.append(u)
+        uniqs = [m.properties.get(mc.UNIQ_KEY) or "" for m in msgs]
+        missing = [i for i, u in enumerate(uniqs) if not u]
+        for i, u in zip(missing, self._ids.next_ids(len(missing)), strict=True):
+            uniqs[i] = msgs[i].properties[mc.UNIQ_KEY] = u
         body = codec.encode_batch(msgs)
         if len(body) > self.max_message_size:
             raise ValidationError(f"the batch body size {len(body)} is over max value, MAX: {self.max_message_size}")

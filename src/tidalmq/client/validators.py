@@ -144,7 +144,7 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
             raise ValidationError("The topic of the messages in one batch should be the same")
         _check_body_and_properties(m, max_message_size)
         props = m.properties
-        if m.delay_level > 0:
+        if mc.DELAY in props and m.delay_level > 0:
             raise ValidationError("TimeDelayLevel is not supported for batching")
         if _TIMER_SET.isdisjoint(props) == timed:
             raise ValidationError("timer and plain messages cannot share a batch: give every message a deliver time, or none")
