@@ -32,6 +32,7 @@ from tidalmq.client.instance import Backoff, resolve_namesrv
 from tidalmq.client.message import now_ms
 from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.selector import FaultStrategy, RoundRobin, java_hash, not_available_duration
+from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
 from tidalmq.common.message import decode_properties
 from tidalmq.common.record import decode_record, encode_record
@@ -242,9 +243,9 @@ def test_topic_checks_hold_on_every_send() -> None:
                 v.check_message(Message(topic, b"x"))
         with pytest.raises(ValidationError, match="must be a string"):
             v.check_topic_sendable(["T_ok"])  # type: ignore[arg-type]
-    for i in range(v._SENDABLE_MAX + 1):  # noqa: SLF001
+    for i in range(nm.LEGAL_TOPICS_MAX + 1):
         v.check_topic_sendable(f"T{i}")
-    assert len(v._SENDABLE) <= v._SENDABLE_MAX  # noqa: SLF001
+    assert len(nm._LEGAL_TOPICS) <= nm.LEGAL_TOPICS_MAX  # noqa: SLF001
     with pytest.raises(ValidationError, match="illegal characters"):
         v.check_topic_sendable("a b")
 

@@ -33,22 +33,11 @@ def check_topic(topic: str | None) -> None:
         raise ValidationError(str(e)) from None
 
 
-# Topics that passed check_topic_sendable (a pure check of the name): a producer sends to few topics,
-# and the name's regex cost each send more than a set lookup. Bounded (cleared when full).
-_SENDABLE: set[str] = set()
-_SENDABLE_MAX = 4096
-
-
 def check_topic_sendable(topic: str | None) -> None:
-    if type(topic) is str and topic in _SENDABLE:
-        return
     check_topic(topic)
     assert topic is not None
     if topic in nm.NOT_ALLOWED_SEND_TOPICS:
         raise ValidationError(f"Sending message to topic[{topic}] is forbidden.")
-    if len(_SENDABLE) >= _SENDABLE_MAX:
-        _SENDABLE.clear()
-    _SENDABLE.add(topic)
 
 
 def _int_prop(msg: Message, name: str) -> int:
