@@ -274,3 +274,30 @@ def test_lazy_fields_survive_a_pull_through_the_consumer_codec() -> None:
     assert [m.msg_id for m in msgs] == [f"U{i}" for i in range(5)]
     assert len({m.offset_msg_id for m in msgs}) == 5
     assert all(m.store_host == ("127.0.0.1", 10911) for m in msgs)
+
+
+def test_shutdown_waits_for_async_sends_in_flight_and_retried() -> None:
+    """Sends answered late, and sends retried on the other broker after a failure, are all finished
+    when shutdown returns; none stays tracked afterwards."""
+    async def body(fake: FakeCluster) -> None:
+        p = Producer("PG", fake.namesrv_addr, send_latency_fault_enable=False)
+        await p.start()
+        await p.send(Message("T", b"warm"))
+        await p.send(Message("T", b"warm"))  # both connections open: every send takes the fast path
+        loop = asyncio.get_running_loop()
+
+        def late(c: Connection, cmd: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+            fut: asyncio.Future[RemotingCommand] = loop.create_future()
+            loop.call_later(0.3, fut.set_result, fake.send_ok("b", cmd))
+            return fut
+
+        fake.handlers["a"][RC.SEND_MESSAGE_V2] = lambda c, cmd: cmd.make_response(ResponseCode.SYSTEM_ERROR, "bad")
+        fake.handlers["b"][RC.SEND_MESSAGE_V2] = late
+        futs = [p.send_async(Message("T", b"x")) for _ in range(8)]
+        await p.shutdown()
+        assert all(f.done() for f in futs)
+        assert {f.result().message_queue.broker_name for f in futs} == {"b"}
+        assert len(fake.of_code(RC.SEND_MESSAGE_V2, "a")) >= 2  # some went to a first and were retried
+        assert not p._pending  # noqa: SLF001
+
+    run(body)

@@ -32,6 +32,7 @@ from tidalmq.client.instance import Backoff, resolve_namesrv
 from tidalmq.client.message import now_ms
 from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.selector import FaultStrategy, RoundRobin, java_hash, not_available_duration
+from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
 from tidalmq.common.message import decode_properties
 from tidalmq.common.record import decode_record, encode_record
@@ -231,6 +232,22 @@ def test_heartbeat_json_has_the_java_client_shape() -> None:
 def test_bad_topics(topic: str, needle: str) -> None:
     with pytest.raises(ValidationError, match=needle):
         v.check_message(Message(topic, b"x"))
+
+
+def test_topic_checks_hold_on_every_send() -> None:
+    """Names that passed are remembered (a send's fast path); refusals never are, and a full memory starts over."""
+    for _ in range(3):
+        v.check_message(Message("T_ok", b"x"))
+        for topic, needle in (("a b", "illegal characters"), ("SCHEDULE_TOPIC_XXXX", "forbidden")):
+            with pytest.raises(ValidationError, match=needle):
+                v.check_message(Message(topic, b"x"))
+        with pytest.raises(ValidationError, match="must be a string"):
+            v.check_topic_sendable(["T_ok"])  # type: ignore[arg-type]
+    for i in range(nm.LEGAL_TOPICS_MAX + 1):
+        v.check_topic_sendable(f"T{i}")
+    assert len(nm._LEGAL_TOPICS) <= nm.LEGAL_TOPICS_MAX  # noqa: SLF001
+    with pytest.raises(ValidationError, match="illegal characters"):
+        v.check_topic_sendable("a b")
 
 
 def test_bad_bodies_and_groups() -> None:

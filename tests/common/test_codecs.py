@@ -58,6 +58,24 @@ def test_uniq_ids_are_unique_and_32_hex() -> None:
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 
+def test_uniq_ids_of_a_batch_continue_the_counter() -> None:
+    gen = UniqIdGenerator()
+    first = gen.next_id()
+    batch = gen.next_ids(70000)  # wraps the 16-bit counter
+    after = gen.next_id()
+    ids = [first, *batch, after]
+    assert all(len(i) == 32 and i[:20] == first[:20] for i in ids)  # ip, pid, generator: one prefix
+    counters = [int(i[-4:], 16) for i in ids]
+    assert all((b - a) & 0xFFFF == 1 for a, b in zip(counters, counters[1:], strict=False))
+    assert len(set(gen.next_ids(5000))) == 5000 and gen.next_ids(0) == []
+
+
+def test_encode_properties_skips_none_and_writes_non_strings() -> None:
+    assert encode_properties({"A": "1", "B": "x y"}) == "A\x011\x02B\x01x y\x02"
+    assert encode_properties({"A": None, "B": 2}) == "B\x012\x02"  # type: ignore[dict-item]
+    assert encode_properties({}) == "" and encode_properties(None) == ""
+
+
 @given(
     body=st.binary(max_size=2000),
     topic=st.from_regex(r"[A-Za-z0-9_%|-]{1,100}", fullmatch=True),

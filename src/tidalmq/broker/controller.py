@@ -513,8 +513,13 @@ class BrokerController:
         parsed = msg.is_parsed or sf.transaction_type(msg.sysflag) != sf.TRANSACTION_NOT_TYPE
         for hook in self.rewrite_hooks:
             markers = getattr(hook, "markers", None)
-            if markers is None or parsed or any(m in text for m in markers):
+            if markers is None or parsed:
                 hook(msg)
+                continue
+            for m in markers:  # a loop, not any(genexpr): this runs for every hook of every send
+                if m in text:
+                    hook(msg)
+                    break
 
     def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
         """The CommitLog-level filter of a subscription: SQL92 evaluated on each candidate record's

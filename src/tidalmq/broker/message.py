@@ -46,6 +46,9 @@ class InnerMessage:
     # A TIMER_DEL_UNIQKEY cancel: what the lookup of its target found. The send path looks it up off
     # the event loop before the rewrites run (TimerRewrite.cancel_of), so the rewrite never blocks.
     cancel_target: CancelTarget | None = None
+    # Set by TimerRewrite's fast path: (the properties text it wrote, REAL_TOPIC, TIMER_OUT_MS), so the
+    # send's response can build the recall handle without searching that text again.
+    timer_parked: tuple[str, str, str] | None = None
     _props: dict[str, str] | None = None
 
     def has_property(self, name: str) -> bool:

@@ -227,6 +227,7 @@ class TimerRewrite:
             now = self.clock()
             fast = self.timer_properties(msg.properties_text, msg.topic, msg.queue_id, now)
             if fast is not None and fast[1] > now:  # one due already is stored as it is: the general path
+                msg.timer_parked = (fast[0], msg.topic, str(fast[1]))
                 msg.properties_text = fast[0]
                 msg.topic = TIMER_TOPIC
                 msg.queue_id = 0

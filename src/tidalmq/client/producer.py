@@ -273,13 +273,10 @@ class Producer:
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
         v.check_batch(msgs, self.max_message_size, self.timer_max_delay_sec)
-        uniqs = []
-        for m in msgs:
-            u = m.properties.get(mc.UNIQ_KEY)
-            if not u:
-                u = self._ids.next_id()
-                m.properties[mc.UNIQ_KEY] = u
-            uniqs.append(u)
+        uniqs = [m.properties.get(mc.UNIQ_KEY) or "" for m in msgs]
+        missing = [i for i, u in enumerate(uniqs) if not u]
+        for i, u in zip(missing, self._ids.next_ids(len(missing)), strict=True):
+            uniqs[i] = msgs[i].properties[mc.UNIQ_KEY] = u
         body = codec.encode_batch(msgs)
         if len(body) > self.max_message_size:
             raise ValidationError(f"the batch body size {len(body)} is over max value, MAX: {self.max_message_size}")
@@ -468,7 +465,9 @@ class Producer:
         fut: asyncio.Future[SendResult] | None = None
         if queue is None and selector is None:
             fut = self._send_async_first(p, timeout)
-        if fut is None:
+        if fut is not None:
+            self._pending.add(fut)  # _first_answered takes it out: no done-callback of its own
+        else:
 
             async def run() -> SendResult:
                 if queue is not None:
@@ -481,8 +480,8 @@ class Producer:
                 return r
 
             fut = asyncio.ensure_future(run())
-        self._pending.add(fut)
-        fut.add_done_callback(self._pending.discard)
+            self._pending.add(fut)
+            fut.add_done_callback(self._pending.discard)
         if callback is not None:
             fut.add_done_callback(lambda f: _invoke_callback(callback, f))
         return fut
@@ -514,6 +513,7 @@ class Producer:
 
     def _first_answered(self, first: _FirstAttempt, out: asyncio.Future[SendResult],
                         answer: asyncio.Future[RemotingCommand]) -> None:
+        self._pending.discard(out)  # back below if a retry follows
         mq = first.mq
         elapsed_ms = int((time.monotonic() - first.begin) * 1000)
         error: BaseException | None = answer.exception() if not answer.cancelled() else MQClientError(
@@ -541,12 +541,16 @@ class Producer:
             retry = asyncio.ensure_future(self._send_until_not_busy(
                 first.p, mq, first.addr, first.begin + first.timeout, busy=answer.result()))
             retry.add_done_callback(functools.partial(_chain, out))
+            self._pending.add(out)
+            out.add_done_callback(self._pending.discard)
             return
         if isinstance(error, MQBrokerError) and error.code not in RETRY_RESPONSE_CODES:
             out.set_exception(error)
             return
         rest = asyncio.ensure_future(self._send_default(first.p, _MODE_ASYNC, first.timeout, first=first))
         rest.add_done_callback(functools.partial(_chain, out))
+        self._pending.add(out)
+        out.add_done_callback(self._pending.discard)
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None,
                           selector: MessageQueueSelector | None = None, arg: Any = None) -> None:

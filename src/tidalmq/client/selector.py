@@ -3,6 +3,7 @@ avoidance (MQFaultStrategy, LatencyFaultToleranceImpl)."""
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -116,10 +117,10 @@ class LatencyFaultTolerance:
 
 
 def not_available_duration(latency_ms: int) -> int:
-    for lat, dur in zip(reversed(LATENCY_MAX), reversed(NOT_AVAILABLE_DURATION), strict=True):
-        if latency_ms >= lat:
-            return dur
-    return 0
+    """The penalty of the highest LATENCY_MAX step ``latency_ms`` reaches (0 below the first); asked
+    after every send, hence a bisection rather than a walk of the table."""
+    i = bisect.bisect_right(LATENCY_MAX, latency_ms)
+    return NOT_AVAILABLE_DURATION[i - 1] if i else 0
 
 
 class FaultStrategy:

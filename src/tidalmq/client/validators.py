@@ -16,6 +16,7 @@ DEFAULT_MAX_DELAY_LEVEL = 18  # "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20
 DEFAULT_TIMER_MAX_DELAY_SEC = 400 * 24 * 3600
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
 _TIMER_SET = frozenset(_TIMER_PROPS)
+_DELAY_SET = frozenset((mc.DELAY, *_TIMER_PROPS))  # check_delay has nothing to do without one
 
 
 def check_group(group: str | None) -> None:
@@ -50,6 +51,8 @@ def _int_prop(msg: Message, name: str) -> int:
 def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
                 timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC) -> None:
     """Delay level within 1..max, timer properties positive and within the broker's horizon, one kind only."""
+    if _DELAY_SET.isdisjoint(msg.properties):
+        return
     kinds = [p for p in _TIMER_PROPS if p in msg.properties]
     if mc.DELAY in msg.properties:
         level = _int_prop(msg, mc.DELAY)
@@ -130,7 +133,7 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
             raise ValidationError("The topic of the messages in one batch should be the same")
         _check_body_and_properties(m, max_message_size)
         props = m.properties
-        if m.delay_level > 0:
+        if mc.DELAY in props and m.delay_level > 0:
             raise ValidationError("TimeDelayLevel is not supported for batching")
         if _TIMER_SET.isdisjoint(props) == timed:
             raise ValidationError("timer and plain messages cannot share a batch: give every message a deliver time, or none")

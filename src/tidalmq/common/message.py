@@ -87,9 +87,12 @@ def encode_properties(props: dict[str, str] | None) -> str:
     """Properties to RocketMQ's string form; ``None`` values are skipped as Java does."""
     if not props:
         return ""
-    return "".join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items() if v is not None
-    )
+    try:  # all names and values strings (nearly always): two C-level joins
+        return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items())) + PROPERTY_SEPARATOR
+    except TypeError:
+        return "".join(
+            f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items() if v is not None
+        )
 
 
 def decode_properties(text: str | None) -> dict[str, str]:

@@ -69,9 +69,21 @@ def _check(what: str, name: object, chars: re.Pattern[str], max_length: int, all
     return name
 
 
+# Topic names that passed check_topic (a pure check of the name): every send checks its topic, on the
+# client and again on the broker, and few names recur; a set lookup costs less than the regex.
+# Bounded (cleared when full).
+_LEGAL_TOPICS: set[str] = set()
+LEGAL_TOPICS_MAX = 4096
+
+
 def check_topic(topic: object) -> None:
     """Raise ``NameError_`` if ``topic`` is not a legal RocketMQ topic name."""
+    if topic.__class__ is str and topic in _LEGAL_TOPICS:
+        return
     _check("topic", topic, _TOPIC_CHARS, TOPIC_MAX_LENGTH, TOPIC_PATTERN)
+    if len(_LEGAL_TOPICS) >= LEGAL_TOPICS_MAX:
+        _LEGAL_TOPICS.clear()
+    _LEGAL_TOPICS.add(topic)  # type: ignore[arg-type]  # _check passed: a str
 
 
 def check_topic_sendable(topic: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tidalmq.common.message import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 VERSION_1 = "v1"
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 class RecallHandleError(ValueError):
@@ -25,7 +26,8 @@ class RecallHandle:
 
     def encode(self) -> str:
         raw = " ".join((VERSION_1, self.topic, self.broker_name, self.timestamp, self.message_id))
-        return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+        # base64.urlsafe_b64encode's result, without its two wrappers (a handle for every timer send)
+        return binascii.b2a_base64(raw.encode("utf-8"), newline=False).translate(_URLSAFE).decode("ascii")
 
     @property
     def deliver_ms(self) -> int:

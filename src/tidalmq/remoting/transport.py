@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import itertools
 import logging
 import socket
@@ -88,6 +89,12 @@ class Connection(asyncio.Protocol):
         self._got_data = False
         self._decoder = FrameDecoder(max_frame)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # Deadlines of ``request``s with a timeout, earliest first, and the one timer armed for the
+        # earliest (as RocketMQ's scanResponseTable, one sweep for all): a TimerHandle per request, and
+        # its cancellation, cost a pipelining client about as much as encoding the request.
+        self._deadlines: list[tuple[float, int, float, asyncio.Future[RemotingCommand]]] = []
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = 0.0
         self._on_close = on_close
         self.transport: asyncio.Transport | None = None
         self.remote: tuple[str, int] = ("", 0)
@@ -268,6 +275,10 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(RemotingConnectError(f"connection to {self.addr} closed"))
         self._pending.clear()
+        self._deadlines.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for fut in list(self._inflight):
             fut.cancel()
         self._inflight.clear()
@@ -384,14 +395,39 @@ class Connection(asyncio.Protocol):
             del self._pending[opaque]
             fut.set_exception(RemotingConnectError(f"connection to {self.addr} is closed"))
         elif timeout is not None:
-            timer = loop.call_later(timeout, self._expire, opaque, timeout)
-            fut.add_done_callback(lambda _f: timer.cancel())
+            at = loop.time() + timeout
+            deadlines = self._deadlines
+            if len(deadlines) > 2 * len(self._pending) + 1024:  # mostly answered: keep the heap small
+                deadlines[:] = [d for d in deadlines if self._pending.get(d[1]) is d[3]]
+                heapq.heapify(deadlines)
+            heapq.heappush(deadlines, (at, opaque, timeout, fut))
+            if self._sweep is None or at < self._sweep_at:
+                self._arm_sweep(loop, at)
         return fut
 
-    def _expire(self, opaque: int, timeout: float) -> None:
-        fut = self._pending.pop(opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms"))
+    def _arm_sweep(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep_at = at
+        self._sweep = loop.call_at(at, self._expire_due)
+
+    def _expire_due(self) -> None:
+        """Fail the requests whose deadline passed unanswered; arm the timer for the next deadline."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _at, opaque, timeout, fut = heapq.heappop(deadlines)
+            if self._pending.get(opaque) is fut:
+                del self._pending[opaque]
+                if not fut.done():
+                    fut.set_exception(RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms"))
+        # entries answered since they were queued go without a wake-up of their own
+        while deadlines and self._pending.get(deadlines[0][1]) is not deadlines[0][3]:
+            heapq.heappop(deadlines)
+        if deadlines:
+            self._arm_sweep(loop, deadlines[0][0])
 
     def invoke_oneway(self, cmd: RemotingCommand) -> bool:
         if not cmd.opaque:

@@ -44,11 +44,20 @@ def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: In
 
     def with_handle(resp: RemotingCommand) -> object:
         if resp.code == ResponseCode.SUCCESS and msg.topic == nm.TIMER_TOPIC:
-            out_ms = msg.get_property(mc.TIMER_OUT_MS)
-            real_topic = msg.get_property(mc.REAL_TOPIC)
+            parked = msg.timer_parked
+            out_ms: str | None
+            real_topic: str | None
+            if parked is not None and parked[0] is msg.properties_text and not msg.is_parsed:
+                # the timer rewrite's fast path wrote these properties: one timer request, no cancel
+                _, real_topic, out_ms = parked
+                cancel = False
+            else:
+                out_ms = msg.get_property(mc.TIMER_OUT_MS)
+                real_topic = msg.get_property(mc.REAL_TOPIC)
+                cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
             uniq = msg.get_property(mc.UNIQ_KEY)
             if (out_ms and real_topic and uniq and not real_topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX)
-                    and not msg.has_property(mc.TIMER_DEL_UNIQKEY)):
+                    and not cancel):
                 handle = RecallHandle(real_topic, broker.config.broker_name, out_ms, uniq)
                 resp.ext_fields[RECALL_HANDLE] = handle.encode()
         return reply(resp)
