@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 import urllib.request
@@ -148,3 +149,23 @@ def test_bad_port_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         s.start(timeout=30)
     assert "metricsPromExporterPort=70000: must be between 0 and 65535" in s.log_tail()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+METRIC_NAME = re.compile(r"\b((?:rocketmq|tidalmq)_[a-z_]+)")
+
+
+def documented() -> set[str]:
+    return set(METRIC_NAME.findall((DOCS / "metrics.md").read_text()))
+
+
+def test_every_served_and_charted_metric_is_documented(broker: Standalone) -> None:
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
+        families = {fam.name for fam in text_string_to_metric_families(r.read().decode())}
+    with urllib.request.urlopen(broker.namesrv_metrics_url, timeout=10) as r:
+        families |= {fam.name for fam in text_string_to_metric_families(r.read().decode())}
+    docs = {n.removesuffix("_total") for n in documented()}
+    assert families - docs == set()
+    charted = {re.sub(r"_(total|bucket)$", "", n)
+               for n in METRIC_NAME.findall((DOCS / "grafana-dashboard.json").read_text())}
+    assert charted - docs == set()
