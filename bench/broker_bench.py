@@ -219,7 +219,8 @@ def scrape_every(url: str, interval: float, stop: threading.Event) -> None:
             r.read()
 
 
-async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = False, metrics: str = "PROM") -> None:
+async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = False, metrics: str = "PROM",
+                    scrape_interval: float = 15.0) -> None:
     with tempfile.TemporaryDirectory() as d:
         settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
                     "metricsExporterType": metrics}
@@ -229,8 +230,9 @@ async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = F
         s = Standalone(Path(d) / "data", settings)
         s.start()
         stop_scraping = threading.Event()
-        if metrics == "PROM":  # scraped every second (Prometheus' default is 15 s): the endpoint's cost shows
-            threading.Thread(target=scrape_every, args=(s.metrics_url, 1.0, stop_scraping), daemon=True).start()
+        if metrics == "PROM":  # scraped as Prometheus would while the load runs
+            threading.Thread(target=scrape_every, args=(s.metrics_url, scrape_interval, stop_scraping),
+                             daemon=True).start()
         try:
             broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
             me = psutil.Process()
@@ -276,7 +278,8 @@ async def main() -> None:
     ap.add_argument("--compare", help="a previous bench/out/broker-*.json to compare with")
     ap.add_argument("--acl", action="store_true", help="aclEnable=true on the broker, every request signed")
     ap.add_argument("--metrics", choices=("PROM", "DISABLE"), default="PROM",
-                    help="metricsExporterType of the broker (PROM: scraped every second during the run)")
+                    help="metricsExporterType of the broker (PROM: scraped during the run, see --scrape-interval)")
+    ap.add_argument("--scrape-interval", type=float, default=15.0, help="seconds between scrapes (Prometheus: 15)")
     ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), action="append",
                     help="run only this flushDiskType's phase (repeatable; default both)")
     args = ap.parse_args()
@@ -289,7 +292,8 @@ async def main() -> None:
     results: dict[str, float] = {}
     print(f"metricsExporterType={args.metrics}")
     for flush in args.flush or ("ASYNC_FLUSH", "SYNC_FLUSH"):
-        await run_phase(flush, args.messages, results, acl=args.acl, metrics=args.metrics)
+        await run_phase(flush, args.messages, results, acl=args.acl, metrics=args.metrics,
+                        scrape_interval=args.scrape_interval)
     path = save("broker-acl" if args.acl else "broker", results)
     print(f"\nresults written to {path}")
     compare(args.compare, results)

@@ -21,9 +21,10 @@ class RpcLatencyStats:
         self.series: dict[tuple[int, int], list[float]] = {}
 
     def record(self, request_code: int, response_code: int, elapsed_ms: float) -> None:
-        row = self.series.get((request_code, response_code))
+        key = (request_code, response_code)
+        row = self.series.get(key)
         if row is None:
-            row = self.series[(request_code, response_code)] = [0] * (len(LATENCY_BUCKETS_MS) + 2)
+            row = self.series[key] = [0] * (len(LATENCY_BUCKETS_MS) + 2)
         row[bisect_left(LATENCY_BUCKETS_MS, elapsed_ms)] += 1
         row[-1] += elapsed_ms
 

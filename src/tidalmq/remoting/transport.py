@@ -288,7 +288,7 @@ class Connection(asyncio.Protocol):
             return
         srv = self._server
         stats = srv.rpc_stats if srv is not None else None
-        t0 = time.perf_counter() if stats is not None else 0.0
+        t0 = self.received_at  # when the frame was read: the latency a client sees, and no clock read here
         try:
             reply = self._dispatcher(self, cmd)
         except Exception as e:  # a processor bug must not take the connection down for others
@@ -303,7 +303,7 @@ class Connection(asyncio.Protocol):
             if not cmd.is_oneway:
                 self.send(reply)
             if stats is not None:
-                stats.record(cmd.code, reply.code, (time.perf_counter() - t0) * 1000.0)
+                stats.record(cmd.code, reply.code, (time.monotonic() - t0) * 1000.0)
             return
         fut = asyncio.ensure_future(reply)
         self._inflight.add(fut)
@@ -330,7 +330,7 @@ class Connection(asyncio.Protocol):
             self.send(reply)
         stats = self._server.rpc_stats if self._server is not None else None
         if stats is not None and reply is not None:
-            stats.record(cmd.code, reply.code, (time.perf_counter() - t0) * 1000.0)
+            stats.record(cmd.code, reply.code, (time.monotonic() - t0) * 1000.0)
 
     def _reply_error_and_close(self, remark: str) -> None:
         if self.transport is None:
@@ -358,7 +358,7 @@ class Connection(asyncio.Protocol):
             started = self._rpc_started.pop(cmd.opaque, None)
             stats = self._server.rpc_stats if self._server is not None else None
             if started is not None and stats is not None:
-                stats.record(started[0], cmd.code, (time.perf_counter() - started[1]) * 1000.0)
+                stats.record(started[0], cmd.code, (time.monotonic() - started[1]) * 1000.0)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_out)
