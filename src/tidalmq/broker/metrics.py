@@ -76,8 +76,8 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
         producer_connections={g: len(conns) for g, conns in broker.producers.items()},
         consumer_connections={g: len(info.channels) for g, info in broker.consumers.groups.items()},
         rpc=rpc.snapshot() if rpc is not None else {},
-        flush_behind=max(0, store.max_phy_offset - store.commit_log.flushed_where),
-        dispatch_behind=store.reput.behind(),
+        flush_behind=store.flush_behind_bytes(),
+        dispatch_behind=store.dispatch_behind_bytes(),
         disk_full=bool(store.disk_full),
         delay_pending=broker.schedule.pending(),
         # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
