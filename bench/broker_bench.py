@@ -20,7 +20,9 @@ import os
 import struct
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -210,14 +212,27 @@ def cpu_of(proc: psutil.Process) -> float:
     return t.user + t.system
 
 
-async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = False) -> None:
+def scrape_every(url: str, interval: float, stop: threading.Event) -> None:
+    """A Prometheus stand-in: scrapes the broker's endpoint while the load runs (docs/metrics.md)."""
+    while not stop.wait(interval):
+        with urllib.request.urlopen(url, timeout=10) as r:
+            r.read()
+
+
+async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = False, metrics: str = "PROM",
+                    scrape_interval: float = 15.0) -> None:
     with tempfile.TemporaryDirectory() as d:
-        settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024)}
+        settings = {"flushDiskType": flush, "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
+                    "metricsExporterType": metrics}
         if acl:
             (Path(d) / "acl.yml").write_text(ACL_YML)
             settings |= {"aclEnable": "true", "rocketmq.acl.plain.file": str(Path(d) / "acl.yml")}
         s = Standalone(Path(d) / "data", settings)
         s.start()
+        stop_scraping = threading.Event()
+        if metrics == "PROM":  # scraped as Prometheus would while the load runs
+            threading.Thread(target=scrape_every, args=(s.metrics_url, scrape_interval, stop_scraping),
+                             daemon=True).start()
         try:
             broker = psutil.Process(s.proc.pid)  # type: ignore[union-attr]
             me = psutil.Process()
@@ -253,6 +268,7 @@ async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = F
                       f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
             await c.close()
         finally:
+            stop_scraping.set()
             s.stop()
 
 
@@ -261,6 +277,11 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--compare", help="a previous bench/out/broker-*.json to compare with")
     ap.add_argument("--acl", action="store_true", help="aclEnable=true on the broker, every request signed")
+    ap.add_argument("--metrics", choices=("PROM", "DISABLE"), default="PROM",
+                    help="metricsExporterType of the broker (PROM: scraped during the run, see --scrape-interval)")
+    ap.add_argument("--scrape-interval", type=float, default=15.0, help="seconds between scrapes (Prometheus: 15)")
+    ap.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), action="append",
+                    help="run only this flushDiskType's phase (repeatable; default both)")
     args = ap.parse_args()
     print_machine()
     if args.acl:
@@ -269,8 +290,10 @@ async def main() -> None:
         USER_SIGNER = RequestSigner(SessionCredentials("benchUser", "benchUserSecret"))
         print("ACL on: every request signed, sends and pulls by a non-admin account")
     results: dict[str, float] = {}
-    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
-        await run_phase(flush, args.messages, results, acl=args.acl)
+    print(f"metricsExporterType={args.metrics}")
+    for flush in args.flush or ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        await run_phase(flush, args.messages, results, acl=args.acl, metrics=args.metrics,
+                        scrape_interval=args.scrape_interval)
     path = save("broker-acl" if args.acl else "broker", results)
     print(f"\nresults written to {path}")
     compare(args.compare, results)

@@ -129,7 +129,8 @@ def time_standalone(data_dir: Path, file_mib: int, py_spy: Path | None = None, t
 
     ns, br = free_port_pair()
     cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(data_dir), "--namesrv-port",
-           str(ns), "--broker-port", str(br), "--grpc-port", "0", "--console-port", "-1", "--set", f"mappedFileSizeCommitLog={file_mib * 1024 * 1024}"]
+           str(ns), "--broker-port", str(br), "--grpc-port", "0", "--console-port", "-1", "--set", "metricsExporterType=DISABLE",
+           "--set", f"mappedFileSizeCommitLog={file_mib * 1024 * 1024}"]
     if py_spy is not None:
         cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "-r", "250", "-f", "raw", "-o", str(py_spy),
                "--", *cmd]

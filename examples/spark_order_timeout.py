@@ -49,7 +49,8 @@ def start_standalone(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     while abs(ns_port - broker_port) <= 1:
         broker_port = free_port()
     cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(data_dir), "--namesrv-port",
-           str(ns_port), "--broker-port", str(broker_port), "--grpc-port", "0", "--set", "timerPrecisionMs=100"]
+           str(ns_port), "--broker-port", str(broker_port), "--grpc-port", "0", "--set", "timerPrecisionMs=100",
+           "--set", "metricsExporterType=DISABLE"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60

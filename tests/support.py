@@ -43,9 +43,23 @@ class Standalone:
         self.namesrv_port, self.broker_port = free_port_pair()
         self.grpc_port = free_port()
         self.console_port = free_port()
+        self._pick_metrics_ports()
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = log_path or (self.data_dir / "standalone.log")
         self._lines: list[str] = []
+
+    def _pick_metrics_ports(self) -> None:
+        # the standalone serves Prometheus by default (docs/metrics.md): never on its default 5557/5558 here
+        self.metrics_port = free_port()
+        self.namesrv_metrics_port = free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def namesrv_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.namesrv_metrics_port}/metrics"
 
     @property
     def namesrv_addr(self) -> str:
@@ -69,7 +83,9 @@ class Standalone:
         cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(self.data_dir),
                "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
                "--grpc-port", str(self.grpc_port), "--console-port", str(self.console_port)]
-        for k, v in self.settings.items():
+        ports = {"metricsPromExporterPort": str(self.metrics_port),
+                 "namesrvMetricsPromExporterPort": str(self.namesrv_metrics_port)}
+        for k, v in {**ports, **self.settings}.items():
             cmd += ["--set", f"{k}={v}"]
         return cmd
 
@@ -89,6 +105,7 @@ class Standalone:
                 self.namesrv_port, self.broker_port = free_port_pair()
                 self.grpc_port = free_port()
                 self.console_port = free_port()
+                self._pick_metrics_ports()
         raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> Standalone:

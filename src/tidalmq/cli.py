@@ -89,6 +89,8 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
     props = _load_props(args)
     rc, tls, props = server_settings(props)
     bc = BrokerConfig()
+    if proxy is not None:  # the standalone: its metrics endpoints on unless metricsExporterType=DISABLE
+        bc.metrics_exporter_type = "PROM"
     sc = MessageStoreConfig()
     sc.store_path_root_dir = os.path.join(data_dir, "store")
     unknown = apply_properties(sc, props)
@@ -173,6 +175,14 @@ async def _standalone(args: argparse.Namespace) -> int:
         endpoint_creds = SessionCredentials(bc.access_key, bc.secret_key)
     await broker.start()
     await broker.register_all()
+    from tidalmq.broker.metrics import start_broker_exporter
+    from tidalmq.namesrv.metrics import start_namesrv_exporter
+
+    exporters = [e for e in (
+        start_broker_exporter(broker),
+        start_namesrv_exporter(ns, bc.metrics_exporter_type, bc.metrics_prom_exporter_host,
+                               bc.namesrv_metrics_prom_exporter_port),
+    ) if e is not None]
     grpc_server = None
     grpc_text = ""
     if pc.grpc_server_port >= 0:
@@ -195,6 +205,8 @@ async def _standalone(args: argparse.Namespace) -> int:
     log.info("shutting down")
     if console is not None:
         await console.stop()
+    for exporter in exporters:
+        exporter.stop()
     if grpc_server is not None:
         await grpc_server.stop()
     await broker.stop()
@@ -249,9 +261,13 @@ async def _namesrv(args: argparse.Namespace) -> int:
     from tidalmq.namesrv.server import NameServer
 
     data_dir = args.data_dir or default_data_dir()
-    rc, tls, unknown = server_settings(_load_props(args))
-    for key in unknown:
+    from tidalmq.namesrv.metrics import NamesrvMetricsConfig, start_namesrv_exporter
+
+    rc, tls, rest = server_settings(_load_props(args))
+    mc = NamesrvMetricsConfig()
+    for key in apply_properties(mc, rest):
         log.warning("unknown configuration key %s ignored", key)
+    mc.validate()
     acl = None
     if args.acl_enable:
         from tidalmq.acl import acl_home, namesrv_validator
@@ -260,9 +276,13 @@ async def _namesrv(args: argparse.Namespace) -> int:
     ns = NameServer(args.host, args.port, kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"), acl=acl,
                     remoting_config=rc, tls=tls)
     await ns.start()
+    exporter = start_namesrv_exporter(ns, mc.metrics_exporter_type, mc.metrics_prom_exporter_host,
+                                      mc.metrics_prom_exporter_port)
     print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
     stop = asyncio.Event()
     await _run_until_signal(stop)
+    if exporter is not None:
+        exporter.stop()
     await ns.stop()
     return 0
 
@@ -278,10 +298,15 @@ async def _broker(args: argparse.Namespace) -> int:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
     broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
     await broker.start()
+    from tidalmq.broker.metrics import start_broker_exporter
+
+    exporter = start_broker_exporter(broker)
     _settle_gc()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
     stop = asyncio.Event()
     await _run_until_signal(stop)
+    if exporter is not None:
+        exporter.stop()
     await broker.stop()
     return 0
 

@@ -58,7 +58,7 @@ def test_defaults_and_rocketmq_spellings_pass() -> None:
 def _standalone(tmp_path, ns_port: int, *settings: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
     cmd = [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(tmp_path / "data"),
            "--namesrv-port", str(ns_port), "--broker-port", str(free_port()), "--grpc-port", "0",
-           "--console-port", "0"]
+           "--console-port", "0", "--set", "metricsExporterType=DISABLE"]  # never the default metrics port 5557 in a test
     for s in settings:
         cmd += ["--set", s]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)

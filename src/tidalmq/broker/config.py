@@ -98,6 +98,13 @@ class BrokerConfig:
     acl_enable: bool = False
     acl_plain_file: str = ""
     # The account this broker signs its NameServer requests with (REGISTER_BROKER ...).
+    # Prometheus endpoints (RocketMQ 5's keys, docs/metrics.md). DISABLE binds nothing; the standalone turns
+    # PROM on unless told otherwise. An empty host is 127.0.0.1: metrics are not exposed beyond the machine
+    # unless asked. The NameServer beside a standalone gets its own port (namesrvMetricsPromExporterPort).
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
+    namesrv_metrics_prom_exporter_port: int = 5558
     access_key: str = ""
     secret_key: str = field(default="", metadata={"secret": True})
 
@@ -137,6 +144,9 @@ _CHECKS: dict[str, Check] = {
     "broker_role": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
     "broker_id": in_range(0, 2**63 - 1),
     "listen_port": in_range(0, 65535),
+    "metrics_exporter_type": one_of("DISABLE", "PROM"),
+    "metrics_prom_exporter_port": in_range(0, 65535),
+    "namesrv_metrics_prom_exporter_port": in_range(0, 65535),
     "ha_listen_port": in_range(-1, 65535),
     "ha_send_heartbeat_interval": in_range(1, JAVA_INT_MAX),
     "ha_housekeeping_interval": in_range(1, JAVA_INT_MAX),

@@ -128,6 +128,9 @@ class BrokerController:
         self._started_ms = int(time.time() * 1000)
         self.put_counts: dict[str, int] = defaultdict(int)
         self.get_counts: dict[str, int] = defaultdict(int)
+        # bytes beside the counts: rocketmq_throughput_in/out_total (docs/metrics.md) read both at scrape time
+        self.put_bytes: dict[str, int] = defaultdict(int)
+        self.get_bytes: dict[str, int] = defaultdict(int)
         # Hooks the later layers (schedule, retry, filters, transactions) install.
         self.rewrite_hooks: list[Callable[[InnerMessage], None]] = []
         # Scheduled delivery: RocketMQ 4 delay levels.
@@ -546,9 +549,11 @@ class BrokerController:
     def stats_put(self, topic: str, count: int, res: AppendResult) -> None:
         if res.status == PutStatus.PUT_OK:
             self.put_counts[topic] += count
+            self.put_bytes[topic] += res.wrote_bytes
 
     def stats_get(self, topic: str, count: int, size: int) -> None:
         self.get_counts[topic] += count
+        self.get_bytes[topic] += size
 
     def runtime_info(self) -> dict[str, str]:
         info = {

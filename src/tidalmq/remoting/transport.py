@@ -32,6 +32,7 @@ from tidalmq.remoting.command import (
     encode_frame_parts,
 )
 from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.rpc_stats import RpcLatencyStats
 from tidalmq.remoting.tls import TLS_HANDSHAKE_FIRST_BYTE
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote: tuple[str, int] = ("", 0)
         self.closed: asyncio.Future[None] | None = None
+        # opaque -> (request code, start) of requests answered later, while rpc latency is recorded
+        self._rpc_started: dict[int, tuple[int, float]] = {}
         self.attributes: dict[str, Any] = {}  # per-connection state kept by processors (client id ...)
         self._inflight: set[asyncio.Future[Any]] = set()
         # Frames written in one loop turn go out in one writelines call (fewer syscalls).
@@ -294,26 +297,33 @@ class Connection(asyncio.Protocol):
     def _handle_request(self, cmd: RemotingCommand) -> None:
         if self._dispatcher is None:
             return
+        srv = self._server
+        stats = srv.rpc_stats if srv is not None else None
+        t0 = self.received_at  # when the frame was read: the latency a client sees, and no clock read here
         try:
             reply = self._dispatcher(self, cmd)
         except Exception as e:  # a processor bug must not take the connection down for others
             log.exception("processor for %s failed", code_name(cmd.code))
             reply = cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         if reply is None:
+            if stats is not None and not cmd.is_oneway:
+                # answered later through send() (a send's group commit, a held pull): timed there
+                self._rpc_started[cmd.opaque] = (cmd.code, t0)
             return
         if isinstance(reply, RemotingCommand):
             if not cmd.is_oneway:
                 self.send(reply)
+            if stats is not None:
+                stats.record(cmd.code, reply.code, (time.monotonic() - t0) * 1000.0)
             return
         fut = asyncio.ensure_future(reply)
         self._inflight.add(fut)
-        fut.add_done_callback(functools.partial(self._deferred_done, cmd))
-        srv = self._server
+        fut.add_done_callback(functools.partial(self._deferred_done, cmd, t0))
         if srv is not None and len(self._inflight) >= srv.config.server_channel_max_pending_requests:
             self._inflight_paused = True
             self._update_reading()
 
-    def _deferred_done(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand | None]) -> None:
+    def _deferred_done(self, cmd: RemotingCommand, t0: float, fut: asyncio.Future[RemotingCommand | None]) -> None:
         self._inflight.discard(fut)
         if self._inflight_paused and self._server is not None and \
                 len(self._inflight) <= self._server.config.server_channel_max_pending_requests // 2:
@@ -329,6 +339,9 @@ class Connection(asyncio.Protocol):
             reply = fut.result()
         if reply is not None and not cmd.is_oneway:
             self.send(reply)
+        stats = self._server.rpc_stats if self._server is not None else None
+        if stats is not None and reply is not None:
+            stats.record(cmd.code, reply.code, (time.monotonic() - t0) * 1000.0)
 
     def _reply_error_and_close(self, remark: str) -> None:
         if self.transport is None:
@@ -352,6 +365,11 @@ class Connection(asyncio.Protocol):
         if t is None or t.is_closing():
             return False
         self._out.extend(encode_frame_parts(cmd))
+        if self._rpc_started and cmd.is_response:
+            started = self._rpc_started.pop(cmd.opaque, None)
+            stats = self._server.rpc_stats if self._server is not None else None
+            if started is not None and stats is not None:
+                stats.record(started[0], cmd.code, (time.monotonic() - started[1]) * 1000.0)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_out)
@@ -463,6 +481,7 @@ class RemotingServer:
         # Asked before any processor (ACL, docs/acl.md): None lets the request through, a response refuses it.
         self.access_validator: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
         self.buffered_bytes = 0  # of unfinished frames, over all connections
+        self.rpc_stats: RpcLatencyStats | None = None  # set when an exporter wants rocketmq_rpc_latency
         self._listener: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -48,6 +48,14 @@ class MessageStoreAdmin:
     def max_phy_offset(self) -> int:
         return self.commit_log.max_offset
 
+    def flush_behind_bytes(self) -> int:
+        """CommitLog bytes written but not flushed yet (rocketmq_storage_flush_behind_bytes)."""
+        return max(0, self.commit_log.max_offset - self.commit_log.flushed_where)
+
+    def dispatch_behind_bytes(self) -> int:
+        """CommitLog bytes not dispatched to the queues yet (rocketmq_storage_dispatch_behind_bytes)."""
+        return self.reput.behind()
+
     @property
     def min_phy_offset(self) -> int:
         return max(self.commit_log.min_offset, 0)

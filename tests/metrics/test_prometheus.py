@@ -1,0 +1,171 @@
+"""The Prometheus endpoints of a real standalone, scraped over HTTP as Prometheus would (docs/metrics.md)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.broker.rawclient import pull_cmd, records, run, send_cmd
+from tests.support import Standalone, wait_for
+from tidalmq.common import message as mc
+from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.transport import RemotingClient
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (0 when none)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+    s = Standalone(tmp_path_factory.mktemp("metrics") / "data",
+                   {"messageDelayLevel": "1s 2s", "timerPrecisionMs": "100",
+                    "mappedFileSizeCommitLog": str(8 << 20)})
+    with s:
+        yield s
+
+
+def commit(c: RemotingClient, addr: str, group: str, topic: str, offset: int) -> RemotingCommand:
+    return RemotingCommand(code=RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+        "consumerGroup": group, "topic": topic, "queueId": "0", "commitOffset": str(offset)})
+
+
+def test_in_out_totals_and_lag_move_as_messages_flow(broker: Standalone) -> None:
+    n, topic, group, body = 20, "MetricsFlow", "MetricsCG", b"m" * 100
+    before = scrape(broker.metrics_url)
+
+    async def produce() -> None:
+        c = RemotingClient()
+        try:
+            for _ in range(n):
+                assert (await c.invoke(broker.broker_addr, send_cmd(topic, body), 5)).code == ResponseCode.SUCCESS
+            assert (await c.invoke(broker.broker_addr, commit(c, broker.broker_addr, group, topic, 0), 5)).code == 0
+        finally:
+            await c.close()
+
+    run(produce(), 30)
+    mid = scrape(broker.metrics_url)
+    assert value(mid, "rocketmq_messages_in_total", topic=topic) - value(before, "rocketmq_messages_in_total", topic=topic) == n
+    assert value(mid, "rocketmq_throughput_in_total", topic=topic) >= n * len(body)
+    assert value(mid, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group) == n
+    # every send was timed: the histogram's count for the send code moved by n, its buckets are cumulative
+    code = "send_message_v2"
+    assert value(mid, "rocketmq_rpc_latency_count", request_code=code) - \
+        value(before, "rocketmq_rpc_latency_count", request_code=code) == n
+    assert value(mid, "rocketmq_rpc_latency_bucket", request_code=code, le="+Inf") == \
+        value(mid, "rocketmq_rpc_latency_count", request_code=code)
+
+    async def consume() -> None:
+        c = RemotingClient()
+        try:
+            got = 0
+            while got < n:
+                r = await c.invoke(broker.broker_addr, pull_cmd(topic, 0, got, group=group), 5)
+                assert r.code == ResponseCode.SUCCESS
+                got += len(records(r.body_bytes()))
+            assert (await c.invoke(broker.broker_addr, commit(c, broker.broker_addr, group, topic, n), 5)).code == 0
+        finally:
+            await c.close()
+
+    run(consume(), 30)
+    after = scrape(broker.metrics_url)
+    assert value(after, "rocketmq_messages_out_total", topic=topic) == n
+    assert value(after, "rocketmq_throughput_out_total", topic=topic) >= n * len(body)
+    assert value(after, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group) == 0
+    assert value(after, "rocketmq_storage_size") > 0
+    assert value(after, "tidalmq_storage_disk_full") == 0
+
+
+def test_scheduled_pending_moves_with_delayed_messages(broker: Standalone) -> None:
+    topic = "MetricsDelay"
+
+    async def produce() -> None:
+        c = RemotingClient()
+        try:
+            deliver = int(time.time() * 1000) + 1500
+            r = await c.invoke(broker.broker_addr, send_cmd(topic, b"t", props={mc.TIMER_DELIVER_MS: str(deliver)}), 5)
+            assert r.code == ResponseCode.SUCCESS
+            r = await c.invoke(broker.broker_addr, send_cmd(topic, b"d", props={mc.DELAY: "2"}), 5)
+            assert r.code == ResponseCode.SUCCESS
+        finally:
+            await c.close()
+
+    base = scrape(broker.metrics_url)
+    run(produce(), 30)
+    # pending shows both (the timer's count comes from its last view: it is asked for a fresh one each scrape)
+    wait_for(lambda: value(scrape(broker.metrics_url), "tidalmq_schedule_pending_messages", service="timer") >= 1
+             and value(scrape(broker.metrics_url), "tidalmq_schedule_pending_messages", bucket="level2") == 1,
+             10, 0.1, "both scheduled messages pending")
+    wait_for(lambda: value(scrape(broker.metrics_url), "tidalmq_schedule_pending_messages") == 0, 20, 0.2,
+             "both delivered")
+    done = scrape(broker.metrics_url)
+    for service in ("timer", "delay_level"):
+        assert value(done, "rocketmq_timer_enqueue_total", service=service) - \
+            value(base, "rocketmq_timer_enqueue_total", service=service) == 1
+        assert value(done, "rocketmq_timer_dequeue_total", service=service) - \
+            value(base, "rocketmq_timer_dequeue_total", service=service) == 1
+    # at send, a scheduled message is stored under the system topic that holds it until due
+    assert value(done, "rocketmq_messages_in_total", topic="SCHEDULE_TOPIC_XXXX") >= 1
+
+
+def test_namesrv_endpoint_serves(broker: Standalone) -> None:
+    samples = scrape(broker.namesrv_metrics_url)
+    assert value(samples, "tidalmq_namesrv_live_brokers") == 1
+    # the broker's registration went through the NameServer's remoting server, and was timed
+    assert value(samples, "rocketmq_rpc_latency_count", request_code="register_broker") >= 1
+
+
+def _bound(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_disabled_binds_nothing(tmp_path: Path) -> None:
+    with Standalone(tmp_path / "data", {"metricsExporterType": "DISABLE"}) as s:
+        assert not _bound(s.metrics_port) and not _bound(s.namesrv_metrics_port)
+
+
+def test_bad_port_key_is_refused(tmp_path: Path) -> None:
+    s = Standalone(tmp_path / "data", {"metricsPromExporterPort": "70000"})
+    with pytest.raises(RuntimeError):
+        s.start(timeout=30)
+    assert "metricsPromExporterPort=70000: must be between 0 and 65535" in s.log_tail()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+METRIC_NAME = re.compile(r"\b((?:rocketmq|tidalmq)_[a-z_]+)")
+
+
+def documented() -> set[str]:
+    return set(METRIC_NAME.findall((DOCS / "metrics.md").read_text()))
+
+
+def test_every_served_and_charted_metric_is_documented(broker: Standalone) -> None:
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
+        families = {fam.name for fam in text_string_to_metric_families(r.read().decode())}
+    with urllib.request.urlopen(broker.namesrv_metrics_url, timeout=10) as r:
+        families |= {fam.name for fam in text_string_to_metric_families(r.read().decode())}
+    docs = {n.removesuffix("_total") for n in documented()}
+    assert families - docs == set()
+    charted = {re.sub(r"_(total|bucket)$", "", n)
+               for n in METRIC_NAME.findall((DOCS / "grafana-dashboard.json").read_text())}
+    assert charted - docs == set()
