@@ -3,9 +3,10 @@
 # Debian-like system and missing; otherwise it says why it did nothing (those tests then skip, loudly):
 # - fuse3 (fusermount3 and libfuse3.so.3) for the power-loss harness in tests/faults/;
 # - etcd-server (the etcd binary) for controller mode's tests in tests/controller/ (docs/replication.md).
+# - iproute2 (`ip netns`, veth, bridge) for the test hosts of tests/netns/ (docs/cluster.md).
 set -euo pipefail
 missing=()
-for pkg in fuse3 etcd-server; do
+for pkg in fuse3 etcd-server iproute2; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi
