@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -147,6 +148,50 @@ def test_producer_moves_to_the_other_group_when_a_master_dies_and_nothing_acknow
         assert cluster.stop() == 0
         assert "TidalMQ cluster stopped" in cluster.lines
         for pid in cluster.pids.values():  # SIGTERM stopped every child
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        cluster.stop()
+        cluster.kill_children()
+
+
+async def _master_of(namesrv: str, not_addr: str = "", timeout: float = 30.0) -> str:
+    """broker-a's brokerId 0 in the NameServer's cluster info, once it is not ``not_addr``."""
+    deadline = time.monotonic() + timeout
+    async with Admin(namesrv) as admin:
+        while True:
+            addrs = (await admin.cluster_info()).get("brokerAddrTable", {}).get("broker-a", {}).get("brokerAddrs", {})
+            master = addrs.get("0") or addrs.get(0) or ""
+            if master and master != not_addr:
+                return str(master)
+            assert time.monotonic() < deadline, addrs
+            await asyncio.sleep(0.2)
+
+
+async def _wait_sync_state_set(namesrv: str, master: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with Admin(namesrv) as admin:
+        while (await admin.broker_runtime_info(master)).get("controllerSyncStateSet") != "1,2,3":
+            assert time.monotonic() < deadline, await admin.broker_runtime_info(master)
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.timeout(180)
+def test_controller_cluster_elects_a_master_and_another_after_it_dies(tmp_path: Path) -> None:
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd binary missing: run scripts/setup-system.sh as root (apt-get install etcd-server)")
+    cluster = Cluster(tmp_path / "c", "--controller", "--set", "controllerLeaseTtlSeconds=3",
+                      groups=1, replicas=3).start()
+    try:
+        assert "etcd" in cluster.pids
+        first = run(_master_of(cluster.namesrv_addr))
+        name = next(n for n, a in cluster.addrs.items() if a == first)
+        run(_wait_sync_state_set(cluster.namesrv_addr, first))  # only a replica in the set may be elected
+        os.kill(cluster.pids[name], signal.SIGKILL)
+        second = run(_master_of(cluster.namesrv_addr, not_addr=first))  # elected through the etcd it started
+        assert second in {cluster.addrs[f"broker-a-{r}"] for r in range(3)} - {first}
+        assert cluster.stop() == 0
+        for pid in cluster.pids.values():
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
     finally:
