@@ -4,10 +4,11 @@
 # - fuse3 (fusermount3 and libfuse3.so.3) for the power-loss harness in tests/faults/;
 # - etcd-server (the etcd binary) for controller mode's tests in tests/controller/ (docs/replication.md);
 # - chromium and chromium-driver, the headless browser that tests/console/ drives through selenium (docs/console.md);
-# - nodejs and npm for the official 5.x Node.js client in tests/grpc/test_node.py (docs/grpc.md).
+# - nodejs and npm for the official 5.x Node.js client in tests/grpc/test_node.py (docs/grpc.md);
+# - iproute2 (`ip netns`, veth, bridge) for the test hosts of tests/netns/ (docs/cluster.md).
 set -euo pipefail
 missing=()
-for pkg in fuse3 etcd-server chromium chromium-driver nodejs; do
+for pkg in fuse3 etcd-server chromium chromium-driver nodejs iproute2; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi

@@ -345,6 +345,51 @@ async def _proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cluster(args: argparse.Namespace) -> int:
+    """Start the trial cluster's processes, print where they listen, stop them all on SIGTERM/Ctrl-C."""
+    import shutil
+
+    from tidalmq.cluster import Supervisor, default_cluster_dir, plan_cluster
+
+    etcd = ""
+    if args.controller and not args.etcd_endpoints:
+        etcd = shutil.which("etcd") or ""
+        if not etcd:
+            raise ConfigError("--controller needs etcd (apt-get install etcd-server) or --etcd-endpoints")
+    try:
+        plan = plan_cluster(groups=args.groups, replicas=args.replicas,
+                            data_dir=Path(args.data_dir or default_cluster_dir()).resolve(),
+                            base_port=args.base_port, host=args.host, controller=args.controller,
+                            etcd_endpoints=args.etcd_endpoints or "", master_role=args.master_role or "",
+                            extra=_parse_overrides(args.set), etcd_binary=etcd)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    sup = Supervisor(plan)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.ensure_future(sup.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if starting.done() and starting.exception() is None:
+        print(sup.describe(), flush=True)
+        print(f"TidalMQ {__version__} cluster ready: {args.groups} groups x {args.replicas} replicas, "
+              f"namesrvAddr={plan.namesrv_addr}", flush=True)
+        reporter = asyncio.ensure_future(sup.report_exits(stop))
+        await stopped
+        reporter.cancel()
+    elif starting.done():
+        print(f"tidalmq cluster: {starting.exception()}", file=sys.stderr, flush=True)
+        code = 1
+    else:
+        starting.cancel()
+    await sup.stop()
+    print("TidalMQ cluster stopped", flush=True)
+    return code
+
+
 def _add_broker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--config", help="broker.conf (RocketMQ key names)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
@@ -398,6 +443,21 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, aclEnable, tls.* keys")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
+    p = sub.add_parser("cluster", help="a local trial cluster: 2 NameServers, N broker groups x R replicas, "
+                                       "each its own process (docs/cluster.md)")
+    p.add_argument("--groups", type=int, default=2, help="broker groups (broker-a, broker-b, ...; default 2)")
+    p.add_argument("--replicas", type=int, default=2, help="replicas per group (default 2)")
+    p.add_argument("--controller", action="store_true",
+                   help="controller mode: the master elected through etcd (started here unless --etcd-endpoints)")
+    p.add_argument("--etcd-endpoints", help="controllerEtcdEndpoints of an etcd already running")
+    p.add_argument("--master-role", choices=["SYNC_MASTER", "ASYNC_MASTER"],
+                   help="the masters' brokerRole (default SYNC_MASTER with replicas, else ASYNC_MASTER)")
+    p.add_argument("--data-dir", help="one sub-directory per process (default $TIDALMQ_HOME/cluster)")
+    p.add_argument("--base-port", type=int, default=9876,
+                   help="NameServers on P and P+1, etcd P+2/P+3, brokers from P+10 by 10 (default 9876)")
+    p.add_argument("--host", default="127.0.0.1", help="address every process binds (default 127.0.0.1)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a key for every broker.conf (repeatable)")
+
     from tidalmq.admin_cli import add_admin_parser
 
     add_admin_parser(sub)
@@ -420,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_namesrv(args))
         if args.cmd == "broker":
             return asyncio.run(_broker(args))
+        if args.cmd == "cluster":
+            return asyncio.run(_cluster(args))
         if args.cmd == "proxy":
             return asyncio.run(_proxy(args))
         if args.cmd == "console":

@@ -21,19 +21,20 @@ def etcd_binary() -> str:
 
 
 class Etcd:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
         self.data_dir = data_dir
+        self.host = host
         self.client_port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"http://{self.host}:{self.client_port}"
 
     def start(self, timeout: float = 20.0) -> Etcd:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         with open(self.data_dir / "etcd.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [etcd_binary(), "--name", "t", "--data-dir", str(self.data_dir / "data"),

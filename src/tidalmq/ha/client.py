@@ -67,13 +67,13 @@ class HAClient:
         self.connected = True
         log.info("HA: connected to master %s, CommitLog at %d", addr, self.store.max_phy_offset)
         try:
-            await self._stream(reader, writer)
+            await self._stream(addr, reader, writer)
         finally:
             writer.close()
             with contextlib.suppress(OSError, ConnectionError):
                 await writer.wait_closed()
 
-    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _stream(self, addr: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
         store = self.store
         frames = FrameReader()
@@ -93,6 +93,11 @@ class HAClient:
             except TimeoutError:
                 data = None
             now = time.monotonic()
+            if self.master_address != addr:
+                # Told of another master (controller mode's record): leave at once. A master cut off by a
+                # partition sends no FIN, and waiting out haHousekeepingInterval would hold the new master's
+                # SYNC sends without a slave for that long.
+                raise ConnectionError(f"the master moved to {self.master_address}")
             if data is not None:
                 if not data:
                     raise ConnectionError("the master closed the connection")
