@@ -1,0 +1,89 @@
+"""Message subcommands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, sendMessage (RocketMQ's
+``tools/command/message``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidalmq.client.admin import Admin
+from tidalmq.client.message import Message, MessageExt, MessageQueue
+from tidalmq.client.producer import Producer
+from tidalmq.mqadmin.common import UsageError, command, parse_timestamp, when
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "queryMsgById", "Query Message by Id", query_by_id)
+    p.add_argument("-i", "--msgId", required=True, help="Message Id")
+    p = command(sub, "queryMsgByUniqueKey", "Query Message by Unique key", query_by_unique_key)
+    p.add_argument("-i", "--msgId", required=True, help="Message Id")
+    p.add_argument("-t", "--topic", required=True, help="The topic of msg")
+    p = command(sub, "queryMsgByKey", "Query Message by Key", query_by_key)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-k", "--msgKey", required=True, help="Message Key")
+    p.add_argument("-b", "--beginTimestamp", default="0", help="Begin timestamp(ms). default:0")
+    p.add_argument("-e", "--endTimestamp", default="now", help="End timestamp(ms). default:now")
+    p.add_argument("-c", "--maxNum", type=int, default=64, help="The maximum number of messages returned")
+    p = command(sub, "sendMessage", "Send a message", send_message)
+    p.add_argument("-t", "--topic", required=True, help="Topic name")
+    p.add_argument("-p", "--body", required=True, help="UTF-8 string format of the message body")
+    p.add_argument("-k", "--key", help="Message keys")
+    p.add_argument("-c", "--tags", help="Message tags")
+    p.add_argument("-b", "--broker", help="Send message to target broker")
+    p.add_argument("-i", "--qid", type=int, help="Send message to target queue")
+
+
+def _host(h: tuple[str, int]) -> str:
+    return f"{h[0]}:{h[1]}"
+
+
+def print_msg(m: MessageExt) -> None:
+    """One message, RocketMQ's ``printMsg`` lines."""
+    props = ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))
+    for label, value in (
+        ("OffsetID:", m.offset_msg_id), ("Topic:", m.topic), ("Tags:", f"[{m.properties.get('TAGS', '')}]"),
+        ("Keys:", f"[{m.properties.get('KEYS', '')}]"), ("Queue ID:", m.queue_id), ("Queue Offset:", m.queue_offset),
+        ("CommitLog Offset:", m.commit_log_offset), ("Reconsume Times:", m.reconsume_times),
+        ("Born Timestamp:", when(m.born_timestamp)), ("Store Timestamp:", when(m.store_timestamp)),
+        ("Born Host:", _host(m.born_host)), ("Store Host:", _host(m.store_host)),
+        ("System Flag:", m.sysflag), ("Properties:", "{" + props + "}"),
+    ):
+        print(f"{label:<20} {value}")
+    print(f"{'Message Body:':<20} {m.body.decode('utf-8', 'replace')}")
+
+
+async def query_by_id(admin: Admin, args: argparse.Namespace) -> int:
+    print_msg(await admin.view_message(args.msgId))
+    return 0
+
+
+async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
+    print_msg(await admin.view_message(args.msgId, args.topic))
+    return 0
+
+
+async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
+    found = await admin.query_messages_by_key(args.topic, args.msgKey, args.maxNum,
+                                              parse_timestamp(args.beginTimestamp), parse_timestamp(args.endTimestamp))
+    print(f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40}")
+    for m in found:
+        print(f"{m.properties.get('UNIQ_KEY') or m.offset_msg_id:<50} {m.queue_id:>4} {m.queue_offset:>40}")
+    return 0
+
+
+async def send_message(admin: Admin, args: argparse.Namespace) -> int:
+    producer = Producer("PID_MQADMIN_SEND", admin.namesrv_addrs[0] if len(admin.namesrv_addrs) == 1
+                        else ";".join(admin.namesrv_addrs), credentials=args.credentials)
+    await producer.start()
+    try:
+        queue = None
+        if args.broker is not None or args.qid is not None:
+            if args.broker is None or args.qid is None:
+                raise UsageError("-b and -i go together")
+            queue = MessageQueue(args.topic, args.broker, args.qid)
+        res = await producer.send(Message(args.topic, args.body, tags=args.tags, keys=args.key), queue=queue)
+    finally:
+        await producer.shutdown()
+    print(f"{'#Broker Name':<32}  {'#QID':<4}  {'#Send Result':<20}    #MsgId")
+    print(f"{res.message_queue.broker_name:<32}  {res.message_queue.queue_id:<4}  {res.status.name:<20}    "
+          f"{res.msg_id}")
+    return 0
