@@ -155,3 +155,58 @@ def test_get_broker_config_and_kv_config(mqadmin: Run, shared_standalone: Standa
     ns = uniq("MqaNs")
     ok(mqadmin("updateKvConfig", "-s", ns, "-k", "answer", "-v", "42"))
     assert admin_call(s, lambda a: a._namesrv(RequestCode.GET_KV_CONFIG, {"namespace": ns, "key": "answer"})).ext_fields["value"] == "42"
+
+
+def test_query_msg_by_offset_and_print_msg(mqadmin: Run) -> None:
+    topic = uniq("MqaScan")
+    ok(mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))
+    for i in range(3):
+        ok(mqadmin("sendMessage", "-t", topic, "-p", f"body-{i}", "-k", f"sk{i}"))
+    broker_name = ok(mqadmin("topicStatus", "-t", topic)).splitlines()[1].split()[0]
+    shown = ok(mqadmin("queryMsgByOffset", "-t", topic, "-b", broker_name, "-i", "0", "-o", "1"))
+    fields = dict(ln.split(":", 1) for ln in shown.splitlines())
+    assert fields["Keys"].strip() == "[sk1]" and fields["Queue Offset"].strip() == "1"
+    past = mqadmin("queryMsgByOffset", "-t", topic, "-b", broker_name, "-i", "0", "-o", "3")
+    assert past.returncode == 1 and "CODE: 22 " in past.stderr  # QUERY_NOT_FOUND
+    printed = [ln for ln in ok(mqadmin("printMsg", "-t", topic)).splitlines() if ln.startswith("MSGID: ")]
+    assert [ln.rsplit("BODY: ", 1)[1] for ln in printed] == ["body-0", "body-1", "body-2"]
+
+
+def test_consumer_connection_and_dlq_resend(mqadmin: Run, shared_standalone: Standalone) -> None:
+    from tidalmq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer
+
+    s, topic, group = shared_standalone, uniq("MqaDlq"), uniq("MqaDlqG")
+    ok(mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))
+
+    async def letters_then_connection() -> str:
+        async def always_fail(msgs: list[MessageExt]) -> ConsumeResult:
+            return ConsumeResult.RECONSUME_LATER
+
+        # no retries: the first failure makes a dead letter
+        c = PushConsumer(group, s.namesrv_addr, listener=always_fail, max_reconsume_times=0,
+                         consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        c.subscribe(topic)
+        await c.start()
+        try:
+            async with Producer(uniq("MqaPG"), s.namesrv_addr) as p:
+                for i in range(2):
+                    await p.send(Message(topic, f"dead-{i}", keys=f"dk{i}"))
+            async with Admin(s.namesrv_addr) as admin:
+                deadline = time.monotonic() + 20
+                while len(await admin.dead_letters(group)) < 2:
+                    assert time.monotonic() < deadline, "dead letters did not arrive"
+                    await asyncio.sleep(0.1)
+            out = await asyncio.to_thread(lambda: ok(mqadmin("consumerConnection", "-g", group)))
+            assert c.client_id in out.split()
+            return out
+        finally:
+            await c.shutdown()
+
+    out = asyncio.run(asyncio.wait_for(letters_then_connection(), 60))
+    assert len(out.splitlines()) == 1 and out.startswith("001  ")
+    resent = ok(mqadmin("resendDlqMessage", "-g", group, "-a")).splitlines()
+    assert resent[0].split() == ["#Old", "MsgId", "#New", "MsgId"] and len(resent) == 3
+    status = ok(mqadmin("topicStatus", "-t", topic)).splitlines()
+    assert status[1].split()[3] == "4"  # the two originals and their re-sent copies, in the original topic
+    refused = mqadmin("resendDlqMessage", "-g", group)
+    assert refused.returncode == 2 and "-a" in refused.stderr

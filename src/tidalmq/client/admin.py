@@ -430,6 +430,23 @@ class Admin:
             raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"nothing to rewind for group {group}: {reasons}")
         return result
 
+    async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt | None:
+        """The message at a queue offset (mqadmin queryMsgByOffset, printMsg): its ConsumeQueue entry
+        (QUERY_CONSUME_QUEUE), then the record (VIEW_MESSAGE_BY_ID); None past the end or removed by retention."""
+        addr = await self._broker_of(mq)
+        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
+            "topic": mq.topic, "queueId": str(mq.queue_id), "index": str(offset), "count": "1", "consumerGroup": ""},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if resp.code != ResponseCode.SUCCESS:  # no such queue
+            return None
+        rows = fastjson.loads(resp.body_bytes()).get("queueData") or []
+        if not rows:
+            return None
+        view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(rows[0]["physicOffset"])},
+                                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        msgs = decode_messages(view.body_bytes(), mq.broker_name) if view.code == ResponseCode.SUCCESS else []
+        return msgs[0] if msgs else None
+
     # dead letters -------------------------------------------------------------------------------
     async def dead_letters(self, group: str, max_num: int = 1000) -> list[MessageExt]:
         """The messages in ``%DLQ%<group>`` on every master, oldest first. The dead-letter queue is not

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from tidalmq.client.admin import Admin
+from tidalmq.client.admin import Admin, AdminError
 from tidalmq.client.message import Message, MessageExt, MessageQueue
 from tidalmq.client.producer import Producer
-from tidalmq.mqadmin.common import UsageError, command, parse_timestamp, when
+from tidalmq.mqadmin.common import Progress, UsageError, command, parse_timestamp, when
+from tidalmq.remoting.codes import ResponseCode
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    register_scans(sub)
     p = command(sub, "queryMsgById", "Query Message by Id", query_by_id)
     p.add_argument("-i", "--msgId", required=True, help="Message Id")
     p = command(sub, "queryMsgByUniqueKey", "Query Message by Unique key", query_by_unique_key)
@@ -86,4 +88,51 @@ async def send_message(admin: Admin, args: argparse.Namespace) -> int:
     print(f"{'#Broker Name':<32}  {'#QID':<4}  {'#Send Result':<20}    #MsgId")
     print(f"{res.message_queue.broker_name:<32}  {res.message_queue.queue_id:<4}  {res.status.name:<20}    "
           f"{res.msg_id}")
+    return 0
+
+
+def register_scans(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "queryMsgByOffset", "Query Message by offset", query_by_offset)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-b", "--brokerName", required=True, help="Broker Name")
+    p.add_argument("-i", "--queueId", type=int, required=True, help="Queue Id")
+    p.add_argument("-o", "--offset", type=int, required=True, help="Queue Offset")
+    p = command(sub, "printMsg", "Print Message Detail", print_messages)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-b", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-d", "--printBody", default="true", help="print body")
+
+
+async def query_by_offset(admin: Admin, args: argparse.Namespace) -> int:
+    m = await admin.message_at(MessageQueue(args.topic, args.brokerName, args.queueId), args.offset)
+    if m is None:
+        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message at {args.topic} {args.brokerName} "
+                                                       f"queue {args.queueId} offset {args.offset}")
+    print_msg(m)
+    return 0
+
+
+async def print_messages(admin: Admin, args: argparse.Namespace) -> int:
+    """Every message of the topic, queue by queue, optionally within a store-time range (a scan: a
+    counter on a terminal)."""
+    begin = parse_timestamp(args.beginTimestamp) if args.beginTimestamp else None
+    end = parse_timestamp(args.endTimestamp) if args.endTimestamp else None
+    progress = Progress("messages read")
+    try:
+        for q in await admin.topic_status(args.topic):
+            mq = MessageQueue(args.topic, q.broker_name, q.queue_id)
+            first = await admin.search_offset(mq, begin) if begin is not None else q.min_offset
+            last = await admin.search_offset(mq, end) if end is not None else q.max_offset
+            print(f"minOffset={first}, maxOffset={last}, MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, "
+                  f"queueId={mq.queue_id}]")
+            for off in range(first, last):
+                m = await admin.message_at(mq, off)
+                progress.step()
+                if m is not None:
+                    body = m.body.decode("utf-8", "replace") if args.printBody != "false" else ""
+                    print(f"MSGID: {m.properties.get('UNIQ_KEY') or m.offset_msg_id} queueOffset={m.queue_offset} "
+                          f"keys={m.properties.get('KEYS', '')} BODY: {body}")
+    finally:
+        progress.close()
     return 0
