@@ -210,3 +210,37 @@ def test_consumer_connection_and_dlq_resend(mqadmin: Run, shared_standalone: Sta
     assert status[1].split()[3] == "4"  # the two originals and their re-sent copies, in the original topic
     refused = mqadmin("resendDlqMessage", "-g", group)
     assert refused.returncode == 2 and "-a" in refused.stderr
+
+
+def test_scans_show_a_counter_on_a_terminal_only(shared_standalone: Standalone) -> None:
+    import os
+    import pty
+    import subprocess
+
+    from tests.mqadmin.conftest import MQADMIN
+
+    topic = uniq("MqaTty")
+    ok(run_mqadmin(shared_standalone.namesrv_addr, "updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))
+    for i in range(3):
+        ok(run_mqadmin(shared_standalone.namesrv_addr, "sendMessage", "-t", topic, "-p", f"b{i}"))
+    args = [MQADMIN, "printMsg", "-t", topic, "-n", shared_standalone.namesrv_addr]
+    leader, follower = pty.openpty()
+    try:
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=follower, text=True, timeout=60)
+        os.close(follower)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closed: everything read
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    assert r.returncode == 0 and "messages read" not in r.stdout
+    assert b"\rmessages read: 3" in seen
+    piped = ok(run_mqadmin(shared_standalone.namesrv_addr, "printMsg", "-t", topic))
+    assert "messages read" not in piped  # and nothing on a piped stderr:
+    assert run_mqadmin(shared_standalone.namesrv_addr, "printMsg", "-t", topic).stderr == ""

@@ -341,8 +341,10 @@ class Admin:
 
     # messages -----------------------------------------------------------------------------------
     async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                                    end_ms: int | None = None) -> list[MessageExt]:
-        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index."""
+                                    end_ms: int | None = None,
+                                    progress: Callable[[], None] | None = None) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index;
+        ``progress`` is called once per broker searched."""
         end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
         out: list[MessageExt] = []
         for name, addr, _ in await self._masters_of(topic):
@@ -353,6 +355,8 @@ class Admin:
                 for m in decode_messages(resp.body_bytes(), name):
                     if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
                         out.append(m)
+            if progress is not None:
+                progress()
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 

@@ -64,8 +64,13 @@ async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
-    found = await admin.query_messages_by_key(args.topic, args.msgKey, args.maxNum,
-                                              parse_timestamp(args.beginTimestamp), parse_timestamp(args.endTimestamp))
+    progress = Progress("brokers searched")
+    try:
+        found = await admin.query_messages_by_key(args.topic, args.msgKey, args.maxNum,
+                                                  parse_timestamp(args.beginTimestamp),
+                                                  parse_timestamp(args.endTimestamp), progress=progress.step)
+    finally:
+        progress.close()
     print(f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40}")
     for m in found:
         print(f"{m.properties.get('UNIQ_KEY') or m.offset_msg_id:<50} {m.queue_id:>4} {m.queue_offset:>40}")
