@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tidalmq.acl.signature import RequestSigner, SessionCredentials
@@ -108,6 +108,20 @@ class Admin:
         return await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=body)
 
     # cluster and routes -----------------------------------------------------------------------
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: the broker's configuration, RocketMQ's key names (``key=value`` lines)."""
+        text = (await self._call(addr, RC.GET_BROKER_CONFIG)).body_bytes().decode("utf-8")
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
+        """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
+        for addr in self.namesrv_addrs:
+            await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    async def delete_kv_config(self, namespace: str, key: str) -> None:
+        for addr in self.namesrv_addrs:
+            await self._call(addr, RC.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+
     async def cluster_info(self) -> dict:
         return fastjson.loads((await self._namesrv(RC.GET_BROKER_CLUSTER_INFO)).body_bytes())
 
@@ -137,19 +151,22 @@ class Admin:
 
     # topics -----------------------------------------------------------------------------------
     async def create_topic(self, topic: str, queue_nums: int = 8, *, perm: int = 6, order: bool = False,
-                           cluster: str | None = None, attributes: str | Mapping[str, str] | None = None) -> list[str]:
+                           cluster: str | None = None, attributes: str | Mapping[str, str] | None = None,
+                           write_queue_nums: int | None = None, broker_addrs: list[str] | None = None) -> list[str]:
         """Create or update ``topic`` on every master of the cluster. ``attributes``: RocketMQ 5 topic
         attributes, as RocketMQ's modification text (``"+message.type=FIFO,-reserve.time"``) or a mapping to
-        add or alter (``{"message.type": "DELAY"}``); the broker refuses illegal ones (AdminError)."""
+        add or alter (``{"message.type": "DELAY"}``); the broker refuses illegal ones (AdminError).
+        ``queue_nums`` is the read queue count, ``write_queue_nums`` the write one (default the same);
+        ``broker_addrs`` names the brokers instead (mqadmin's ``-b``), returned as they are."""
         nm.check_topic(topic)
-        masters = await self.master_addrs(cluster)
+        masters = ({a: a for a in broker_addrs} if broker_addrs is not None else await self.master_addrs(cluster))
         if not masters:
             raise AdminError(ResponseCode.BROKER_NOT_EXIST, "no broker is registered with the name server")
         ext = {
             "topic": topic,
             "defaultTopic": nm.AUTO_CREATE_TOPIC_KEY_TOPIC,
             "readQueueNums": str(queue_nums),
-            "writeQueueNums": str(queue_nums),
+            "writeQueueNums": str(queue_nums if write_queue_nums is None else write_queue_nums),
             "perm": str(perm),
             "topicFilterType": "SINGLE_TAG",
             "topicSysFlag": "0",
@@ -241,23 +258,25 @@ class Admin:
     # subscription groups ------------------------------------------------------------------------
     async def create_group(self, group: str, *, retry_max_times: int = 16, retry_queue_nums: int = 1,
                            consume_broadcast_enable: bool = True, consume_enable: bool = True,
-                           consume_message_orderly: bool = False, cluster: str | None = None) -> list[str]:
-        """Create or update a subscription group on every master broker. ``consume_message_orderly``:
-        a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly)."""
+                           consume_message_orderly: bool = False, consume_from_min_enable: bool = True,
+                           cluster: str | None = None, broker_addrs: list[str] | None = None) -> list[str]:
+        """Create or update a subscription group on every master broker (or on ``broker_addrs``).
+        ``consume_message_orderly``: a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly)."""
         nm.check_group(group)
         body = fastjson.dumpb({
-            "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": True,
+            "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": consume_from_min_enable,
             "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
             "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True, "consumeMessageOrderly": consume_message_orderly,
         })
-        masters = await self.master_addrs(cluster)
+        masters = ({a: a for a in broker_addrs} if broker_addrs is not None else await self.master_addrs(cluster))
         for addr in masters.values():
             await self._call(addr, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
         return sorted(masters)
 
-    async def delete_group(self, group: str, cluster: str | None = None) -> None:
-        for addr in (await self.master_addrs(cluster)).values():
+    async def delete_group(self, group: str, cluster: str | None = None, broker_addrs: list[str] | None = None) -> None:
+        addrs = broker_addrs if broker_addrs is not None else list((await self.master_addrs(cluster)).values())
+        for addr in addrs:
             await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": group},
                              ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
 
@@ -308,7 +327,8 @@ class Admin:
                                 {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)})
         return int(resp.ext_fields["offset"])
 
-    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
+                                   progress: Callable[[], None] | None = None) -> dict[MessageQueue, int]:
         """Move the group's offsets of every queue of ``topic`` to the first message at or after the time
         (offline reset: stop the group's consumers first, as with RocketMQ's resetOffsetByTime)."""
         out = {}
@@ -316,15 +336,21 @@ class Admin:
             off = await self.search_offset(mq, timestamp_ms)
             await self.update_offset(group, mq, off)
             out[mq] = off
+            if progress is not None:  # one queue done (mqadmin's terminal counter)
+                progress()
         return out
 
     # messages -----------------------------------------------------------------------------------
     async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                                    end_ms: int | None = None) -> list[MessageExt]:
-        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index."""
+                                    end_ms: int | None = None,
+                                    progress: Callable[[], None] | None = None) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index;
+        ``progress`` is called once per broker searched."""
         out: list[MessageExt] = []
         for name, addr, _ in await self._masters_of(topic):
             out += await self._query_index(name, addr, topic, key, max_num, begin_ms, end_ms)
+            if progress is not None:
+                progress()
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
@@ -468,6 +494,23 @@ class Admin:
             raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"nothing to rewind for group {group}: {reasons}")
         return result
 
+    async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt | None:
+        """The message at a queue offset (mqadmin queryMsgByOffset, printMsg): its ConsumeQueue entry
+        (QUERY_CONSUME_QUEUE), then the record (VIEW_MESSAGE_BY_ID); None past the end or removed by retention."""
+        addr = await self._broker_of(mq)
+        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
+            "topic": mq.topic, "queueId": str(mq.queue_id), "index": str(offset), "count": "1", "consumerGroup": ""},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        if resp.code != ResponseCode.SUCCESS:  # no such queue
+            return None
+        rows = fastjson.loads(resp.body_bytes()).get("queueData") or []
+        if not rows:
+            return None
+        view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(rows[0]["physicOffset"])},
+                                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        msgs = decode_messages(view.body_bytes(), mq.broker_name) if view.code == ResponseCode.SUCCESS else []
+        return msgs[0] if msgs else None
+
     # dead letters -------------------------------------------------------------------------------
     async def dead_letters(self, group: str, max_num: int = 1000) -> list[MessageExt]:
         """The messages in ``%DLQ%<group>`` on every master, oldest first. The dead-letter queue is not
@@ -484,7 +527,8 @@ class Admin:
                 index = nxt
         return out[:max_num]
 
-    async def resend_dead_letters(self, group: str, ids: list[str] | None = None) -> list[tuple[str, str]]:
+    async def resend_dead_letters(self, group: str, ids: list[str] | None = None,
+                                  progress: Callable[[], None] | None = None) -> list[tuple[str, str]]:
         """Send dead letters of ``group`` back to their original topic: the ones whose client id (UNIQ_KEY)
         or offset id is in ``ids``, or all of them when ``ids`` is None. Returns (id, new offset id) pairs.
         An id that is not a dead letter of the group raises AdminError before anything is sent."""
@@ -518,6 +562,8 @@ class Admin:
             resp = await self._send(addr, "TOOLS_DLQ_RESEND", target, props, m.body,  # m.body is inflated
                                     queue_id=m.queue_id % nq, queue_nums=nq, flag=m.flag)
             sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, resp.ext_fields.get("msgId", "")))
+            if progress is not None:
+                progress()
         return sent
 
     # who consumed a message ---------------------------------------------------------------------

@@ -1,0 +1,143 @@
+"""Message subcommands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, sendMessage (RocketMQ's
+``tools/command/message``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidalmq.client.admin import Admin, AdminError
+from tidalmq.client.message import Message, MessageExt, MessageQueue
+from tidalmq.client.producer import Producer
+from tidalmq.mqadmin.common import Progress, UsageError, command, parse_timestamp, when
+from tidalmq.remoting.codes import ResponseCode
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    register_scans(sub)
+    p = command(sub, "queryMsgById", "Query Message by Id", query_by_id)
+    p.add_argument("-i", "--msgId", required=True, help="Message Id")
+    p = command(sub, "queryMsgByUniqueKey", "Query Message by Unique key", query_by_unique_key)
+    p.add_argument("-i", "--msgId", required=True, help="Message Id")
+    p.add_argument("-t", "--topic", required=True, help="The topic of msg")
+    p = command(sub, "queryMsgByKey", "Query Message by Key", query_by_key)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-k", "--msgKey", required=True, help="Message Key")
+    p.add_argument("-b", "--beginTimestamp", default="0", help="Begin timestamp(ms). default:0")
+    p.add_argument("-e", "--endTimestamp", default="now", help="End timestamp(ms). default:now")
+    p.add_argument("-c", "--maxNum", type=int, default=64, help="The maximum number of messages returned")
+    p = command(sub, "sendMessage", "Send a message", send_message)
+    p.add_argument("-t", "--topic", required=True, help="Topic name")
+    p.add_argument("-p", "--body", required=True, help="UTF-8 string format of the message body")
+    p.add_argument("-k", "--key", help="Message keys")
+    p.add_argument("-c", "--tags", help="Message tags")
+    p.add_argument("-b", "--broker", help="Send message to target broker")
+    p.add_argument("-i", "--qid", type=int, help="Send message to target queue")
+
+
+def _host(h: tuple[str, int]) -> str:
+    return f"{h[0]}:{h[1]}"
+
+
+def print_msg(m: MessageExt) -> None:
+    """One message, RocketMQ's ``printMsg`` lines."""
+    props = ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))
+    for label, value in (
+        ("OffsetID:", m.offset_msg_id), ("Topic:", m.topic), ("Tags:", f"[{m.properties.get('TAGS', '')}]"),
+        ("Keys:", f"[{m.properties.get('KEYS', '')}]"), ("Queue ID:", m.queue_id), ("Queue Offset:", m.queue_offset),
+        ("CommitLog Offset:", m.commit_log_offset), ("Reconsume Times:", m.reconsume_times),
+        ("Born Timestamp:", when(m.born_timestamp)), ("Store Timestamp:", when(m.store_timestamp)),
+        ("Born Host:", _host(m.born_host)), ("Store Host:", _host(m.store_host)),
+        ("System Flag:", m.sysflag), ("Properties:", "{" + props + "}"),
+    ):
+        print(f"{label:<20} {value}")
+    print(f"{'Message Body:':<20} {m.body.decode('utf-8', 'replace')}")
+
+
+async def query_by_id(admin: Admin, args: argparse.Namespace) -> int:
+    print_msg(await admin.view_message(args.msgId))
+    return 0
+
+
+async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
+    print_msg(await admin.view_message(args.msgId, args.topic))
+    return 0
+
+
+async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
+    progress = Progress("brokers searched")
+    try:
+        found = await admin.query_messages_by_key(args.topic, args.msgKey, args.maxNum,
+                                                  parse_timestamp(args.beginTimestamp),
+                                                  parse_timestamp(args.endTimestamp), progress=progress.step)
+    finally:
+        progress.close()
+    print(f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40}")
+    for m in found:
+        print(f"{m.properties.get('UNIQ_KEY') or m.offset_msg_id:<50} {m.queue_id:>4} {m.queue_offset:>40}")
+    return 0
+
+
+async def send_message(admin: Admin, args: argparse.Namespace) -> int:
+    producer = Producer("PID_MQADMIN_SEND", admin.namesrv_addrs[0] if len(admin.namesrv_addrs) == 1
+                        else ";".join(admin.namesrv_addrs), credentials=args.credentials)
+    await producer.start()
+    try:
+        queue = None
+        if args.broker is not None or args.qid is not None:
+            if args.broker is None or args.qid is None:
+                raise UsageError("-b and -i go together")
+            queue = MessageQueue(args.topic, args.broker, args.qid)
+        res = await producer.send(Message(args.topic, args.body, tags=args.tags, keys=args.key), queue=queue)
+    finally:
+        await producer.shutdown()
+    print(f"{'#Broker Name':<32}  {'#QID':<4}  {'#Send Result':<20}    #MsgId")
+    print(f"{res.message_queue.broker_name:<32}  {res.message_queue.queue_id:<4}  {res.status.name:<20}    "
+          f"{res.msg_id}")
+    return 0
+
+
+def register_scans(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "queryMsgByOffset", "Query Message by offset", query_by_offset)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-b", "--brokerName", required=True, help="Broker Name")
+    p.add_argument("-i", "--queueId", type=int, required=True, help="Queue Id")
+    p.add_argument("-o", "--offset", type=int, required=True, help="Queue Offset")
+    p = command(sub, "printMsg", "Print Message Detail", print_messages)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-b", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-d", "--printBody", default="true", help="print body")
+
+
+async def query_by_offset(admin: Admin, args: argparse.Namespace) -> int:
+    m = await admin.message_at(MessageQueue(args.topic, args.brokerName, args.queueId), args.offset)
+    if m is None:
+        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message at {args.topic} {args.brokerName} "
+                                                       f"queue {args.queueId} offset {args.offset}")
+    print_msg(m)
+    return 0
+
+
+async def print_messages(admin: Admin, args: argparse.Namespace) -> int:
+    """Every message of the topic, queue by queue, optionally within a store-time range (a scan: a
+    counter on a terminal)."""
+    begin = parse_timestamp(args.beginTimestamp) if args.beginTimestamp else None
+    end = parse_timestamp(args.endTimestamp) if args.endTimestamp else None
+    progress = Progress("messages read")
+    try:
+        for q in await admin.topic_status(args.topic):
+            mq = MessageQueue(args.topic, q.broker_name, q.queue_id)
+            first = await admin.search_offset(mq, begin) if begin is not None else q.min_offset
+            last = await admin.search_offset(mq, end) if end is not None else q.max_offset
+            print(f"minOffset={first}, maxOffset={last}, MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, "
+                  f"queueId={mq.queue_id}]")
+            for off in range(first, last):
+                m = await admin.message_at(mq, off)
+                progress.step()
+                if m is not None:
+                    body = m.body.decode("utf-8", "replace") if args.printBody != "false" else ""
+                    print(f"MSGID: {m.properties.get('UNIQ_KEY') or m.offset_msg_id} queueOffset={m.queue_offset} "
+                          f"keys={m.properties.get('KEYS', '')} BODY: {body}")
+    finally:
+        progress.close()
+    return 0
