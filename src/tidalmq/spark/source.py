@@ -243,14 +243,17 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = fetch.offsets_from_dict(start)
         for k, v in begin.items():  # a queue never moves backwards (one that vanished keeps its offset)
             latest[k] = max(latest.get(k, v), v)
+        hold = bool(self.opts.min_messages_per_trigger) and self._available_now is None  # AvailableNow never waits
+        if not isinstance(limit, ReadMaxRows) and not hold:
+            return fetch.offsets_to_dict(latest)
         _q, bounds = self._bounds()
         base = {k: begin.get(k, bounds.get(k, (0, 0))[0]) for k in latest}
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(base, latest, limit.max_rows)
-        if self.opts.min_messages_per_trigger and self._available_now is None:  # AvailableNow never waits
+        if hold:
             now = time.monotonic()
             waiting = sum(max(0, latest[k] - base[k]) for k in latest)
-            if hold_back(waiting, self.opts.min_messages_per_trigger, self._last_trigger, now,
+            if hold_back(waiting, self.opts.min_messages_per_trigger or 0, self._last_trigger, now,
                          self.opts.max_trigger_delay_s):
                 return fetch.offsets_to_dict(begin) if start is not None else fetch.offsets_to_dict(base)
             if waiting:
