@@ -61,14 +61,16 @@ def main() -> None:
     ap.add_argument("--namesrv", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"))
     ap.add_argument("--topic", required=True)
     ap.add_argument("--png", default="lateness.png")
-    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--master", default=None, help="Spark master (default: spark-submit's --master, else local[*])")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from tidalmq.spark import register
 
-    spark = SparkSession.builder.master(args.master).appName("tidalmq-lateness").getOrCreate()
+    # no master unless asked: spark-submit --master decides (plain python gets local[*])
+    builder = SparkSession.builder.master(args.master) if args.master else SparkSession.builder
+    spark = builder.appName("tidalmq-lateness").getOrCreate()
     register(spark)
     lateness_report(spark, args.namesrv, args.topic, args.png)
     spark.stop()

@@ -108,7 +108,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds an order may stay unpaid")
     ap.add_argument("--paid-ratio", type=float, default=0.7)
     ap.add_argument("--out", default=None, help="output folder (Parquet, chart); default: a temp folder")
-    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--master", default=None, help="Spark master (default: spark-submit's --master, else local[*])")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--max-wait", type=float, default=180.0)
     args = ap.parse_args()
@@ -130,7 +130,9 @@ def main() -> None:
         from tidalmq.spark import register
 
         create_topics(ns, topics)
-        spark = (SparkSession.builder.master(args.master).appName("order-timeout")
+        # no master unless asked: spark-submit --master decides (plain python gets local[*])
+        builder = SparkSession.builder.master(args.master) if args.master else SparkSession.builder
+        spark = (builder.appName("order-timeout")
                  .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                  .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
                  .getOrCreate())

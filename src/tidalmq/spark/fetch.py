@@ -35,6 +35,11 @@ class TidalMQSourceError(RuntimeError):
     """A failure of the tidalmq source that is not about an option (connection, data loss, broker)."""
 
 
+def _queue_matches(broker: str, qid: int, qkey: str) -> bool:
+    """``qkey`` of an option ("broker:qid", or a bare "qid" meaning that id on every broker) names this queue."""
+    return qkey_str(broker, qid) == qkey or (qkey.isdigit() and qid == int(qkey))
+
+
 def qkey_str(broker: str, qid: int) -> str:
     return f"{broker}:{qid}"
 
@@ -176,7 +181,22 @@ class Catalog:
             except TidalMQOptionError:
                 if strict and self.opts.topics:
                     raise
+        if self.opts.assign:
+            out = self._assigned(out)
         return out
+
+    def _assigned(self, queues: list[MessageQueue]) -> list[MessageQueue]:
+        """Kafka's ``assign``: only the named queues; a named queue that does not exist is an error."""
+        kept: list[MessageQueue] = []
+        for topic, wanted in self.opts.assign.items():
+            mine = [q for q in queues if q.topic == topic]
+            for qk in wanted:
+                hits = [q for q in mine if _queue_matches(q.broker_name, q.queue_id, qk)]
+                if not hits:
+                    raise TidalMQOptionError(f"option 'assign': topic {topic!r} has no queue {qk!r} (queues: "
+                                             f"{sorted(qkey_str(q.broker_name, q.queue_id) for q in mine)})")
+                kept += [q for q in hits if q not in kept]
+        return kept
 
     # offsets ------------------------------------------------------------------------------------------
     def _gather(self, make: Callable[[MessageQueue], Awaitable[Any]], queues: list[MessageQueue], what: str) -> list:
@@ -206,14 +226,16 @@ class Catalog:
         if spec.kind == "timestamp":
             return self.by_timestamp(queues, spec.timestamp_ms)
         out: dict[QueueKey, int] = {}
-        known = {(q.topic, q.broker_name, q.queue_id) for q in queues}
+        known = {(q.topic, q.broker_name, q.queue_id): q for q in queues}
         for topic, per in spec.queues.items():
             for qk, off in per.items():
-                matches = [k for k in known if k[0] == topic and
-                           (qkey_str(k[1], k[2]) == qk or (qk.isdigit() and k[2] == int(qk)))]
+                matches = [k for k in known if k[0] == topic and _queue_matches(k[1], k[2], qk)]
                 if not matches:
                     raise TidalMQOptionError(f"option {option!r}: topic {topic!r} has no queue {qk!r} (queues: "
                                              f"{sorted(qkey_str(k[1], k[2]) for k in known if k[0] == topic)})")
+                if spec.kind == "timestamps":  # Kafka's *ByTimestamp: the value is a time, not an offset
+                    out.update(self.by_timestamp([known[k] for k in matches], off))
+                    continue
                 for k in matches:
                     lo, hi = bounds[k]
                     out[k] = lo if off == EARLIEST else hi if off == LATEST else off

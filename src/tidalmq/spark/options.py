@@ -26,7 +26,13 @@ READ_OPTIONS = (
     "endingOffsets", "maxMessagesPerTrigger", "failOnDataLoss", "consumerGroup", "maxRecordsPerPartition",
     "minPartitions", "pullBatchSize", "pullPipeline", "pullTimeoutMs", "requestTimeoutMs",
     "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "retryDeadlineMs",
+    # Spark's Kafka source spellings, so a Kafka job ports by changing the format name and the address
+    "subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "includeHeaders", "kafkaCompatibleSchema",
 )
+# Kafka's name -> ours, for options that mean exactly the same thing.
+KAFKA_ALIASES = {"subscribe": "topic", "subscribePattern": "topicPattern", "maxOffsetsPerTrigger": "maxMessagesPerTrigger"}
+DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60.0  # Kafka's default maxTriggerDelay
 WRITE_OPTIONS = (
     "nameserver", "topic", "producerGroup", "batchSize", "maxInflight", "sendTimeoutMs", "retries",
     "requestTimeoutMs", "writeId",
@@ -45,12 +51,13 @@ class StartSpec:
 
     kind: str
     timestamp_ms: int = 0
-    queues: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # topic -> "broker:qid"|"qid" -> offset
+    # topic -> "broker:qid"|"qid" -> offset (kind queues) or epoch ms (kind timestamps, Kafka's *ByTimestamp)
+    queues: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def describe(self) -> str:
         if self.kind == "timestamp":
             return f"timestamp:{self.timestamp_ms}"
-        if self.kind == "queues":
+        if self.kind in ("queues", "timestamps"):
             return json.dumps(self.queues, sort_keys=True)
         return self.kind
 
@@ -89,6 +96,12 @@ class ReadOptions:
     pull_timeout_s: float = 10.0
     request_timeout_s: float = 5.0
     retry: RetryPolicy = field(default_factory=lambda: RetryPolicy())
+    # Kafka's ``assign``: topic -> the queue keys read ("broker:qid" or "qid"); empty: every queue of the topics
+    assign: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    kafka_schema: bool = False  # key, value, topic, partition, offset, timestamp, timestampType[, headers]
+    include_headers: bool = False
 
     @property
     def pull_group(self) -> str:
@@ -203,6 +216,66 @@ def parse_timestamp(text: str, option: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+def parse_duration_s(raw: str, option: str) -> float:
+    """Seconds from Spark's time strings (``500ms``, ``30s``, ``15m``, ``1h``, ``1d``; a bare number is ms)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", raw.lower())
+    if not m:
+        raise TidalMQOptionError(f"option {option!r} must be a duration such as 500ms, 30s, 15m, 1h, got {raw!r}")
+    scale = {None: 0.001, "ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}[m.group(2)]
+    return int(m.group(1)) * scale
+
+
+def _queue_key(qkey: object, topic: str, option: str) -> str:
+    if not re.fullmatch(r"(?:[^:]+:)?\d+", str(qkey)) or isinstance(qkey, bool):
+        raise TidalMQOptionError(f"option {option!r}: queue key {qkey!r} of topic {topic!r} must be "
+                                 "'brokerName:queueId' or 'queueId'")
+    return str(qkey)
+
+
+def _json_object(text: str, option: str, shape: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TidalMQOptionError(f"option {option!r} is not valid JSON: {e}") from None
+    if not isinstance(obj, dict) or not obj:
+        raise TidalMQOptionError(f"option {option!r} must be a JSON object {shape}")
+    for topic in obj:
+        _topic_name(topic, option)
+    return obj
+
+
+def parse_assign(text: str) -> dict[str, tuple[str, ...]]:
+    """Kafka's ``assign``: ``{"TopicA": [0, 1], "TopicB": ["broker-a:2"]}`` (a bare queue id means that id on
+    every broker of the topic)."""
+    obj = _json_object(text, "assign", '{"topic": [queueId, ...]}')
+    out: dict[str, tuple[str, ...]] = {}
+    for topic, ids in obj.items():
+        if not isinstance(ids, list) or not ids:
+            raise TidalMQOptionError(f"option 'assign': the value of topic {topic!r} must be a non-empty list of "
+                                     "queue ids (0 or \"brokerName:0\")")
+        out[topic] = tuple(dict.fromkeys(_queue_key(q, topic, "assign") for q in ids))
+    return out
+
+
+def parse_offsets_by_timestamp(text: str, option: str) -> StartSpec:
+    """Kafka's ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``: ``{"Topic": {"0": <epoch ms>}}``;
+    each queue starts (ends) at its first message stored at or after that time."""
+    obj = _json_object(text, option, '{"topic": {"queueId": epochMillis}}')
+    queues: dict[str, dict[str, int]] = {}
+    for topic, per_queue in obj.items():
+        if not isinstance(per_queue, dict) or not per_queue:
+            raise TidalMQOptionError(f"option {option!r}: the value of topic {topic!r} must be an object "
+                                     "{\"queueId\": epochMillis}")
+        qs: dict[str, int] = {}
+        for qkey, ts in per_queue.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise TidalMQOptionError(f"option {option!r}: the timestamp of {topic}/{qkey} must be epoch "
+                                         f"milliseconds >= 0, got {ts!r}")
+            qs[_queue_key(qkey, topic, option)] = ts
+        queues[topic] = qs
+    return StartSpec("timestamps", queues=queues)
+
+
 def parse_offsets(raw: str | None, option: str, default: str, *, allow_earliest: bool = True) -> StartSpec:
     """``earliest`` | ``latest`` | ``timestamp:<ms or ISO-8601>`` | per-queue JSON
     ``{"Topic": {"broker-a:0": 42, "1": -2}}`` (a bare queue id means that id on every broker)."""
@@ -215,29 +288,21 @@ def parse_offsets(raw: str | None, option: str, default: str, *, allow_earliest:
     if low.startswith("timestamp:"):
         return StartSpec("timestamp", timestamp_ms=parse_timestamp(text.split(":", 1)[1], option))
     if text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TidalMQOptionError(f"option {option!r} is not valid JSON: {e}") from None
+        obj = _json_object(text, option, "topic -> {queue: offset}")
         queues: dict[str, dict[str, int]] = {}
-        if not isinstance(obj, dict) or not obj:
-            raise TidalMQOptionError(f"option {option!r} must be a JSON object topic -> {{queue: offset}}")
         for topic, per_queue in obj.items():
-            _topic_name(topic, option)
             if not isinstance(per_queue, dict):
                 raise TidalMQOptionError(f"option {option!r}: the value of topic {topic!r} must be an object "
                                          "{\"brokerName:queueId\": offset}")
             qs: dict[str, int] = {}
             for qkey, off in per_queue.items():
-                if not re.fullmatch(r"(?:[^:]+:)?\d+", str(qkey)):
-                    raise TidalMQOptionError(f"option {option!r}: queue key {qkey!r} of topic {topic!r} must be "
-                                             "'brokerName:queueId' or 'queueId'")
+                qk = _queue_key(qkey, topic, option)
                 if isinstance(off, bool) or not isinstance(off, int) or off < -2:
                     raise TidalMQOptionError(f"option {option!r}: offset of {topic}/{qkey} must be an integer >= 0 "
                                              f"(or -2 earliest, -1 latest), got {off!r}")
                 if off == EARLIEST and not allow_earliest:
                     raise TidalMQOptionError(f"option {option!r}: -2 (earliest) is not allowed here")
-                qs[str(qkey)] = off
+                qs[qk] = off
             queues[topic] = qs
         return StartSpec("queues", queues=queues)
     raise TidalMQOptionError(f"option {option!r} must be 'earliest', 'latest', 'timestamp:<epoch ms or ISO-8601>' "
@@ -251,13 +316,22 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     (``DataSource.schema``): every check but the batch-only/streaming-only ones."""
     what = "streaming source" if streaming else "source"
     opts = _check_known(options, READ_OPTIONS, what)
+    for kafka_name, ours in KAFKA_ALIASES.items():
+        if kafka_name in opts:
+            if ours in opts:
+                raise TidalMQOptionError(f"options {kafka_name!r} (Kafka's spelling) and {ours!r} are the same "
+                                         "option: give one of them")
+            opts[ours] = opts.pop(kafka_name)
     ns = _nameserver(opts, what)
     topic_raw = (opts.get("topic") or "").strip()
     pattern = (opts.get("topicPattern") or "").strip() or None
-    if bool(topic_raw) == bool(pattern):
-        raise TidalMQOptionError("the tidalmq source needs exactly one of the options 'topic' (a name or a comma "
-                                 "list) and 'topicPattern' (a regular expression)")
-    topics: tuple[str, ...] = ()
+    assign_raw = (opts.get("assign") or "").strip()
+    if bool(topic_raw) + bool(pattern) + bool(assign_raw) != 1:
+        raise TidalMQOptionError("the tidalmq source needs exactly one of the options 'topic' (or Kafka's "
+                                 "'subscribe': a name or a comma list), 'topicPattern' (or 'subscribePattern': a "
+                                 "regular expression) and 'assign' (JSON {\"topic\": [queueId, ...]})")
+    assign = parse_assign(assign_raw) if assign_raw else {}
+    topics: tuple[str, ...] = tuple(assign)
     if topic_raw:
         topics = tuple(dict.fromkeys(_topic_name(t.strip(), "topic") for t in topic_raw.split(",") if t.strip()))
     if pattern:
@@ -277,17 +351,43 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
             compile_sql92(expr)
         except FilterSyntaxError as e:
             raise TidalMQOptionError(f"option 'subExpression' is not a valid SQL92 filter: {e.describe()}") from None
-    starting = parse_offsets(opts.get("startingOffsets"), "startingOffsets", "latest" if streaming else "earliest")
-    if streaming is True and "endingOffsets" in opts:
-        raise TidalMQOptionError("option 'endingOffsets' is for batch queries (spark.read); a streaming query runs "
-                                 "until stopped (use Trigger.AvailableNow to stop at the current end)")
-    ending = parse_offsets(opts.get("endingOffsets"), "endingOffsets", "latest", allow_earliest=False)
-    if streaming is False and "maxMessagesPerTrigger" in opts:
-        raise TidalMQOptionError("option 'maxMessagesPerTrigger' is for streaming queries (spark.readStream)")
-    if starting.kind == "queues" and topics:
-        extra = set(starting.queues) - set(topics)
-        if extra:
-            raise TidalMQOptionError(f"option 'startingOffsets' names topics that are not read: {sorted(extra)}")
+    # As Kafka's source: the by-timestamp option, when given, takes precedence over the plain one.
+    if opts.get("startingOffsetsByTimestamp"):
+        starting = parse_offsets_by_timestamp(opts["startingOffsetsByTimestamp"], "startingOffsetsByTimestamp")
+    else:
+        starting = parse_offsets(opts.get("startingOffsets"), "startingOffsets",
+                                 "latest" if streaming else "earliest")
+    for name in ("endingOffsets", "endingOffsetsByTimestamp"):
+        if streaming is True and name in opts:
+            raise TidalMQOptionError(f"option {name!r} is for batch queries (spark.read); a streaming query runs "
+                                     "until stopped (use Trigger.AvailableNow to stop at the current end)")
+    if opts.get("endingOffsetsByTimestamp"):
+        ending = parse_offsets_by_timestamp(opts["endingOffsetsByTimestamp"], "endingOffsetsByTimestamp")
+    else:
+        ending = parse_offsets(opts.get("endingOffsets"), "endingOffsets", "latest", allow_earliest=False)
+    for name in ("maxMessagesPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if streaming is False and name in opts:
+            raise TidalMQOptionError(f"option {name!r} is for streaming queries (spark.readStream)")
+    for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
+        if spec.kind in ("queues", "timestamps") and topics:
+            extra = set(spec.queues) - set(topics)
+            if extra:
+                raise TidalMQOptionError(f"option {name!r} (or its ByTimestamp form) names topics that are not "
+                                         f"read: {sorted(extra)}")
+    max_per_trigger = _int(opts, "maxMessagesPerTrigger", None)
+    min_per_trigger = _int(opts, "minOffsetsPerTrigger", None)
+    if "maxTriggerDelay" in opts and min_per_trigger is None:
+        raise TidalMQOptionError("option 'maxTriggerDelay' applies only with 'minOffsetsPerTrigger' (as in Kafka's "
+                                 "source)")
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise TidalMQOptionError(f"option 'minOffsetsPerTrigger' ({min_per_trigger}) is larger than "
+                                 f"'maxOffsetsPerTrigger'/'maxMessagesPerTrigger' ({max_per_trigger})")
+    delay_raw = (opts.get("maxTriggerDelay") or "").strip()
+    kafka_schema = _bool(opts, "kafkaCompatibleSchema", False)
+    include_headers = _bool(opts, "includeHeaders", False)
+    if include_headers and not kafka_schema:
+        raise TidalMQOptionError("option 'includeHeaders' adds Kafka's 'headers' column: it needs "
+                                 "'kafkaCompatibleSchema' = true (the native schema always has 'properties')")
     group = (opts.get("consumerGroup") or "").strip() or None
     if group is not None:
         try:
@@ -302,7 +402,13 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         sub_expression_type=expr_type,
         starting=starting,
         ending=ending,
-        max_messages_per_trigger=_int(opts, "maxMessagesPerTrigger", None),
+        max_messages_per_trigger=max_per_trigger,
+        min_messages_per_trigger=min_per_trigger,
+        max_trigger_delay_s=parse_duration_s(delay_raw, "maxTriggerDelay") if delay_raw
+        else DEFAULT_MAX_TRIGGER_DELAY_S,
+        assign=assign,
+        kafka_schema=kafka_schema,
+        include_headers=include_headers,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         consumer_group=group,
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", 500_000) or 500_000,

@@ -43,3 +43,15 @@ def rate_limit(start: dict[QueueKey, int], latest: dict[QueueKey, int], max_mess
         budget -= share
         end[k] = s + share
     return end
+
+
+def hold_back(waiting: int, min_messages: int, last_trigger: float | None, now: float, max_delay_s: float) -> bool:
+    """Kafka's ``minOffsetsPerTrigger``: skip this trigger while fewer than ``min_messages`` wait, unless
+    ``max_delay_s`` has passed since the last batch (``maxTriggerDelay``). As Kafka's source, the first
+    trigger of a query is not held (there is no last batch to measure the delay from), and nothing waiting
+    is never a batch."""
+    if waiting == 0:
+        return True
+    if waiting >= min_messages or last_trigger is None:
+        return False
+    return now - last_trigger < max_delay_s

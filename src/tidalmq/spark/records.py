@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 
 from tidalmq.common import sysflag as sf
@@ -35,6 +36,44 @@ ARROW_SCHEMA = pa.schema([
     pa.field("storeTimestamp", pa.timestamp("us", tz="UTC")),
     pa.field("reconsumeTimes", pa.int32(), nullable=False),
 ])
+
+
+# Spark's Kafka source schema (``kafkaCompatibleSchema``): key = the KEYS property, value = the body,
+# partition = the queue id, offset = the queue offset, timestamp = the born (producer) time, so timestampType
+# is 0 (Kafka's CreateTime); headers (``includeHeaders``) = the properties, values as UTF-8 bytes.
+KAFKA_TIMESTAMP_TYPE_CREATE_TIME = 0
+_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+KAFKA_ARROW_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+])
+KAFKA_ARROW_SCHEMA_HEADERS = KAFKA_ARROW_SCHEMA.append(pa.field("headers", pa.list_(_HEADER)))
+
+
+def to_kafka(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
+    """A batch of the native schema in Kafka's shape: column moves and casts, no per-row work."""
+    n = batch.num_rows
+    arrays = [
+        batch.column("keys").cast(pa.binary()),
+        batch.column("body"),
+        batch.column("topic"),
+        batch.column("queueId"),
+        batch.column("queueOffset"),
+        batch.column("bornTimestamp"),
+        pa.array(np.full(n, KAFKA_TIMESTAMP_TYPE_CREATE_TIME, dtype=np.int32)),
+    ]
+    schema = KAFKA_ARROW_SCHEMA
+    if include_headers:
+        props = batch.column("properties")
+        headers = pa.StructArray.from_arrays([props.keys, props.items.cast(pa.binary())], fields=list(_HEADER))
+        arrays.append(pa.ListArray.from_arrays(props.offsets, headers, mask=props.is_null()))
+        schema = KAFKA_ARROW_SCHEMA_HEADERS
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class Columns:
@@ -166,8 +205,6 @@ def _text(raw: bytes, pos: int, what: str) -> str:
 
 
 def _millis_to_ts(values: list[int], ts: pa.DataType) -> pa.Array:
-    import numpy as np
-
     arr = np.asarray(values, dtype=np.int64) * 1000
     return pa.array(arr, type=ts)
 

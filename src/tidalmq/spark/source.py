@@ -9,6 +9,7 @@ where they are used.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -37,7 +39,7 @@ from pyspark.sql.types import (
 
 from tidalmq.spark import fetch
 from tidalmq.spark.options import ReadOptions, TidalMQOptionError, parse_read_options
-from tidalmq.spark.plan import rate_limit, split_ranges
+from tidalmq.spark.plan import hold_back, rate_limit, split_ranges
 
 NAME = "tidalmq"
 
@@ -57,6 +59,27 @@ SCHEMA = StructType([
 ])
 
 
+_HEADER = StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)])
+# Spark's Kafka source schema, for ``kafkaCompatibleSchema`` (``headers`` only with ``includeHeaders``).
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("topic", StringType(), True),
+    StructField("partition", IntegerType(), True),
+    StructField("offset", LongType(), True),
+    StructField("timestamp", TimestampType(), True),
+    StructField("timestampType", IntegerType(), True),
+])
+KAFKA_SCHEMA_HEADERS = StructType([*KAFKA_SCHEMA.fields,
+                                   StructField("headers", ArrayType(_HEADER, True), True)])
+
+
+def schema_of(opts: ReadOptions) -> StructType:
+    if not opts.kafka_schema:
+        return SCHEMA
+    return KAFKA_SCHEMA_HEADERS if opts.include_headers else KAFKA_SCHEMA
+
+
 class QueueRangePartition(InputPartition):
     """[start, end) of one message queue (a large backlog is cut into several of these)."""
 
@@ -69,11 +92,12 @@ class QueueRangePartition(InputPartition):
         return f"QueueRangePartition({self.topic} {self.broker}:{self.queue_id} [{self.start}, {self.end}))"
 
 
-def _check_schema(schema: StructType | None) -> None:
+def _check_schema(schema: StructType | None, opts: ReadOptions) -> None:
+    fixed = schema_of(opts)
     if schema is not None and [(f.name, f.dataType) for f in schema.fields] != \
-            [(f.name, f.dataType) for f in SCHEMA.fields]:
+            [(f.name, f.dataType) for f in fixed.fields]:
         raise TidalMQOptionError(f"the tidalmq source has a fixed schema and does not take a user schema; "
-                                 f"it is {SCHEMA.simpleString()}")
+                                 f"it is {fixed.simpleString()}")
 
 
 def _validate(opts: ReadOptions) -> None:
@@ -89,7 +113,12 @@ def _read_partition(opts: ReadOptions, p: QueueRangePartition) -> Iterator[Any]:
     from tidalmq.spark.records import ARROW_SCHEMA
 
     spec = fetch.RangeSpec(p.topic, p.broker, p.queue_id, p.start, p.end, p.new_queue)
-    yield from fetch.read_range(opts, spec, schema=ARROW_SCHEMA)
+    batches = fetch.read_range(opts, spec, schema=ARROW_SCHEMA)
+    if opts.kafka_schema:
+        from tidalmq.spark.records import to_kafka
+
+        batches = (to_kafka(b, opts.include_headers) for b in batches)
+    yield from batches
 
 
 def _partitions(ranges: dict[fetch.QueueKey, tuple[int, int]], opts: ReadOptions,
@@ -109,16 +138,16 @@ class TidalMQDataSource(DataSource):
     def schema(self) -> StructType:
         opts = parse_read_options(self.options, streaming=None)
         _validate(opts)
-        return SCHEMA
+        return schema_of(opts)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        _check_schema(schema)
         opts = parse_read_options(self.options, streaming=False)
+        _check_schema(schema, opts)
         return TidalMQBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        _check_schema(schema)
         opts = parse_read_options(self.options, streaming=True)
+        _check_schema(schema, opts)
         return TidalMQStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool):
@@ -147,7 +176,7 @@ class TidalMQBatchReader(DataSourceReader):
         ranges: dict[fetch.QueueKey, tuple[int, int]] = {}
         for k, (lo, hi) in bounds.items():
             s, e = start[k], min(end[k], hi)
-            if opts.starting.kind == "queues" and s > e and opts.ending.kind != "timestamp":
+            if opts.starting.kind == "queues" and s > e and opts.ending.kind not in ("timestamp", "timestamps"):
                 raise TidalMQOptionError(f"option 'startingOffsets': offset {s} of {k[0]} {k[1]}:{k[2]} is after "
                                          f"the end offset {e}")
             if s < lo and not opts.fail_on_data_loss:
@@ -170,6 +199,7 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._catalog: fetch.Catalog | None = None
         self._available_now: dict[fetch.QueueKey, int] | None = None
+        self._last_trigger: float | None = None  # monotonic time of the last batch (minOffsetsPerTrigger)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -213,10 +243,21 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = fetch.offsets_from_dict(start)
         for k, v in begin.items():  # a queue never moves backwards (one that vanished keeps its offset)
             latest[k] = max(latest.get(k, v), v)
+        hold = bool(self.opts.min_messages_per_trigger) and self._available_now is None  # AvailableNow never waits
+        if not isinstance(limit, ReadMaxRows) and not hold:
+            return fetch.offsets_to_dict(latest)
+        _q, bounds = self._bounds()
+        base = {k: begin.get(k, bounds.get(k, (0, 0))[0]) for k in latest}
         if isinstance(limit, ReadMaxRows):
-            _q, bounds = self._bounds()
-            base = {k: begin.get(k, bounds.get(k, (0, 0))[0]) for k in latest}
             latest = rate_limit(base, latest, limit.max_rows)
+        if hold:
+            now = time.monotonic()
+            waiting = sum(max(0, latest[k] - base[k]) for k in latest)
+            if hold_back(waiting, self.opts.min_messages_per_trigger or 0, self._last_trigger, now,
+                         self.opts.max_trigger_delay_s):
+                return fetch.offsets_to_dict(begin) if start is not None else fetch.offsets_to_dict(base)
+            if waiting:
+                self._last_trigger = now
         return fetch.offsets_to_dict(latest)
 
     def reportLatestOffset(self) -> dict | None:
