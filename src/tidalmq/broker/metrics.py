@@ -117,9 +117,11 @@ def families(s: BrokerSnapshot) -> Iterable[Metric]:
     for (topic, group), n in sorted(s.lag.items()):
         lag.add_metric([*lv, topic, group], n)
     yield lag
-    for name, data in (("rocketmq_producer_connections", s.producer_connections),
-                       ("rocketmq_consumer_connections", s.consumer_connections)):
-        fam = GaugeMetricFamily(name, "Client connections, by group", labels=[*base, "group"])
+    # RocketMQ labels consumer connections by consumer_group; producers have no group label there, so
+    # producer_group is ours
+    for name, data, label in (("rocketmq_producer_connections", s.producer_connections, "producer_group"),
+                              ("rocketmq_consumer_connections", s.consumer_connections, "consumer_group")):
+        fam = GaugeMetricFamily(name, "Client connections, by group", labels=[*base, label])
         for group, n in sorted(data.items()):
             fam.add_metric([*lv, group], n)
         yield fam

@@ -7,7 +7,7 @@ from bisect import bisect_left
 
 from prometheus_client.core import HistogramMetricFamily, Metric
 
-from tidalmq.remoting.codes import code_name
+from tidalmq.remoting.codes import ResponseCode, code_name
 
 # Upper bounds in ms, RocketMQ 5's RemotingMetricsManager buckets (1, 3, 5, 7, 10, 100 ms, 1, 2, 3 s).
 LATENCY_BUCKETS_MS: tuple[float, ...] = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
@@ -42,5 +42,13 @@ def rpc_latency_family(common: dict[str, str], rpc: dict[tuple[int, int], list[f
         for bound, n in zip((*LATENCY_BUCKETS_MS, float("inf")), row[:-1], strict=True):
             cumulative += n
             buckets.append(("+Inf" if bound == float("inf") else f"{bound:g}", cumulative))
-        fam.add_metric([*common.values(), "remoting", code_name(req).lower(), str(resp)], buckets, row[-1])
+        fam.add_metric([*common.values(), "remoting", code_name(req).lower(), response_name(resp)], buckets, row[-1])
     return fam
+
+
+def response_name(code: int) -> str:
+    """A response code as RocketMQ's RemotingMetricsConstant labels it: its ResponseCode name, lowercase."""
+    try:
+        return ResponseCode(code).name.lower()
+    except ValueError:
+        return str(code)
