@@ -66,3 +66,36 @@ def test_properties_over_the_short_length_are_refused() -> None:
     ids = encode.hex_ids("P" * 28, np.arange(2, dtype=np.uint64), 4)
     with pytest.raises(ValueError, match="row 1: its properties are"):
         encode.encode_messages(pa.array([b"a", b"b"], pa.binary()), ids, keys=pa.array(["k", "k" * 40000]))
+
+
+def test_partition_writer_splits_a_batch_by_its_topic_column(standalone) -> None:  # noqa: ANN001
+    """The partition writer outside Spark (no task context: random UNIQ_KEYs) over an Arrow batch with a
+    topic column of two topics and nulls (the option 'topic'): each topic gets its rows, each row once."""
+    import asyncio
+    import time
+
+    import pyarrow as pa
+
+    from tidalmq.client.sync import Admin
+    from tidalmq.spark import sink
+    from tidalmq.spark.options import parse_write_options
+
+    ns = standalone.namesrv_addr
+    with Admin(ns) as admin:
+        for t in ("EncA", "EncB"):
+            admin.create_topic(t, 2)
+        opts = parse_write_options({"nameserver": ns, "topic": "EncB"}, streaming=False)
+        n = 1000
+        rb = pa.record_batch([pa.array([f"m{i}" for i in range(n)]),
+                              pa.array(["EncA" if i % 3 == 0 else None for i in range(n)])], names=["body", "topic"])
+        done = asyncio.run(sink._send_all(opts, {"body": "body", "topic": "topic"}, iter([rb]), None))
+        assert done.rows == n
+        want = {"EncA": len(range(0, n, 3)), "EncB": n - len(range(0, n, 3))}
+        deadline = time.monotonic() + 20
+        got: dict[str, int] = {}
+        while time.monotonic() < deadline:  # the ConsumeQueue follows the CommitLog's acknowledgement
+            got = {t: sum(q.max_offset for q in admin.topic_status(t)) for t in want}
+            if got == want:
+                break
+            time.sleep(0.1)
+        assert got == want

@@ -363,12 +363,15 @@ class _Sender:
         lv = col(rb, c.get("delayLevel"))
         if lv is not None and lv.null_count != n and pc.max(pc.fill_null(lv, 0)).as_py() > 0:
             return False
-        bodies = col(rb, c["body"])
+        bodies = rb.column(rb.schema.get_field_index(c["body"]))
         blen = pc.binary_length(bodies)
         if bodies.null_count or pc.min(blen).as_py() == 0 or pc.max(blen).as_py() > self.p.max_message_size:
             return False  # the row-by-row path names the bad row
         tc = col(rb, c.get("topic"))
+        topics: list[str]
         if tc is None:
+            if not self.opts.topic:
+                return False
             topics = [self.opts.topic]
         else:
             tc = pc.fill_null(tc, self.opts.topic) if self.opts.topic else tc
