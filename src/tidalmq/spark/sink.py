@@ -246,6 +246,8 @@ class _Sender:
 
         c = self.cols
         n = rb.num_rows
+        if await self._add_plain(rb):
+            return
         bodies = _column(rb, c["body"], body=True)
         topics = _column(rb, c.get("topic"))
         tags = _column(rb, c.get("tags"))
@@ -340,6 +342,82 @@ class _Sender:
                     await self._wait_some()
         self._raise()
 
+    async def _add_plain(self, rb: Any) -> bool:
+        """A batch of plain rows only (no schedule, no sharding key, every body and topic valid), encoded
+        column at a time (``encode``); False (nothing sent) for any other batch, which goes row by row."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from tidalmq.client.validators import ValidationError, check_topic_sendable
+        from tidalmq.spark import encode
+
+        c, n = self.cols, rb.num_rows
+        if n == 0:
+            return True
+        col = encode.column
+        for name in ("deliverTime", "shardingKey"):
+            k = col(rb, c.get(name))
+            if k is not None and k.null_count != n:
+                return False
+        lv = col(rb, c.get("delayLevel"))
+        if lv is not None and lv.null_count != n and pc.max(pc.fill_null(lv, 0)).as_py() > 0:
+            return False
+        bodies = rb.column(rb.schema.get_field_index(c["body"]))
+        blen = pc.binary_length(bodies)
+        if bodies.null_count or pc.min(blen).as_py() == 0 or pc.max(blen).as_py() > self.p.max_message_size:
+            return False  # the row-by-row path names the bad row
+        tc = col(rb, c.get("topic"))
+        topics: list[str]
+        if tc is None:
+            if not self.opts.topic:
+                return False
+            topics = [self.opts.topic]
+        else:
+            tc = pc.fill_null(tc, self.opts.topic) if self.opts.topic else tc
+            if tc.null_count or pc.min(pc.binary_length(tc)).as_py() == 0:
+                return False
+            topics = pc.unique(tc).to_pylist()
+        for t in topics:
+            if t not in self.checked_topics:
+                try:
+                    check_topic_sendable(t)
+                except ValidationError:
+                    return False
+                self.checked_topics.add(t)
+        if self.keys is not None:
+            ids = encode.hex_ids(self.keys, np.arange(self.rows, self.rows + n, dtype=np.uint64), 8)
+        else:
+            prefix, c0 = self.p.bulk_ids.next_block(n)
+            ids = encode.hex_ids(prefix, np.arange(c0 + 1, c0 + 1 + n, dtype=np.uint64) & 0xFFFF, 4)
+        keys = col(rb, c.get("keys"))
+        props = col(rb, c.get("properties"))
+        parts = (bodies, col(rb, c.get("tags")), None if keys is None else encode.keys_text(keys),
+                 None if props is None else encode.properties_text(props))
+        groups: list[tuple[str, Any, Any]] = []
+        if len(topics) == 1:
+            groups.append((topics[0], parts, ids))
+        else:
+            for t in topics:
+                mask = pc.equal(tc, t)
+                groups.append((t, tuple(None if a is None else a.filter(mask) for a in parts),
+                               ids[mask.to_numpy(zero_copy_only=False)]))
+        encoded = []
+        for t, (b, tg, ks, ps), gids in groups:
+            try:
+                encoded.append((t, encode.encode_messages(b.cast(pa.binary()), gids, tg, ks, ps), gids))
+            except ValueError as e:
+                raise TidalMQSinkError(f"tidalmq sink: batch at row {self.rows}: {e}") from None
+        self.rows += n
+        for t, enc, gids in encoded:
+            for body, uniq in encode.chunks(enc, gids, self.opts.batch_size):
+                self._spawn(self.p.send_encoded(t, body, uniq),
+                            f"sending a batch of {uniq.count(',') + 1} messages to topic {t}")
+                if len(self.inflight) >= self.opts.max_inflight:
+                    await self._wait_some()
+        self._raise()
+        return True
+
     def _ordered_send(self, mq: Any, msgs: list[Any]) -> None:
         prev = self.queue_tail.get(mq)
         if len(msgs) == 1:
@@ -418,10 +496,32 @@ def _sink_producer_class() -> type:
             prefix = f"{self._prefix}{diff:08X}"
             return [f"{prefix}{(c0 + i) & 0xFFFF:04X}" for i in range(1, n + 1)]
 
+        def next_block(self, n: int) -> tuple[str, int]:
+            """The ids' common prefix and the counter before the first of n ids (id i: counter c0 + i,
+            i from 1, as 4 hex digits wrapping at 0xFFFF), for the column-at-a-time encoder."""
+            now = int(time.time() * 1000)
+            with self._lock:
+                if now >= self._next_start_ms:
+                    self._set_start(now)
+                diff = max(0, now - self._start_ms) & 0xFFFFFFFF
+                c0 = self._counter
+                self._counter = (c0 + n) & 0xFFFF
+            return f"{self._prefix}{diff:08X}", c0
+
     class SinkProducer(_p.Producer):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._bulk = BulkIds(host_bytes(self.instance.client_ip))
+
+        @property
+        def bulk_ids(self) -> BulkIds:
+            return self._bulk
+
+        async def send_encoded(self, topic: str, body: bytes, uniq: str) -> Any:
+            """A batch body ``encode.chunks`` made; ``uniq`` its comma-joined UNIQ_KEYs (the idempotent
+            queue is chosen by them)."""
+            prepared = _p._Prepared(topic, body, 0, 0, wait_props, uniq, True, None)
+            return await self._send_default(prepared, _p._MODE_SYNC, None)
 
         async def send_encoded_batch(self, topic: str, entries: list[Entry], *, queue: Any = None) -> Any:
             ids = [e[2] or "" for e in entries] if entries[0][2] is not None else self._bulk.next_ids(len(entries))
