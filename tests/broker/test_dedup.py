@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.broker.rawclient import run, send_cmd, wait_max_offset
+from tests.store.conftest import FakeClock, FakeIndex, put_one, small_config
 from tests.support import Standalone
-from tidalmq.broker.dedup import SNAPSHOT_FILE, DuplicationWindow, Original
+from tidalmq.broker.dedup import SNAPSHOT_FILE, DuplicationWindow, Original, window_key
 from tidalmq.client.message import Message, MessageQueue
 from tidalmq.client.producer import Producer
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
+from tidalmq.store.message_store import DefaultMessageStore
 
 SMALL = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "duplicationEnable": "true"}
 
@@ -214,3 +216,24 @@ def test_timer_cancel_is_not_taken_for_a_duplicate(dedup_broker: Standalone) -> 
             assert again.offset_msg_id == scheduled.offset_msg_id  # the scheduled send itself still is one
 
     run(scenario())
+
+
+def test_a_window_forgotten_at_promotion_is_rebuilt_with_what_was_replicated(tmp_path: Path) -> None:
+    """A replica loads its window if a send reaches it while a slave; what replication appends after that is
+    not in it. Promotion (BrokerController.become_master) forgets the window, and the next put rebuilds it
+    from the CommitLog, the replicated records included."""
+    clock = FakeClock()
+    store = DefaultMessageStore(small_config(str(tmp_path / "store")), clock=clock, index_service=FakeIndex())
+    assert store.load()
+    store.start()
+    try:
+        w = DuplicationWindow(store, str(tmp_path), window_seconds=60, window_size=100,
+                              clock=lambda: clock.now / 1000)
+        w.ensure_loaded()  # as a slave: nothing stored yet
+        put_one(store, "Replicated", uniq=key(1))  # what the HA client appends
+        assert window_key("Replicated", key(1)) not in w.entries
+        w.forget()
+        w.ensure_loaded()
+        assert window_key("Replicated", key(1)) in w.entries
+    finally:
+        store.shutdown()

@@ -292,6 +292,8 @@ class BrokerController:
         self.ha_client = None
         self.slave_sync = None
         await self._loop.run_in_executor(None, self._start_master_store)
+        if self.send_processor.dedup is not None:
+            self.send_processor.dedup.forget()  # rebuilt from the replicated CommitLog at the first put
         c.broker_role = self.master_role
         c.broker_id = 0
         self.ha_service = HAService(c, self.store, self.store_config.sync_flush_timeout, self._host)

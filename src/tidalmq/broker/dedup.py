@@ -160,6 +160,13 @@ class DuplicationWindow:
         self._last_snapshot = time.monotonic()
         log.info("duplication window: %d keys (replayed the CommitLog from %d)", len(self.entries), start)
 
+    def forget(self) -> None:
+        """Drop the window so that the next put rebuilds it from the CommitLog: a replica promoted to master
+        at runtime (controller mode) holds the old master's records, replicated after any window it built
+        while a slave (a send refused there still loads it)."""
+        self.entries.clear()
+        self._loaded = False
+
     def _replay(self, start: int) -> None:
         _first, end = self.store.commit_log_range()
         offset = start
