@@ -137,7 +137,7 @@ def test_send_message_then_topic_status_and_consumer_progress(mqadmin: Run) -> N
 def test_errors_are_one_line_on_stderr_with_a_status(mqadmin: Run, shared_standalone: Standalone) -> None:
     hot = mqadmin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "flushDiskType", "-v", "SYNC_FLUSH")
     assert hot.returncode == 1 and hot.stdout == "" and len(hot.stderr.splitlines()) == 1
-    assert "CODE: 3" in hot.stderr and "restart" in hot.stderr
+    assert "CODE: 1 " in hot.stderr and "restart" in hot.stderr
     bad = mqadmin("updateTopic", "-c", "DefaultCluster", "-t", "bad topic!")
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "illegal characters" in bad.stderr
     down = run_mqadmin("127.0.0.1:1", "topicList")
@@ -149,8 +149,10 @@ def test_errors_are_one_line_on_stderr_with_a_status(mqadmin: Run, shared_standa
 def test_get_broker_config_and_kv_config(mqadmin: Run, shared_standalone: Standalone) -> None:
     s = shared_standalone
     lines = ok(mqadmin("getBrokerConfig", "-b", s.broker_addr)).splitlines()
-    assert lines[0] == f"============{s.broker_addr}============"
-    conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:])}
+    assert lines[0] == f"============{s.broker_addr}============" and lines[-1] == ""
+    conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:-1])}
+    by_cluster = ok(mqadmin("getBrokerConfig", "-c", "DefaultCluster")).splitlines()
+    assert by_cluster[0] == f"============Master: {s.broker_addr}============"
     assert conf["brokerClusterName"] == "DefaultCluster"
     ns = uniq("MqaNs")
     ok(mqadmin("updateKvConfig", "-s", ns, "-k", "answer", "-v", "42"))

@@ -113,6 +113,12 @@ class Admin:
         text = (await self._call(addr, RC.GET_BROKER_CONFIG)).body_bytes().decode("utf-8")
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
+    async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG: ``key=value`` lines, as RocketMQ's MQClientAPIImpl.updateBrokerConfig sends
+        its Properties; the broker applies live keys only (docs/mqadmin.md)."""
+        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
+        await self._call(addr, RC.UPDATE_BROKER_CONFIG, body=body)
+
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
         for addr in self.namesrv_addrs:

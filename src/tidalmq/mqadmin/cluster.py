@@ -43,6 +43,19 @@ async def _addrs(admin: Admin, args: argparse.Namespace) -> list[str]:
     return addrs
 
 
+async def _masters_and_slaves(admin: Admin, cluster: str) -> list[tuple[str, list[str]]]:
+    """RocketMQ's CommandUtil.fetchMasterAndSlaveDistinguish: each broker group's master and its slaves."""
+    info = await admin.cluster_info()
+    out = []
+    for name in sorted(info.get("clusterAddrTable", {}).get(cluster, [])):
+        addrs = info["brokerAddrTable"][name]["brokerAddrs"]
+        if "0" in addrs:
+            out.append((addrs["0"], [a for bid, a in sorted(addrs.items(), key=lambda i: int(i[0])) if bid != "0"]))
+    if not out:
+        raise AdminError(ResponseCode.BROKER_NOT_EXIST, f"no master broker in cluster {cluster}")
+    return out
+
+
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
     info = await admin.cluster_info()
     print(f"{'#Cluster Name':<22}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
@@ -65,19 +78,27 @@ async def broker_status(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def get_broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    for addr in await _addrs(admin, args):
-        print(f"============{addr}============")
+    if args.brokerAddr:
+        targets = [(f"============{args.brokerAddr}============", args.brokerAddr)]
+    else:  # RocketMQ's -c: each master, then its slaves
+        targets = []
+        for master, slaves in await _masters_and_slaves(admin, args.clusterName):
+            targets.append((f"============Master: {master}============", master))
+            targets += [(f"============My Master: {master}=====Slave: {s}============", s) for s in slaves]
+    for header, addr in targets:
+        print(header)
         for k, v in sorted((await admin.broker_config(addr)).items()):
             print(f"{k:<50}=  {v}")
+        print()
     return 0
 
 
 async def update_broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    # TidalMQ's broker reads its configuration at start and handles no UPDATE_BROKER_CONFIG: saying so
-    # beats pretending a key took effect (docs/mqadmin.md).
-    raise AdminError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                     f"the broker applies no config key at runtime; set {args.key}={args.value} in broker.conf "
-                     "(or --set) and restart it")
+    props = {args.key.strip(): args.value.strip()}
+    for addr in await _addrs(admin, args):
+        await admin.update_broker_config(addr, props)
+        print(f"update broker config success, {addr}")
+    return 0
 
 
 async def update_kv_config(admin: Admin, args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
 from tidalmq.broker.message_type import (
     MESSAGE_TYPE,
     TopicAttributeError,
@@ -17,7 +18,7 @@ from tidalmq.broker.subscription_group import SubscriptionGroupConfig
 from tidalmq.broker.topic_config import PERM_RW, TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
-from tidalmq.common.config import to_properties
+from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
@@ -121,6 +122,25 @@ class AdminProcessor:
         props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
+
+    def update_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: body ``key=value`` lines (java.util.Properties, as RocketMQ's tools send);
+        live keys only, all or none applied, then persisted to the config file (broker/live_config.py)."""
+        b = self.broker
+        try:
+            props = parse_properties(req.body_bytes().decode("utf-8"))
+            new_bc, new_sc = checked_update(b.config, b.store_config, props, b.max_frame - FRAME_HEADROOM)
+        except (ConfigError, UnicodeDecodeError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        apply_live(b.config, b.store_config, new_bc, new_sc, list(props))
+        if b.config_file is not None:
+            try:
+                persist(b.config_file, props)
+            except OSError as e:  # applied, but the operator must know it will not survive a restart
+                return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {b.config_file}: {e}")
+        if "brokerPermission" in props:  # the NameServer's routes carry it (RocketMQ re-registers too)
+            b.register_soon()
+        return req.make_response(ResponseCode.SUCCESS)
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group = req.ext_fields.get("consumerGroup", "")
