@@ -4,6 +4,7 @@ file; other keys and bad values are refused and change nothing (broker/live_conf
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,3 +84,47 @@ def test_keys_not_live_unknown_keys_and_bad_values_are_refused(mqadmin: Run, sha
         assert r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
         assert f"CODE: {ResponseCode.SYSTEM_ERROR} " in r.stderr and why in r.stderr, r.stderr
     assert _config(s) == before
+
+
+def test_producer_connection_lists_the_group_while_it_is_connected(mqadmin: Run, shared_standalone: Standalone) -> None:
+    s = shared_standalone
+    topic, group = uniq("MqaPc"), uniq("PID_Pc")
+    ok(mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))
+
+    async def go() -> str:
+        p = Producer(group, s.namesrv_addr)
+        await p.start()
+        try:
+            await asyncio.wait_for(p.send(Message(topic, b"hello")), 15)  # the route: the broker is known
+            await asyncio.wait_for(p.instance.send_heartbeat(), 15)  # what the 30 s heartbeat timer sends
+            return ok(await asyncio.to_thread(mqadmin, "producerConnection", "-g", group, "-t", topic))
+        finally:
+            await p.shutdown()
+    shown = asyncio.run(go())
+    rows = shown.splitlines()
+    assert len(rows) == 1 and rows[0].startswith("0001  ") and rows[0].split()[3] == "PYTHON", shown
+    gone = mqadmin("producerConnection", "-g", group, "-t", topic)  # shut down: unregistered
+    assert gone.returncode == 1 and f"CODE: 1 DESC: the producer group[{group}] not exist" in gone.stderr
+
+
+def test_clean_expired_cq_drops_the_queues_of_topics_the_broker_no_longer_has(from_file: Standalone) -> None:
+    s = from_file
+    kept, stale = uniq("MqaKeep"), uniq("MqaStale")
+    for topic in (kept, stale):
+        ok(run_mqadmin(s.namesrv_addr, "updateTopic", "-b", s.broker_addr, "-t", topic, "-r", "1", "-w", "1"))
+        _send(s, topic, 100)
+    cq_root = s.data_dir / "store" / "consumequeue"
+    assert (cq_root / stale).is_dir() and (cq_root / kept).is_dir()
+    # the topic vanishes from the broker's table while its queue stays on disk (a table restored from a
+    # backup, an edited topics.json): what cleanExpiredCQ is for
+    s.stop()
+    topics_file = s.data_dir / "store" / "config" / "topics.json"
+    table = json.loads(topics_file.read_text())
+    del table["topicConfigTable"][stale]
+    topics_file.write_text(json.dumps(table))
+    s.start()
+    out = run_mqadmin(s.namesrv_addr, "cleanExpiredCQ", "-b", s.broker_addr)
+    assert ok(out) == "success"
+    assert not (cq_root / stale).exists() and (cq_root / kept).is_dir()
+    status = ok(run_mqadmin(s.namesrv_addr, "topicStatus", "-t", kept)).splitlines()
+    assert status[1].split()[2:4] == ["0", "1"]  # the kept topic's queue: its message still there

@@ -16,7 +16,12 @@ from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_vali
 from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.consumed import consumed_commit_log_offset
-from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
+from tidalmq.broker.consumer_manager import (
+    ClientChannelInfo,
+    ConsumerGroupInfo,
+    ConsumerManager,
+    SubscriptionData,
+)
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.live_config import FRAME_HEADROOM
 from tidalmq.broker.long_polling import PullRequestHoldService
@@ -99,7 +104,8 @@ class BrokerController:
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
         self.groups = SubscriptionGroupManager(cfg_dir / "subscriptionGroup.json", config.auto_create_subscription_group)
         self.consumers = ConsumerManager(self._on_consumer_ids_changed)
-        self.producers: dict[str, dict[Connection, str]] = {}
+        # producer group -> its connections (HEART_BEAT's producerDataSet; GET_PRODUCER_CONNECTION_LIST)
+        self.producers: dict[str, dict[Connection, ClientChannelInfo]] = {}
         self.pull_hold = PullRequestHoldService()
         self.locks = RebalanceLockManager()
         # SQL92 subscriptions compiled once per expression (enablePropertyFilter; docs/filtering.md).
@@ -220,6 +226,8 @@ class BrokerController:
         register_checked(s, RC.GET_BROKER_CONFIG, ap.get_broker_config)
         register_checked(s, RC.UPDATE_BROKER_CONFIG, ap.update_broker_config)
         register_checked(s, RC.GET_CONSUMER_CONNECTION_LIST, ap.get_consumer_connection_list)
+        register_checked(s, RC.GET_PRODUCER_CONNECTION_LIST, ap.get_producer_connection_list)
+        register_checked(s, RC.CLEAN_EXPIRED_CONSUMEQUEUE, ap.clean_expired_consume_queue)
         register_checked(s, RC.QUERY_TOPIC_CONSUME_BY_WHO, ap.query_topic_consume_by_who)
         register_checked(s, RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         register_checked(s, RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)

@@ -294,6 +294,30 @@ class Admin:
             out.update(fastjson.loads(resp.body_bytes()).get("subscriptionGroupTable", {}))
         return dict(sorted(out.items()))
 
+    async def producer_connections(self, group: str, topic: str) -> list[dict]:
+        """The producers of a group connected to the masters of the topic's route (clientId, clientAddr,
+        language, version), as RocketMQ's examineProducerConnectionInfo asks the topic's broker; the broker's
+        refusal (SYSTEM_ERROR "the producer group[G] not exist") when none has one."""
+        out: list[dict] = []
+        refused: AdminError | None = None
+        for bd in (await self.route(topic)).get("brokerDatas", []):
+            addr = (bd.get("brokerAddrs") or {}).get("0")
+            if not addr:
+                continue
+            try:
+                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+            except AdminError as e:
+                refused = e
+                continue
+            out += fastjson.loads(resp.body_bytes()).get("connectionSet", [])
+        if not out and refused is not None:
+            raise refused
+        return out
+
+    async def clean_expired_consume_queue(self, addr: str) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE on one broker."""
+        await self._call(addr, RC.CLEAN_EXPIRED_CONSUMEQUEUE)
+
     async def consumer_connections(self, group: str) -> list[dict]:
         """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""
         out: list[dict] = []

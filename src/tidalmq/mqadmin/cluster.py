@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("-c", "--clusterName", help="update which cluster")
     p.add_argument("-k", "--key", required=True, help="config key")
     p.add_argument("-v", "--value", required=True, help="config value")
+    p = command(sub, "cleanExpiredCQ", "Clean expired ConsumeQueue on broker.", clean_expired_cq)
+    p.add_argument("-b", "--brokerAddr", help="Broker address")
+    p.add_argument("-c", "--cluster", help="clustername")
     p = command(sub, "updateKvConfig", "Create or update KV config.", update_kv_config)
     p.add_argument("-s", "--namespace", required=True, help="set the namespace")
     p.add_argument("-k", "--key", required=True, help="set the key name")
@@ -98,6 +101,15 @@ async def update_broker_config(admin: Admin, args: argparse.Namespace) -> int:
     for addr in await _addrs(admin, args):
         await admin.update_broker_config(addr, props)
         print(f"update broker config success, {addr}")
+    return 0
+
+
+async def clean_expired_cq(admin: Admin, args: argparse.Namespace) -> int:
+    # without -b or -c: every master of every cluster, as RocketMQ's tool with no cluster
+    addrs = [args.brokerAddr] if args.brokerAddr else sorted((await admin.master_addrs(args.cluster)).values())
+    for addr in addrs:
+        await admin.clean_expired_consume_queue(addr)
+    print("success", end="")  # RocketMQ's printf, no newline
     return 0
 
 

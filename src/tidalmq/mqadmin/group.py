@@ -1,4 +1,4 @@
-"""Consumer group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,
+"""Group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection, producerConnection,
 resetOffsetByTime (RocketMQ's ``tools/command/consumer`` and ``offset``)."""
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "consumerConnection", "Query consumer's socket connection, client version and subscription",
                 consumer_connection)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
+    p = command(sub, "producerConnection", "Query producer's socket connection and client version", producer_connection)
+    p.add_argument("-g", "--producerGroup", required=True, help="producer group name")
+    p.add_argument("-t", "--topic", required=True, help="topic name")
     p = command(sub, "resetOffsetByTime", "Reset consumer offset by timestamp(without client restart).",
                 reset_offset_by_time)
     p.add_argument("-g", "--group", required=True, help="set the consumer group")
@@ -87,6 +90,13 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> int:
     print()
     print("Consume TPS: 0.00")  # TidalMQ keeps no per-group consume rate here (docs/mqadmin.md)
     print(f"Diff Total: {sum(r.lag for r in rows)}")
+    return 0
+
+
+async def producer_connection(admin: Admin, args: argparse.Namespace) -> int:
+    for i, c in enumerate(await admin.producer_connections(args.producerGroup, args.topic), 1):
+        print(f"{i:04d}  {c.get('clientId', ''):<32} {c.get('clientAddr', ''):<22} {c.get('language', ''):<8} "
+              f"{c.get('version', '')}")
     return 0
 
 

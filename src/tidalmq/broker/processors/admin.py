@@ -20,7 +20,7 @@ from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import RemotingCommand, language_name
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -140,6 +140,29 @@ class AdminProcessor:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {b.config_file}: {e}")
         if "brokerPermission" in props:  # the NameServer's routes carry it (RocketMQ re-registers too)
             b.register_soon()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the group's producers connected now (ProducerConnection)."""
+        group = req.ext_fields.get("producerGroup", "")
+        members = {c: ch for c, ch in self.broker.producers.get(group, {}).items() if c.is_open}
+        if not members:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {"connectionSet": [
+            {"clientId": ch.client_id, "clientAddr": c.addr, "language": language_name(ch.language), "version": ch.version}
+            for c, ch in members.items()
+        ]}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
+
+    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the store drops the queues of topics this broker no longer has and the
+        queue files wholly below the CommitLog's min offset. System, retry and dead-letter topics count as
+        live: the broker creates them on demand, so their absence from the table proves nothing."""
+        b = self.broker
+        live = {t for t in b.store.topics_and_queues()
+                if b.topics.get(t) is not None or nm.is_system_topic(t)
+                or t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX))}
+        b.store.clean_expired_consume_queues(live)
         return req.make_response(ResponseCode.SUCCESS)
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
