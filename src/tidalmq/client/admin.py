@@ -318,6 +318,20 @@ class Admin:
         """CLEAN_EXPIRED_CONSUMEQUEUE on one broker."""
         await self._call(addr, RC.CLEAN_EXPIRED_CONSUMEQUEUE)
 
+    async def consumer_connection_info(self, group: str) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST over the masters, as one ConsumerConnection: every broker's
+        connectionSet, and consumeType / messageModel as the first broker that has the group says; an empty
+        dict when no broker has it online."""
+        out: dict = {}
+        for addr in (await self.master_addrs()).values():
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+            if resp.code == ResponseCode.SUCCESS:
+                body = fastjson.loads(resp.body_bytes())
+                conns = out.get("connectionSet", []) + body.get("connectionSet", [])
+                out = {**body, **out, "connectionSet": conns}
+        return out
+
     async def consumer_connections(self, group: str) -> list[dict]:
         """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""
         out: list[dict] = []
