@@ -56,3 +56,21 @@ def test_all_groups_progress_and_topic_list_with_clusters(mqadmin: Run, shared_s
     # offline: the group still has its line, its offsets and no connection
     ok(mqadmin("sendMessage", "-t", topic, "-p", "late"))
     assert _row(ok(mqadmin("consumerProgress")), group)[1:] == ["0", "OFFLINE", "0", "1"]
+
+
+def test_consume_message_reads_by_count_queue_offset_and_time(mqadmin: Run) -> None:
+    topic = uniq("MqaConsume")
+    ok(mqadmin("updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))
+    for i in range(5):
+        ok(mqadmin("sendMessage", "-t", topic, "-p", f"c{i}"))
+    broker = ok(mqadmin("topicStatus", "-t", topic)).splitlines()[1].split()[0]
+
+    def bodies(*args: str) -> list[str]:
+        out = ok(mqadmin("consumeMessage", "-t", topic, *args))
+        return [ln.rsplit("BODY: ", 1)[1] for ln in out.splitlines() if ln.startswith("MSGID: ")]
+
+    assert bodies("-c", "3") == ["c0", "c1", "c2"]
+    assert bodies("-b", broker, "-i", "0", "-o", "3") == ["c3", "c4"]
+    assert bodies("-s", str(int(time.time() * 1000) + 60_000)) == []  # nothing stored after that time
+    lonely = mqadmin("consumeMessage", "-t", topic, "-i", "0")
+    assert lonely.returncode == 2 and "-i needs -b" in lonely.stderr
