@@ -61,13 +61,13 @@ async def _masters_and_slaves(admin: Admin, cluster: str) -> list[tuple[str, lis
 
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
     info = await admin.cluster_info()
-    print(f"{'#Cluster Name':<22}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
+    print(f"{'#Cluster Name':<16}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
           f"{'#InTPS(LOAD)':>19} {'#OutTPS(LOAD)':>19} {'#PCWait(ms)':>10} {'#Hour':>5} {'#SPACE':>6}")
     for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
         for name in sorted(names):
             for bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
                 rt = await admin.broker_runtime_info(addr)
-                print(f"{cluster:<22}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
+                print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
                       f"{'0.00(0,0ms)':>19} {'0.00(0,0ms)':>19} {rt.get('pageCacheLockTimeMills', '0'):>10} "
                       f"{'0.00':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
     return 0
