@@ -38,8 +38,9 @@ def _known(obj: Any) -> set[str]:
 
 def checked_update(bc: BrokerConfig, sc: MessageStoreConfig, props: dict[str, str],
                    max_message_size_limit: int) -> tuple[BrokerConfig, MessageStoreConfig]:
-    """The configurations ``props`` would make, validated as at start-up; ``ConfigError`` (naming the
-    key) for a key that is unknown, not live, or a value start-up would refuse. Nothing is changed."""
+    """Configurations holding the values of ``props``, validated as at start-up (for ``apply_live`` to copy
+    from); ``ConfigError`` (naming the key) for a key that is unknown, not live, or a value start-up would
+    refuse. Nothing is changed."""
     if not props:
         raise ConfigError("no key=value in the request body")
     known = _known(bc) | _known(sc)
@@ -50,7 +51,10 @@ def checked_update(bc: BrokerConfig, sc: MessageStoreConfig, props: dict[str, st
             raise ConfigError(f"{key} cannot be changed at runtime; set it in broker.conf and restart the broker "
                               f"(live keys: {', '.join(sorted(LIVE_KEYS))})")
         raise ConfigError(f"unknown configuration key {key}")
-    new_bc, new_sc = dataclasses.replace(bc), dataclasses.replace(sc)
+    # The new values are checked on default configurations, not on copies of the running ones: a running
+    # broker's own state can fail start-up's cross-key checks (in controller mode its brokerRole is SLAVE
+    # until elected), and no live key takes part in one.
+    new_bc, new_sc = BrokerConfig(), MessageStoreConfig()
     apply_properties(new_bc, {k: v for k, v in props.items() if k in LIVE_BROKER_KEYS}, strict=True)
     apply_properties(new_sc, {k: v for k, v in props.items() if k in LIVE_STORE_KEYS}, strict=True)
     new_bc.validate()
