@@ -202,7 +202,7 @@ def test_consumer_connection_and_dlq_resend(mqadmin: Run, shared_standalone: Sta
                     assert time.monotonic() < deadline, "dead letters did not arrive"
                     await asyncio.sleep(0.1)
             out = await asyncio.to_thread(lambda: ok(mqadmin("consumerConnection", "-g", group)))
-            assert c.client_id in out.split()
+            assert c.client_id in out.split() and "PYTHON" in out.split()  # the client's own LanguageCode
             return out
         finally:
             await c.shutdown()

@@ -172,7 +172,7 @@ class AdminProcessor:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
             "connectionSet": [
-                {"clientId": ch.client_id, "clientAddr": c.addr, "language": "OTHER", "version": ch.version}
+                {"clientId": ch.client_id, "clientAddr": c.addr, "language": language_name(ch.language), "version": ch.version}
                 for c, ch in info.channels.items()
             ],
             "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},
