@@ -68,7 +68,7 @@ class MessageStoreAdmin:
             qids.sort()
         return out
 
-    def clean_expired_consume_queues(self, live_topics: Iterable[str]) -> int:
+    def clean_expired_consumer_queue(self, live_topics: Iterable[str]) -> int:
         """CLEAN_EXPIRED_CONSUMEQUEUE (DefaultMessageStore.cleanExpiredConsumerQueue): delete the ConsumeQueues
         of topics not in ``live_topics``, and the ConsumeQueue files of the others whose entries all point
         below the CommitLog's min offset. A live topic's queue is never removed whole (RocketMQ's is when

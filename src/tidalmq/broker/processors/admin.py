@@ -162,7 +162,7 @@ class AdminProcessor:
         live = {t for t in b.store.topics_and_queues()
                 if b.topics.get(t) is not None or nm.is_system_topic(t)
                 or t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX))}
-        b.store.clean_expired_consume_queues(live)
+        b.store.clean_expired_consumer_queue(live)
         return req.make_response(ResponseCode.SUCCESS)
 
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
