@@ -161,6 +161,8 @@ async def _standalone(args: argparse.Namespace) -> int:
     if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
         tls = dataclasses.replace(tls, enable=True)
     broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
+    if getattr(args, "config", None):
+        broker.config_file = Path(args.config)
     endpoint_creds = None
     if internal is not None:
         from tidalmq.acl import RequestSigner
@@ -297,6 +299,8 @@ async def _broker(args: argparse.Namespace) -> int:
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
     broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
+    if getattr(args, "config", None):
+        broker.config_file = Path(args.config)
     await broker.start()
     from tidalmq.broker.metrics import start_broker_exporter
 

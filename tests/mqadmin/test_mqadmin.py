@@ -130,14 +130,14 @@ def test_send_message_then_topic_status_and_consumer_progress(mqadmin: Run) -> N
     ok(mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "0"))  # offline: no consumer online
     progress = ok(mqadmin("consumerProgress", "-g", group, "-t", topic)).splitlines()
     row = progress[1].split()
-    assert row[0] == topic and row[2:6] == ["0", "1", "0", "1"]  # queue, broker offset, consumer offset, diff
+    assert row[0] == topic and row[2:7] == ["0", "1", "0", "NA", "1"]  # queue, broker/consumer offset, client, diff
     assert progress[-1] == "Diff Total: 1"
 
 
 def test_errors_are_one_line_on_stderr_with_a_status(mqadmin: Run, shared_standalone: Standalone) -> None:
     hot = mqadmin("updateBrokerConfig", "-c", "DefaultCluster", "-k", "flushDiskType", "-v", "SYNC_FLUSH")
     assert hot.returncode == 1 and hot.stdout == "" and len(hot.stderr.splitlines()) == 1
-    assert "CODE: 3" in hot.stderr and "restart" in hot.stderr
+    assert "CODE: 1 " in hot.stderr and "restart" in hot.stderr
     bad = mqadmin("updateTopic", "-c", "DefaultCluster", "-t", "bad topic!")
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "illegal characters" in bad.stderr
     down = run_mqadmin("127.0.0.1:1", "topicList")
@@ -149,8 +149,13 @@ def test_errors_are_one_line_on_stderr_with_a_status(mqadmin: Run, shared_standa
 def test_get_broker_config_and_kv_config(mqadmin: Run, shared_standalone: Standalone) -> None:
     s = shared_standalone
     lines = ok(mqadmin("getBrokerConfig", "-b", s.broker_addr)).splitlines()
-    assert lines[0] == f"============{s.broker_addr}============"
-    conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:])}
+    assert lines[0] == f"============{s.broker_addr}============" and lines[-1] == ""
+    conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:-1])}
+    listed = ok(mqadmin("clusterList")).splitlines()  # RocketMQ's widths: 16 for the cluster, 22 for the broker
+    assert listed[0].startswith("#Cluster Name     #Broker Name") and len(listed) == 2
+    assert listed[1].startswith(f"{'DefaultCluster':<16}  ") and listed[1].split()[2:4] == ["0", s.broker_addr]
+    by_cluster = ok(mqadmin("getBrokerConfig", "-c", "DefaultCluster")).splitlines()
+    assert by_cluster[0] == f"============Master: {s.broker_addr}============"
     assert conf["brokerClusterName"] == "DefaultCluster"
     ns = uniq("MqaNs")
     ok(mqadmin("updateKvConfig", "-s", ns, "-k", "answer", "-v", "42"))
@@ -197,7 +202,7 @@ def test_consumer_connection_and_dlq_resend(mqadmin: Run, shared_standalone: Sta
                     assert time.monotonic() < deadline, "dead letters did not arrive"
                     await asyncio.sleep(0.1)
             out = await asyncio.to_thread(lambda: ok(mqadmin("consumerConnection", "-g", group)))
-            assert c.client_id in out.split()
+            assert c.client_id in out.split() and "PYTHON" in out.split()  # the client's own LanguageCode
             return out
         finally:
             await c.shutdown()

@@ -16,8 +16,14 @@ from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_vali
 from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.consumed import consumed_commit_log_offset
-from tidalmq.broker.consumer_manager import ConsumerGroupInfo, ConsumerManager, SubscriptionData
+from tidalmq.broker.consumer_manager import (
+    ClientChannelInfo,
+    ConsumerGroupInfo,
+    ConsumerManager,
+    SubscriptionData,
+)
 from tidalmq.broker.consumer_offset import ConsumerOffsetManager
+from tidalmq.broker.live_config import FRAME_HEADROOM
 from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.pop.processors import PopProcessors
@@ -98,7 +104,8 @@ class BrokerController:
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
         self.groups = SubscriptionGroupManager(cfg_dir / "subscriptionGroup.json", config.auto_create_subscription_group)
         self.consumers = ConsumerManager(self._on_consumer_ids_changed)
-        self.producers: dict[str, dict[Connection, str]] = {}
+        # producer group -> its connections (HEART_BEAT's producerDataSet; GET_PRODUCER_CONNECTION_LIST)
+        self.producers: dict[str, dict[Connection, ClientChannelInfo]] = {}
         self.pull_hold = PullRequestHoldService()
         self.locks = RebalanceLockManager()
         # SQL92 subscriptions compiled once per expression (enablePropertyFilter; docs/filtering.md).
@@ -109,7 +116,11 @@ class BrokerController:
         # Forcible cleanup keeps what some group has not consumed (docs/broker.md, "A full disk").
         self.store.consumed_commit_log_offset = lambda: consumed_commit_log_offset(self)
         tls = tls or TlsConfig()
-        self.server = RemotingServer(host, config.listen_port, max_frame=max(16 * 1024 * 1024, store_config.max_message_size + 1024 * 1024),
+        # The frame limit is fixed here; UPDATE_BROKER_CONFIG keeps maxMessageSize within it.
+        self.max_frame = max(16 * 1024 * 1024, store_config.max_message_size + FRAME_HEADROOM)
+        # The properties file the broker was started from (-c), where UPDATE_BROKER_CONFIG persists live keys.
+        self.config_file: Path | None = None
+        self.server = RemotingServer(host, config.listen_port, max_frame=self.max_frame,
                                      config=remoting_config, ssl_context=server_context(tls), tls_mode=tls.server_mode)
         # The broker's own outgoing connections (to the NameServers) speak TLS when tls.enable is set.
         self.namesrv_client = RemotingClient(ssl_context=client_context_from(tls))
@@ -213,7 +224,10 @@ class BrokerController:
         register_checked(s, RC.DELETE_SUBSCRIPTIONGROUP, ap.delete_subscription_group)
         register_checked(s, RC.GET_BROKER_RUNTIME_INFO, ap.get_runtime_info)
         register_checked(s, RC.GET_BROKER_CONFIG, ap.get_broker_config)
+        register_checked(s, RC.UPDATE_BROKER_CONFIG, ap.update_broker_config)
         register_checked(s, RC.GET_CONSUMER_CONNECTION_LIST, ap.get_consumer_connection_list)
+        register_checked(s, RC.GET_PRODUCER_CONNECTION_LIST, ap.get_producer_connection_list)
+        register_checked(s, RC.CLEAN_EXPIRED_CONSUMEQUEUE, ap.clean_expired_consume_queue)
         register_checked(s, RC.QUERY_TOPIC_CONSUME_BY_WHO, ap.query_topic_consume_by_who)
         register_checked(s, RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
         register_checked(s, RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)

@@ -113,6 +113,12 @@ class Admin:
         text = (await self._call(addr, RC.GET_BROKER_CONFIG)).body_bytes().decode("utf-8")
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
+    async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG: ``key=value`` lines, as RocketMQ's MQClientAPIImpl.updateBrokerConfig sends
+        its Properties; the broker applies live keys only (docs/mqadmin.md)."""
+        body = "".join(f"{k}={v}\n" for k, v in props.items()).encode("utf-8")
+        await self._call(addr, RC.UPDATE_BROKER_CONFIG, body=body)
+
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
         for addr in self.namesrv_addrs:
@@ -287,6 +293,44 @@ class Admin:
             resp = await self._call(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             out.update(fastjson.loads(resp.body_bytes()).get("subscriptionGroupTable", {}))
         return dict(sorted(out.items()))
+
+    async def producer_connections(self, group: str, topic: str) -> list[dict]:
+        """The producers of a group connected to the masters of the topic's route (clientId, clientAddr,
+        language, version), as RocketMQ's examineProducerConnectionInfo asks the topic's broker; the broker's
+        refusal (SYSTEM_ERROR "the producer group[G] not exist") when none has one."""
+        out: list[dict] = []
+        refused: AdminError | None = None
+        for bd in (await self.route(topic)).get("brokerDatas", []):
+            addr = (bd.get("brokerAddrs") or {}).get("0")
+            if not addr:
+                continue
+            try:
+                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+            except AdminError as e:
+                refused = e
+                continue
+            out += fastjson.loads(resp.body_bytes()).get("connectionSet", [])
+        if not out and refused is not None:
+            raise refused
+        return out
+
+    async def clean_expired_consume_queue(self, addr: str) -> None:
+        """CLEAN_EXPIRED_CONSUMEQUEUE on one broker."""
+        await self._call(addr, RC.CLEAN_EXPIRED_CONSUMEQUEUE)
+
+    async def consumer_connection_info(self, group: str) -> dict:
+        """GET_CONSUMER_CONNECTION_LIST over the masters, as one ConsumerConnection: every broker's
+        connectionSet, and consumeType / messageModel as the first broker that has the group says; an empty
+        dict when no broker has it online."""
+        out: dict = {}
+        for addr in (await self.master_addrs()).values():
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                    ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+            if resp.code == ResponseCode.SUCCESS:
+                body = fastjson.loads(resp.body_bytes())
+                conns = out.get("connectionSet", []) + body.get("connectionSet", [])
+                out = {**body, **out, "connectionSet": conns}
+        return out
 
     async def consumer_connections(self, group: str) -> list[dict]:
         """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""

@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("-c", "--clusterName", help="update which cluster")
     p.add_argument("-k", "--key", required=True, help="config key")
     p.add_argument("-v", "--value", required=True, help="config value")
+    p = command(sub, "cleanExpiredCQ", "Clean expired ConsumeQueue on broker.", clean_expired_cq)
+    p.add_argument("-b", "--brokerAddr", help="Broker address")
+    p.add_argument("-c", "--cluster", help="clustername")
     p = command(sub, "updateKvConfig", "Create or update KV config.", update_kv_config)
     p.add_argument("-s", "--namespace", required=True, help="set the namespace")
     p.add_argument("-k", "--key", required=True, help="set the key name")
@@ -43,15 +46,28 @@ async def _addrs(admin: Admin, args: argparse.Namespace) -> list[str]:
     return addrs
 
 
+async def _masters_and_slaves(admin: Admin, cluster: str) -> list[tuple[str, list[str]]]:
+    """RocketMQ's CommandUtil.fetchMasterAndSlaveDistinguish: each broker group's master and its slaves."""
+    info = await admin.cluster_info()
+    out = []
+    for name in sorted(info.get("clusterAddrTable", {}).get(cluster, [])):
+        addrs = info["brokerAddrTable"][name]["brokerAddrs"]
+        if "0" in addrs:
+            out.append((addrs["0"], [a for bid, a in sorted(addrs.items(), key=lambda i: int(i[0])) if bid != "0"]))
+    if not out:
+        raise AdminError(ResponseCode.BROKER_NOT_EXIST, f"no master broker in cluster {cluster}")
+    return out
+
+
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
     info = await admin.cluster_info()
-    print(f"{'#Cluster Name':<22}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
+    print(f"{'#Cluster Name':<16}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
           f"{'#InTPS(LOAD)':>19} {'#OutTPS(LOAD)':>19} {'#PCWait(ms)':>10} {'#Hour':>5} {'#SPACE':>6}")
     for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
         for name in sorted(names):
             for bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
                 rt = await admin.broker_runtime_info(addr)
-                print(f"{cluster:<22}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
+                print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
                       f"{'0.00(0,0ms)':>19} {'0.00(0,0ms)':>19} {rt.get('pageCacheLockTimeMills', '0'):>10} "
                       f"{'0.00':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
     return 0
@@ -65,19 +81,36 @@ async def broker_status(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def get_broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    for addr in await _addrs(admin, args):
-        print(f"============{addr}============")
+    if args.brokerAddr:
+        targets = [(f"============{args.brokerAddr}============", args.brokerAddr)]
+    else:  # RocketMQ's -c: each master, then its slaves
+        targets = []
+        for master, slaves in await _masters_and_slaves(admin, args.clusterName):
+            targets.append((f"============Master: {master}============", master))
+            targets += [(f"============My Master: {master}=====Slave: {s}============", s) for s in slaves]
+    for header, addr in targets:
+        print(header)
         for k, v in sorted((await admin.broker_config(addr)).items()):
             print(f"{k:<50}=  {v}")
+        print()
     return 0
 
 
 async def update_broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    # TidalMQ's broker reads its configuration at start and handles no UPDATE_BROKER_CONFIG: saying so
-    # beats pretending a key took effect (docs/mqadmin.md).
-    raise AdminError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                     f"the broker applies no config key at runtime; set {args.key}={args.value} in broker.conf "
-                     "(or --set) and restart it")
+    props = {args.key.strip(): args.value.strip()}
+    for addr in await _addrs(admin, args):
+        await admin.update_broker_config(addr, props)
+        print(f"update broker config success, {addr}")
+    return 0
+
+
+async def clean_expired_cq(admin: Admin, args: argparse.Namespace) -> int:
+    # without -b or -c: every master of every cluster, as RocketMQ's tool with no cluster
+    addrs = [args.brokerAddr] if args.brokerAddr else sorted((await admin.master_addrs(args.cluster)).values())
+    for addr in addrs:
+        await admin.clean_expired_consume_queue(addr)
+    print("success", end="")  # RocketMQ's printf, no newline
+    return 0
 
 
 async def update_kv_config(admin: Admin, args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Consumer group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection,
+"""Group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection, producerConnection,
 resetOffsetByTime (RocketMQ's ``tools/command/consumer`` and ``offset``)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tidalmq.client.admin import Admin, AdminError
+from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from tidalmq.mqadmin.common import Progress, UsageError, command, parse_timestamp, when
 from tidalmq.remoting.codes import ResponseCode
 
@@ -33,11 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("-c", "--clusterName", help="delete subscription group from which cluster")
     p.add_argument("-g", "--groupName", required=True, help="subscription group name")
     p = command(sub, "consumerProgress", "Query consumers's progress, speed", consumer_progress)
-    p.add_argument("-g", "--groupName", required=True, help="consumer group name")
-    p.add_argument("-t", "--topicName", help="topic name")
+    p.add_argument("-g", "--groupName", help="consumer group name (without it: every group, one line each)")
+    p.add_argument("-t", "--topicName", help="topic name (with -g)")
     p = command(sub, "consumerConnection", "Query consumer's socket connection, client version and subscription",
                 consumer_connection)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
+    p = command(sub, "producerConnection", "Query producer's socket connection and client version", producer_connection)
+    p.add_argument("-g", "--producerGroup", required=True, help="producer group name")
+    p.add_argument("-t", "--topic", required=True, help="topic name")
     p = command(sub, "resetOffsetByTime", "Reset consumer offset by timestamp(without client restart).",
                 reset_offset_by_time)
     p.add_argument("-g", "--group", required=True, help="set the consumer group")
@@ -76,17 +80,49 @@ async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def consumer_progress(admin: Admin, args: argparse.Namespace) -> int:
+    if args.groupName is None:
+        if args.topicName is not None:
+            raise UsageError("-t needs -g")
+        return await _all_groups_progress(admin)
     rows = await admin.consumer_progress(args.groupName, args.topicName)
     if not rows:
         raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"group {args.groupName} has no consumer progress")
-    print(f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
-          f"{'#Diff':<20} #LastTime")
+    # #Client IP: NA, as RocketMQ prints for a queue it cannot place (it asks each client for its queues)
+    print(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
+          f"{'#Client IP':<20} {'#Diff':<20}  #LastTime")
     for r in sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id)):
-        print(f"{r.topic:<64}  {r.broker_name:<32}  {r.queue_id:<4}  {r.broker_offset:<20}  "
-              f"{max(r.consumer_offset, 0):<20}  {r.lag:<20} N/A")
+        print(f"{r.topic:<32}  {r.broker_name:<32}  {r.queue_id:<4}  {r.broker_offset:<20}  "
+              f"{max(r.consumer_offset, 0):<20}  {'NA':<20} {r.lag:<20}  N/A")
     print()
     print("Consume TPS: 0.00")  # TidalMQ keeps no per-group consume rate here (docs/mqadmin.md)
     print(f"Diff Total: {sum(r.lag for r in rows)}")
+    return 0
+
+
+async def _all_groups_progress(admin: Admin) -> int:
+    """RocketMQ's consumerProgress without -g: a line per group that has a retry topic."""
+    print(f"{'#Group':<32}  {'#Count':<6}  {'#Version':<24} {'#Type':<5}  {'#Model':<14}  {'#TPS':<7}  #Diff Total")
+    for topic in sorted(await admin.topic_list()):
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            continue
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        info = await admin.consumer_connection_info(group)
+        conns = info.get("connectionSet", [])
+        diff = sum(r.lag for r in await admin.consumer_progress(group))
+        if conns:
+            version = str(min(int(c.get("version", 0)) for c in conns))
+            push = info.get("consumeType") != "CONSUME_ACTIVELY"
+            kind, model = ("PUSH", str(info.get("messageModel", ""))) if push else ("PULL", "")
+        else:
+            version, kind, model = "OFFLINE", "", ""
+        print(f"{group:<32}  {len(conns):<6}  {version:<24} {kind:<5}  {model:<14}  {0:<7}  {diff}")
+    return 0
+
+
+async def producer_connection(admin: Admin, args: argparse.Namespace) -> int:
+    for i, c in enumerate(await admin.producer_connections(args.producerGroup, args.topic), 1):
+        print(f"{i:04d}  {c.get('clientId', ''):<32} {c.get('clientAddr', ''):<22} {c.get('language', ''):<8} "
+              f"{c.get('version', '')}")
     return 0
 
 

@@ -107,6 +107,15 @@ def register_scans(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-b", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
     p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
     p.add_argument("-d", "--printBody", default="true", help="print body")
+    p = command(sub, "consumeMessage", "Consume message", consume_message)
+    p.add_argument("-t", "--topic", required=True, help="Topic name")
+    p.add_argument("-b", "--brokerName", help="Broker name")
+    p.add_argument("-i", "--queueId", type=int, help="Queue Id")
+    p.add_argument("-o", "--offset", type=int, help="Queue offset")
+    p.add_argument("-g", "--consumerGroup", help="Consumer group name (accepted; reading commits no offset)")
+    p.add_argument("-s", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-c", "--MessageNumber", type=int, default=128, help="Number of message to be consumed")
 
 
 async def query_by_offset(admin: Admin, args: argparse.Namespace) -> int:
@@ -135,9 +144,48 @@ async def print_messages(admin: Admin, args: argparse.Namespace) -> int:
                 m = await admin.message_at(mq, off)
                 progress.step()
                 if m is not None:
-                    body = m.body.decode("utf-8", "replace") if args.printBody != "false" else ""
-                    print(f"MSGID: {m.properties.get('UNIQ_KEY') or m.offset_msg_id} queueOffset={m.queue_offset} "
-                          f"keys={m.properties.get('KEYS', '')} BODY: {body}")
+                    _print_line(m, args.printBody != "false")
     finally:
         progress.close()
+    return 0
+
+
+def _print_line(m: MessageExt, with_body: bool) -> None:
+    body = m.body.decode("utf-8", "replace") if with_body else ""
+    print(f"MSGID: {m.properties.get('UNIQ_KEY') or m.offset_msg_id} queueOffset={m.queue_offset} "
+          f"keys={m.properties.get('KEYS', '')} BODY: {body}")
+
+
+async def consume_message(admin: Admin, args: argparse.Namespace) -> int:
+    """RocketMQ's consumeMessage: up to -c messages, oldest first, of one queue (-b with -i, from -o) or of
+    every queue, within the -s/-e store-time range. Reads like a pull consumer that commits nothing."""
+    if args.MessageNumber <= 0:
+        raise UsageError("-c must be a positive message number")
+    if args.queueId is not None and args.brokerName is None:
+        raise UsageError("-i needs -b (the queue's broker name)")
+    if args.offset is not None and args.queueId is None:
+        raise UsageError("-o needs -i (the queue)")
+    begin = parse_timestamp(args.beginTimestamp) if args.beginTimestamp else None
+    end = parse_timestamp(args.endTimestamp) if args.endTimestamp else None
+    queues = [q for q in await admin.topic_status(args.topic)
+              if args.queueId is None or (q.broker_name, q.queue_id) == (args.brokerName, args.queueId)]
+    if args.queueId is not None and not queues:
+        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no queue {args.queueId} of {args.topic} on broker {args.brokerName}")
+    left = args.MessageNumber
+    for q in queues:
+        if left == 0:
+            break
+        mq = MessageQueue(args.topic, q.broker_name, q.queue_id)
+        first = await admin.search_offset(mq, begin) if begin is not None else q.min_offset
+        last = await admin.search_offset(mq, end) if end is not None else q.max_offset  # exclusive
+        first = max(first, args.offset or 0)
+        last = min(last, first + left)
+        found = [m for off in range(first, last) if (m := await admin.message_at(mq, off)) is not None]
+        left -= len(found)
+        if found:
+            print("Consume ok")
+            for m in found:
+                _print_line(m, True)
+        print(f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}] print msg "
+              f"finished. status={'NO_NEW_MSG' if last >= q.max_offset else 'FOUND'}, offset={max(last, first)}")
     return 0

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from tidalmq.client.admin import Admin, AdminError
+from tidalmq.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from tidalmq.mqadmin.common import UsageError, command
 from tidalmq.remoting.codes import ResponseCode
 
@@ -25,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "deleteTopic", "Delete topic from broker and NameServer.", delete_topic)
     p.add_argument("-t", "--topic", required=True, help="topic name")
     p.add_argument("-c", "--clusterName", required=True, help="delete topic from which cluster")
-    command(sub, "topicList", "Fetch all topic list from name server", topic_list)
+    p = command(sub, "topicList", "Fetch all topic list from name server", topic_list)
+    p.add_argument("-c", "--clusterModel", action="store_true", help="clusterModel")
     p = command(sub, "topicRoute", "Examine topic route info", topic_route)
     p.add_argument("-t", "--topic", required=True, help="topic name")
     p = command(sub, "topicStatus", "Examine topic Status info", topic_status)
@@ -68,8 +70,25 @@ async def delete_topic(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def topic_list(admin: Admin, args: argparse.Namespace) -> int:
+    if not args.clusterModel:
+        for t in await admin.topic_list():
+            print(t)
+        return 0
+    # -c: a line per (topic, consuming group), retry and dead-letter topics left out, as RocketMQ's
+    cluster_of = {name: c for c, names in (await admin.cluster_info()).get("clusterAddrTable", {}).items()
+                  for name in names}
+    print(f"{'#Cluster Name':<20}  {'#Topic':<48}  {'#Consumer Group':<48}")
     for t in await admin.topic_list():
-        print(t)
+        if t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            continue
+        try:  # as RocketMQ's: a topic whose route or groups cannot be read still gets its line
+            brokers = (await admin.route(t)).get("brokerDatas") or [{}]
+            cluster = cluster_of.get(brokers[0].get("brokerName", ""), "")
+            groups = await admin.groups_consuming(t)
+        except AdminError:
+            cluster, groups = "", []
+        for g in groups or [""]:
+            print(f"{cluster:<20}  {t:<48}  {g:<48}")
     return 0
 
 

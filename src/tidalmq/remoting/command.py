@@ -133,7 +133,8 @@ _LANGUAGE_NAMES = {int(m): m.name for m in LanguageCode}
 _LANGUAGE_BY_NAME = dict(LanguageCode.__members__)
 
 
-def _language_name(code: int) -> str:
+def language_name(code: int) -> str:
+    """RocketMQ's LanguageCode name of a header's language byte (OTHER for one it does not know)."""
     try:
         return LanguageCode(code).name
     except ValueError:
@@ -211,12 +212,12 @@ def encode_header(cmd: RemotingCommand) -> bytes:
         ext = _str_fields(ext)
     language = cmd.language
     try:
-        language_name = _LANGUAGE_NAMES[language]
+        lang = _LANGUAGE_NAMES[language]
     except (KeyError, TypeError):
-        language_name = _language_name(language)
+        lang = language_name(language)
     obj: dict[str, object] = {
         "code": cmd.code,
-        "language": language_name,
+        "language": lang,
         "version": cmd.version,
         "opaque": cmd.opaque,
         "flag": cmd.flag,

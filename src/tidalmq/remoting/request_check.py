@@ -142,6 +142,7 @@ HEADERS: dict[int, tuple[Field, ...]] = {
     RC.GET_TOPIC_CONFIG: (("topic", _T, True),),
     RC.DELETE_SUBSCRIPTIONGROUP: (("groupName", _G, True),),
     RC.GET_CONSUMER_CONNECTION_LIST: (("consumerGroup", _G, True),),
+    RC.GET_PRODUCER_CONNECTION_LIST: (("producerGroup", _G, True),),
     RC.QUERY_TOPIC_CONSUME_BY_WHO: (("topic", _T, True),),
     RC.QUERY_TOPICS_BY_CONSUMER: (("group", _G, True),),
     RC.QUERY_CONSUME_QUEUE: (*_TOPIC_QUEUE, ("index", _L, False), ("count", _I, False),

@@ -68,6 +68,21 @@ class MessageStoreAdmin:
             qids.sort()
         return out
 
+    def clean_expired_consumer_queue(self, live_topics: Iterable[str]) -> int:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (DefaultMessageStore.cleanExpiredConsumerQueue): delete the ConsumeQueues
+        of topics not in ``live_topics``, and the ConsumeQueue files of the others whose entries all point
+        below the CommitLog's min offset. A live topic's queue is never removed whole (RocketMQ's is when
+        all of it is expired): its offsets then carry on rather than restart at 0 under its consumers.
+        Returns the queues and files removed."""
+        live = set(live_topics)
+        removed = self.delete_topics({t for t in self.topics_and_queues() if t not in live})
+        min_phy = self.commit_log.min_offset
+        with self._cq_lock:
+            queues = list(self._cqs.values())
+        for cq in queues:
+            removed += cq.delete_expired_file(min_phy)
+        return removed
+
     def delete_topics(self, names: Iterable[str]) -> int:
         """Delete the ConsumeQueues of these topics (the CommitLog keeps its records until retention)."""
         names = set(names)

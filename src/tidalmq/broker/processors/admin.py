@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
 from tidalmq.broker.message_type import (
     MESSAGE_TYPE,
     TopicAttributeError,
@@ -17,9 +18,9 @@ from tidalmq.broker.subscription_group import SubscriptionGroupConfig
 from tidalmq.broker.topic_config import PERM_RW, TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
-from tidalmq.common.config import to_properties
+from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import RemotingCommand, language_name
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -122,6 +123,48 @@ class AdminProcessor:
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
+    def update_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: body ``key=value`` lines (java.util.Properties, as RocketMQ's tools send);
+        live keys only, all or none applied, then persisted to the config file (broker/live_config.py)."""
+        b = self.broker
+        try:
+            props = parse_properties(req.body_bytes().decode("utf-8"))
+            new_bc, new_sc = checked_update(b.config, b.store_config, props, b.max_frame - FRAME_HEADROOM)
+        except (ConfigError, UnicodeDecodeError) as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        apply_live(b.config, b.store_config, new_bc, new_sc, list(props))
+        if b.config_file is not None:
+            try:
+                persist(b.config_file, props)
+            except OSError as e:  # applied, but the operator must know it will not survive a restart
+                return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {b.config_file}: {e}")
+        if "brokerPermission" in props:  # the NameServer's routes carry it (RocketMQ re-registers too)
+            b.register_soon()
+        return req.make_response(ResponseCode.SUCCESS)
+
+    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the group's producers connected now (ProducerConnection)."""
+        group = req.ext_fields.get("producerGroup", "")
+        members = {c: ch for c, ch in self.broker.producers.get(group, {}).items() if c.is_open}
+        if not members:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {"connectionSet": [
+            {"clientId": ch.client_id, "clientAddr": c.addr, "language": language_name(ch.language), "version": ch.version}
+            for c, ch in members.items()
+        ]}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
+
+    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the store drops the queues of topics this broker no longer has and the
+        queue files wholly below the CommitLog's min offset. System, retry and dead-letter topics count as
+        live: the broker creates them on demand, so their absence from the table proves nothing."""
+        b = self.broker
+        live = {t for t in b.store.topics_and_queues()
+                if b.topics.get(t) is not None or nm.is_system_topic(t)
+                or t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX))}
+        b.store.clean_expired_consumer_queue(live)
+        return req.make_response(ResponseCode.SUCCESS)
+
     def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         group = req.ext_fields.get("consumerGroup", "")
         info = self.broker.consumers.groups.get(group)
@@ -129,7 +172,7 @@ class AdminProcessor:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
             "connectionSet": [
-                {"clientId": ch.client_id, "clientAddr": c.addr, "language": "OTHER", "version": ch.version}
+                {"clientId": ch.client_id, "clientAddr": c.addr, "language": language_name(ch.language), "version": ch.version}
                 for c, ch in info.channels.items()
             ],
             "subscriptionTable": {t: s.to_json() for t, s in info.subscriptions.items()},

@@ -3,9 +3,10 @@ ConsumerManageProcessor, QueryMessageProcessor and the offset queries of AdminBr
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.broker.consumer_manager import ClientChannelInfo, SubscriptionData
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import decode_offset_msg_id
@@ -51,7 +52,8 @@ class ClientProcessor:
         for producer in data.get("producerDataSet") or []:
             group = producer.get("groupName")
             if group:
-                b.producers.setdefault(group, {})[conn] = client_id
+                b.producers.setdefault(group, {})[conn] = ClientChannelInfo(
+                    client_id, req.language, req.version, int(time.time() * 1000), conn)
         return req.make_response(ResponseCode.SUCCESS)
 
     def check_client_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
