@@ -3,7 +3,9 @@ SYNC_MASTER with a slave, in the same run, and how far behind the slave is when 
 
 Each phase starts a ``tidalmq standalone`` master (and a ``tidalmq broker`` slave) in temp dirs, keeps
 ``--window`` sends in flight on one connection (singles, then batches of 64), and after the last
-acknowledgement measures how long the slave takes to hold the master's whole CommitLog. Then, for each
+acknowledgement measures how long the slave takes to hold the master's whole CommitLog. During the sends
+a second connection samples the master's runtime info every 5 ms (its CommitLog end and the slave's
+acked offset) for the replication lag's p50/p99/max in bytes and in ms. Then, for each
 master role, the master is SIGKILLed under load and the acknowledged messages missing on the slave are
 counted (ASYNC_MASTER's loss window; SYNC_MASTER must lose none).
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import tempfile
 import time
@@ -52,6 +55,49 @@ async def _caught_up_after(c: RemotingClient, master: str, slave: str) -> float:
     return time.perf_counter() - t0
 
 
+LagSample = tuple[float, int, int]  # (seconds, master's CommitLog end, the slave's acked offset)
+
+
+async def _sample_lag(c: RemotingClient, master: str, every_s: float, out: list[LagSample]) -> None:
+    """Poll the master's runtime info until cancelled: its CommitLog end and the slave's reported ack
+    come from one response, so each sample compares the two at the same instant."""
+    while True:
+        info = await runtime_info(c, master)
+        acks = [int(v.rsplit(" ack ", 1)[1]) for k, v in info.items() if k[len("haSlave"):].isdigit()]
+        if acks:
+            out.append((time.perf_counter(), int(info["commitLogMaxOffset"]), max(acks)))
+        await asyncio.sleep(every_s)
+
+
+def lag_figures(samples: list[LagSample]) -> dict[str, float]:
+    """p50/p99/max of the replication lag in bytes (master end - slave ack) and in ms: for each sample,
+    how long ago the master's end first passed the slave's ack, i.e. the age of the oldest byte the
+    slave has not acknowledged. Its resolution is the sampling period, which the master's busy event loop
+    stretches (``lag_sample_every_ms_p50``); a lag younger than one period counts as 0 ms."""
+    if not samples:
+        return {}
+    by_bytes = [end - ack for _, end, ack in samples]
+    by_ms: list[float] = []
+    first = 0  # samples are in time order and acks only grow, so the search resumes where it stopped
+    for t, end, ack in samples:
+        if ack >= end:
+            by_ms.append(0.0)
+            continue
+        while samples[first][1] <= ack:
+            first += 1
+        by_ms.append((t - samples[first][0]) * 1000)
+
+    def pct(xs: list[float], q: int) -> float:
+        return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+    gaps = [(b[0] - a[0]) * 1000 for a, b in zip(samples, samples[1:], strict=False)] or [0.0]
+    return {"lag_samples": len(samples), "lag_sample_every_ms_p50": round(statistics.median(gaps), 1),
+            "lag_bytes_p50": round(pct([float(b) for b in by_bytes], 50)),
+            "lag_bytes_p99": round(pct([float(b) for b in by_bytes], 99)), "lag_bytes_max": max(by_bytes),
+            "lag_ms_p50": round(pct(by_ms, 50), 1), "lag_ms_p99": round(pct(by_ms, 99), 1),
+            "lag_ms_max": round(max(by_ms), 1)}
+
+
 async def phase(name: str, role: str, with_slave: bool, n: int, window: int, results: dict[str, float],
                 batches: tuple[int, ...] = (1, 64), extra: dict[str, str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
@@ -73,7 +119,20 @@ async def phase(name: str, role: str, with_slave: bool, n: int, window: int, res
                     for batch in batches:
                         sends = build_sends("HaBench", n, batch)
                         cpu0 = [cpu_of(p) for p in procs]
-                        rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
+                        samples: list[LagSample] = []
+                        # Its own connection, so the polls do not queue behind the pipelined sends.
+                        sampler_client = RemotingClient()
+                        sampler = asyncio.create_task(
+                            _sample_lag(sampler_client, master.broker_addr, 0.005, samples)) if slave is not None else None
+                        try:
+                            rate = await pipelined_sends(c, master.broker_addr, "HaBench", n, window, batch, sends)
+                        finally:
+                            if sampler is not None:
+                                sampler.cancel()
+                                err = (await asyncio.gather(sampler, return_exceptions=True))[0]
+                                if not isinstance(err, asyncio.CancelledError):
+                                    raise RuntimeError("the lag sampler failed") from err
+                            await sampler_client.close()
                         kind = "single" if batch == 1 else "batch64"
                         key = f"{name}.{kind}_msgs_per_s"
                         results[key] = round(rate)
@@ -82,6 +141,14 @@ async def phase(name: str, role: str, with_slave: bool, n: int, window: int, res
                             lag = await _caught_up_after(c, master.broker_addr, slave.broker_addr)
                             results[f"{name}.{kind}_slave_lag_s"] = round(lag, 3)
                             line += f"  (slave caught up {lag * 1000:.0f} ms after the last ack)"
+                            figs = lag_figures(samples)
+                            results.update({f"{name}.{kind}_{k}": v for k, v in figs.items()})
+                            if figs:
+                                line += (f"\n    replication lag during the sends ({figs['lag_samples']} samples, every "
+                                         f"{figs['lag_sample_every_ms_p50']} ms): "
+                                         f"bytes p50 {figs['lag_bytes_p50']:,} p99 {figs['lag_bytes_p99']:,} "
+                                         f"max {figs['lag_bytes_max']:,}; ms p50 {figs['lag_ms_p50']} "
+                                         f"p99 {figs['lag_ms_p99']} max {figs['lag_ms_max']}")
                         # CPU per message (the kernel's accounting): steadier than a rate on a shared machine.
                         us = [(cpu_of(p) - c0) / n * 1e6 for p, c0 in zip(procs, cpu0, strict=True)]
                         results[f"{name}.{kind}_master_cpu_us_per_msg"] = round(us[0], 2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,14 @@ from tests.broker.rawclient import pull_cmd, records, run, send_cmd
 from tests.controller.support import Etcd
 from tests.ha.support import NameServer, Slave, commit_log_bytes, info, wait_info
 from tests.support import free_port
+from tidalmq.client import ConsumeFromWhere, MessageExt, PushConsumer
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient, RemotingError
 
 TOPIC = "CtlTopic"
 QUEUES = 4
+PULL_BATCH = 32
 
 
 class Replica(Slave):
@@ -89,6 +92,28 @@ class Load:
         return t
 
 
+class Consumption:
+    """A clustering PushConsumer committing its offsets as it goes, run across failovers; counts what it
+    receives per message body."""
+
+    def __init__(self, namesrv_addr: str) -> None:
+        self.received: Counter[bytes] = Counter()
+        self.consumer = PushConsumer("CtlGroup", namesrv_addr, listener=self._on, pull_batch_size=PULL_BATCH,
+                                     consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        self.consumer.subscribe(TOPIC)
+
+    async def _on(self, msgs: list[MessageExt]) -> None:
+        self.received.update(bytes(m.body) for m in msgs)
+
+    async def check(self, acked: list[bytes], failovers: int) -> None:
+        """The consumer resumed from each new master: it gets every acknowledged message, and what it
+        gets twice is at most one pull batch per queue per failover (the batches in flight at a kill)."""
+        await _wait(lambda: all(self.received[b] for b in acked), 60, "the consumer got every acknowledged message")
+        twice = sum(n - 1 for n in self.received.values())
+        assert twice <= failovers * PULL_BATCH * QUEUES, f"{twice} messages received twice over {failovers} failovers"
+        print(f"\nconsumer across {failovers} failovers: {len(self.received)} messages, {twice} received twice")
+
+
 async def _pull_all(client: RemotingClient, addr: str) -> set[bytes]:
     out: set[bytes] = set()
     for q in range(QUEUES):
@@ -109,14 +134,15 @@ def test_sigkill_the_master_a_replica_from_the_sync_state_set_takes_over_and_the
         try:
             for r in replicas:
                 r.start()
-            run(_scenario(replicas), 150)
+            run(_scenario(replicas, ns.namesrv_addr), 180)
         finally:
             for r in replicas:
                 r.kill()
 
 
-async def _scenario(replicas: list[Replica]) -> None:
+async def _scenario(replicas: list[Replica], namesrv_addr: str) -> None:
     client = RemotingClient()
+    consumption = Consumption(namesrv_addr)
     try:
         first = await _master(client, replicas)
         resp = await client.invoke(first.broker_addr, RemotingCommand(
@@ -125,6 +151,7 @@ async def _scenario(replicas: list[Replica]) -> None:
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         load = Load(client, replicas)
         sender = asyncio.create_task(load.run())
+        await consumption.consumer.start()
         # Round 1: the master dies under load, both slaves alive.
         took1, cut1 = await _failover(client, replicas, load, diverge=False)
         # Round 2: the master (round 1's winner) first appends what no replica has, then dies.
@@ -132,10 +159,12 @@ async def _scenario(replicas: list[Replica]) -> None:
         assert cut2 > 0, "the old master had a divergent tail and must have cut it"
         load.stop.set()
         await sender
+        await consumption.check(load.acked, failovers=2)
         print(f"\nfailover: a send acknowledged by the new master {took1:.2f} s after the SIGKILL "
               f"(round 2, slaves restarted: {took2:.2f} s); {len(load.acked)} acknowledged, 0 lost; "
               f"old masters truncated {cut1} and {cut2} bytes")
     finally:
+        await consumption.consumer.shutdown()
         await client.close()
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.broker.rawclient import run, send_cmd
 from tests.controller.support import Etcd
-from tests.controller.test_failover import QUEUES, TOPIC, Load, _master, _pull_all, _wait
+from tests.controller.test_failover import QUEUES, TOPIC, Consumption, Load, _master, _pull_all, _wait
 from tests.ha.support import commit_log_bytes, info, wait_info
 from tests.netns.hosts import Hosts
 from tests.support import Standalone, free_port
@@ -114,8 +114,9 @@ async def _failover(client: RemotingClient, replicas: list[HostReplica], load: L
     return took
 
 
-async def _scenario(replicas: list[HostReplica], partition: bool) -> list[float]:
+async def _scenario(replicas: list[HostReplica], partition: bool, namesrv_addr: str) -> list[float]:
     client = RemotingClient()
+    consumption = Consumption(namesrv_addr)
     try:
         first = await _master(client, replicas, 30)  # type: ignore[arg-type]
         resp = await client.invoke(first.broker_addr, RemotingCommand(
@@ -124,6 +125,7 @@ async def _scenario(replicas: list[HostReplica], partition: bool) -> list[float]
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         load = Load(client, replicas)  # type: ignore[arg-type]
         sender = asyncio.create_task(load.run())
+        await consumption.consumer.start()
         took = [await _failover(client, replicas, load, "kill")]
         if partition:
             took.append(await _failover(client, replicas, load, "partition"))
@@ -131,10 +133,12 @@ async def _scenario(replicas: list[HostReplica], partition: bool) -> list[float]
         await sender
         if load.client is not client:
             await load.client.close()
+        await consumption.check(load.acked, failovers=len(took))
         print(f"\nnetns controller failover: first acknowledged send after kill/partition {took} s; "
               f"{len(load.acked)} acknowledged, 0 lost")
         return took
     finally:
+        await consumption.consumer.shutdown()
         await client.close()
 
 
@@ -149,7 +153,7 @@ def test_controller_failover_across_hosts_by_kill_and_by_partition(hosts3: Hosts
         for r in replicas:
             r.start()
         # Without namespaces there is no link to cut: the partition round needs them (the log says so).
-        run(_scenario(replicas, partition=hosts3.netns), 280)
+        run(_scenario(replicas, partition=hosts3.netns, namesrv_addr=f"{root}:{ns_port}"), 280)
     finally:
         for r in replicas:
             r.kill()
