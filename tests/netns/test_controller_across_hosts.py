@@ -2,8 +2,8 @@
 the NameServer in the root namespace on the bridge. Under load: the master SIGKILLed, then the new master cut
 off by its link going down; each time a replica from the SyncStateSet acknowledges sends within 10 s, nothing
 acknowledged is lost, and the old master, restarted, rejoins as a slave with the new master's CommitLog.
-Slow suite: ``pytest tests/netns --run-slow`` as root. (Timer state on promotion is left to its own test:
-``_failover`` below is the place to check more after each round.)"""
+Scheduled messages pending at the kill (timer messages and a delay level) are delivered on time and once by
+the new master. Slow suite: ``pytest tests/netns --run-slow`` as root."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ import pytest
 from tests.broker.rawclient import run, send_cmd
 from tests.controller.support import Etcd
 from tests.controller.test_failover import QUEUES, TOPIC, Consumption, Load, _master, _pull_all, _wait
+from tests.controller.test_timer_failover import LATE_MS, LEVEL2_MS, _wait_topic
 from tests.ha.support import commit_log_bytes, info, wait_info
+from tests.ha.test_timer_failover import PRECISION_MS, after_the_promotion, before_the_crash
+from tests.ha.test_timer_failover import TOPIC as TIMER_TOPIC
 from tests.netns.hosts import Hosts
 from tests.support import Standalone, free_port
 from tidalmq.cluster import render_conf
@@ -46,7 +49,8 @@ class HostReplica(Standalone):
                          "controllerLeaseTtlSeconds": "3", "namesrvAddr": namesrv, "brokerIP1": hosts.addr(i),
                          "listenPort": str(port), "haListenPort": str(ha), "syncFlushTimeout": "1000",
                          "haSendHeartbeatInterval": "1000", "mappedFileSizeCommitLog": "1048576",
-                         "timerWheelEnable": "false"}
+                         "timerWheelEnable": "true", "timerPrecisionMs": str(PRECISION_MS),
+                         "messageDelayLevel": f"1s {LEVEL2_MS // 1000}s"}
         self.addr = f"{hosts.addr(i)}:{port}"
 
     @property
@@ -66,7 +70,12 @@ async def _failover(client: RemotingClient, replicas: list[HostReplica], load: L
                     lambda t: t.get("controllerSyncStateSet") == "1,2,3", 30)
     n0 = len(load.acked)
     await _wait(lambda: len(load.acked) >= n0 + 200, 30, "200 acknowledged sends")
-    if how == "kill":
+    others = [r for r in replicas if r is not old]
+    scheduled: dict[bytes, int] | None = None
+    if how == "kill":  # scheduled messages pending at the kill: the new master delivers them
+        for r in others:
+            await _wait_topic(client, r.broker_addr)
+        scheduled = await before_the_crash(old.broker_addr, [r.broker_addr for r in others], LATE_MS, LEVEL2_MS)
         old.kill()
     else:
         old.hosts.down(old.i)  # a partition: the process runs on, cut off from etcd, NameServer and slaves
@@ -75,9 +84,10 @@ async def _failover(client: RemotingClient, replicas: list[HostReplica], load: L
     # probing a host whose link is down costs a connect timeout per try.
     load.replicas = [r for r in replicas if r is not old]  # type: ignore[misc]
     acked_before = len(load.acked)
-    others = [r for r in replicas if r is not old]
     new = await _master(client, others, 20)  # type: ignore[arg-type]
     print(f"\n{how}: replica {new.settings['brokerId']} master {time.monotonic() - mark:.2f} s after it")
+    if scheduled is not None:
+        await after_the_promotion(new.broker_addr, scheduled)
     await _wait(lambda: load.first_ok_after[mark] > 0, 20, "a send acknowledged by the new master")
     took = load.first_ok_after[mark]
     assert took < 10.0, f"{how}: the new master took {took:.1f} s"
@@ -122,6 +132,10 @@ async def _scenario(replicas: list[HostReplica], partition: bool, namesrv_addr: 
         resp = await client.invoke(first.broker_addr, RemotingCommand(
             code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
                 "topic": TOPIC, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"}), 5)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        resp = await client.invoke(first.broker_addr, RemotingCommand(
+            code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+                "topic": TIMER_TOPIC, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}), 5)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         load = Load(client, replicas)  # type: ignore[arg-type]
         sender = asyncio.create_task(load.run())
