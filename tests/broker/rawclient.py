@@ -7,7 +7,7 @@ from typing import Any
 
 from tidalmq.common import fastjson
 from tidalmq.common.message import encode_properties
-from tidalmq.remoting.codes import RequestCode
+from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 
@@ -53,6 +53,21 @@ async def wait_max_offset(client: RemotingClient, addr: str, topic: str, queue_i
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{topic}:{queue_id} did not reach offset {expected} within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+async def pull_bodies(client: RemotingClient, addr: str, topic: str, queues: int) -> set[bytes]:
+    """The bodies of every message stored in queues 0..queues-1 of ``topic`` on one broker, pulled from
+    offset 0 to the end (a queue the broker refuses counts as empty)."""
+    out: set[bytes] = set()
+    for q in range(queues):
+        offset = 0
+        while True:
+            resp = await client.invoke(addr, pull_cmd(topic, q, offset, max_nums=32), 10)
+            if resp.code != ResponseCode.SUCCESS:
+                break
+            out |= {bytes(m.body) for m in records(resp.body_bytes())}
+            offset = int(resp.ext_fields["nextBeginOffset"])
+    return out
 
 
 def run(coro, timeout: float = 60):  # type: ignore[no-untyped-def]

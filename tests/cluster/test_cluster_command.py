@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, records, run
+from tests.broker.rawclient import pull_bodies, run
 from tests.cluster.support import Cluster
 from tidalmq.client import Message, Producer, SendStatus
 from tidalmq.client.admin import Admin
 from tidalmq.cluster import broker_name, plan_cluster, render_conf
 from tidalmq.common.config import load_properties_file
-from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.transport import RemotingClient
 
 
@@ -66,19 +65,10 @@ QUEUES = 4
 
 async def _pull_bodies(addr: str) -> set[bytes]:
     client = RemotingClient()
-    out: set[bytes] = set()
     try:
-        for q in range(QUEUES):
-            offset = 0
-            while True:
-                resp = await client.invoke(addr, pull_cmd(TOPIC, q, offset, max_nums=32), 10)
-                if resp.code != ResponseCode.SUCCESS:
-                    break
-                out |= {bytes(m.body) for m in records(resp.body_bytes())}
-                offset = int(resp.ext_fields["nextBeginOffset"])
+        return await pull_bodies(client, addr, TOPIC, QUEUES)
     finally:
         await client.close()
-    return out
 
 
 async def _produce_across_a_master_death(cluster: Cluster) -> tuple[set[bytes], float, list[str]]:

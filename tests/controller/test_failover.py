@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tests.broker.rawclient import pull_cmd, records, run, send_cmd
+from tests.broker.rawclient import pull_bodies, run, send_cmd
 from tests.controller.support import Etcd
 from tests.ha.support import NameServer, Slave, commit_log_bytes, info, wait_info
 from tests.support import free_port
@@ -115,16 +115,7 @@ class Consumption:
 
 
 async def _pull_all(client: RemotingClient, addr: str) -> set[bytes]:
-    out: set[bytes] = set()
-    for q in range(QUEUES):
-        offset = 0
-        while True:
-            resp = await client.invoke(addr, pull_cmd(TOPIC, q, offset, max_nums=32), 10)
-            if resp.code != ResponseCode.SUCCESS:
-                break
-            out |= {bytes(m.body) for m in records(resp.body_bytes())}
-            offset = int(resp.ext_fields["nextBeginOffset"])
-    return out
+    return await pull_bodies(client, addr, TOPIC, QUEUES)
 
 
 def test_sigkill_the_master_a_replica_from_the_sync_state_set_takes_over_and_the_old_one_truncates(

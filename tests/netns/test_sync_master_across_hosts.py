@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.rawclient import pull_cmd, records, run
+from tests.broker.rawclient import pull_bodies, run
 from tests.netns.hosts import Hosts
 from tests.support import free_port
 from tidalmq.client import Message, Producer, SendStatus
 from tidalmq.client.admin import Admin
 from tidalmq.cluster import render_conf
-from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.transport import RemotingClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(180)]
@@ -43,19 +42,10 @@ def _start(hosts: Hosts, i: int, argv: list[str], log: Path, ready: str, timeout
 
 async def _pull_bodies(addr: str) -> set[bytes]:
     client = RemotingClient()
-    out: set[bytes] = set()
     try:
-        for q in range(QUEUES):
-            offset = 0
-            while True:
-                resp = await client.invoke(addr, pull_cmd(TOPIC, q, offset, max_nums=32), 10)
-                if resp.code != ResponseCode.SUCCESS:
-                    break
-                out |= {bytes(m.body) for m in records(resp.body_bytes())}
-                offset = int(resp.ext_fields["nextBeginOffset"])
+        return await pull_bodies(client, addr, TOPIC, QUEUES)
     finally:
         await client.close()
-    return out
 
 
 async def _load(ns_addr: str, slave: str, master: subprocess.Popen[bytes]) -> tuple[set[bytes], set[bytes]]:

@@ -79,8 +79,10 @@ class UniqIdGenerator:
             nxt = (t.tm_year, t.tm_mon + 1)
         self._next_start_ms = int(time.mktime((nxt[0], nxt[1], 1, 0, 0, 0, 0, 0, -1)) * 1000)
 
-    def _take(self, n: int) -> tuple[str, int]:
-        """The ids' common head (prefix and time) and the counter before the ``n`` taken."""
+    def next_block(self, n: int) -> tuple[str, int]:
+        """``n`` ids taken at once, as their common head (prefix and time) and the counter before the first:
+        id i (from 1) is the head and ``(counter + i) & 0xFFFF`` as 4 hex digits (the Spark sink builds
+        them column-at-a-time from this)."""
         now = int(time.time() * 1000)
         with self._lock:
             if now >= self._next_start_ms:
@@ -91,11 +93,11 @@ class UniqIdGenerator:
         return f"{self._prefix}{diff:08X}", counter
 
     def next_id(self) -> str:
-        head, counter = self._take(1)
+        head, counter = self.next_block(1)
         return f"{head}{(counter + 1) & 0xFFFF:04X}"
 
     def next_ids(self, n: int) -> list[str]:
         """``n`` ids as ``n`` calls of next_id in the same millisecond would give (a batch's: one clock
         read and one lock for all)."""
-        head, counter = self._take(n)
+        head, counter = self.next_block(n)
         return [f"{head}{(counter + i) & 0xFFFF:04X}" for i in range(1, n + 1)]

@@ -23,7 +23,7 @@ _MAX_PROPERTIES = 0x7FFF  # the properties length is a signed short on the wire
 
 def hex_ids(prefix: str, counters: np.ndarray, width: int) -> np.ndarray:
     """UNIQ_KEYs ``prefix`` + the counter as ``width`` upper-case hex digits (wrapping), as an (n, len) uint8
-    array: the sink's deterministic keys (``message_keys`` + row number) and the client's ids (``BulkIds``)."""
+    array: the sink's deterministic keys (``message_keys`` + row number) and the producer's ids (``UniqIdGenerator.next_block``)."""
     n = len(counters)
     out = np.empty((n, len(prefix) + width), dtype=np.uint8)
     out[:, :len(prefix)] = np.frombuffer(prefix.encode(), dtype=np.uint8)

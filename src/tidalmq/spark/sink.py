@@ -467,55 +467,19 @@ def _sink_producer_class() -> type:
     the producer's routing and (idempotent) retries: the per-row ``Message`` objects and their
     checks are what a high-rate sink cannot afford."""
     import struct
-    import threading
-    import time
 
     from tidalmq.client import producer as _p
     from tidalmq.common import message as mc
-    from tidalmq.common.msgid import UniqIdGenerator, host_bytes
+    from tidalmq.common.msgid import UniqIdGenerator
 
     head = struct.Struct(">iiiii")  # totalsize, magic, bodycrc, flag, bodylen
     short = struct.Struct(">h")
     wait_props = mc.encode_properties({mc.WAIT_STORE_MSG_OK: "true"})
 
-    class BulkIds(UniqIdGenerator):
-        """UNIQ_KEYs as ``UniqIdGenerator`` makes them, n at a time under one lock."""
-
-        def __init__(self, ip: bytes) -> None:
-            super().__init__(ip)
-            self._bulk_lock = threading.Lock()
-
-        def next_ids(self, n: int) -> list[str]:
-            now = int(time.time() * 1000)
-            with self._lock:
-                if now >= self._next_start_ms:
-                    self._set_start(now)
-                diff = max(0, now - self._start_ms) & 0xFFFFFFFF
-                c0 = self._counter
-                self._counter = (c0 + n) & 0xFFFF
-            prefix = f"{self._prefix}{diff:08X}"
-            return [f"{prefix}{(c0 + i) & 0xFFFF:04X}" for i in range(1, n + 1)]
-
-        def next_block(self, n: int) -> tuple[str, int]:
-            """The ids' common prefix and the counter before the first of n ids (id i: counter c0 + i,
-            i from 1, as 4 hex digits wrapping at 0xFFFF), for the column-at-a-time encoder."""
-            now = int(time.time() * 1000)
-            with self._lock:
-                if now >= self._next_start_ms:
-                    self._set_start(now)
-                diff = max(0, now - self._start_ms) & 0xFFFFFFFF
-                c0 = self._counter
-                self._counter = (c0 + n) & 0xFFFF
-            return f"{self._prefix}{diff:08X}", c0
-
     class SinkProducer(_p.Producer):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._bulk = BulkIds(host_bytes(self.instance.client_ip))
-
         @property
-        def bulk_ids(self) -> BulkIds:
-            return self._bulk
+        def bulk_ids(self) -> UniqIdGenerator:
+            return self._ids  # the producer's own: one counter for every UNIQ_KEY it makes
 
         async def send_encoded(self, topic: str, body: bytes, uniq: str) -> Any:
             """A batch body ``encode.chunks`` made; ``uniq`` its comma-joined UNIQ_KEYs (the idempotent
@@ -524,7 +488,7 @@ def _sink_producer_class() -> type:
             return await self._send_default(prepared, _p._MODE_SYNC, None)
 
         async def send_encoded_batch(self, topic: str, entries: list[Entry], *, queue: Any = None) -> Any:
-            ids = [e[2] or "" for e in entries] if entries[0][2] is not None else self._bulk.next_ids(len(entries))
+            ids = [e[2] or "" for e in entries] if entries[0][2] is not None else self._ids.next_ids(len(entries))
             parts: list[bytes] = []
             for (body, props, _), uid in zip(entries, ids, strict=True):
                 pb = f"{props}UNIQ_KEY\x01{uid}\x02".encode()
