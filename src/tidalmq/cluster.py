@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import string
 import sys
@@ -161,7 +162,8 @@ class Supervisor:
         try:
             # Own session: a Ctrl-C reaches only this supervisor, which then stops the brokers before
             # the NameServers (a broker's unregistration needs them).
-            proc = await asyncio.create_subprocess_exec(*p.argv, stdout=log, stderr=asyncio.subprocess.STDOUT,
+            proc = await asyncio.create_subprocess_exec(*_dying_with_us(p.argv), stdout=log,
+                                                        stderr=asyncio.subprocess.STDOUT,
                                                         stdin=asyncio.subprocess.DEVNULL, start_new_session=True)
         finally:
             log.close()
@@ -240,6 +242,15 @@ class Supervisor:
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
+
+
+def _dying_with_us(argv: list[str]) -> list[str]:
+    """``argv`` run so that the child gets SIGTERM if this supervisor dies without stopping it (SIGKILL,
+    OOM killer): Linux's parent-death signal, set by util-linux's ``setpriv`` (it survives the exec; no
+    preexec_fn, which is unsafe once threads exist). The children are in their own session, so nothing
+    else would reach them. Where ``setpriv`` is missing they outlive a killed supervisor, as before."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
 
 
 def _etcd_healthy(endpoint: str) -> bool:

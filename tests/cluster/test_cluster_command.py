@@ -187,3 +187,31 @@ def test_controller_cluster_elects_a_master_and_another_after_it_dies(tmp_path: 
     finally:
         cluster.stop()
         cluster.kill_children()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_children_stop_when_the_supervisor_is_sigkilled(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "c", groups=1, replicas=1).start()
+    abort = tmp_path / "c" / "broker-a-0" / "store" / "abort"  # RocketMQ's "running, not shut down" mark
+    try:
+        assert set(cluster.pids) == {"namesrv-0", "namesrv-1", "broker-a-0"}
+        assert abort.exists()
+        assert cluster.proc is not None
+        cluster.proc.kill()  # nothing of the supervisor runs: no SIGTERM handler, no stop()
+        cluster.proc.wait(10)
+        deadline = time.monotonic() + 45
+        while not all(_gone(pid) for pid in cluster.pids.values()):
+            assert time.monotonic() < deadline, {n: p for n, p in cluster.pids.items() if not _gone(p)}
+            time.sleep(0.1)
+        # they stopped as on an operator's SIGTERM: the broker's shutdown ran to its end
+        assert not abort.exists()
+    finally:
+        cluster.kill_children()
