@@ -123,6 +123,13 @@ def test_scheduled_pending_moves_with_delayed_messages(broker: Standalone) -> No
             value(base, "rocketmq_timer_enqueue_total", service=service) == 1
         assert value(done, "rocketmq_timer_dequeue_total", service=service) - \
             value(base, "rocketmq_timer_dequeue_total", service=service) == 1
+        # each delivery lands in the lateness histogram: one more in the +Inf bucket (all of them), and in
+        # the 60 s bucket (on time within a minute), and a sum that grew by the lateness (>= 0: never early)
+        h = "tidalmq_schedule_delivery_lateness_ms"
+        for suffix, labels in (("_count", {}), ("_bucket", {"le": "+Inf"}), ("_bucket", {"le": "60000"})):
+            assert value(done, h + suffix, service=service, **labels) - \
+                value(base, h + suffix, service=service, **labels) == 1, (service, suffix, labels)
+        assert value(done, h + "_sum", service=service) >= value(base, h + "_sum", service=service)
     # at send, a scheduled message is stored under the system topic that holds it until due
     assert value(done, "rocketmq_messages_in_total", topic="SCHEDULE_TOPIC_XXXX") >= 1
 

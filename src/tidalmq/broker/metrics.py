@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from tidalmq.common.metrics_exporter import PromExporter, on_loop
 from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
+from tidalmq.schedule.stats import LATENESS_BUCKETS_MS
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
@@ -40,7 +41,7 @@ class BrokerSnapshot:
     dispatch_behind: int
     disk_full: bool
     delay_pending: dict[int, int]
-    delay_stats: dict[str, int]
+    delay_stats: dict[str, Any]
     timer: dict[str, Any] | None
     ha_behind: int | None  # master: bytes its furthest-behind slave lacks (None: no slave, or not a master)
     store_root: str = ""
@@ -81,7 +82,8 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
         disk_full=bool(store.disk_full),
         delay_pending=broker.schedule.pending(),
         # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
-        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": broker.put_counts.get(SCHEDULE_TOPIC, 0)},
+        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": broker.put_counts.get(SCHEDULE_TOPIC, 0),
+                     "latenessHistogram": broker.schedule_stats.lateness_histogram()},
         timer=timer, ha_behind=ha_behind, store_root=broker.store_config.store_path_root_dir,
         common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},
     )
@@ -151,6 +153,9 @@ def schedule_families(s: BrokerSnapshot, base: list[str], lv: list[str]) -> Iter
                                 "bucket (timer) or delay level", labels=[*base, "service", "bucket"])
     late = GaugeMetricFamily("tidalmq_schedule_lateness_ms", "Delivery lateness over the recent window",
                              labels=[*base, "service", "quantile"])
+    late_hist = HistogramMetricFamily("tidalmq_schedule_delivery_lateness_ms", "Deliveries by how late they were "
+                                      "(ms after their due time; early ones in the first bucket)",
+                                      labels=[*base, "service"])
     sources: list[tuple[str, dict[str, Any]]] = [("delay_level", s.delay_stats)]
     for level, n in sorted(s.delay_pending.items()):
         pending.add_metric([*lv, "delay_level", f"level{level}"], n)
@@ -169,7 +174,19 @@ def schedule_families(s: BrokerSnapshot, base: list[str], lv: list[str]) -> Iter
         deq.add_metric([*lv, service], stats.get("delivered", 0))
         for q, key in LATENESS_QUANTILES:
             late.add_metric([*lv, service, q], stats.get(key, 0))
-    yield from (enq, deq, pending, late)
+        hist = stats.get("latenessHistogram")
+        if hist:
+            late_hist.add_metric([*lv, service], cumulative_buckets(hist["buckets"]), hist["sumMs"])
+    yield from (enq, deq, pending, late, late_hist)
+
+
+def cumulative_buckets(counts: list[int]) -> list[tuple[str, float]]:
+    """Prometheus's ``le`` buckets from per-bucket counts over LATENESS_BUCKETS_MS (+ the rest)."""
+    out, total = [], 0
+    for le, n in zip([*map(str, LATENESS_BUCKETS_MS), "+Inf"], counts, strict=True):
+        total += n
+        out.append((le, float(total)))
+    return out
 
 
 def start_broker_exporter(broker: BrokerController) -> PromExporter | None:

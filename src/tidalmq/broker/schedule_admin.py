@@ -117,6 +117,8 @@ def timer_runtime_info(broker: BrokerController) -> dict[str, str]:
         if k == "histogram":
             for b, n in v.items():
                 info[f"timer.histogram.{b}"] = str(n)
+        elif k == "latenessHistogram":  # the metrics endpoint's; too long for a runtime-info line
+            continue
         else:
             info[f"timer.{k}"] = str(v)
     for topic, c in sorted(timer.topic_minutes().items()):

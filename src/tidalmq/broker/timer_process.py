@@ -39,6 +39,7 @@ from tidalmq.schedule.channel import (
     frame,
     json_frame,
 )
+from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore
@@ -308,7 +309,8 @@ class TimerProcess:
                 ("pending", "enqueued", "delivered", "early", "enqueueTps", "deliverTps", "latenessP50Ms",
                  "latenessP99Ms", "latenessMaxMs", "latenessLastBatchMs", "latenessNowMs", "enqueueOffset",
                  "viewAgeMs", "appendP99Ms", "appendMaxMs", "duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"), 0)
-            out.update(pending=-1, nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0))
+            out.update(pending=-1, nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0),
+                       latenessHistogram=ScheduleStats().lateness_histogram())
         else:
             out = dict(view["snapshot"])
             out["viewAgeMs"] = int(out.get("viewAgeMs", 0)) + int((time.monotonic() - view["at"]) * 1000)

@@ -683,6 +683,7 @@ class TimerMessageService:
             out[k] = self.counters[k]
         out["histogram"] = {"due": hist["due"], "minute": hist["minute"], "hour": hist["hour"],
                             "day": hist["day"], "beyond": hist["later"] + hist["rolled"]}
+        out["latenessHistogram"] = self.stats.lateness_histogram()
         return out
 
 
