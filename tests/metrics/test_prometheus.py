@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import time
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker.rawclient import pull_cmd, records, run, send_cmd
 from tests.support import Standalone, wait_for
+from tidalmq.client import Admin, Message, Producer
 from tidalmq.common import message as mc
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -132,6 +134,28 @@ def test_scheduled_pending_moves_with_delayed_messages(broker: Standalone) -> No
         assert value(done, h + "_sum", service=service) >= value(base, h + "_sum", service=service)
     # at send, a scheduled message is stored under the system topic that holds it until due
     assert value(done, "rocketmq_messages_in_total", topic="SCHEDULE_TOPIC_XXXX") >= 1
+
+
+def test_producer_connections_and_timer_cancels_show(broker: Standalone) -> None:
+    topic, group = "MetricsCancel", "MetricsCancelPG"
+    base = scrape(broker.metrics_url)
+
+    async def scenario() -> None:
+        async with Producer(group, broker.namesrv_addr) as p, Admin(broker.namesrv_addr) as admin:
+            res = await p.send(Message(topic, b"later", delay_ms=600_000))  # the broker is in its route now
+            await p.instance.send_heartbeat()  # what its 30 s heartbeat timer sends: it names the group
+            wait = time.monotonic() + 10
+            while value(scrape(broker.metrics_url), "rocketmq_producer_connections", producer_group=group) != 1:
+                assert time.monotonic() < wait, "the producer's connection never showed"
+                await asyncio.sleep(0.1)
+            assert await admin.cancel_scheduled(topic, res.msg_id)
+
+    run(scenario(), 30)
+    wait_for(lambda: value(scrape(broker.metrics_url), "tidalmq_timer_cancels_total")
+             - value(base, "tidalmq_timer_cancels_total") == 1, 10, 0.1, "the cancel counted")
+    # the producer unregistered as it closed
+    wait_for(lambda: value(scrape(broker.metrics_url), "rocketmq_producer_connections", producer_group=group) == 0,
+             10, 0.1, "the producer's connection gone")
 
 
 def test_namesrv_endpoint_serves(broker: Standalone) -> None:
