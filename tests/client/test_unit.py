@@ -17,6 +17,7 @@ from tidalmq.client import (
     Message,
     MessageExt,
     MessageQueue,
+    PopConsumer,
     Producer,
     PullConsumer,
     PushConsumer,
@@ -334,6 +335,12 @@ def test_calls_before_start_and_after_shutdown() -> None:
         pc = PullConsumer("CG", "127.0.0.1:1")
         with pytest.raises(IllegalStateError, match="not started"):
             await pc.fetch_queues("T")
+        pop = PopConsumer("CG", "127.0.0.1:1")
+        with pytest.raises(IllegalStateError, match="the pop consumer CG is not started"):
+            await pop.receive("T")
+        await pop.shutdown()
+        with pytest.raises(IllegalStateError, match="the pop consumer CG has been shut down and cannot start again"):
+            await pop.start()
 
     asyncio.run(go())
 

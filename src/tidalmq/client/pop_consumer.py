@@ -17,8 +17,9 @@ import time
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
-from tidalmq.client.errors import IllegalStateError, MQClientError
+from tidalmq.client.errors import MQClientError
 from tidalmq.client.instance import ClientInstance
+from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import MessageExt
 from tidalmq.common import pop_handle as ph
 from tidalmq.remoting.codes import RequestCode as RC
@@ -30,7 +31,9 @@ RETRY_TOPIC = "RETRY_TOPIC"
 MAX_POP_NUMS = 32
 
 
-class PopConsumer:
+class PopConsumer(ClientLifecycle):
+    KIND = "pop consumer"
+
     def __init__(self, group: str, namesrv_addr: str | None = None, *, request_timeout: float = 10.0,
                  instance_name: str | None = None, credentials: SessionCredentials | None = None,
                  tls: TlsOption = None) -> None:
@@ -42,10 +45,8 @@ class PopConsumer:
         self._next_broker = itertools.count()
 
     async def start(self) -> None:
-        if self._state == "running":
+        if not self._may_start():
             return
-        if self._state != "created":
-            raise IllegalStateError(f"the pop consumer {self.group} has been shut down and cannot start again")
         await self._instance.start()
         self._state = "running"
 
@@ -53,17 +54,6 @@ class PopConsumer:
         if self._state == "running":
             await self._instance.shutdown()
         self._state = "shutdown"
-
-    async def __aenter__(self) -> PopConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            raise IllegalStateError(f"the pop consumer {self.group} is not running")
 
     async def _broker_addrs(self, topic: str) -> list[tuple[str, str]]:
         # The cached route (the instance refreshes it periodically): no NameServer round trip per pop.

@@ -25,6 +25,7 @@ from tidalmq.client.errors import (
     ValidationError,
 )
 from tidalmq.client.instance import ClientInstance
+from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import (
     Message,
     MessageExt,
@@ -107,7 +108,7 @@ class _Prepared:
         self.max_reconsume_times: int | None = None
 
 
-class Producer:
+class Producer(ClientLifecycle):
     """Sends messages. Use as ``async with Producer("group") as p: await p.send(Message(...))``.
 
     Options follow DefaultMQProducer: ``send_timeout`` (s, retries included), ``retry_times_when_send_failed``
@@ -121,6 +122,8 @@ class Producer:
     writes"). A message that already carries a ``UNIQ_KEY`` keeps it, so a caller can key its messages
     itself and resend them safely after a crash.
     """
+
+    KIND = "producer"
 
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv_addr: str | None = None, *,
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
@@ -165,10 +168,8 @@ class Producer:
 
     async def start(self) -> None:
         """Register with the client instance and start its route refresh and heartbeats."""
-        if self._state == "running":
+        if not self._may_start():
             return
-        if self._state == "shutdown":
-            raise IllegalStateError(f"the producer {self.group} has been shut down and cannot start again")
         if self.group in self._instance.producers:
             raise IllegalStateError(f"the producer group {self.group} is already started in client {self.client_id}")
         self._instance.producers[self.group] = self
@@ -188,18 +189,6 @@ class Producer:
         if self._own_instance:
             await self._instance.shutdown()
         self._state = "shutdown"
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            what = "not started: call start() first" if self._state == "created" else "shut down"
-            raise IllegalStateError(f"the producer {self.group} is {what} (state {self._state})")
 
     def topics(self) -> list[str]:
         return list(self._publish)

@@ -11,8 +11,9 @@ from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.broker_addr import find_master_addr
-from tidalmq.client.errors import IllegalStateError, MQClientError
+from tidalmq.client.errors import MQClientError
 from tidalmq.client.instance import ClientInstance
+from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus
 from tidalmq.client.offset_store import NOT_FOUND, RemoteBrokerOffsetStore
 from tidalmq.remoting.codes import RequestCode as RC
@@ -42,9 +43,11 @@ class RawPullResult:
     suggest_which_broker_id: int = 0
 
 
-class PullConsumer:
+class PullConsumer(ClientLifecycle):
     """Pulls exactly the offsets asked for. Offsets committed with ``commit`` are stored on the broker
     under the group (visible to ``Admin.consumer_progress``)."""
+
+    KIND = "pull consumer"
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *, pull_timeout: float = 10.0,
                  instance_name: str | None = None, client_ip: str | None = None,
@@ -62,10 +65,8 @@ class PullConsumer:
         return self._instance.client_id
 
     async def start(self) -> None:
-        if self._state == "running":
+        if not self._may_start():
             return
-        if self._state != "created":
-            raise IllegalStateError(f"the pull consumer {self.group} has been shut down and cannot start again")
         await self._instance.start()
         self._state = "running"
 
@@ -73,18 +74,6 @@ class PullConsumer:
         if self._state == "running":
             await self._instance.shutdown()
         self._state = "shutdown"
-
-    async def __aenter__(self) -> PullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-    def _check_running(self) -> None:
-        if self._state != "running":
-            what = "not started: call start() first" if self._state == "created" else "shut down"
-            raise IllegalStateError(f"the pull consumer {self.group} is {what}")
 
     async def _addr(self, mq: MessageQueue) -> str:
         return await find_master_addr(self._instance, mq)

@@ -18,6 +18,7 @@ from tidalmq.client import validators as v
 from tidalmq.client.allocate import AllocateStrategy, allocate_averagely
 from tidalmq.client.errors import IllegalStateError, MQBrokerError, MQClientError
 from tidalmq.client.instance import ClientInstance
+from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import (
     ConsumeFromWhere,
     MessageExt,
@@ -56,7 +57,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class PushConsumer:
+class PushConsumer(ClientLifecycle):
     """Subscribe, register a listener, start; messages arrive at the listener.
 
     Options (RocketMQ's names): ``message_model`` (CLUSTERING shares queues among the group's
@@ -70,6 +71,8 @@ class PushConsumer:
     ``delay_level_when_next_consume`` (the delay level of a retry: 0 lets the broker choose, 3 + the
     number of reconsumes; > 0 that level; -1 straight to the DLQ).
     """
+
+    KIND = "consumer"
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *, listener: MessageListener | None = None,
                  orderly: bool = False, message_model: MessageModel | str = MessageModel.CLUSTERING,
@@ -217,10 +220,6 @@ class PushConsumer:
         return sorted(self._pqs)
 
     # lifecycle --------------------------------------------------------------------------------
-    def _check_running(self) -> None:
-        if self._state != "running":
-            raise IllegalStateError(f"the consumer {self.group} is not running (state {self._state})")
-
     def _running(self) -> bool:
         return self._state == "running"
 
@@ -267,10 +266,8 @@ class PushConsumer:
 
     async def start(self) -> None:
         """Fetch routes, heartbeat, rebalance, and start pulling."""
-        if self._state == "running":
+        if not self._may_start():
             return
-        if self._state != "created":
-            raise IllegalStateError(f"the consumer {self.group} has been shut down and cannot start again")
         if self.listener is None:
             raise IllegalStateError("no listener: pass listener= or call register_listener() before start()")
         if not self._subs:
@@ -358,13 +355,6 @@ class PushConsumer:
         await self._instance.shutdown()
         self._listener_runner.shutdown()
         self._state = "shutdown"
-
-    async def __aenter__(self) -> PushConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
 
     async def _after_subscription_change(self) -> None:
         for t in self._all_subscriptions():
