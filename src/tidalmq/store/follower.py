@@ -24,10 +24,10 @@ from typing import Protocol
 import numpy as np
 
 from tidalmq.common.fileutil import path_under
-from tidalmq.common.record import RecordError, StoredMessage, decode_record
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE
 from tidalmq.store.consume_queue import CQ_DTYPE
 from tidalmq.store.mapped_file import offset_to_file_name
+from tidalmq.store.message_store_read import OffsetLookup
 from tidalmq.store.results import AppendResult, PutRequest, QueueEntries, QueueRange
 
 log = logging.getLogger("tidalmq.store")
@@ -104,7 +104,7 @@ class ReadOnlyFiles:
             self._drop(start)
 
 
-class StoreFollower:
+class StoreFollower(OffsetLookup):
     def __init__(self, commit_log_path: str, commit_log_file_size: int, consume_queue_root: str,
                  consume_queue_file_size: int, upstream: Upstream) -> None:
         self.commit_log = ReadOnlyFiles(commit_log_path, commit_log_file_size)
@@ -199,15 +199,6 @@ class StoreFollower:
                 return None
             # Zero copy: a slice outliving its file's unmapping keeps the mapping alive (ReadOnlyFiles._drop).
             return self.commit_log.view(commit_log_offset, size)
-
-    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
-        view = self.select_one_message_by_offset(commit_log_offset, size)
-        if view is None:
-            return None
-        try:
-            return decode_record(view)
-        except RecordError:
-            return None
 
     # ------------------------------------------------------------------ the broker's
     def put_messages(self, requests: Sequence[PutRequest]) -> list[AppendResult]:

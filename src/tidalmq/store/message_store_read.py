@@ -22,7 +22,24 @@ from tidalmq.store.results import DispatchBatch, GetMessageResult, GetStatus, Qu
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024
 
 
-class MessageStoreRead:
+class OffsetLookup:
+    """A message read by its CommitLog offset, for the broker's store and the timer process's follower."""
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> memoryview | None:
+        raise NotImplementedError
+
+    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The message at ``commit_log_offset``, or None where there is none or it does not decode."""
+        view = self.select_one_message_by_offset(commit_log_offset, size)
+        if view is None:
+            return None
+        try:
+            return decode_record(view)
+        except RecordError:
+            return None
+
+
+class MessageStoreRead(OffsetLookup):
     """The read part of ``DefaultMessageStore``: the attributes below are the store's."""
 
     config: MessageStoreConfig
@@ -280,15 +297,6 @@ class MessageStoreRead:
             if size <= 0:
                 return None
         return self.commit_log.get_message(commit_log_offset, size)
-
-    def look_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> StoredMessage | None:
-        view = self.select_one_message_by_offset(commit_log_offset, size)
-        if view is None:
-            return None
-        try:
-            return decode_record(view)
-        except RecordError:
-            return None
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]:
         index = self.index_service
