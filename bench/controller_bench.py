@@ -65,6 +65,25 @@ async def _round(replicas: list[Replica], inflight: int, load_s: float) -> tuple
         await c.close()
 
 
+def one_kill(role: str, inflight: int, load_s: float) -> tuple[int, int, float]:
+    """Three fresh replicas of ``role`` with their etcd and NameServer, one ``_round`` against them."""
+    with tempfile.TemporaryDirectory(prefix="controller-bench-") as tmp:
+        root = Path(tmp)
+        etcd = Etcd(root / "etcd").start()
+        ns = NameServer(root / "ns").start()
+        replicas = [Replica(root / f"r{i}", ns.namesrv_addr, i, etcd) for i in (1, 2, 3)]
+        try:
+            for r in replicas:
+                r.settings["brokerRole"] = role
+                r.start()
+            return asyncio.run(_round(replicas, inflight, load_s))
+        finally:
+            for r in replicas:
+                r.kill()
+            ns.kill()
+            etcd.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -74,21 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     for role in args.roles.split(","):
         for n in range(args.rounds):
-            with tempfile.TemporaryDirectory(prefix="controller-bench-") as tmp:
-                root = Path(tmp)
-                etcd = Etcd(root / "etcd").start()
-                ns = NameServer(root / "ns").start()
-                replicas = [Replica(root / f"r{i}", ns.namesrv_addr, i, etcd) for i in (1, 2, 3)]
-                try:
-                    for r in replicas:
-                        r.settings["brokerRole"] = role
-                        r.start()
-                    acked, lost, took = asyncio.run(_round(replicas, args.inflight, args.load_seconds))
-                finally:
-                    for r in replicas:
-                        r.kill()
-                    ns.kill()
-                    etcd.stop()
+            acked, lost, took = one_kill(role, args.inflight, args.load_seconds)
             print(f"{role} round {n + 1}: {acked} acknowledged, {lost} lost; "
                   f"first acknowledgement {took:.2f} s after the SIGKILL", flush=True)
 

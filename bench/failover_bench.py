@@ -9,38 +9,14 @@ the SIGKILL to the first send the new master acknowledged, and acknowledged mess
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.controller.support import Etcd  # noqa: E402
-from tests.controller.test_failover import Replica  # noqa: E402
-from tests.ha.support import NameServer  # noqa: E402
-
 from bench.common import compare, percentile, print_machine, save  # noqa: E402
-from bench.controller_bench import _round  # noqa: E402
-
-
-def one_kill(role: str, inflight: int, load_s: float) -> tuple[int, int, float]:
-    with tempfile.TemporaryDirectory(prefix="failover-bench-") as tmp:
-        root = Path(tmp)
-        etcd = Etcd(root / "etcd").start()
-        ns = NameServer(root / "ns").start()
-        replicas = [Replica(root / f"r{i}", ns.namesrv_addr, i, etcd) for i in (1, 2, 3)]
-        try:
-            for r in replicas:
-                r.settings["brokerRole"] = role
-                r.start()
-            return asyncio.run(_round(replicas, inflight, load_s))
-        finally:
-            for r in replicas:
-                r.kill()
-            ns.kill()
-            etcd.stop()
+from bench.controller_bench import one_kill  # noqa: E402
 
 
 def main() -> None:
