@@ -140,3 +140,31 @@ def test_batch_refusals_name_the_reason(props: dict[str, str], words: str) -> No
     with pytest.raises(SendError, match=words) as e:
         rewrite().park_batch(records, "T", 3)
     assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+def test_batch_refusal_names_the_message_even_when_the_count_adds_up() -> None:
+    """Two deliver times in one message and none in the next make as many as messages: still refused,
+    naming the message that asks for two; a batch with a property that is not UTF-8 names that message."""
+    records = encode(batch_item(b"a", {"TIMER_DELAY_MS": "5", "TIMER_DELAY_SEC": "1"}) + batch_item(b"b", {"KEYS": "k"}))
+    with pytest.raises(SendError, match="message 0 asks for no deliver time or for more than one"):
+        rewrite().park_batch(records, "T", 3)
+    bad = b"TIMER_DELAY_MS\x015\x02KEYS\x01\xff\x02"
+    item = struct.pack(">iiiii", 20 + 1 + 2 + len(bad), 0, 0, 0, 1) + b"c" + struct.pack(">h", len(bad)) + bad
+    with pytest.raises(SendError, match="message 1's properties are not UTF-8"):
+        rewrite().park_batch(encode(batch_item(b"a", {"TIMER_DELAY_MS": "5"}) + item), "T", 3)
+
+
+def test_batch_reads_values_as_the_single_path_does() -> None:
+    """Values with spaces, a value that looks like a property name, a property without a trailing
+    separator: each parked message holds what the single-message rewrite stores for it."""
+    texts = ["KEYS\x01TIMER_DELAY_MS\x02TIMER_DELIVER_MS\x01 1700000004000 \x02",
+             "TIMER_DELAY_SEC\x013\x02UNIQ_KEY\x01X\x02", "UNIQ_KEY\x01Y\x02TIMER_DELAY_MS\x0142"]
+    body = b"".join(struct.pack(">iiiii", 20 + 1 + 2 + len(t), 0, 0, 0, 1) + b"m" + struct.pack(">h", len(t)) + t.encode()
+                    for t in texts)
+    records = encode(body)
+    rewrite().park_batch(records, "T", 3)
+    for text, stored in zip(texts, (decode_record(r) for r in records.records()), strict=True):
+        single = message(text)
+        rewrite()(single)
+        assert (stored.topic, stored.queue_id) == (single.topic, single.queue_id) == (TIMER_TOPIC, 0)
+        assert stored.properties == decode_properties(single.properties_text)

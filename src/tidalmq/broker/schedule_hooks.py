@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+import numpy as np
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
@@ -100,9 +103,14 @@ def requested_deliver_ms(msg: InnerMessage, now: int) -> tuple[int, str] | None:
 
 # Every property name that makes a timer message more than "one deliver time": the text fast path
 # (TimerRewrite.timer_properties) handles a message carrying exactly one of them, a timer request.
-_SCHEDULE_NAMES = re.compile("(?:^|\x02)(" + "|".join(re.escape(n) for n in (
+# Searched in the properties with a \x02 put in front: a pattern that begins with a literal lets re jump
+# from separator to separator (3x faster than "(?:^|\x02)", which tries the names at every position).
+_SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
     *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID,
 )) + ")\x01([^\x02]*)")
+_SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
+_TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
+_DELIVER_B = mc.TIMER_DELIVER_MS.encode()
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -182,7 +190,7 @@ class TimerRewrite:
         the properties of its copy parked in the timer topic (``text`` + REAL_TOPIC, REAL_QID, TIMER_OUT_MS)
         and the deliver time; None for anything else, which ``__call__``'s general path decides. Raises
         SendError for an illegal value or a time beyond the max delay, as the general path would."""
-        found = _SCHEDULE_NAMES.findall(text)
+        found = _SCHEDULE_NAMES.findall("\x02" + text)
         if len(found) != 1:
             return None
         name, value = found[0]
@@ -198,28 +206,61 @@ class TimerRewrite:
         """A batch of timer messages (RocketMQ schedules no batched message; TidalMQ does): each message
         parked in the timer topic at its own deliver time, the batch still one append. Every message must
         ask for exactly one deliver time (the batch path refuses DELAY and cancels before this); one due
-        already is parked too, and the timer service delivers it at once. Raises SendError, nothing stored."""
+        already is parked too, and the timer service delivers it at once. Raises SendError, nothing stored.
+
+        One regex pass over the batch's joined properties finds every schedule property, numpy checks that
+        each message holds exactly one (a timer request), and the parked properties are the client's bytes
+        with a constant suffix and the deliver time appended: no per-message decode, search or re-encode.
+        A batch that fails a check is walked message by message (``_refuse_batch``) to name the culprit."""
         if not self.enabled:
             raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         now = self.clock()
-        parked: list[bytes] = []
+        props = records.item_properties()
+        joined = b"\x02" + b"\x02".join(props)  # \x02 ends a property: no match spans two messages
+        try:
+            joined.decode("utf-8")  # one check for all (an ASCII separator cannot complete a sequence)
+        except UnicodeDecodeError:
+            self._refuse_batch(props, topic, queue_id, now)
+        matches = list(_SCHEDULE_NAMES_B.finditer(joined))
+        found = [m.groups() for m in matches]
+        lens = np.fromiter((len(pm) for pm in props), dtype=np.int64, count=len(props))
+        starts = np.cumsum(lens + 1) - lens  # where each message's properties begin in ``joined``
+        # Exactly one schedule property per message, each a timer request: the i-th found lies in message i.
+        if len(found) != len(props) or any(name not in _TIMER_REQUEST_B for name, _ in found) or not (
+                np.searchsorted(starts, [m.start(1) for m in matches], side="right") == np.arange(1, len(props) + 1)).all():
+            self._refuse_batch(props, topic, queue_id, now)
+        delivers = [int(value) if name == _DELIVER_B and value.isdigit() and len(value) < 19
+                    else deliver_ms_of(name.decode(), value.decode(), now)  # relative or unusual: the checks
+                    for name, value in found]
+        if max(delivers) - now > self.max_delay_ms:
+            i = max(range(len(delivers)), key=delivers.__getitem__)
+            self._check_horizon(delivers[i], now, found[i][0].decode())
         # What the reput reads in the parked properties: the client's (read when the batch was encoded;
-        # they hold no TIMER_OUT_MS or DELAY, the fast path refuses those) and the TIMER_OUT_MS appended.
+        # they hold no TIMER_OUT_MS or DELAY, the batch path refuses those) and the TIMER_OUT_MS appended.
         # Given to redirect, so neither it nor the reput reads the new properties again.
-        dispatch = [list(found) for found in records.dispatch_properties]
-        for i, props in enumerate(records.item_properties()):
+        suffix = f"{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02{mc.TIMER_OUT_MS}\x01".encode()
+        parked: list[bytes] = []
+        dispatch = []
+        for pm, n, d, carried in zip(props, lens.tolist(), delivers, records.dispatch_properties, strict=True):
+            ms = b"%d" % d
+            parked.append(b"".join((pm, suffix, ms, b"\x02")) if not n or pm[-1] == 2
+                          else b"".join((pm, b"\x02", suffix, ms, b"\x02")))
+            dispatch.append([*carried, (_TIMER_OUT_MS_B, ms)])
+        records.redirect(TIMER_TOPIC, 0, parked, dispatch)
+
+    def _refuse_batch(self, props: list[memoryview], topic: str, queue_id: int, now: int) -> NoReturn:
+        """The SendError for the first message of a batch the vectorised checks of ``park_batch`` refused,
+        found by taking the messages one by one through the single-message checks."""
+        for i, pm in enumerate(props):
             try:
-                text = str(props, "utf-8")
+                text = str(pm, "utf-8")
             except UnicodeDecodeError:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer batch illegal: message {i}'s properties are not UTF-8") from None
-            fast = self.timer_properties(text, topic, queue_id, now)
-            if fast is None:
+            if self.timer_properties(text, topic, queue_id, now) is None:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL,
                                 f"timer batch illegal: message {i} asks for no deliver time or for more than one "
                                 f"({', '.join(TIMER_REQUEST_PROPERTIES)}); timer and plain messages cannot share a batch")
-            parked.append(fast[0].encode("utf-8"))
-            dispatch[i].append((_TIMER_OUT_MS_B, b"%d" % fast[1]))
-        records.redirect(TIMER_TOPIC, 0, parked, dispatch)
+        raise AssertionError("park_batch refused a batch whose every message passes the single-message checks")
 
     def __call__(self, msg: InnerMessage) -> None:
         if (not msg.is_parsed and self.enabled and msg.topic != TIMER_TOPIC
