@@ -18,7 +18,7 @@ from tests.broker.rawclient import run  # noqa: E402
 from tests.cluster.support import Cluster  # noqa: E402
 from tests.cluster.test_cluster_command import TOPIC, _pull_bodies  # noqa: E402
 from tests.compat.conftest import Agents  # noqa: E402
-from tests.compat.harness import create_topic, msg, uniq, wait_route  # noqa: E402
+from tests.compat.harness import create_topic, msg, send_acknowledged, uniq, wait_route  # noqa: E402
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(180)]
 
@@ -41,7 +41,7 @@ def test_the_official_producer_goes_on_with_broker_b_when_broker_a_dies(tmp_path
                 route = wait_route(ns, TOPIC)
         p = agents.new("producer")
         p.call("producer_start", group=uniq("PG"), namesrv=cluster.namesrv_addr)
-        sent = p.call("send", mode="sync", messages=[msg(TOPIC, f"before-{i}") for i in range(20)])
+        sent = send_acknowledged(p, [msg(TOPIC, f"before-{i}") for i in range(20)])
         assert all(_ok(r) for r in sent), sent[:3]
         os.kill(cluster.pids["broker-a-0"], signal.SIGKILL)
         killed = time.monotonic()
