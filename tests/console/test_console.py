@@ -10,7 +10,7 @@ import pytest
 
 from tests.console.data import XSS, Seeded
 from tests.console.support import PAGE_WAIT_S, admin_call, run
-from tests.support import Standalone
+from tests.support import Standalone, wait_for
 from tidalmq.client.admin import AdminError
 from tidalmq.remoting.codes import ResponseCode
 
@@ -172,15 +172,15 @@ def test_cancel_a_scheduled_message(browser: Any, shared_standalone: Standalone,
         stats = run(admin_call(s, "schedule_stats"))
         return sum(r["topics"].get(seeded.topic, {}).get("histogram", {}).get("hour", 0) for r in stats.values())
 
-    before = pending()
-    assert before == 2
+    # the stats are the timer's published view, rebuilt about once a second: wait for both to show
+    before = wait_for(lambda: pending() == 2 and 2, 10, what="both timer messages due within the hour in the stats")
     open_page(browser, s, "/schedule")
     fill(browser, "scheduled-search", topic=seeded.topic, key=seeded.timer_id)
     row = message_with(browser, seeded.timer_id)
     assert "remind in 60 min" in row.text and f"REAL_TOPIC={seeded.topic}" in row.text
     click_and_wait(browser, row.find_element(By.CSS_SELECTOR, "button"))
     assert flash(browser).startswith(f"notice: scheduled message {seeded.timer_id} of {seeded.topic} cancelled")
-    assert pending() == before - 1
+    wait_for(lambda: pending() == before - 1, 10, what="the cancelled message gone from the stats")
     # the client sees it gone: a second cancel finds nothing pending
     with pytest.raises(AdminError) as e:
         run(admin_call(s, "cancel_scheduled", seeded.topic, seeded.timer_id))
