@@ -22,12 +22,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports, none next to another (RocketMQ's brokers take listenPort+1 for HA):
+    picked with all their sockets open at once, so no two picks can be the same port."""
+    socks: list[socket.socket] = []
+    try:
+        ports: list[int] = []
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if all(abs(port - p) > 1 for p in ports):
+                ports.append(port)
+        return ports
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port_pair() -> tuple[int, int]:
     """Two free ports; the broker's neighbour port (HA) is left alone as RocketMQ uses listenPort+1."""
-    while True:
-        a, b = free_port(), free_port()
-        if a != b and abs(a - b) > 1:
-            return a, b
+    a, b = free_ports(2)
+    return a, b
 
 
 class Standalone:
@@ -40,18 +57,18 @@ class Standalone:
         # 64 MiB CommitLog files unless a test asks otherwise: every broker holds two preallocated files
         # (the current one and the next, made ahead), and at the 1 GiB default a suite run left ~15 GB on disk.
         self.settings = {"mappedFileSizeCommitLog": str(64 << 20), **(settings or {})}
-        self.namesrv_port, self.broker_port = free_port_pair()
-        self.grpc_port = free_port()
-        self.console_port = free_port()
-        self._pick_metrics_ports()
+        self._pick_ports()
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = log_path or (self.data_dir / "standalone.log")
         self._lines: list[str] = []
 
-    def _pick_metrics_ports(self) -> None:
-        # the standalone serves Prometheus by default (docs/metrics.md): never on its default 5557/5558 here
-        self.metrics_port = free_port()
-        self.namesrv_metrics_port = free_port()
+    def _pick_ports(self) -> None:
+        # All six at once, distinct: picked one by one, two could be the same port and the standalone
+        # would fail to bind its own second listener. The gRPC endpoint and the web console too (never
+        # 8081, 8082), and Prometheus, which the standalone serves by default (docs/metrics.md), never on
+        # its default 5557/5558 here.
+        (self.namesrv_port, self.broker_port, self.grpc_port, self.console_port, self.metrics_port,
+         self.namesrv_metrics_port) = free_ports(6)
 
     @property
     def metrics_url(self) -> str:
@@ -102,10 +119,7 @@ class Standalone:
                 tail = self.log_path.read_text(errors="replace")[log_start:] if self.log_path.exists() else ""
                 if not first or attempt == 2 or "address already in use" not in tail.lower():
                     raise
-                self.namesrv_port, self.broker_port = free_port_pair()
-                self.grpc_port = free_port()
-                self.console_port = free_port()
-                self._pick_metrics_ports()
+                self._pick_ports()
         raise AssertionError("unreachable")
 
     def _start(self, timeout: float) -> Standalone:

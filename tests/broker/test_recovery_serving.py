@@ -24,8 +24,8 @@ ANSWER_BOUND_S = 0.5  # a NameServer answer on loopback takes a millisecond; rec
 class Probe:
     """GET_BROKER_CLUSTER_INFO to the NameServer, back to back on one connection, from its own thread."""
 
-    def __init__(self, addr: str) -> None:
-        self.addr = addr
+    def __init__(self, node: Standalone) -> None:
+        self.node = node  # its NameServer's address read at each request: a start retried on new ports moves it
         self.answers: list[tuple[float, bool]] = []  # (seconds to answer, a broker was registered)
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -45,14 +45,14 @@ class Probe:
             while not self._stop.is_set():
                 t0 = time.monotonic()
                 try:
-                    resp = await client.invoke(self.addr, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO),
+                    resp = await client.invoke(self.node.namesrv_addr, RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO),
                                                ANSWER_BOUND_S * 4)
                 except RemotingConnectError:
                     await asyncio.sleep(0.02)  # not bound yet
                     continue
                 except Exception as e:  # a timeout: the NameServer did not answer
                     self.failures.append(f"{type(e).__name__}: {e}")
-                    client.close_connection(self.addr)
+                    client.close_connection(self.node.namesrv_addr)
                     continue
                 took = time.monotonic() - t0
                 if resp.code != ResponseCode.SUCCESS:
@@ -85,7 +85,7 @@ def test_namesrv_answers_while_the_broker_recovers(tmp_path: Path) -> None:
     n = build_crashed_store(data, 160 << 20, file_mib=FILE_MIB, timeout=120)
     rewind_checkpoint(data, FILE_MIB)  # every queue rebuilt: a recovery of a second or more on this store
     node = Standalone(data, {"mappedFileSizeCommitLog": str(FILE_MIB << 20)})
-    with Probe(node.namesrv_addr) as probe:
+    with Probe(node) as probe:
         node.start(timeout=120)
         ready = len(probe.answers)
         try:

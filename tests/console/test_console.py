@@ -32,11 +32,26 @@ def flash(browser: Any) -> str:
 
 def click_and_wait(browser: Any, button: Any) -> None:
     """Click, and wait for the next page to replace this one."""
-    from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
     button.click()
-    WebDriverWait(browser, PAGE_WAIT_S).until(EC.staleness_of(button))
+    WebDriverWait(browser, PAGE_WAIT_S).until(lambda _: _replaced(button))
+
+
+def _replaced(element: Any) -> bool:
+    """Whether ``element`` no longer belongs to the page (EC.staleness_of, plus the inspector error
+    chromium answers instead of a stale reference while the next page replaces the document)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e.msg):
+            return True
+        raise
+    return False
 
 
 def fill(browser: Any, form_id: str, **values: str) -> None:

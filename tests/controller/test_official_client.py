@@ -15,7 +15,15 @@ require_official_client()
 
 from tests.broker.rawclient import run  # noqa: E402
 from tests.compat.conftest import Agents  # noqa: E402
-from tests.compat.harness import AgentError, by_key, create_topic, msg, uniq, wait_route  # noqa: E402
+from tests.compat.harness import (  # noqa: E402
+    AgentError,
+    by_key,
+    create_topic,
+    msg,
+    send_acknowledged,
+    uniq,
+    wait_route,
+)
 from tests.controller.support import Etcd  # noqa: E402
 from tests.controller.test_failover import Replica, _master  # noqa: E402
 from tests.ha.support import NameServer, wait_info  # noqa: E402
@@ -49,7 +57,7 @@ def test_the_official_client_sends_and_consumes_across_a_failover(tmp_path: Path
             wait_route(ns.namesrv_addr, topic)
             p = agents.new("producer")
             p.call("producer_start", group=uniq("PG"), namesrv=ns.namesrv_addr)
-            sent = p.call("send", mode="sync", messages=[msg(topic, f"a{i}", keys=f"a{i}") for i in range(40)])
+            sent = send_acknowledged(p, [msg(topic, f"a{i}", keys=f"a{i}") for i in range(40)])
             acked = {f"a{i}" for i, r in enumerate(sent) if r is not None and r["status"] == "OK"}
             assert len(acked) == 40, sent[:3]
 

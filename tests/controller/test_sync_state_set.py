@@ -4,6 +4,7 @@ waits for")."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -73,9 +74,16 @@ async def _all_ack(replicas: list[Replica]) -> None:
             resp = await _send(client, master.broker_addr, b"after-shrink")
             assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
             assert time.monotonic() - started < 1.0  # acknowledged by the remaining member, no timeout
-            # What the master acknowledged is on the replica still in the set.
-            got = await client.invoke(kept.broker_addr, pull_cmd(TOPIC, 0, 0, max_nums=32), 10)
-            assert b"after-shrink" in {bytes(m.body) for m in records(got.body_bytes())}
+            # What the master acknowledged is on the replica still in the set: in its CommitLog when it
+            # acknowledged, in its ConsumeQueue once its reput has dispatched it (asynchronous, as in RocketMQ).
+            deadline = time.monotonic() + 10
+            while True:
+                got = await client.invoke(kept.broker_addr, pull_cmd(TOPIC, 0, 0, max_nums=32), 10)
+                bodies = {bytes(m.body) for m in records(got.body_bytes())} if got.code == ResponseCode.SUCCESS else set()
+                if b"after-shrink" in bodies:
+                    break
+                assert time.monotonic() < deadline, f"not pullable from {kept.broker_addr}: [{got.code}] {bodies}"
+                await asyncio.sleep(0.05)
         finally:
             stopped.resume()
     finally:
