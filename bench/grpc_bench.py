@@ -10,7 +10,8 @@ does underneath); delay lateness at ``--rate`` messages due per second for ``--s
 ``delivery_timestamp``, whole seconds as the 5.1.2 client sends it), measured as receive time minus due
 time by ``--receivers`` threads of one SimpleConsumer polling all along: p50, p99, max, and how many came early (must be 0).
 
-    .venv/bin/python bench/grpc_bench.py [--messages 5000] [--rate 1000] [--seconds 5] [--compare bench/out/grpc-latest.json]
+    .venv/bin/python bench/grpc_bench.py [--messages 5000] [--rate 1000] [--seconds 5] [--permissive]
+        [--compare bench/out/grpc-latest.json]
 """
 
 from __future__ import annotations
@@ -186,13 +187,20 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=1000, help="delay messages due per second (default 1000)")
     ap.add_argument("--seconds", type=int, default=5, help="seconds of due delay messages (default 5)")
     ap.add_argument("--receivers", type=int, default=4, help="threads receiving delay messages (default 4)")
+    ap.add_argument("--permissive", action="store_true",
+                    help="serve the gRPC port with tls.server.mode=permissive and a throwaway certificate: the "
+                         "5.x client (plain) goes through the splice that puts plain and TLS on one port")
     ap.add_argument("--compare", help="a previous bench/out/grpc-*.json to compare with")
     args = ap.parse_args()
     print_machine()
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="grpc-bench-") as tmp:
-        with Standalone(Path(tmp) / "data", {"mappedFileSizeCommitLog": str(256 * 1024 * 1024),
-                                             "timerPrecisionMs": "100"}) as s:
+        settings = {"mappedFileSizeCommitLog": str(256 * 1024 * 1024), "timerPrecisionMs": "100"}
+        if args.permissive:
+            from tests.security_transport.conftest import make_certs, server_tls
+
+            settings |= server_tls(make_certs(Path(tmp) / "certs"), "permissive")
+        with Standalone(Path(tmp) / "data", settings) as s:
             t5, t4 = uniq("B5"), uniq("B4")
             for t in (t5, t4):
                 asyncio.run(create_topic(s.namesrv_addr, t, 4))
@@ -205,7 +213,7 @@ def main() -> None:
             results.update(delay_lateness(s.grpc_endpoint, td, args.rate, args.seconds, args.receivers))
     for k, v in results.items():
         print(f"{k:32s} {v:>12.1f}")
-    print(f"saved {save('grpc', results)}")
+    print(f"saved {save('grpc-permissive' if args.permissive else 'grpc', results)}")
     compare(args.compare, results)
 
 

@@ -1,6 +1,7 @@
 """Run in a subprocess by test_tls.py: the official 5.x client over TLS (``tls_enable=True``), trusting
 the CA named by GRPC_DEFAULT_SSL_ROOTS_FILE_PATH (read by grpc once per process, hence a process of its
-own). Sends one message, receives it, prints ``OK <message id>``."""
+own). Sends one message, receives it, prints ``OK <message id>``. A fourth argument ``plain``: the same
+without TLS."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
 
-def main(endpoint: str, topic: str, group: str) -> int:
+def main(endpoint: str, topic: str, group: str, mode: str = "tls") -> int:
     config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
-    producer = Producer(config, (topic,), tls_enable=True)
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=1, tls_enable=True)
+    tls = mode != "plain"
+    producer = Producer(config, (topic,), tls_enable=tls)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=1, tls_enable=tls)
     try:
         producer.startup()
         consumer.startup()
@@ -35,4 +37,4 @@ def main(endpoint: str, topic: str, group: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

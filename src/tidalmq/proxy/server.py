@@ -1,4 +1,5 @@
-"""Serving MessagingService on grpcio's asyncio server, plain or TLS (the broker's tls.* keys)."""
+"""Serving MessagingService on grpcio's asyncio server, plain, TLS, or both on one port (the broker's
+tls.* keys; permissive: proxy/permissive.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.proxy.config import ProxyConfig
+from tidalmq.proxy.permissive import LOOPBACK, PermissiveFront
 from tidalmq.proxy.service import MessagingService
 from tidalmq.remoting.tls import TlsConfig, client_context_from
 
@@ -18,11 +20,11 @@ log = logging.getLogger(__name__)
 
 
 def server_credentials(tls: TlsConfig) -> grpc.ServerCredentials | None:
-    """TLS on the gRPC port when tls.server.mode is enforcing (tls.server.certPath / keyPath); None:
-    plain. One gRPC port cannot take both as the remoting port does in permissive mode, so permissive
-    serves plain gRPC. ``tls.server.need.client.auth=require`` asks clients for a certificate signed
-    by tls.server.trustCertPath (the 5.x clients present none: only for other gRPC clients)."""
-    if tls.server_mode != "enforcing" or not (tls.server_cert_path and tls.server_key_path):
+    """The TLS credentials of the gRPC port (tls.server.certPath / keyPath) when tls.server.mode is
+    enforcing or permissive (None: plain only; permissive without a certificate serves plain).
+    ``tls.server.need.client.auth=require`` asks clients for a certificate signed by
+    tls.server.trustCertPath (the 5.x clients present none: only for other gRPC clients)."""
+    if tls.server_mode not in ("enforcing", "permissive") or not (tls.server_cert_path and tls.server_key_path):
         return None
     key = Path(tls.server_key_path).read_bytes()
     cert = Path(tls.server_cert_path).read_bytes()
@@ -46,6 +48,7 @@ class GrpcServer:
         self.tls = tls
         self.port = 0
         self._server: grpc.aio.Server | None = None
+        self.front: PermissiveFront | None = None  # tls.server.mode=permissive with a certificate
 
     async def start(self) -> None:
         await self.service.start()
@@ -53,14 +56,34 @@ class GrpcServer:
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         addr = f"{self.host}:{self.config.grpc_server_port}"
         creds = server_credentials(self.tls) if self.tls is not None else None
-        self.port = server.add_secure_port(addr, creds) if creds is not None else server.add_insecure_port(addr)
+        permissive = creds is not None and self.tls is not None and self.tls.server_mode == "permissive"
+        if permissive:  # both on one port: grpcio listens on loopback, the front splices to it
+            plain_port = server.add_insecure_port(f"{LOOPBACK}:0")
+            tls_port = server.add_secure_port(f"{LOOPBACK}:0", creds)
+        elif creds is not None:
+            self.port = server.add_secure_port(addr, creds)
+        else:
+            self.port = server.add_insecure_port(addr)
         await server.start()
         self._server = server
+        if permissive:
+            front = PermissiveFront(self.host, self.config.grpc_server_port, plain_port, tls_port)
+            try:
+                await front.start()
+            except OSError:
+                await server.stop(None)
+                raise
+            self.front = front
+            self.port = front.port
+            self.service.peer_of = front.real_peer
         if self._watch is not None:
             self._watch_task = asyncio.get_running_loop().create_task(self._watch())
-        log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port, "TLS" if creds else "plain")
+        log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port,
+                 "plain and TLS" if permissive else "TLS" if creds else "plain")
 
     async def stop(self) -> None:
+        if self.front is not None:
+            await self.front.stop()
         if self._watch_task is not None:
             self._watch_task.cancel()
         if self._server is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -93,6 +93,10 @@ class _RelayCheck:
         return TransactionState.UNKNOWN
 
 
+def _same_peer(peer: str) -> str:
+    return peer
+
+
 def transaction_id(res: SendResult) -> str:
     """What EndTransaction needs to find the half message again: broker, queue, queue offset and the
     offset message id (which holds the CommitLog offset)."""
@@ -121,6 +125,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.acl = acl
         self.credentials = credentials
         self.tls = tls  # of the endpoint's own remoting connections (tls.enable and tls.client.*)
+        # grpcio's context.peer() -> the client's: the permissive port's splice sets it (proxy/permissive.py)
+        self.peer_of: Callable[[str], str] = _same_peer
         # topic -> the outgoing queues of the Telemetry streams of producers publishing it
         self._publishers: dict[str, list[asyncio.Queue[sv.TelemetryCommand]]] = {}
         self._relayed = 0
@@ -160,7 +166,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         parsed = auth.parse_authorization(md.get(auth.AUTHORIZATION, ""))
         date_time = md.get(auth.DATE_TIME)
         result = self.acl.check_signed(
-            auth.peer_host(context.peer() or ""), parsed.access_key if parsed else None,
+            auth.peer_host(self.peer_of(context.peer() or "")), parsed.access_key if parsed else None,
             lambda account: parsed is not None and auth.verify(parsed, account.secret_key, date_time), needed)
         if result is None:
             return None
