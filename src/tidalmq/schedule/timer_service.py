@@ -38,9 +38,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from tidalmq.common import message as mc
+from tidalmq.common.columns import gather_be
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import (
+    MIN_RECORD_SIZE,
     RecordError,
     RecordView,
     StoredMessage,
@@ -48,6 +50,7 @@ from tidalmq.common.record import (
     properties_span,
     view_record,
 )
+from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule import timer_takeover
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
 from tidalmq.schedule.restore import copy_in_real_topic, restore_record
@@ -73,8 +76,17 @@ SLOT_MS = 1000
 VIEW_INTERVAL_S = 1.0
 # The properties the enqueue round and the duplicate skip read (the cancel hash, a delete marker, the
 # real topic's counts, the deliver time when the tag lacks it).
-_ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + b"|".join(
-    n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS)) + rb")\x01([^\x02]*)")
+_ENQUEUE_NAMES = b"|".join(n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS))
+_ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
+# The same in properties joined with a \x02 in front of each: a pattern that begins with a literal lets re
+# skip from separator to separator instead of trying the names at every byte (several times faster).
+_ENQUEUE_PROPERTIES_JOINED = re.compile(rb"\x02(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
+_REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B = (n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY))
+# The most of the CommitLog the enqueue round reads as one view for a chunk of ENQUEUE_MIN records
+# (farther apart, they are read one by one).
+_SPAN_MAX = 8 << 20
+# What the enqueue round reads of a parked record: REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS (0: none)
+_Fields = tuple[str, str | None, str | None, int]
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
 
@@ -402,41 +414,16 @@ class TimerMessageService:
         # Deliveries come first: once something falls due, the round stops (after ENQUEUE_MIN entries, so a
         # backlog of due messages slows enqueueing down without stopping it) and the deliver rounds run.
         due_at = self.timer.next_due_ms()
-        taken = len(got)
+        n = len(got)
         cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
         enqueued = 0
-        for i, (p, s, d) in enumerate(zip(phys.tolist(), sizes.tolist(), deliver.tolist(), strict=True)):
-            if i >= ENQUEUE_MIN and i % ENQUEUE_MIN == 0 and due_at is not None and self.clock() >= due_at:
-                taken = i
+        taken = 0
+        while taken < n:
+            if taken and due_at is not None and self.clock() >= due_at:
                 break
-            if p < low:  # counted and filed before a restart
-                continue
-            props = self._properties(p, s)
-            if props is None:
-                self.counters["unreadable"] += 1
-                continue
-            real = props.get(mc.REAL_TOPIC, "")
-            del_key = props.get(mc.TIMER_DEL_UNIQKEY)
-            if d <= 0:
-                d = _deliver_of(props, 0)
-            cols[0].append(d)
-            cols[1].append(p)
-            cols[2].append(s)
-            if del_key is not None:
-                cols[3].append(uniq_hash(del_key))
-                cols[4].append(MAGIC_DELETE)
-            else:
-                uniq = props.get(mc.UNIQ_KEY)
-                cols[3].append(uniq_hash(f"{real}+{uniq}") if uniq else 0)
-                cols[4].append(0)
-            if p >= self._metrics_mark:  # not in the persisted per-topic counts yet
-                if del_key is not None:
-                    self.topics.add(real, d, -1)
-                    self.counters["cancels"] += 1
-                else:
-                    self.topics.add(real, d, 1)
-            if p >= watermark and del_key is None:
-                enqueued += 1
+            chunk = slice(taken, min(n, taken + ENQUEUE_MIN))
+            enqueued += self._enqueue_chunk(phys[chunk], sizes[chunk], deliver[chunk], low, watermark, cols)
+            taken = chunk.stop
         self._cq_offset = got.start + taken
         entries = make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4])
         end = int(phys[taken - 1]) + int(sizes[taken - 1])
@@ -448,6 +435,109 @@ class TimerMessageService:
             log.warning("%d cancel(s) arrived after their target was released", res.cancels_too_late)
         self._wake.set()  # an enqueued message may be due before the current wait ends
         return True
+
+    def _enqueue_chunk(self, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray, low: int, watermark: int,
+                       cols: tuple[list[int], list[int], list[int], list[int], list[int]]) -> int:
+        """Files up to ENQUEUE_MIN parked records into ``cols`` (deliver, offset, size, hash, flags) and the
+        per-topic counts; returns how many new timer messages (not cancels) they hold. Their properties
+        are read from one view of the CommitLog span when the records check out (``_chunk_fields``),
+        else record by record."""
+        if low > int(phys[0]):  # some were counted and filed before a restart
+            keep = phys >= low
+            phys, sizes, deliver = phys[keep], sizes[keep], deliver[keep]
+            if not len(phys):
+                return 0
+        p_l, s_l = phys.tolist(), sizes.tolist()
+        fields = self._chunk_fields(phys, sizes)
+        if fields is None:
+            fields = [self._fields_of(self._properties(p, s)) for p, s in zip(p_l, s_l, strict=True)]
+        metrics_mark = self._metrics_mark
+        counts: Counter[tuple[str, int]] = Counter()  # (real topic, deliver minute) -> new pending
+        enqueued = 0
+        for p, s, d, f in zip(p_l, s_l, deliver.tolist(), fields, strict=True):
+            if f is None:
+                self.counters["unreadable"] += 1
+                continue
+            real, uniq, del_key, out_ms = f
+            if d <= 0:
+                d = out_ms
+            cols[0].append(d)
+            cols[1].append(p)
+            cols[2].append(s)
+            if del_key is not None:
+                cols[3].append(uniq_hash(del_key))
+                cols[4].append(MAGIC_DELETE)
+            else:
+                cols[3].append(uniq_hash(f"{real}+{uniq}") if uniq else 0)
+                cols[4].append(0)
+            if p >= metrics_mark:  # not in the persisted per-topic counts yet
+                if del_key is not None:
+                    counts[(real, d // 60_000)] -= 1
+                    self.counters["cancels"] += 1
+                else:
+                    counts[(real, d // 60_000)] += 1
+            if p >= watermark and del_key is None:
+                enqueued += 1
+        for (real, minute), c in counts.items():
+            if c:
+                self.topics.add(real, minute * 60_000, c)
+        return enqueued
+
+    @staticmethod
+    def _fields_of(props: dict[str, str] | None) -> _Fields | None:
+        if props is None:
+            return None
+        return (props.get(mc.REAL_TOPIC, ""), props.get(mc.UNIQ_KEY), props.get(mc.TIMER_DEL_UNIQKEY),
+                _deliver_of(props, 0))
+
+    def _chunk_fields(self, phys: np.ndarray, sizes: np.ndarray) -> list[_Fields | None] | None:
+        """The enqueue fields of each record (REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS), read
+        from one view of the CommitLog span that holds them: their layout checked column-wise with
+        numpy, one regex pass over their joined properties. None when the span is not one view (records
+        across a file boundary, or far apart) or a record does not check out: the caller reads them one
+        by one then, with the single-record checks and their log lines."""
+        first = int(phys[0])
+        span_len = int(phys[-1]) + int(sizes[-1]) - first
+        if span_len > _SPAN_MAX or (len(phys) > 1 and not (np.diff(phys) > 0).all()) or int(sizes.min()) < MIN_RECORD_SIZE:
+            return None
+        span = self.store.select_one_message_by_offset(first, span_len)
+        if span is None or len(span) < span_len:
+            return None
+        u8 = np.frombuffer(span, dtype=np.uint8)
+        starts = phys - first
+        ends = starts + sizes
+        if (ends > span_len).any() or (gather_be(u8, starts, 4) != sizes).any():
+            return None
+        rc = record_columns(u8, starts)
+        props_end = rc.props_at + rc.props_len
+        if not rc.ok.all() or (props_end != ends).any():
+            return None
+        at_l, end_l = rc.props_at.tolist(), props_end.tolist()
+        joined = b"\x02" + b"\x02".join([span[a:b] for a, b in zip(at_l, end_l, strict=True)])
+        # where each record's properties begin in ``joined`` (each follows one \x02)
+        begins = np.cumsum(rc.props_len + 1) - rc.props_len
+        matches = list(_ENQUEUE_PROPERTIES_JOINED.finditer(joined))
+        n = len(phys)
+        real: list[str] = [""] * n
+        uniq: list[str | None] = [None] * n
+        dele: list[str | None] = [None] * n
+        out: list[int] = [0] * n
+        if matches:
+            owners = (np.searchsorted(begins, [m.start(1) for m in matches], side="right") - 1).tolist()
+            try:
+                for i, m in zip(owners, matches, strict=True):
+                    name, value = m.groups()
+                    if name == _REAL_TOPIC_B:
+                        real[i] = value.decode("utf-8")
+                    elif name == _UNIQ_KEY_B:
+                        uniq[i] = value.decode("utf-8")
+                    elif name == _TIMER_DEL_UNIQKEY_B:
+                        dele[i] = value.decode("utf-8")
+                    else:  # TIMER_OUT_MS, read as _deliver_of reads it
+                        out[i] = int(value) if value.isdigit() and len(value) < 19 else _int_or(value, 0)
+            except UnicodeDecodeError:
+                return None
+        return list(zip(real, uniq, dele, out, strict=True))
 
     def _properties(self, phys: int, size: int) -> dict[str, str] | None:
         """What enqueueing needs of a parked record's properties (``_ENQUEUE_PROPERTIES``), found in
@@ -685,6 +775,13 @@ class TimerMessageService:
                             "day": hist["day"], "beyond": hist["later"] + hist["rolled"]}
         out["latenessHistogram"] = self.stats.lateness_histogram()
         return out
+
+
+def _int_or(value: bytes, default: int) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return default
 
 
 def _deliver_of(props: dict[str, str], default: int) -> int:
