@@ -1,7 +1,7 @@
 """The broker's Prometheus metrics (RocketMQ 5's names where it has them, docs/metrics.md).
 
-Nothing here runs per message: the send and pull paths already count into plain dicts
-(``BrokerController.stats_put``/``stats_get``), the remoting server into ``RpcLatencyStats``. At scrape
+Nothing here runs per message: the send and pull paths already count into the broker's stats items
+(broker/stats.py, ``BrokerController.stats_put``/``stats_get``), the remoting server into ``RpcLatencyStats``. At scrape
 time ``snapshot`` copies what the loop owns (on the loop, ``on_loop``) and ``families`` turns the copy
 into metric families on the exporter's thread.
 """
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from tidalmq.broker.stats import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from tidalmq.common.metrics_exporter import PromExporter, on_loop
 from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
@@ -48,6 +49,11 @@ class BrokerSnapshot:
     common: dict[str, str] = field(default_factory=dict)
 
 
+def _value(broker: BrokerController, name: str, key: str) -> int:
+    item = broker.stats.item(name, key)
+    return item.value if item is not None else 0
+
+
 def consumer_lag(broker: BrokerController) -> dict[tuple[str, str], int]:
     """Per (topic, group): the messages in the queues past the group's committed offsets."""
     out: dict[tuple[str, str], int] = {}
@@ -71,8 +77,8 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
     timer = broker.timer.snapshot(ask_fresh=True) if broker.timer is not None else None
     cfg = broker.config
     return BrokerSnapshot(
-        put_counts=dict(broker.put_counts), put_bytes=dict(broker.put_bytes),
-        get_counts=dict(broker.get_counts), get_bytes=dict(broker.get_bytes),
+        put_counts=broker.stats.per_topic(TOPIC_PUT_NUMS), put_bytes=broker.stats.per_topic(TOPIC_PUT_SIZE),
+        get_counts=broker.stats.per_topic(GROUP_GET_NUMS), get_bytes=broker.stats.per_topic(GROUP_GET_SIZE),
         lag=consumer_lag(broker),
         producer_connections={g: len(conns) for g, conns in broker.producers.items()},
         consumer_connections={g: len(info.channels) for g, info in broker.consumers.groups.items()},
@@ -82,7 +88,7 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
         disk_full=bool(store.disk_full),
         delay_pending=broker.schedule.pending(),
         # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
-        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": broker.put_counts.get(SCHEDULE_TOPIC, 0),
+        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": _value(broker, TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
                      "latenessHistogram": broker.schedule_stats.lateness_histogram()},
         timer=timer, ha_behind=ha_behind, store_root=broker.store_config.store_path_root_dir,
         common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},

@@ -5,6 +5,7 @@ updateBrokerConfig, updateKvConfig, deleteKvConfig (RocketMQ's ``tools/command/c
 from __future__ import annotations
 
 import argparse
+import time
 
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.mqadmin.common import command
@@ -67,10 +68,22 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
         for name in sorted(names):
             for bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
                 rt = await admin.broker_runtime_info(addr)
+                tps_in, tps_out = _first_tps(rt.get("putTps")), _first_tps(rt.get("getTransferedTps"))
+                load_in = f"{tps_in:9.2f}({rt.get('sendThreadPoolQueueSize')},{rt.get('sendThreadPoolQueueHeadWaitTimeMills')}ms)"
+                load_out = f"{tps_out:9.2f}({rt.get('pullThreadPoolQueueSize')},{rt.get('pullThreadPoolQueueHeadWaitTimeMills')}ms)"
+                earliest = rt.get("earliestMessageTimeStamp") or ""
+                hour = (time.time() * 1000 - int(earliest)) / 1000 / 3600 if earliest else 0.0
                 print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
-                      f"{'0.00(0,0ms)':>19} {'0.00(0,0ms)':>19} {rt.get('pageCacheLockTimeMills', '0'):>10} "
-                      f"{'0.00':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
+                      f"{load_in:>19} {load_out:>19} {rt.get('pageCacheLockTimeMills', '0'):>10} "
+                      f"{f'{hour:2.2f}':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
     return 0
+
+
+def _first_tps(text: str | None) -> float:
+    """The 10 s figure of a runtime TPS key (``putTps``: "tps10 tps60 tps600", parts empty while the broker
+    has too few samples), as RocketMQ's clusterList reads it."""
+    parts = (text or "").split(" ")
+    return float(parts[0]) if parts and parts[0] else 0.0
 
 
 async def broker_status(admin: Admin, args: argparse.Namespace) -> int:
