@@ -45,6 +45,9 @@ DAY = (3_600_000, 25)
 STORE_SAMPLES = 601  # StoreStatsService: one a second, MAX_RECORDS_OF_SAMPLING + 1
 
 
+_NO_ITEMS: dict[str, tuple[StatsItem, StatsItem]] = {}
+
+
 @dataclass
 class StatsSnapshot:
     sum: int = 0
@@ -139,32 +142,40 @@ class BrokerStats:
         self.put_total = 0
         self.get_total = 0
         self._store: deque[tuple[int, int, int]] = deque(maxlen=STORE_SAMPLES)  # (ms, puts, gets)
+        self._put_items: dict[str, tuple[StatsItem, StatsItem]] = {}  # topic -> its two items
+        self._get_items: dict[str, dict[str, tuple[StatsItem, StatsItem]]] = {}
 
     # counting (the send and pull paths) ----------------------------------------------------------
     def on_put(self, topic: str, count: int, size: int) -> None:
-        nums = self.put_nums.get(topic)
-        if nums is None:
-            nums = self.put_nums[topic] = StatsItem()
-            self.put_size[topic] = StatsItem()
+        pair = self._put_items.get(topic)
+        if pair is None:
+            pair = self._put_items[topic] = (self.put_nums.setdefault(topic, StatsItem()),
+                                             self.put_size.setdefault(topic, StatsItem()))
+        nums, sz = pair
         nums.value += count
         nums.times += 1
-        sz = self.put_size[topic]
         sz.value += size
         sz.times += 1
         self.put_total += count
 
     def on_get(self, group: str, topic: str, count: int, size: int) -> None:
-        key = f"{topic}@{group}"
-        nums = self.get_nums.get(key)
-        if nums is None:
-            nums = self.get_nums[key] = StatsItem()
-            self.get_size[key] = StatsItem()
+        # group -> topic -> its two items: found without building the "topic@group" key on each pull
+        pair = self._get_items.get(group, _NO_ITEMS).get(topic)
+        if pair is None:
+            pair = self._new_get_items(group, topic)
+        nums, sz = pair
         nums.value += count
         nums.times += 1
-        sz = self.get_size[key]
         sz.value += size
         sz.times += 1
         self.get_total += count
+
+    def _new_get_items(self, group: str, topic: str) -> tuple[StatsItem, StatsItem]:
+        key = stats_key(topic, group)
+        nums = self.get_nums.get(key) or self.get_nums.setdefault(key, StatsItem())
+        sz = self.get_size.get(key) or self.get_size.setdefault(key, StatsItem())
+        self._get_items.setdefault(group, {})[topic] = (nums, sz)
+        return nums, sz
 
     # reading -------------------------------------------------------------------------------------
     def item(self, name: str, key: str) -> StatsItem | None:
@@ -205,12 +216,15 @@ class BrokerStats:
 
     # housekeeping --------------------------------------------------------------------------------
     def on_topic_deleted(self, topic: str) -> None:
+        self._get_items = {g: {t: p for t, p in ts.items() if t != topic} for g, ts in self._get_items.items()}
+        self._put_items.pop(topic, None)
         self.put_nums.drop(topic, "key")
         self.put_size.drop(topic, "key")
         self.get_nums.drop(topic, "prefix")
         self.get_size.drop(topic, "prefix")
 
     def on_group_deleted(self, group: str) -> None:
+        self._get_items.pop(group, None)
         self.get_nums.drop(group, "suffix")
         self.get_size.drop(group, "suffix")
 
