@@ -590,6 +590,7 @@ class BrokerController:
             "sendThreadPoolQueueHeadWaitTimeMills": str(self.send_processor.head_wait_ms()),
             "pullThreadPoolQueueSize": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": str(self.store.commit_log.lock_held_ms()),
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),

@@ -32,7 +32,7 @@ LATENESS_QUANTILES = (("0.5", "latenessP50Ms"), ("0.99", "latenessP99Ms"), ("1",
 class BrokerSnapshot:
     put_counts: dict[str, int]
     put_bytes: dict[str, int]
-    get_counts: dict[str, int]
+    get_counts: dict[str, int]  # "topic@group" (RocketMQ's stats key) -> messages
     get_bytes: dict[str, int]
     lag: dict[tuple[str, str], int]  # (topic, consumer group) -> messages not consumed yet
     producer_connections: dict[str, int]
@@ -78,7 +78,7 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
     cfg = broker.config
     return BrokerSnapshot(
         put_counts=broker.stats.per_topic(TOPIC_PUT_NUMS), put_bytes=broker.stats.per_topic(TOPIC_PUT_SIZE),
-        get_counts=broker.stats.per_topic(GROUP_GET_NUMS), get_bytes=broker.stats.per_topic(GROUP_GET_SIZE),
+        get_counts=broker.stats.per_key(GROUP_GET_NUMS), get_bytes=broker.stats.per_key(GROUP_GET_SIZE),
         lag=consumer_lag(broker),
         producer_connections={g: len(conns) for g, conns in broker.producers.items()},
         consumer_connections={g: len(info.channels) for g, info in broker.consumers.groups.items()},
@@ -116,10 +116,19 @@ def families(s: BrokerSnapshot) -> Iterable[Metric]:
             fam.add_metric([*lv, topic], n)
         return fam
 
+    def per_group(name: str, doc: str, data: dict[str, int]) -> Metric:
+        fam = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[*base, "topic", "consumer_group"])
+        for key, n in sorted(data.items()):
+            topic, _, group = key.partition("@")
+            fam.add_metric([*lv, topic, group], n)
+        return fam
+
     yield per_topic("rocketmq_messages_in_total", "Messages stored, by topic", s.put_counts)
-    yield per_topic("rocketmq_messages_out_total", "Messages delivered by pulls, by topic", s.get_counts)
+    yield per_group("rocketmq_messages_out_total", "Messages delivered by pulls and pops, by topic and group",
+                    s.get_counts)
     yield per_topic("rocketmq_throughput_in_total", "Bytes stored (CommitLog records), by topic", s.put_bytes)
-    yield per_topic("rocketmq_throughput_out_total", "Bytes delivered by pulls, by topic", s.get_bytes)
+    yield per_group("rocketmq_throughput_out_total", "Bytes delivered by pulls and pops, by topic and group",
+                    s.get_bytes)
     lag = GaugeMetricFamily("rocketmq_consumer_lag_messages", "Messages past the group's committed offset",
                             labels=[*base, "topic", "consumer_group"])
     for (topic, group), n in sorted(s.lag.items()):

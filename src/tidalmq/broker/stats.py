@@ -191,6 +191,10 @@ class BrokerStats:
             out[topic] = out.get(topic, 0) + it.value
         return out
 
+    def per_key(self, name: str) -> dict[str, int]:
+        """The running value of every key of a set."""
+        return {key: it.value for key, it in list(self.sets[name].items())}
+
     def tps_topic_put(self, topic: str) -> float:
         return self.put_nums.tps_in_minute(topic)
 

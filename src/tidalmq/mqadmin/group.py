@@ -89,7 +89,8 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> int:
         return await _all_groups_progress(admin)
     stats = await admin.consume_stats(args.groupName, args.topicName)  # GET_CONSUME_STATS, examineConsumeStats
     if not stats.queues:
-        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"group {args.groupName} has no consumer progress")
+        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group consume stats, because return "
+                         "offset table is empty, maybe the consumer not consume any message")
     # #Client IP: the client holding each queue, with -s true (RocketMQ asks each consumer for its queues)
     holders = await _queue_holders(admin, args.groupName) if args.showClientIP.lower() == "true" else {}
     print(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
