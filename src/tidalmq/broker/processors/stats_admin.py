@@ -75,9 +75,9 @@ class StatsAdminProcessor:
         topic it has offsets for), with the minute's consume TPS and each queue's last consumed store time."""
         b = self.broker
         group, topic = req.ext_fields.get("consumerGroup", ""), req.ext_fields.get("topic", "")
-        topics = [topic] if topic else sorted(b.offsets.topics_of_group(group))
-        if not topic:
-            topics = [t for t in topics if self._subscribed(group, t)]
+        # the topic asked, else those it has offsets for; with consumers online, only what they subscribe to
+        topics = [t for t in ([topic] if topic else sorted(b.offsets.topics_of_group(group)))
+                  if self._subscribed(group, t)]
         tps = 0.0
         table: dict[fastjson.RawKey, dict[str, int]] = {}
         for t in topics:
