@@ -84,6 +84,10 @@ def test_stats_columns_move_after_messages_flow(mqadmin: Run, shared_standalone:
     assert int(group_row[5]) >= 0 and group_row[6] == "0"  # #TPS (an int, as RocketMQ's), #Diff Total
     status = ok(mqadmin("topicStatus", "-t", topic)).splitlines()[1]
     assert status.split()[1:4] == ["0", "0", str(SENT)] and STAMP.match(status.split(None, 4)[4])
+    by_broker = ok(mqadmin("brokerConsumeStats", "-b", s.broker_addr)).splitlines()  # GET_BROKE_CONSUME_STATS
+    assert by_broker[0].split()[:4] == ["#Topic", "#Group", "#Broker", "Name"] and by_broker[-1].startswith("Diff Total: ")
+    (line,) = [r for r in _rows("\n".join(by_broker), topic) if r[1] == group]
+    assert line[3:7] == ["0", str(SENT), str(SENT), "0"] and STAMP.fullmatch(" ".join(line[7:9]))
     (without_ip,) = _rows(ok(mqadmin("consumerProgress", "-g", group)), topic)
     assert without_ip[5] == "N/A"  # #Client IP only with -s true, as RocketMQ's
 
