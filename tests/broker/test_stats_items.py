@@ -47,3 +47,15 @@ def test_put_tps_needs_enough_seconds() -> None:
     assert s.put_tps() == "2.0  "  # the 60 s and 600 s figures empty until that many seconds are sampled
     assert s.get_transfered_tps() == "0.0  "
     assert java_double(0.1) == "0.1" and java_double(1.0e7) == "1.0E7"
+
+
+def test_totals_at_midnight() -> None:
+    """BrokerStats.record: yesterday's and today's morning totals, behind clusterList -m."""
+    s = BrokerStats("C")
+    s.on_put("T", 5, 50)
+    s.record_morning()
+    s.on_put("T", 2, 20)
+    s.on_get("G", "T", 3, 30)
+    assert (s.put_yesterday_morning, s.put_today_morning, s.put_total) == (0, 5, 7)
+    s.record_morning()
+    assert (s.put_yesterday_morning, s.put_today_morning, s.get_today_morning) == (5, 7, 3)

@@ -36,7 +36,7 @@ def test_stats_columns_move_after_messages_flow(mqadmin: Run, shared_standalone:
 
     async def flow() -> dict[str, Any]:
         async def consumed(msgs: list[MessageExt]) -> ConsumeResult:
-            return ConsumeResult.CONSUME_SUCCESS
+            return ConsumeResult.SUCCESS
 
         c = PushConsumer(group, s.namesrv_addr, listener=consumed)
         c.subscribe(topic)
@@ -84,6 +84,10 @@ def test_stats_columns_move_after_messages_flow(mqadmin: Run, shared_standalone:
     assert int(group_row[5]) >= 0 and group_row[6] == "0"  # #TPS (an int, as RocketMQ's), #Diff Total
     status = ok(mqadmin("topicStatus", "-t", topic)).splitlines()[1]
     assert status.split()[1:4] == ["0", "0", str(SENT)] and STAMP.match(status.split(None, 4)[4])
+    more = ok(mqadmin("clusterList", "-m")).splitlines()  # no midnight yet: today is since the start
+    assert more[0].split() == ["#Cluster", "Name", "#Broker", "Name", "#InTotalYest", "#OutTotalYest",
+                               "#InTotalToday", "#OutTotalToday"]
+    assert more[1].split()[2:4] == ["0", "0"] and min(int(n) for n in more[1].split()[4:6]) >= SENT
     by_broker = ok(mqadmin("brokerConsumeStats", "-b", s.broker_addr)).splitlines()  # GET_BROKE_CONSUME_STATS
     assert by_broker[0].split()[:4] == ["#Topic", "#Group", "#Broker", "Name"] and by_broker[-1].startswith("Diff Total: ")
     (line,) = [r for r in _rows("\n".join(by_broker), topic) if r[1] == group]

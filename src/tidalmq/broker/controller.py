@@ -580,7 +580,11 @@ class BrokerController:
         info = {
             "brokerVersionDesc": "TidalMQ",
             "bootTimestamp": str(self._started_ms),
+            "msgPutTotalYesterdayMorning": str(self.stats.put_yesterday_morning),
+            "msgPutTotalTodayMorning": str(self.stats.put_today_morning),
             "msgPutTotalTodayNow": str(self.stats.put_total),
+            "msgGetTotalYesterdayMorning": str(self.stats.get_yesterday_morning),
+            "msgGetTotalTodayMorning": str(self.stats.get_today_morning),
             "msgGetTotalTodayNow": str(self.stats.get_total),
             "putTps": self.stats.put_tps(),
             "getTransferedTps": self.stats.get_transfered_tps(),

@@ -144,6 +144,10 @@ class BrokerStats:
         self._store: deque[tuple[int, int, int]] = deque(maxlen=STORE_SAMPLES)  # (ms, puts, gets)
         self._put_items: dict[str, tuple[StatsItem, StatsItem]] = {}  # topic -> its two items
         self._get_items: dict[str, dict[str, tuple[StatsItem, StatsItem]]] = {}
+        # RocketMQ's BrokerStats: the totals at the last two local midnights (0 until one has passed), behind
+        # the runtime info's msgPut/GetTotalYesterdayMorning and ...TodayMorning (mqadmin clusterList -m)
+        self.put_yesterday_morning = self.put_today_morning = 0
+        self.get_yesterday_morning = self.get_today_morning = 0
 
     # counting (the send and pull paths) ----------------------------------------------------------
     def on_put(self, topic: str, count: int, size: int) -> None:
@@ -248,6 +252,11 @@ class BrokerStats:
         for it in self._items():
             it.sample(getattr(it, window), period, now)
 
+    def record_morning(self) -> None:
+        """BrokerStats.record, run at each local midnight."""
+        self.put_yesterday_morning, self.get_yesterday_morning = self.put_today_morning, self.get_today_morning
+        self.put_today_morning, self.get_today_morning = self.put_total, self.get_total
+
     def sample_store(self, now_ms: int | None = None) -> None:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         self._store.append((now, self.put_total, self.get_total))
@@ -259,7 +268,11 @@ class BrokerStats:
         loop = asyncio.get_running_loop()
         start = loop.time()
         tick = 0
+        morning = next_midnight(time.time())
         while True:
+            if time.time() >= morning:
+                self.record_morning()
+                morning = next_midnight(time.time())
             self.sample_store()
             if tick % 10 == 0:
                 self.sample("minute")
@@ -269,3 +282,9 @@ class BrokerStats:
                 self.sample("day")
             tick += 1
             await asyncio.sleep(max(0.0, start + tick - loop.time()))
+
+
+def next_midnight(now: float) -> float:
+    """The next local midnight after ``now`` (seconds since the epoch): RocketMQ's computeNextMorningTimeMillis."""
+    t = time.localtime(now)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday + 1, 0, 0, 0, 0, 0, -1))
