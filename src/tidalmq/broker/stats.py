@@ -94,18 +94,12 @@ class StatsItem:
 
 
 class StatsItemSet(dict[str, StatsItem]):
-    """RocketMQ's StatsItemSet: the items of one stats name by key, created at their first value."""
+    """RocketMQ's StatsItemSet: the items of one stats name by key, created at their first value
+    (BrokerStats.on_put / on_get)."""
 
     def __init__(self, name: str) -> None:
         super().__init__()
         self.name = name
-
-    def add(self, key: str, value: int, times: int = 1) -> None:
-        item = self.get(key)
-        if item is None:
-            item = self[key] = StatsItem()
-        item.value += value
-        item.times += times
 
     def tps_in_minute(self, key: str) -> float:
         item = self.get(key)
