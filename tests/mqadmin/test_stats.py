@@ -115,6 +115,11 @@ def test_broker_stats_requests(shared_standalone: Standalone) -> None:
             listed = await admin.broker_consume_stats(s.broker_addr)
             assert listed["brokerAddr"] == s.broker_addr and isinstance(listed["totalDiff"], int)
             assert all(isinstance(entry, dict) and len(entry) == 1 for entry in listed["consumeStatsList"])
+            try:  # GET_CONSUMER_RUNNING_INFO is passed on to an online consumer only
+                await admin.consumer_running_info("NoSuchGroup", "127.0.0.1@1")
+                raise AssertionError("a consumer not online was asked")
+            except AdminError as e:
+                assert e.code == 1 and e.remark == "The Consumer <NoSuchGroup> <127.0.0.1@1> not online"
             info = await admin.broker_runtime_info(s.broker_addr)
             assert {"putTps", "getTransferedTps", "earliestMessageTimeStamp"} <= set(info)
             assert int(info["earliestMessageTimeStamp"]) > 0

@@ -17,7 +17,7 @@ from tidalmq.common import fastjson
 from tidalmq.common.mqversion import version_desc, version_ordinal
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
-from tidalmq.remoting.transport import Connection, RemotingError
+from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
@@ -145,8 +145,11 @@ class StatsAdminProcessor:
                                   body=req.body_bytes() or None)
             try:
                 answer = await target.invoke(ask, CALL_CONSUMER_TIMEOUT_S)
-            except (RemotingError, TimeoutError, OSError) as e:
-                return req.make_response(ResponseCode.SYSTEM_ERROR, f"invoke consumer {client_id} failed: {e}")
+            except RemotingTimeout as e:
+                return req.make_response(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {e}")
+            except (RemotingError, OSError) as e:
+                return req.make_response(ResponseCode.SYSTEM_ERROR,
+                                         f"invoke consumer <{group}> <{client_id}> Exception: {e}")
             return req.make_response(answer.code, answer.remark, body=answer.body_bytes())
 
         return asyncio.ensure_future(call())
