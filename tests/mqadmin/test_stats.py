@@ -127,3 +127,35 @@ def test_broker_stats_requests(shared_standalone: Standalone) -> None:
     asyncio.run(asyncio.wait_for(go(), 60))
     assert admin_call(s, lambda a: a.topic_stats(topic))[0][0].max_offset + \
         admin_call(s, lambda a: a.topic_stats(topic))[1][0].max_offset == 1
+
+
+def test_cluster_list_repeats_with_interval(shared_standalone: Standalone) -> None:
+    """clusterList -i 1: the table again every second until the command is stopped."""
+    import os
+    import queue
+    import subprocess
+    import threading
+
+    from tests.mqadmin.conftest import MQADMIN
+
+    env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
+    proc = subprocess.Popen([MQADMIN, "clusterList", "-i", "1", "-n", shared_standalone.namesrv_addr],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put("")  # the end of its output
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        headers, deadline = 0, time.monotonic() + 20
+        while headers < 2:
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))  # queue.Empty: no second table
+            assert line, "clusterList -i stopped by itself"
+            headers += line.startswith("#Cluster Name")
+    finally:
+        proc.kill()
+        proc.wait(10)
