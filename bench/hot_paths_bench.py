@@ -106,12 +106,42 @@ def consume_service(pull: int, rounds: int, n: int = 96_000) -> float:
     return min(asyncio.run(once()) for _ in range(rounds))
 
 
+def stats_counting(rounds: int) -> tuple[float, float]:
+    """The broker's counting of one stored send and of one pull (BrokerController.stats_put / stats_get):
+    what the send and pull paths pay per request for the statistics (broker/stats.py where the tree has it)."""
+    from collections import defaultdict
+
+    from tidalmq.broker.controller import BrokerController
+
+    b = BrokerController.__new__(BrokerController)
+    b.put_counts, b.put_bytes, b.get_counts, b.get_bytes = (defaultdict(int) for _ in range(4))  # older trees
+    try:
+        from tidalmq.broker.stats import BrokerStats
+        b.stats = BrokerStats("DefaultCluster")
+    except ImportError:
+        pass
+    res = AppendResult(PutStatus.PUT_OK)
+    res.wrote_bytes = 300
+    put = BrokerController.stats_put
+    get = BrokerController.stats_get
+    with_group = "group" in inspect.signature(get).parameters
+    put_us = best_us(lambda: put(b, "bench_topic", 1, res), 200_000, rounds)
+    if with_group:
+        get_us = best_us(lambda: get(b, "bench_group", "bench_topic", 32, 9600), 200_000, rounds)
+    else:
+        get_us = best_us(lambda: get(b, "bench_topic", 32, 9600), 200_000, rounds)  # type: ignore[call-arg]
+    return put_us, get_us
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     print(f"V2 send header decode (broker):        {send_header_decode(args.rounds):6.2f} µs a header")
     print(f"send response, built and encoded:      {send_response(args.rounds):6.2f} µs a response")
+    put_us, get_us = stats_counting(args.rounds)
+    print(f"stats counting, a stored send:         {put_us * 1000:6.0f} ns a request")
+    print(f"stats counting, a pull:                {get_us * 1000:6.0f} ns a request")
     for pull in (32, 256):
         print(f"consume service, pulls of {pull:<4d}:        {consume_service(pull, args.rounds):6.2f} µs a message")
 

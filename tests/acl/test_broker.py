@@ -36,6 +36,7 @@ ADMIN_REQUESTS = [
     (RC.GET_BROKER_CONFIG, {}),
     (RC.UPDATE_BROKER_CONFIG, {}),
     (RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": "g"}),
+    (RC.GET_BROKE_CONSUME_STATS, {"isOrder": "false"}),
 ]
 
 

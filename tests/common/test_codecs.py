@@ -168,3 +168,15 @@ def test_body_crc_is_rocketmqs_masked_crc32(body: bytes, cut: int) -> None:
 
     view = memoryview(body)[cut:]
     assert body_crc(view) == zlib.crc32(view) & 0x7FFFFFFF
+
+
+def test_fastjson_object_keys_written_and_read_as_rocketmqs() -> None:
+    """fastjson writes a map keyed by objects (ConsumeStats' offsetTable by MessageQueue) with the object as
+    the key; read back, the key is its JSON text. An object inside a list is not taken for a key."""
+    key = fastjson.object_key({"brokerName": "b", "queueId": 0, "topic": "T"})
+    text = fastjson.dumps({"consumeTps": 0.5, "offsetTable": {key: {"brokerOffset": 3}}, "l": [{"a": {1: 2}}, {}]})
+    assert text == ('{"consumeTps":0.5,"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"brokerOffset":3}},'
+                    '"l":[{"a":{1:2}},{}]}')
+    back = fastjson.loads(text)
+    assert back["offsetTable"] == {'{"brokerName":"b","queueId":0,"topic":"T"}': {"brokerOffset": 3}}
+    assert back["l"] == [{"a": {"1": 2}}, {}]

@@ -91,6 +91,7 @@ def test_in_out_totals_and_lag_move_as_messages_flow(broker: Standalone) -> None
     run(consume(), 30)
     after = scrape(broker.metrics_url)
     assert value(after, "rocketmq_messages_out_total", topic=topic) == n
+    assert value(after, "rocketmq_messages_out_total", topic=topic, consumer_group=group) == n  # by group too
     assert value(after, "rocketmq_throughput_out_total", topic=topic) >= n * len(body)
     assert value(after, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group) == 0
     assert value(after, "rocketmq_storage_size") > 0

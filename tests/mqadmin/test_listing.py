@@ -26,7 +26,7 @@ def test_all_groups_progress_and_topic_list_with_clusters(mqadmin: Run, shared_s
 
     async def online() -> tuple[str, str]:
         async def consumed(msgs: list[MessageExt]) -> ConsumeResult:
-            return ConsumeResult.CONSUME_SUCCESS
+            return ConsumeResult.SUCCESS
 
         c = PushConsumer(group, s.namesrv_addr, listener=consumed)
         c.subscribe(topic)

@@ -130,7 +130,7 @@ def test_send_message_then_topic_status_and_consumer_progress(mqadmin: Run) -> N
     ok(mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "0"))  # offline: no consumer online
     progress = ok(mqadmin("consumerProgress", "-g", group, "-t", topic)).splitlines()
     row = progress[1].split()
-    assert row[0] == topic and row[2:7] == ["0", "1", "0", "NA", "1"]  # queue, broker/consumer offset, client, diff
+    assert row[0] == topic and row[2:7] == ["0", "1", "0", "N/A", "1"]  # queue, broker/consumer offset, client, diff
     assert progress[-1] == "Diff Total: 1"
 
 

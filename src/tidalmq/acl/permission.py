@@ -55,6 +55,7 @@ BROKER_ADMIN_CODES: frozenset[int] = frozenset(int(c) for c in (
     RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
     RC.GET_ALL_CONSUMER_OFFSET,
     RC.GET_ALL_DELAY_OFFSET,
+    RC.GET_BROKE_CONSUME_STATS,  # every group's offsets, as GET_ALL_CONSUMER_OFFSET
 ))
 
 # The NameServer (RocketMQ's has no ACL): what changes the routes or the KV config needs an admin

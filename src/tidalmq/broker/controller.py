@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,11 @@ from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
+from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
 from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
+from tidalmq.broker.stats import BrokerStats
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.timer_process import TimerProcess
 from tidalmq.broker.topic_config import TopicConfigManager
@@ -137,11 +138,9 @@ class BrokerController:
         self._tasks: list[asyncio.Task[Any]] = []
         self._register_event: asyncio.Event | None = None
         self._started_ms = int(time.time() * 1000)
-        self.put_counts: dict[str, int] = defaultdict(int)
-        self.get_counts: dict[str, int] = defaultdict(int)
-        # bytes beside the counts: rocketmq_throughput_in/out_total (docs/metrics.md) read both at scrape time
-        self.put_bytes: dict[str, int] = defaultdict(int)
-        self.get_bytes: dict[str, int] = defaultdict(int)
+        # RocketMQ's BrokerStatsManager (broker/stats.py): the one source of put/get counts, read by
+        # VIEW_BROKER_STATS_DATA, the consume stats, the runtime info and the Prometheus counters
+        self.stats = BrokerStats(config.broker_cluster_name)
         # Hooks the later layers (schedule, retry, filters, transactions) install.
         self.rewrite_hooks: list[Callable[[InnerMessage], None]] = []
         # Scheduled delivery: RocketMQ 4 delay levels.
@@ -172,6 +171,7 @@ class BrokerController:
         self.pull_processor = PullMessageProcessor(self)
         self.client_processor = ClientProcessor(self)
         self.admin_processor = AdminProcessor(self)
+        self.stats_admin_processor = StatsAdminProcessor(self)
         self.recall_processor = RecallMessageProcessor(self)  # RECALL_MESSAGE; the gRPC endpoint calls .recall
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.offset_reset_processor = OffsetResetProcessor(self)
@@ -235,6 +235,12 @@ class BrokerController:
         register_checked(s, RC.GET_ALL_CONSUMER_OFFSET, ap.get_all_consumer_offset)
         register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self, conn, req))
         register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
+        st = self.stats_admin_processor
+        register_checked(s, RC.VIEW_BROKER_STATS_DATA, st.view_broker_stats_data)
+        register_checked(s, RC.GET_CONSUME_STATS, st.get_consume_stats)
+        register_checked(s, RC.GET_BROKE_CONSUME_STATS, st.get_broke_consume_stats)
+        register_checked(s, RC.GET_TOPIC_STATS_INFO, st.get_topic_stats_info)
+        register_checked(s, RC.GET_CONSUMER_RUNNING_INFO, st.get_consumer_running_info)
         register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
         register_checked(s, RC.RECALL_MESSAGE, self.recall_processor.process)
         pop = PopProcessors(self.pop)
@@ -260,6 +266,7 @@ class BrokerController:
         self._register_event = asyncio.Event()
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
+        self._tasks.append(self._loop.create_task(self.stats.run()))
         if not self.config.is_slave:  # a slave writes nothing of its own: the master checks transactions and revives pops
             self._tasks.append(self._loop.create_task(self.transaction_check.run()))
             self._tasks.append(self._loop.create_task(self.pop_revive.run()))
@@ -564,19 +571,37 @@ class BrokerController:
 
     def stats_put(self, topic: str, count: int, res: AppendResult) -> None:
         if res.status == PutStatus.PUT_OK:
-            self.put_counts[topic] += count
-            self.put_bytes[topic] += res.wrote_bytes
+            self.stats.on_put(topic, count, res.wrote_bytes)
 
-    def stats_get(self, topic: str, count: int, size: int) -> None:
-        self.get_counts[topic] += count
-        self.get_bytes[topic] += size
+    def stats_get(self, group: str, topic: str, count: int, size: int) -> None:
+        self.stats.on_get(group, topic, count, size)
+
+    def _earliest_message_time(self) -> int:
+        """RocketMQ's getEarliestMessageTime: the store time of the CommitLog's first message, -1 if none."""
+        try:
+            return self.store.commit_log.store_timestamp_at(self.store.min_phy_offset)
+        except (ValueError, OSError):  # its file went with a cleanup meanwhile
+            return -1
 
     def runtime_info(self) -> dict[str, str]:
         info = {
             "brokerVersionDesc": "TidalMQ",
             "bootTimestamp": str(self._started_ms),
-            "msgPutTotalTodayNow": str(sum(self.put_counts.values())),
-            "msgGetTotalTodayNow": str(sum(self.get_counts.values())),
+            "msgPutTotalYesterdayMorning": str(self.stats.put_yesterday_morning),
+            "msgPutTotalTodayMorning": str(self.stats.put_today_morning),
+            "msgPutTotalTodayNow": str(self.stats.put_total),
+            "msgGetTotalYesterdayMorning": str(self.stats.get_yesterday_morning),
+            "msgGetTotalTodayMorning": str(self.stats.get_today_morning),
+            "msgGetTotalTodayNow": str(self.stats.get_total),
+            "putTps": self.stats.put_tps(),
+            "getTransferedTps": self.stats.get_transfered_tps(),
+            "earliestMessageTimeStamp": str(self._earliest_message_time()),
+            # sends wait for the group commit, RocketMQ's send thread pool queue; pulls run as they come
+            "sendThreadPoolQueueSize": str(len(self.send_processor.pending_sends())),
+            "sendThreadPoolQueueHeadWaitTimeMills": str(self.send_processor.head_wait_ms()),
+            "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": str(self.store.commit_log.lock_held_ms()),
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),

@@ -1,7 +1,7 @@
 """The broker's Prometheus metrics (RocketMQ 5's names where it has them, docs/metrics.md).
 
-Nothing here runs per message: the send and pull paths already count into plain dicts
-(``BrokerController.stats_put``/``stats_get``), the remoting server into ``RpcLatencyStats``. At scrape
+Nothing here runs per message: the send and pull paths already count into the broker's stats items
+(broker/stats.py, ``BrokerController.stats_put``/``stats_get``), the remoting server into ``RpcLatencyStats``. At scrape
 time ``snapshot`` copies what the loop owns (on the loop, ``on_loop``) and ``families`` turns the copy
 into metric families on the exporter's thread.
 """
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from tidalmq.broker.stats import GROUP_GET_NUMS, GROUP_GET_SIZE, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from tidalmq.common.metrics_exporter import PromExporter, on_loop
 from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
@@ -31,7 +32,7 @@ LATENESS_QUANTILES = (("0.5", "latenessP50Ms"), ("0.99", "latenessP99Ms"), ("1",
 class BrokerSnapshot:
     put_counts: dict[str, int]
     put_bytes: dict[str, int]
-    get_counts: dict[str, int]
+    get_counts: dict[str, int]  # "topic@group" (RocketMQ's stats key) -> messages
     get_bytes: dict[str, int]
     lag: dict[tuple[str, str], int]  # (topic, consumer group) -> messages not consumed yet
     producer_connections: dict[str, int]
@@ -46,6 +47,11 @@ class BrokerSnapshot:
     ha_behind: int | None  # master: bytes its furthest-behind slave lacks (None: no slave, or not a master)
     store_root: str = ""
     common: dict[str, str] = field(default_factory=dict)
+
+
+def _value(broker: BrokerController, name: str, key: str) -> int:
+    item = broker.stats.item(name, key)
+    return item.value if item is not None else 0
 
 
 def consumer_lag(broker: BrokerController) -> dict[tuple[str, str], int]:
@@ -71,8 +77,8 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
     timer = broker.timer.snapshot(ask_fresh=True) if broker.timer is not None else None
     cfg = broker.config
     return BrokerSnapshot(
-        put_counts=dict(broker.put_counts), put_bytes=dict(broker.put_bytes),
-        get_counts=dict(broker.get_counts), get_bytes=dict(broker.get_bytes),
+        put_counts=broker.stats.per_topic(TOPIC_PUT_NUMS), put_bytes=broker.stats.per_topic(TOPIC_PUT_SIZE),
+        get_counts=broker.stats.per_key(GROUP_GET_NUMS), get_bytes=broker.stats.per_key(GROUP_GET_SIZE),
         lag=consumer_lag(broker),
         producer_connections={g: len(conns) for g, conns in broker.producers.items()},
         consumer_connections={g: len(info.channels) for g, info in broker.consumers.groups.items()},
@@ -82,7 +88,7 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
         disk_full=bool(store.disk_full),
         delay_pending=broker.schedule.pending(),
         # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
-        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": broker.put_counts.get(SCHEDULE_TOPIC, 0),
+        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": _value(broker, TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
                      "latenessHistogram": broker.schedule_stats.lateness_histogram()},
         timer=timer, ha_behind=ha_behind, store_root=broker.store_config.store_path_root_dir,
         common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},
@@ -110,10 +116,19 @@ def families(s: BrokerSnapshot) -> Iterable[Metric]:
             fam.add_metric([*lv, topic], n)
         return fam
 
+    def per_group(name: str, doc: str, data: dict[str, int]) -> Metric:
+        fam = CounterMetricFamily(name.removesuffix("_total"), doc, labels=[*base, "topic", "consumer_group"])
+        for key, n in sorted(data.items()):
+            topic, _, group = key.partition("@")
+            fam.add_metric([*lv, topic, group], n)
+        return fam
+
     yield per_topic("rocketmq_messages_in_total", "Messages stored, by topic", s.put_counts)
-    yield per_topic("rocketmq_messages_out_total", "Messages delivered by pulls, by topic", s.get_counts)
+    yield per_group("rocketmq_messages_out_total", "Messages delivered by pulls and pops, by topic and group",
+                    s.get_counts)
     yield per_topic("rocketmq_throughput_in_total", "Bytes stored (CommitLog records), by topic", s.put_bytes)
-    yield per_topic("rocketmq_throughput_out_total", "Bytes delivered by pulls, by topic", s.get_bytes)
+    yield per_group("rocketmq_throughput_out_total", "Bytes delivered by pulls and pops, by topic and group",
+                    s.get_bytes)
     lag = GaugeMetricFamily("rocketmq_consumer_lag_messages", "Messages past the group's committed offset",
                             labels=[*base, "topic", "consumer_group"])
     for (topic, group), n in sorted(s.lag.items()):

@@ -51,6 +51,40 @@ class QueueProgress:
         return max(0, self.broker_offset - max(self.consumer_offset, 0))
 
 
+@dataclass
+class OffsetWrapper:
+    """One queue of a ConsumeStats (RocketMQ's OffsetWrapper): ``last_timestamp`` is the store time of
+    the last message the group consumed there (0: none)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return self.broker_offset - self.consumer_offset
+
+
+@dataclass
+class ConsumeStats:
+    """A group's ConsumeStats over the brokers: its queues and its consume TPS (the minute's gets)."""
+
+    consume_tps: float = 0.0
+    queues: list[OffsetWrapper] = field(default_factory=list)
+
+    def total_diff(self) -> int:
+        return sum(q.diff for q in self.queues)
+
+
+def _mq_key(key: str) -> tuple[str, str, int]:
+    """A MessageQueue written as a map key by fastjson (its JSON text once read): (topic, broker, queue)."""
+    mq = fastjson.loads(key)
+    return mq["topic"], mq["brokerName"], int(mq["queueId"])
+
+
 def namesrv_from_env(addr: str | None) -> str:
     value = addr or os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
     return value
@@ -233,6 +267,55 @@ class Admin:
                     co = int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
                     out.append(QueueProgress(t, name, q, mx, co))
         return out
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS on every master (RocketMQ's examineConsumeStats): the group's queues with
+        their last consumed store time, and its consume TPS summed over the brokers."""
+        out = ConsumeStats()
+        for addr in (await self.master_addrs()).values():
+            ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+            body = fastjson.loads((await self._call(addr, RC.GET_CONSUME_STATS, ext)).body_bytes())
+            out.consume_tps += float(body.get("consumeTps") or 0)
+            for key, w in (body.get("offsetTable") or {}).items():
+                out.queues.append(OffsetWrapper(*_mq_key(key), int(w.get("brokerOffset", 0)),
+                                                int(w.get("consumerOffset", 0)), int(w.get("lastTimestamp", 0))))
+        out.queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        return out
+
+    async def broker_consume_stats(self, addr: str, order_only: bool = False) -> dict:
+        """GET_BROKE_CONSUME_STATS of one broker: ConsumeStatsList (brokerAddr, consumeStatsList, totalDiff)."""
+        resp = await self._call(addr, RC.GET_BROKE_CONSUME_STATS, {"isOrder": str(order_only).lower()})
+        return fastjson.loads(resp.body_bytes())
+
+    async def broker_stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict:
+        """VIEW_BROKER_STATS_DATA: one stats item's minute, hour and day windows (statsMinute, statsHour,
+        statsDay: sum, tps, avgpt); AdminError SYSTEM_ERROR when the broker never counted the key."""
+        resp = await self._call(addr, RC.VIEW_BROKER_STATS_DATA, {"statsName": stats_name, "statsKey": stats_key})
+        return fastjson.loads(resp.body_bytes())
+
+    async def topic_stats(self, topic: str) -> list[tuple[QueueStatus, int]]:
+        """GET_TOPIC_STATS_INFO on the topic's masters: each queue's offsets and the store time of its last
+        message (0: none), sorted."""
+        out = []
+        for _name, addr, _ in await self._masters_of(topic):
+            body = fastjson.loads((await self._call(addr, RC.GET_TOPIC_STATS_INFO, {"topic": topic})).body_bytes())
+            for key, o in (body.get("offsetTable") or {}).items():
+                _, broker, qid = _mq_key(key)
+                out.append((QueueStatus(broker, qid, int(o.get("minOffset", 0)), int(o.get("maxOffset", 0))),
+                            int(o.get("lastUpdateTimestamp", 0))))
+        return sorted(out, key=lambda q: (q[0].broker_name, q[0].queue_id))
+
+    async def consumer_running_info(self, group: str, client_id: str) -> dict:
+        """GET_CONSUMER_RUNNING_INFO, asked of the consumer through a master that has it online."""
+        last: AdminError | None = None
+        for addr in (await self.master_addrs()).values():
+            try:
+                resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO,
+                                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"})
+                return fastjson.loads(resp.body_bytes())
+            except AdminError as e:
+                last = e
+        raise last or AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer {client_id} is not online")
 
     async def total_lag(self, group: str, topic: str | None = None) -> int:
         """What the group has yet to consume, over all queues of its topics."""

@@ -207,7 +207,11 @@ class PushConsumer(ClientLifecycle):
             "properties": {"consumeType": "CONSUME_PASSIVELY", "consumeOrderly": str(self.orderly).lower(),
                            "PROP_CLIENT_VERSION": "TidalMQ", "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms)},
             "subscriptionSet": [s.to_json() for s in self._all_subscriptions().values()],
-            "mqTable": {}, "statusTable": {}, "jstack": "",
+            # the queues this consumer holds, keyed as fastjson writes a MessageQueue key (mqadmin's
+            # consumerProgress -s reads which client holds which queue from here)
+            "mqTable": {fastjson.object_key({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}):
+                        {"droped": False} for mq in self.assigned_queues},
+            "statusTable": {}, "jstack": "",
         }
 
     @property

@@ -1,13 +1,23 @@
 """JSON as RocketMQ's Java side writes it (fastjson), and a reader tolerant of its quirks.
 
 fastjson writes maps with integer keys unquoted (``"brokerAddrs":{0:"127.0.0.1:10911"}``), which
-is not JSON. We write the same bytes so clients that expect the quirk see it, and read either form.
+is not JSON, and maps with object keys as the object itself (a ConsumeStats' ``offsetTable`` keyed by
+MessageQueue: ``{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}``). We write the same bytes so clients
+that expect the quirk see it (``RawKey``), and read either form: an object key comes back as its JSON text.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+
+class RawKey(str):
+    """A map key written as it is: the JSON of an object, as fastjson writes an object key."""
+
+
+def object_key(obj: dict[str, Any]) -> RawKey:
+    return RawKey(dumps(obj))
 
 
 def _encode(obj: Any, out: list[str]) -> None:
@@ -18,7 +28,9 @@ def _encode(obj: Any, out: list[str]) -> None:
             if not first:
                 out.append(",")
             first = False
-            if isinstance(k, bool):
+            if isinstance(k, RawKey):
+                out.append(k)
+            elif isinstance(k, bool):
                 out.append(json.dumps(str(k).lower()))
             elif isinstance(k, int):
                 out.append(str(k))
@@ -68,6 +80,16 @@ def _quote_numeric_keys(text: str) -> str:
             i = j + 1
             expect_key = False
             continue
+        if expect_key and c == "{":
+            end = _object_end(text, i)
+            k = end
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":  # an object used as a key: its text, quoted
+                out.append(json.dumps(_quote_numeric_keys(text[i:end])))
+                i = end
+                expect_key = False
+                continue
         if c in "{,":
             out.append(c)
             i += 1
@@ -90,6 +112,25 @@ def _quote_numeric_keys(text: str) -> str:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def _object_end(text: str, i: int) -> int:
+    """The index after the object that opens at ``text[i]`` (strings skipped); the end if unbalanced."""
+    depth, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return n
 
 
 def loads(data: bytes | str) -> Any:

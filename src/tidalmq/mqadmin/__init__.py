@@ -13,7 +13,7 @@ import sys
 from tidalmq.admin_cli import admin_credentials
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common.naming import NameError_
-from tidalmq.mqadmin import cluster, group, message, tidal, topic
+from tidalmq.mqadmin import cluster, group, message, stats, tidal, topic
 from tidalmq.mqadmin.common import UsageError
 from tidalmq.remoting.transport import RemotingError
 
@@ -21,7 +21,7 @@ from tidalmq.remoting.transport import RemotingError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqadmin", description="RocketMQ-compatible admin tool for TidalMQ")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
-    for module in (topic, group, message, cluster, tidal):
+    for module in (topic, group, message, cluster, stats, tidal):
         module.register(sub)
     return parser
 

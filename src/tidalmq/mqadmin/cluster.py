@@ -5,14 +5,19 @@ updateBrokerConfig, updateKvConfig, deleteKvConfig (RocketMQ's ``tools/command/c
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.mqadmin.common import command
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.transport import RemotingError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    command(sub, "clusterList", "List cluster infos", cluster_list)
+    p = command(sub, "clusterList", "List cluster infos", cluster_list)
+    p.add_argument("-m", "--moreStats", action="store_true", help="Print more stats")
+    p.add_argument("-i", "--interval", type=int, help="specify intervals numbers, it is in seconds")
     for name, help_, func in (("brokerStatus", "Fetch broker runtime status data", broker_status),
                               ("getBrokerConfig", "Get broker config by cluster or special broker!", get_broker_config)):
         p = command(sub, name, help_, func)
@@ -60,17 +65,64 @@ async def _masters_and_slaves(admin: Admin, cluster: str) -> list[tuple[str, lis
 
 
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
-    info = await admin.cluster_info()
+    """RocketMQ's clusterList: once, or with -i every that many seconds until interrupted; -m prints the
+    messages in and out yesterday and today instead of the base table."""
+    first = True
+    while first or args.interval is not None:
+        if not first:
+            await asyncio.sleep(args.interval)
+        first = False
+        info = await admin.cluster_info()
+        await (_more_stats(admin, info) if args.moreStats else _base_info(admin, info))
+    return 0
+
+
+async def _more_stats(admin: Admin, info: dict) -> None:
+    print(f"{'#Cluster Name':<16}  {'#Broker Name':<32} {'#InTotalYest':>14} {'#OutTotalYest':>14} "
+          f"{'#InTotalToday':>14} {'#OutTotalToday':>14}")
+    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+        for name in sorted(names):
+            for _bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
+                totals = [0, 0, 0, 0]
+                try:  # as RocketMQ's: a broker that cannot say prints zeros
+                    rt = await admin.broker_runtime_info(addr)
+                    put = [int(rt[f"msgPutTotal{k}"]) for k in ("YesterdayMorning", "TodayMorning", "TodayNow")]
+                    get = [int(rt[f"msgGetTotal{k}"]) for k in ("YesterdayMorning", "TodayMorning", "TodayNow")]
+                    totals = [put[1] - put[0], get[1] - get[0], put[2] - put[1], get[2] - get[1]]
+                except (AdminError, RemotingError, KeyError, ValueError):
+                    pass
+                print(f"{cluster:<16}  {name:<32} {totals[0]:>14} {totals[1]:>14} {totals[2]:>14} {totals[3]:>14}")
+
+
+async def _base_info(admin: Admin, info: dict) -> None:
     print(f"{'#Cluster Name':<16}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
           f"{'#InTPS(LOAD)':>19} {'#OutTPS(LOAD)':>19} {'#PCWait(ms)':>10} {'#Hour':>5} {'#SPACE':>6}")
     for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
         for name in sorted(names):
             for bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
-                rt = await admin.broker_runtime_info(addr)
-                print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {rt.get('brokerVersionDesc', ''):<16} "
-                      f"{'0.00(0,0ms)':>19} {'0.00(0,0ms)':>19} {rt.get('pageCacheLockTimeMills', '0'):>10} "
-                      f"{'0.00':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
-    return 0
+                try:  # as RocketMQ's: a broker that cannot answer still gets its line, Java's nulls in it
+                    rt = await admin.broker_runtime_info(addr)
+                except (AdminError, RemotingError, OSError):
+                    rt = {}
+
+                def val(key: str, rt: dict[str, str] = rt) -> str:
+                    return rt.get(key, "null")
+
+                tps_in, tps_out = _first_tps(rt.get("putTps")), _first_tps(rt.get("getTransferedTps"))
+                load_in = f"{tps_in:9.2f}({val('sendThreadPoolQueueSize')},{val('sendThreadPoolQueueHeadWaitTimeMills')}ms)"
+                load_out = f"{tps_out:9.2f}({val('pullThreadPoolQueueSize')},{val('pullThreadPoolQueueHeadWaitTimeMills')}ms)"
+                earliest = rt.get("earliestMessageTimeStamp") or ""
+                hour = (time.time() * 1000 - int(earliest)) / 1000 / 3600 if earliest else 0.0
+                print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {val('brokerVersionDesc'):<16} "
+                      f"{load_in:>19} {load_out:>19} {val('pageCacheLockTimeMills'):>10} "
+                      f"{f'{hour:2.2f}':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
+
+
+def _first_tps(text: str | None) -> float:
+    """The 10 s figure of a runtime TPS key (``putTps``: "tps10 tps60 tps600", parts empty while the broker
+    has too few samples), as RocketMQ's clusterList reads it."""
+    parts = (text or "").split(" ")
+    return float(parts[0]) if parts and parts[0] else 0.0
 
 
 async def broker_status(admin: Admin, args: argparse.Namespace) -> int:

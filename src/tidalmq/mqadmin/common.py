@@ -39,6 +39,16 @@ def parse_timestamp(text: str) -> int:
         raise UsageError(f"bad timestamp {text!r}: milliseconds, 'now' or yyyy-MM-dd#HH:mm:ss:SSS") from None
 
 
+def front(text: str, size: int) -> str:
+    """RocketMQ's UtilAll.frontStringAtLeast: at most ``size`` characters, the front ones."""
+    return text[:size]
+
+
+def day_time(ms: int) -> str:
+    """UtilAll.formatDate(date, "yyyy-MM-dd HH:mm:ss"), local time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
 def when(ms: int) -> str:
     """A timestamp the way RocketMQ's tools print one (UtilAll.timeMillisToHumanString2)."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f",{ms % 1000:03d}"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 
 from tidalmq.client.admin import Admin, AdminError
+from tidalmq.common import fastjson
+from tidalmq.common.mqversion import version_desc
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
-from tidalmq.mqadmin.common import Progress, UsageError, command, parse_timestamp, when
+from tidalmq.mqadmin.common import Progress, UsageError, command, day_time, front, parse_timestamp, when
 from tidalmq.remoting.codes import ResponseCode
 
 
@@ -36,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "consumerProgress", "Query consumers's progress, speed", consumer_progress)
     p.add_argument("-g", "--groupName", help="consumer group name (without it: every group, one line each)")
     p.add_argument("-t", "--topicName", help="topic name (with -g)")
+    p.add_argument("-s", "--showClientIP", default="false", help="Show Client IP per Queue (true|false)")
     p = command(sub, "consumerConnection", "Query consumer's socket connection, client version and subscription",
                 consumer_connection)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
@@ -84,19 +87,42 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> int:
         if args.topicName is not None:
             raise UsageError("-t needs -g")
         return await _all_groups_progress(admin)
-    rows = await admin.consumer_progress(args.groupName, args.topicName)
-    if not rows:
-        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"group {args.groupName} has no consumer progress")
-    # #Client IP: NA, as RocketMQ prints for a queue it cannot place (it asks each client for its queues)
+    stats = await admin.consume_stats(args.groupName, args.topicName)  # GET_CONSUME_STATS, examineConsumeStats
+    if not stats.queues:
+        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group consume stats, because return "
+                         "offset table is empty, maybe the consumer not consume any message")
+    # #Client IP: the client holding each queue, with -s true (RocketMQ asks each consumer for its queues)
+    holders = await _queue_holders(admin, args.groupName) if args.showClientIP.lower() == "true" else {}
     print(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
           f"{'#Client IP':<20} {'#Diff':<20}  #LastTime")
-    for r in sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id)):
-        print(f"{r.topic:<32}  {r.broker_name:<32}  {r.queue_id:<4}  {r.broker_offset:<20}  "
-              f"{max(r.consumer_offset, 0):<20}  {'NA':<20} {r.lag:<20}  N/A")
+    for q in stats.queues:
+        last = "N/A" if q.last_timestamp == 0 else day_time(q.last_timestamp)
+        ip = holders.get((q.topic, q.broker_name, q.queue_id), "N/A")
+        print(f"{front(q.topic, 32):<32}  {front(q.broker_name, 32):<32}  {q.queue_id:<4}  {q.broker_offset:<20}  "
+              f"{q.consumer_offset:<20}  {ip:<20} {q.diff:<20}  {last}")
     print()
-    print("Consume TPS: 0.00")  # TidalMQ keeps no per-group consume rate here (docs/mqadmin.md)
-    print(f"Diff Total: {sum(r.lag for r in rows)}")
+    print(f"Consume TPS: {stats.consume_tps:.2f}")
+    print(f"Diff Total: {stats.total_diff()}")
     return 0
+
+
+async def _queue_holders(admin: Admin, group: str) -> dict[tuple[str, str, int], str]:
+    """(topic, broker, queue) -> the IP of the client holding it (its client id up to the ``@``), from
+    each online consumer's running info; what cannot be asked is left out, as RocketMQ's tool does."""
+    out: dict[tuple[str, str, int], str] = {}
+    for conn in await admin.consumer_connections(group):
+        client_id = str(conn.get("clientId", ""))
+        try:
+            info = await admin.consumer_running_info(group, client_id)
+        except AdminError:
+            continue
+        for key in info.get("mqTable") or {}:
+            try:
+                mq = fastjson.loads(key)
+                out[(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = client_id.split("@")[0]
+            except (ValueError, KeyError, TypeError):
+                continue  # a key this tool cannot read (another client's encoding)
+    return out
 
 
 async def _all_groups_progress(admin: Admin) -> int:
@@ -108,21 +134,22 @@ async def _all_groups_progress(admin: Admin) -> int:
         group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
         info = await admin.consumer_connection_info(group)
         conns = info.get("connectionSet", [])
-        diff = sum(r.lag for r in await admin.consumer_progress(group))
+        stats = await admin.consume_stats(group)
         if conns:
-            version = str(min(int(c.get("version", 0)) for c in conns))
+            version = version_desc(min(int(c.get("version", 0)) for c in conns))
             push = info.get("consumeType") != "CONSUME_ACTIVELY"
             kind, model = ("PUSH", str(info.get("messageModel", ""))) if push else ("PULL", "")
         else:
             version, kind, model = "OFFLINE", "", ""
-        print(f"{group:<32}  {len(conns):<6}  {version:<24} {kind:<5}  {model:<14}  {0:<7}  {diff}")
+        print(f"{front(group, 32):<32}  {len(conns):<6}  {version:<24} {kind:<5}  {model:<14}  "
+              f"{int(stats.consume_tps):<7}  {stats.total_diff()}")
     return 0
 
 
 async def producer_connection(admin: Admin, args: argparse.Namespace) -> int:
     for i, c in enumerate(await admin.producer_connections(args.producerGroup, args.topic), 1):
         print(f"{i:04d}  {c.get('clientId', ''):<32} {c.get('clientAddr', ''):<22} {c.get('language', ''):<8} "
-              f"{c.get('version', '')}")
+              f"{version_desc(int(c.get('version', 0)))}")
     return 0
 
 
@@ -132,7 +159,7 @@ async def consumer_connection(admin: Admin, args: argparse.Namespace) -> int:
         raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{args.consumerGroup}] not online")
     for i, c in enumerate(conns, 1):
         print(f"{i:03d}  {c.get('clientId', ''):<32} {c.get('clientAddr', ''):<22} {c.get('language', ''):<8} "
-              f"{c.get('version', '')}")
+              f"{version_desc(int(c.get('version', 0)))}")
     return 0
 
 

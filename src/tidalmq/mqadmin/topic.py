@@ -8,7 +8,7 @@ import json
 
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common.naming import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from tidalmq.mqadmin.common import UsageError, command
+from tidalmq.mqadmin.common import UsageError, command, front, when
 from tidalmq.remoting.codes import ResponseCode
 
 
@@ -99,6 +99,7 @@ async def topic_route(admin: Admin, args: argparse.Namespace) -> int:
 
 async def topic_status(admin: Admin, args: argparse.Namespace) -> int:
     print(f"{'#Broker Name':<32}  {'#QID':<4}  {'#Min Offset':<20}  {'#Max Offset':<20}    #Last Updated")
-    for q in sorted(await admin.topic_status(args.topic), key=lambda q: (q.broker_name, q.queue_id)):
-        print(f"{q.broker_name:<32}  {q.queue_id:<4}  {q.min_offset:<20}  {q.max_offset:<20}    ")
+    for q, last in await admin.topic_stats(args.topic):  # GET_TOPIC_STATS_INFO, as RocketMQ's examineTopicStats
+        updated = when(last) if last > 0 else ""
+        print(f"{front(q.broker_name, 32):<32}  {q.queue_id:<4}  {q.min_offset:<20}  {q.max_offset:<20}    {updated}")
     return 0

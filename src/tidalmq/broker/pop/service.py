@@ -268,7 +268,7 @@ class PopService:
         result.start_offsets.append((topic, queue_id, offset))
         result.msg_offsets.append((topic, queue_id, offsets))
         result.rest_num += max(0, res.max_offset - res.next_begin_offset)
-        b.stats_get(topic, res.message_count, res.buffer_total_size)
+        b.stats_get(req.group, topic, res.message_count, res.buffer_total_size)
         if req.order:
             result.order_counts.append((topic, queue_id, attempts))
             self.order.lend(key, OrderLock(result.pop_time, req.invisible_time, offsets,

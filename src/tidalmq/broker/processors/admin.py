@@ -71,6 +71,7 @@ class AdminProcessor:
         if not self.broker.topics.delete(topic):
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         self.broker.offsets.remove_topic(topic)
+        self.broker.stats.on_topic_deleted(topic)
         self.broker.store.delete_topics({topic})
         self.broker.register_soon()
         return req.make_response(ResponseCode.SUCCESS)
@@ -102,6 +103,7 @@ class AdminProcessor:
         group = req.ext_fields.get("groupName", "")
         if not self.broker.groups.delete(group):
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        self.broker.stats.on_group_deleted(group)
         return req.make_response(ResponseCode.SUCCESS)
 
     def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Task[RemotingCommand]:

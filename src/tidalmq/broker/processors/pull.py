@@ -127,7 +127,7 @@ class PullMessageProcessor:
             "maxOffset": str(res.max_offset),
         }
         if st == GetStatus.FOUND:
-            b.stats_get(topic, res.message_count, res.buffer_total_size)
+            b.stats_get(group, topic, res.message_count, res.buffer_total_size)
             return req.make_response(ResponseCode.SUCCESS, "FOUND", ext, list(res.buffers))
         if st in (GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_MESSAGE):
             return req.make_response(ResponseCode.PULL_RETRY_IMMEDIATELY, st.name, ext)

@@ -130,6 +130,17 @@ class SendMessageProcessor:
         self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
         self.dedup = window_for(broker)  # duplicationEnable: idempotent produce (broker/dedup.py)
 
+    def pending_sends(self) -> list[tuple[PutRequest, RemotingCommand, Respond, bool, float]]:
+        """The sends waiting for the group commit (the runtime info's sendThreadPoolQueueSize)."""
+        return self._pending
+
+    def head_wait_ms(self) -> int:
+        """How long the oldest client send has waited (sendThreadPoolQueueHeadWaitTimeMills)."""
+        for item in self._pending:
+            if item[4]:
+                return int((time.monotonic() - item[4]) * 1000)
+        return 0
+
     # entry point ------------------------------------------------------------------------------
     def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
         """Answers bad requests at once; a stored message is answered by the group commit, which sends
