@@ -201,3 +201,39 @@ def test_every_served_and_charted_metric_is_documented(broker: Standalone) -> No
     charted = {re.sub(r"_(total|bucket)$", "", n)
                for n in METRIC_NAME.findall((DOCS / "grafana-dashboard.json").read_text())}
     assert charted - docs == set()
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_flush_and_dispatch_behind_follow_the_store(tmp_path: Path, flush: str) -> None:
+    """ASYNC_FLUSH with an hour between flushes: what was sent stays unflushed, and the gauge says so;
+    SYNC_FLUSH: nothing acknowledged is unflushed. Once every message is in its queue nothing is behind
+    the dispatch."""
+    hour = str(3_600_000)
+    settings = {"flushDiskType": flush, "flushIntervalCommitLog": hour, "flushCommitLogThoroughInterval": hour,
+                "mappedFileSizeCommitLog": str(8 << 20)}
+    n, topic, body = 10, "MetricsBehind", b"f" * 2048
+    with Standalone(tmp_path / "data", settings) as s:
+        before = value(scrape(s.metrics_url), "rocketmq_storage_flush_behind_bytes")
+
+        async def produce() -> None:
+            c = RemotingClient()
+            try:
+                for _ in range(n):
+                    assert (await c.invoke(s.broker_addr, send_cmd(topic, body), 5)).code == ResponseCode.SUCCESS
+                got = 0
+                deadline = time.monotonic() + 10
+                while got < n:  # in the queue: dispatched
+                    assert time.monotonic() < deadline
+                    r = await c.invoke(s.broker_addr, pull_cmd(topic, 0, got), 5)
+                    got += len(records(r.body_bytes())) if r.code == ResponseCode.SUCCESS else 0
+            finally:
+                await c.close()
+
+        run(produce(), 30)
+        after = scrape(s.metrics_url)
+        behind = value(after, "rocketmq_storage_flush_behind_bytes")
+        if flush == "ASYNC_FLUSH":
+            assert behind - before >= n * len(body)
+        else:
+            assert behind == 0
+        assert value(after, "rocketmq_storage_dispatch_behind_bytes") == 0
