@@ -9,7 +9,7 @@ import pytest
 
 from tidalmq.client import Message
 from tidalmq.client.errors import ValidationError
-from tidalmq.client.validators import check_message
+from tidalmq.client.validators import check_batch, check_message
 from tidalmq.common import naming as nm
 from tidalmq.common.fileutil import UnsafePathError, path_under
 from tidalmq.remoting.codes import RequestCode as RC
@@ -111,3 +111,11 @@ def test_client_refuses_property_injection() -> None:
     m.put_user_property("color", "red")
     check_message(m)
     assert m.properties["color"] == "red"
+    # in a batch, and in a name; a name that is empty or not a string, a value that is not a string
+    fine = Message("T", b"ok", properties={"k": "v"})
+    for props, why in (({"note": "x\x01y"}, "separator"), ({"n\x02": "v"}, "separator"),
+                       ({"": "v"}, "non-empty string"), ({"k": 5}, "must be a string"), ({7: "v"}, "non-empty string")):
+        bad = Message("T", b"x")
+        bad.properties = props  # type: ignore[assignment]  # as set after construction, unconverted
+        with pytest.raises(ValidationError, match=why):
+            check_batch([fine, bad])

@@ -49,8 +49,9 @@ def _int_prop(msg: Message, name: str) -> int:
 
 
 def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
-                timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC) -> None:
-    """Delay level within 1..max, timer properties positive and within the broker's horizon, one kind only."""
+                timer_max_delay_sec: int = DEFAULT_TIMER_MAX_DELAY_SEC, now: int | None = None) -> None:
+    """Delay level within 1..max, timer properties positive and within the broker's horizon, one kind only.
+    ``now``: the clock reading to measure a deliver time from (a batch reads it once)."""
     if _DELAY_SET.isdisjoint(msg.properties):
         return
     kinds = [p for p in _TIMER_PROPS if p in msg.properties]
@@ -69,7 +70,7 @@ def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
     if kind == mc.TIMER_DELIVER_MS:
         if value <= 0:
             raise ValidationError(f"deliver time must be a positive epoch time in milliseconds, got {value}")
-        delay_ms = value - now_ms()
+        delay_ms = value - (now_ms() if now is None else now)
     elif kind == mc.TIMER_DELAY_MS:
         if value <= 0:
             raise ValidationError(f"delay in milliseconds must be positive, got {value}")
@@ -124,6 +125,7 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
         raise ValidationError("Retry Group is not supported for batching")
     wait = first.properties.get(mc.WAIT_STORE_MSG_OK, "true")
     timed = not _TIMER_SET.isdisjoint(first.properties)
+    now = now_ms()
     for m in msgs:
         if m is None:
             raise ValidationError("the message is null")
@@ -140,6 +142,6 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
         if timed:
             if mc.TIMER_DEL_UNIQKEY in props:
                 raise ValidationError("a cancel (TIMER_DEL_UNIQKEY) is sent alone, not in a batch")
-            check_delay(m, timer_max_delay_sec=timer_max_delay_sec)
+            check_delay(m, timer_max_delay_sec=timer_max_delay_sec, now=now)
         if props.get(mc.WAIT_STORE_MSG_OK, "true") != wait:
             raise ValidationError("The waitStoreMsgOK of the messages in one batch should the same")
