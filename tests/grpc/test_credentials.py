@@ -19,6 +19,7 @@ from rocketmq.v5.util.signature import Signature
 import grpc
 from tests.acl.conftest import ADMIN, USER, acl_standalone  # noqa: F401 (the fixture)
 from tests.compat.harness import create_topic, uniq
+from tests.grpc.conftest import adopt_client_loop
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone, free_port
 
@@ -62,6 +63,7 @@ def test_right_secret_sends_and_receives(topics: Standalone) -> None:
     c = SimpleConsumer(config(topics, USER.access_key, USER.secret_key), uniq("g5acl"),
                        {"both": FilterExpression("*")}, await_duration=1)
     try:
+        adopt_client_loop()
         p.startup()
         c.startup()
         sent = p.send(message("both", b"signed")).message_id
@@ -75,6 +77,7 @@ def test_right_secret_sends_and_receives(topics: Standalone) -> None:
 def test_wrong_secret_fails_the_clients_send(topics: Standalone) -> None:
     p = Producer(config(topics, USER.access_key, "not-the-secret"), ("both",))
     try:
+        adopt_client_loop()
         p.startup()
         with pytest.raises(Exception, match="route"):  # the client hides the status behind this
             p.send(message("both", b"never"))

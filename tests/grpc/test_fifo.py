@@ -3,14 +3,13 @@ order, the next only after the previous is acked (SimpleConsumer), and a PushCon
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
 from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
 
 from tests.compat.harness import uniq
-from tests.grpc.conftest import Clients
+from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main
 from tests.grpc.test_messaging import message
 from tests.support import Standalone
 from tidalmq.client import Admin
@@ -25,7 +24,7 @@ def fifo_group(broker: Standalone) -> str:
         async with Admin(broker.namesrv_addr) as admin:
             await admin.create_group(group, consume_message_orderly=True)
 
-    asyncio.run(go())
+    run_off_main(go())
     return group
 
 
@@ -64,6 +63,7 @@ def test_push_consumer_on_a_fifo_group_consumes_in_order(broker: Standalone, cli
 
     pc = PushConsumer(clients.config(), fifo_group(broker), Listener(), {topic: FilterExpression()})
     clients.all.append(pc)
+    adopt_client_loop()
     pc.startup()
     assert done.wait(30), f"consumed {len(seen)} of {len(bodies)}"
     assert seen == bodies

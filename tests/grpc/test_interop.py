@@ -3,13 +3,11 @@ properties and message id intact, and the other way round."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from tests.client.helpers import wait_until
 from tests.compat.harness import uniq
-from tests.grpc.conftest import Clients
+from tests.grpc.conftest import Clients, run_off_main
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone
 from tidalmq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
@@ -39,7 +37,7 @@ def test_5x_send_4x_protocol_consume(clients: Clients, broker: Standalone, topic
             await c.shutdown()
         return got
 
-    got = asyncio.run(consume())
+    got = run_off_main(consume())
     assert {m.msg_id: m.body for m in got} == sent  # the 5.x message id is the UNIQ_KEY
     for m in got:
         assert m.tags == "T5"
@@ -57,7 +55,7 @@ def test_4x_protocol_send_5x_receive(clients: Clients, broker: Standalone, topic
                 out[r.msg_id] = f"four {i}".encode()
         return out
 
-    sent = asyncio.run(send())
+    sent = run_off_main(send())
     c = clients.simple_consumer(uniq("g5group"), topic)
     got = receive_all(c, 3)
     assert {m.message_id: m.body for m in got} == sent

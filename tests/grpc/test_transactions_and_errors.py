@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
 import grpc
 from tests.compat.harness import uniq
-from tests.grpc.conftest import Clients
+from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone
 
@@ -55,6 +55,7 @@ def test_push_consumer_consumes(clients: Clients, topic: str) -> None:
 
     pc = PushConsumer(clients.config(), uniq("g5push"), Listener(), {topic: FilterExpression()})
     clients.all.append(pc)
+    adopt_client_loop()
     pc.startup()
     assert done.wait(30), f"consumed {len(seen)} of {len(ids)}"
 
@@ -118,7 +119,6 @@ def test_forward_to_dead_letter_queue(clients: Clients, stub: MessagingServiceSt
                                       topic: str) -> None:
     """ForwardMessageToDeadLetterQueue moves a received message into %DLQ%group, body and id intact,
     and it is not received again."""
-    import asyncio
 
     from tidalmq.client import Admin
 
@@ -143,6 +143,6 @@ def test_forward_to_dead_letter_queue(clients: Clients, stub: MessagingServiceSt
     deadline = time.monotonic() + 10
     ids: list[str] = []
     while not ids and time.monotonic() < deadline:
-        ids = asyncio.run(dlq_ids())
+        ids = run_off_main(dlq_ids())
     assert mid in ids
     assert c.receive(32, 15) == []

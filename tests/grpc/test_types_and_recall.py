@@ -15,7 +15,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
 import grpc
 from tests.client.helpers import uniq
-from tests.grpc.conftest import Clients
+from tests.grpc.conftest import Clients, run_off_main
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone
 from tidalmq.client import Admin
@@ -56,7 +56,7 @@ def typed_topic(broker: Standalone, kind: str) -> str:
                         raise
                 await asyncio.sleep(0.2)
 
-    asyncio.run(go())
+    run_off_main(go())
     return topic
 
 
