@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError
 from tidalmq.common.message import KEY_SEPARATOR
@@ -67,6 +68,10 @@ class MessageStoreDispatch:
         names = batch.topic_names
         touched: dict[tuple[str, int], int] = {}
         in_queue = np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if batch.lite_topics is not None and len(in_queue):
+            # Before the topics' own queues: recovery after a crash re-dispatches from the first record
+            # missing from its topic's queue, and the lite queues skip what they already hold.
+            self._dispatch_lite(batch, in_queue, touched)
         if len(in_queue):
             # One group per (topic, queue), CommitLog order kept inside each.
             group_keys = (batch.topic_ids[in_queue] << 32) | (batch.queue_ids[in_queue] & 0xFFFFFFFF)
@@ -109,6 +114,46 @@ class MessageStoreDispatch:
             except Exception:
                 log.exception("build index failed")
         return touched
+
+    def _dispatch_lite(self, batch: DispatchBatch, in_queue: np.ndarray, touched: dict[tuple[str, int], int]) -> None:
+        """RocketMQ's multi-dispatch for lite topics: a record carrying ``__LITE_TOPIC`` gets a second
+        ConsumeQueue entry, in queue 0 of its lite topic's LMQ ``%LMQ%$<topic>$<lite topic>``. The LMQ's
+        offsets are its own, given here in CommitLog order. A lite name the naming rules refuse queues
+        nothing (the broker refuses such sends; this guards records from elsewhere)."""
+        lite = batch.lite_topics
+        assert lite is not None
+        names = batch.topic_names
+        by_queue: dict[str, list[int]] = {}
+        for i in in_queue.tolist():
+            child = lite[i]
+            if child is None:
+                continue
+            parent = names[int(batch.topic_ids[i])]
+            try:
+                lmq = nm.lite_queue(parent, child)
+            except nm.NameError_:
+                log.error("record at %d: lite topic %r of %r is not a legal name; not queued in an LMQ",
+                          int(batch.commit_log_offsets[i]), child[:80], parent)
+                continue
+            by_queue.setdefault(lmq, []).append(i)
+        for lmq, rows in by_queue.items():
+            idx = np.array(rows, dtype=np.int64)
+            try:
+                cq = self._find_or_create_cq(lmq, 0)
+            except UnsafePathError:
+                log.error("lite queue %r not queued: the name is not a safe path", lmq)
+                continue
+            phys, sizes = batch.commit_log_offsets[idx], batch.sizes[idx]
+            new = phys + sizes > cq.max_physic_offset  # a re-dispatch after recovery: skip what is there
+            if not new.any():
+                continue
+            idx, phys, sizes = idx[new], phys[new], sizes[new]
+            offsets = cq.max_offset_in_queue + np.arange(len(idx), dtype=np.int64)
+            try:
+                touched[(lmq, 0)] = cq.put_entries(offsets, phys, sizes, batch.tags_codes[idx])
+            except DiskFullError as e:
+                self.disk_space.set(CONSUME_QUEUE, f"{lmq}-0: {e}")
+                raise
 
     @staticmethod
     def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:
