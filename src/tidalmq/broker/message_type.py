@@ -204,3 +204,22 @@ def check_messages(topic: str, topic_type: TopicMessageType, properties: Iterabl
             if remark is not None:
                 return remark
     return None
+
+
+def check_lite(topic: str, topic_type: TopicMessageType, properties: Iterable[str]) -> str | None:
+    """Lite topics, checked on every send whatever ``enableTopicMessageTypeCheck`` says (a lite topic
+    name becomes a ConsumeQueue directory): a message carrying ``__LITE_TOPIC`` goes to a LITE (or MIXED)
+    topic only, and names a legal lite topic. The first refusal's remark, or None."""
+    for text in properties:
+        if mc.LITE_TOPIC not in text:
+            continue
+        lite = type_properties(text).get(mc.LITE_TOPIC)
+        if lite is None:
+            continue
+        if topic_type not in (TopicMessageType.LITE, TopicMessageType.MIXED):
+            return check_message_type(topic, topic_type, TopicMessageType.LITE)
+        try:
+            nm.check_lite_topic(lite)
+        except nm.NameError_ as e:
+            return f"illegal lite topic: {e}"
+    return None

@@ -158,7 +158,8 @@ class DispatchBatch:
     @staticmethod
     def empty(topic_names: list[str]) -> DispatchBatch:
         none = np.zeros(0, dtype=np.int64)
-        return DispatchBatch(topic_names, keys=[], uniq_keys=[], **dict.fromkeys(_ARRAY_FIELDS, none))
+        return DispatchBatch(topic_names, keys=[], uniq_keys=[], lite_topics=None,
+                             **dict.fromkeys(_ARRAY_FIELDS, none))
 
     @staticmethod
     def concat(parts: list[DispatchBatch]) -> DispatchBatch:

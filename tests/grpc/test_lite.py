@@ -1,0 +1,175 @@
+"""Lite topics with the official 5.x client (rocketmq-python-client 5.1.2): a producer sends with
+``lite_topic`` to a LITE parent topic, a LiteSimpleConsumer subscribed to some lite topics receives
+exactly those, acks them, and sees its subscription changes (docs/grpc.md, "Lite topics")."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from rocketmq import LiteSimpleConsumer
+from rocketmq.grpc_protocol import Code
+
+from tests.client.helpers import uniq
+from tests.compat.harness import create_topic
+from tests.grpc.conftest import Clients
+from tests.grpc.test_messaging import message
+from tests.support import Standalone
+from tidalmq.client import Admin
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def lite_parent(broker: Standalone, queues: int = 2) -> str:
+    topic = uniq("g5lite")
+
+    async def go() -> None:
+        async with Admin(broker.namesrv_addr) as admin:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    await admin.create_topic(topic, queues, attributes={"message.type": "LITE"})
+                    if (await admin.route(topic)).get("queueDatas"):
+                        return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.2)
+
+    asyncio.run(go())
+    return topic
+
+
+@pytest.fixture
+def parent(broker: Standalone) -> str:
+    return lite_parent(broker)
+
+
+class LiteClients(Clients):
+    def lite_simple(self, topic: str, group: str, await_s: int = 2) -> LiteSimpleConsumer:
+        c = LiteSimpleConsumer(topic, self.config(), group, await_duration=await_s)
+        self.all.append(c)
+        c.startup()
+        return c
+
+
+@pytest.fixture
+def lite_clients(broker: Standalone) -> Iterator[LiteClients]:
+    cs = LiteClients(broker.grpc_endpoint)
+    try:
+        yield cs
+    finally:
+        cs.close()
+
+
+def send_lite(p, topic: str, lite: str, body: bytes) -> str:  # noqa: ANN001
+    m = message(topic, body)
+    m.lite_topic = lite
+    return p.send(m).message_id
+
+
+def receive_until(consumer, want: int, deadline_s: float = 20.0, invisible_s: int = 15) -> list:  # noqa: ANN001
+    got: list = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += consumer.receive(32, invisible_s) or []
+    return got
+
+
+def test_subscribed_lite_topics_only_then_ack(lite_clients: LiteClients, parent: str, broker: Standalone) -> None:
+    """Messages of three lite topics; a consumer subscribed to two receives exactly theirs, with their
+    lite topic and type LITE; once acked, none comes again. Each message is one CommitLog record,
+    queued under its parent topic and under its lite topic's LMQ directory."""
+    p = lite_clients.producer(parent)
+    sent: dict[str, dict[str, bytes]] = {"a": {}, "b": {}, "c": {}}
+    for i in range(4):
+        for lite in sent:
+            body = f"{lite}-{i}".encode()
+            sent[lite][send_lite(p, parent, lite, body)] = body
+    c = lite_clients.lite_simple(parent, uniq("g5lite"))
+    c.subscribe_lite("a")
+    c.subscribe_lite("b")
+    got = receive_until(c, 8)
+    assert {m.message_id: m.body for m in got} == {**sent["a"], **sent["b"]}
+    assert {m.lite_topic for m in got} == {"a", "b"}
+    assert {m.message_type for m in got} == {5}  # MessageType.LITE
+    assert {m.topic for m in got} == {parent}
+    for m in got:
+        c.ack(m)
+    assert c.receive(32, 2) == []  # acked: nothing of a or b comes back, c is not subscribed
+    for lite in "abc":  # the store's consumequeue/%LMQ%$<parent>$<lite>/0
+        found = glob.glob(os.path.join(glob.escape(str(broker.data_dir)), "**", "consumequeue",
+                                       glob.escape(f"%LMQ%${parent}${lite}"), "0"), recursive=True)
+        assert len(found) == 1, lite
+
+
+def test_subscription_change_takes_effect(lite_clients: LiteClients, parent: str) -> None:
+    """Unsubscribing stops a lite topic's messages; subscribing another brings its messages, those sent
+    before the subscription included."""
+    p = lite_clients.producer(parent)
+    c = lite_clients.lite_simple(parent, uniq("g5lite"))
+    c.subscribe_lite("x")
+    send_lite(p, parent, "x", b"x-1")
+    send_lite(p, parent, "y", b"y-1")
+    got = receive_until(c, 1)
+    assert [m.body for m in got] == [b"x-1"]
+    c.ack(got[0])
+    c.unsubscribe_lite("x")
+    c.subscribe_lite("y")
+    send_lite(p, parent, "x", b"x-2")
+    got = receive_until(c, 1)
+    assert [m.body for m in got] == [b"y-1"]
+    c.ack(got[0])
+    assert c.receive(32, 2) == []  # x-2 is not for this consumer any more
+
+
+def test_long_polling_receive_wakes_on_arrival(lite_clients: LiteClients, parent: str) -> None:
+    """A receive waiting on an empty subscribed lite topic answers as soon as a message arrives."""
+    p = lite_clients.producer(parent)
+    c = lite_clients.lite_simple(parent, uniq("g5lite"), await_s=10)
+    c.subscribe_lite("w")
+    start = time.monotonic()
+    fut = c.receive_async(32, 15)
+    send_lite(p, parent, "w", b"w-1")
+    got = fut.result(timeout=15)
+    assert [m.body for m in got] == [b"w-1"]
+    assert time.monotonic() - start < 8  # woken by the arrival, not the end of the 10 s poll
+
+
+def test_change_invisible_duration_and_redelivery(lite_clients: LiteClients, parent: str) -> None:
+    """An unacked lite message comes back to its lite topic after its invisible time; a change of
+    invisible duration gives a handle that acks it."""
+    p = lite_clients.producer(parent)
+    c = lite_clients.lite_simple(parent, uniq("g5lite"))
+    c.subscribe_lite("r")
+    send_lite(p, parent, "r", b"r-1")
+    first = receive_until(c, 1, invisible_s=2)
+    assert [m.body for m in first] == [b"r-1"]
+    again = receive_until(c, 1, deadline_s=30, invisible_s=20)  # not acked: back after 2 s
+    assert [m.body for m in again] == [b"r-1"]
+    assert again[0].delivery_attempt == 2
+    c.change_invisible_duration(again[0], 30)
+    c.ack(again[0])
+    assert c.receive(32, 2) == []
+
+
+def test_bad_lite_topic_and_wrong_parent_type_are_refused(lite_clients: LiteClients, parent: str,
+                                                          broker: Standalone) -> None:
+    """A lite topic name outside [a-zA-Z0-9_-] (or over 64 characters): ILLEGAL_LITE_TOPIC, at send and
+    at subscribe; a lite message to a NORMAL topic: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE."""
+    p = lite_clients.producer(parent)
+    for bad in ("a$b", "../up", "x" * 65):
+        with pytest.raises(Exception, match=str(Code.ILLEGAL_LITE_TOPIC)):
+            send_lite(p, parent, bad, b"bad")
+    c = lite_clients.lite_simple(parent, uniq("g5lite"))
+    with pytest.raises(Exception, match=str(Code.ILLEGAL_LITE_TOPIC)):
+        c.subscribe_lite("a%b")
+    normal = uniq("g5normal")
+    create_topic(broker.namesrv_addr, normal, queues=1)
+    q = lite_clients.producer(normal)
+    with pytest.raises(Exception, match=str(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)):
+        send_lite(q, normal, "a", b"to a normal topic")
