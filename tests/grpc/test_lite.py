@@ -54,7 +54,18 @@ class LiteClients(Clients):
         c = LiteSimpleConsumer(topic, self.config(), group, await_duration=await_s)
         self.all.append(c)
         c.startup()
+        wait_for_settings(c)
         return c
+
+
+def wait_for_settings(consumer, timeout: float = 10.0) -> None:  # noqa: ANN001
+    """The 5.1.2 client refuses subscribe_lite (quota 0) until the endpoint's Settings, which carry the
+    lite subscription quota, reached it over Telemetry; startup() returns before that."""
+    manager = next(v for k, v in vars(consumer).items() if k.endswith("__subscription_manager"))
+    deadline = time.monotonic() + timeout
+    while manager.lite_subscription_quota <= 0:
+        assert time.monotonic() < deadline, "no Settings from the endpoint"
+        time.sleep(0.05)
 
 
 @pytest.fixture
