@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import glob
 import os
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from rocketmq import LiteSimpleConsumer
+from rocketmq import ConsumeResult, LitePushConsumer, LiteSimpleConsumer, MessageListener
 from rocketmq.grpc_protocol import Code
 
 from tests.client.helpers import uniq
@@ -77,6 +78,15 @@ def lite_clients(broker: Standalone) -> Iterator[LiteClients]:
         cs.close()
 
 
+def subscribe(consumer, lite: str) -> None:  # noqa: ANN001
+    """subscribe_lite, then the client's own full sync. The 5.1.2 client's subscribe_lite puts the name
+    into the request's lite_topic_set with ``extend`` (LiteTopicSubscriptionManager.subscribe_lite passes
+    a string where a set is expected), so the endpoint is asked to add each of its characters as a lite
+    topic; its periodic COMPLETE_ADD (every 30 s, or subscribe_lite_all) sends the right set."""
+    consumer.subscribe_lite(lite)
+    consumer.subscribe_lite_all()
+
+
 def send_lite(p, topic: str, lite: str, body: bytes) -> str:  # noqa: ANN001
     m = message(topic, body)
     m.lite_topic = lite
@@ -96,23 +106,23 @@ def test_subscribed_lite_topics_only_then_ack(lite_clients: LiteClients, parent:
     lite topic and type LITE; once acked, none comes again. Each message is one CommitLog record,
     queued under its parent topic and under its lite topic's LMQ directory."""
     p = lite_clients.producer(parent)
-    sent: dict[str, dict[str, bytes]] = {"a": {}, "b": {}, "c": {}}
+    sent: dict[str, dict[str, bytes]] = {"alpha": {}, "beta": {}, "gamma": {}}
     for i in range(4):
         for lite in sent:
             body = f"{lite}-{i}".encode()
             sent[lite][send_lite(p, parent, lite, body)] = body
     c = lite_clients.lite_simple(parent, uniq("g5lite"))
-    c.subscribe_lite("a")
-    c.subscribe_lite("b")
+    subscribe(c, "alpha")
+    subscribe(c, "beta")
     got = receive_until(c, 8)
-    assert {m.message_id: m.body for m in got} == {**sent["a"], **sent["b"]}
-    assert {m.lite_topic for m in got} == {"a", "b"}
+    assert {m.message_id: m.body for m in got} == {**sent["alpha"], **sent["beta"]}
+    assert {m.lite_topic for m in got} == {"alpha", "beta"}
     assert {m.message_type for m in got} == {5}  # MessageType.LITE
     assert {m.topic for m in got} == {parent}
     for m in got:
         c.ack(m)
-    assert c.receive(32, 2) == []  # acked: nothing of a or b comes back, c is not subscribed
-    for lite in "abc":  # the store's consumequeue/%LMQ%$<parent>$<lite>/0
+    assert c.receive(32, 2) == []  # acked: nothing of alpha or beta comes back, gamma is not subscribed
+    for lite in sent:  # the store's consumequeue/%LMQ%$<parent>$<lite>/0
         found = glob.glob(os.path.join(glob.escape(str(broker.data_dir)), "**", "consumequeue",
                                        glob.escape(f"%LMQ%${parent}${lite}"), "0"), recursive=True)
         assert len(found) == 1, lite
@@ -123,15 +133,15 @@ def test_subscription_change_takes_effect(lite_clients: LiteClients, parent: str
     before the subscription included."""
     p = lite_clients.producer(parent)
     c = lite_clients.lite_simple(parent, uniq("g5lite"))
-    c.subscribe_lite("x")
-    send_lite(p, parent, "x", b"x-1")
-    send_lite(p, parent, "y", b"y-1")
+    subscribe(c, "x-topic")
+    send_lite(p, parent, "x-topic", b"x-1")
+    send_lite(p, parent, "y-topic", b"y-1")
     got = receive_until(c, 1)
     assert [m.body for m in got] == [b"x-1"]
     c.ack(got[0])
-    c.unsubscribe_lite("x")
-    c.subscribe_lite("y")
-    send_lite(p, parent, "x", b"x-2")
+    c.unsubscribe_lite("x-topic")
+    subscribe(c, "y-topic")
+    send_lite(p, parent, "x-topic", b"x-2")
     got = receive_until(c, 1)
     assert [m.body for m in got] == [b"y-1"]
     c.ack(got[0])
@@ -142,10 +152,10 @@ def test_long_polling_receive_wakes_on_arrival(lite_clients: LiteClients, parent
     """A receive waiting on an empty subscribed lite topic answers as soon as a message arrives."""
     p = lite_clients.producer(parent)
     c = lite_clients.lite_simple(parent, uniq("g5lite"), await_s=10)
-    c.subscribe_lite("w")
+    subscribe(c, "waiting")
     start = time.monotonic()
     fut = c.receive_async(32, 15)
-    send_lite(p, parent, "w", b"w-1")
+    send_lite(p, parent, "waiting", b"w-1")
     got = fut.result(timeout=15)
     assert [m.body for m in got] == [b"w-1"]
     assert time.monotonic() - start < 8  # woken by the arrival, not the end of the 10 s poll
@@ -156,8 +166,8 @@ def test_change_invisible_duration_and_redelivery(lite_clients: LiteClients, par
     invisible duration gives a handle that acks it."""
     p = lite_clients.producer(parent)
     c = lite_clients.lite_simple(parent, uniq("g5lite"))
-    c.subscribe_lite("r")
-    send_lite(p, parent, "r", b"r-1")
+    subscribe(c, "redo")
+    send_lite(p, parent, "redo", b"r-1")
     first = receive_until(c, 1, invisible_s=2)
     assert [m.body for m in first] == [b"r-1"]
     again = receive_until(c, 1, deadline_s=30, invisible_s=20)  # not acked: back after 2 s
@@ -178,9 +188,43 @@ def test_bad_lite_topic_and_wrong_parent_type_are_refused(lite_clients: LiteClie
             send_lite(p, parent, bad, b"bad")
     c = lite_clients.lite_simple(parent, uniq("g5lite"))
     with pytest.raises(Exception, match=str(Code.ILLEGAL_LITE_TOPIC)):
-        c.subscribe_lite("a%b")
+        c.subscribe_lite("bad%name")
     normal = uniq("g5normal")
     create_topic(broker.namesrv_addr, normal, queues=1)
     q = lite_clients.producer(normal)
     with pytest.raises(Exception, match=str(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)):
         send_lite(q, normal, "a", b"to a normal topic")
+
+
+def test_lite_push_consumer_consumes_its_lite_topics(lite_clients: LiteClients, parent: str) -> None:
+    """A LitePushConsumer subscribed to one lite topic consumes its messages (acked by SUCCESS), none
+    of another; a lite topic subscribed later brings its messages too."""
+    p = lite_clients.producer(parent)
+    want = {send_lite(p, parent, "push-1", f"p1-{i}".encode()) for i in range(3)}
+    other = send_lite(p, parent, "push-2", b"p2-0")
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    progress = threading.Condition(lock)
+
+    class Listener(MessageListener):
+        def consume(self, msg):  # noqa: ANN001, ANN201
+            with progress:
+                seen.append((msg.lite_topic, msg.message_id))
+                progress.notify_all()
+            return ConsumeResult.SUCCESS
+
+    pc = LitePushConsumer(lite_clients.config(), uniq("g5litepush"), parent, Listener())
+    lite_clients.all.append(pc)
+    pc.startup()
+    wait_for_settings(pc)
+    subscribe(pc, "push-1")
+
+    def wait_ids(ids: set[str], timeout: float = 30.0) -> None:
+        with progress:
+            assert progress.wait_for(lambda: ids <= {i for _t, i in seen}, timeout), seen
+
+    wait_ids(want)
+    assert {t for t, _i in seen} == {"push-1"}
+    assert other not in {i for _t, i in seen}
+    subscribe(pc, "push-2")
+    wait_ids({other})
