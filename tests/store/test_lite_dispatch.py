@@ -49,6 +49,16 @@ def test_illegal_lite_name_is_queued_in_no_lmq(make_store) -> None:
     assert sorted(os.listdir(store.config.consume_queue_path)) == ["P"]
 
 
+def test_system_retry_and_dlq_topics_have_no_lmq(make_store) -> None:
+    """A lite message parked in the timer topic, or re-put into a retry or dead-letter topic, keeps its
+    __LITE_TOPIC but is queued in no LMQ there."""
+    store = make_store()
+    topics = ["rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX", "%RETRY%g", "%DLQ%g"]
+    store.put_messages([PutRequest(t, 0, [_lite(t, "a", b"x")]) for t in topics])
+    store.wait_reput(store.max_phy_offset, 5)
+    assert not [d for d in os.listdir(store.config.consume_queue_path) if d.startswith("%LMQ%")]
+
+
 def test_lmq_survives_restart_and_redispatch(make_store, tmp_path) -> None:
     root = str(tmp_path / "s")
     store = make_store(root=root)

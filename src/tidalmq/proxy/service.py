@@ -624,7 +624,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
             return sv.ForwardMessageToDeadLetterQueueResponse(status=refused)
         try:
-            msg = convert.handle_message(request.topic.name, request.receipt_handle)
+            msg = convert.handle_message(self._queue_of(request.topic.name, request.lite_topic), request.receipt_handle)
             cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
             if not cl_offset.isdigit() or len(request.receipt_handle.split(" ")) < 9:
                 raise convert.ConvertError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle has no CommitLog offset")

@@ -40,6 +40,14 @@ class IndexServiceLike(Protocol):
     def close(self) -> None: ...
 
 
+def _may_have_lite_queues(topic: str) -> bool:
+    """Records of system topics (a timer or schedule topic holding a message until it is due, half
+    messages, revive logs), and of retry and dead-letter topics, keep their ``__LITE_TOPIC`` for when
+    they come back to their topic, but are queued in no LMQ."""
+    return not (nm.is_system_topic(topic) or topic == nm.SCHEDULE_TOPIC
+                or topic.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
+
+
 class MessageStoreDispatch:
     """The dispatch part of ``DefaultMessageStore``: the attributes below are the store's."""
 
@@ -129,6 +137,8 @@ class MessageStoreDispatch:
             if child is None:
                 continue
             parent = names[int(batch.topic_ids[i])]
+            if not _may_have_lite_queues(parent):
+                continue
             try:
                 lmq = nm.lite_queue(parent, child)
             except nm.NameError_:
