@@ -213,6 +213,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
         refused = self.refusal(context, auth.consume_needs("", request.group.name))
+        if refused is None and request.client_type in LITE_CLIENT_TYPES:
+            # Heartbeats (every 10 s) name the client type too: after a restart of the endpoint a lite
+            # client is known as one before its next Settings.
+            self._lite_clients.add(_client_id(context))
         return sv.HeartbeatResponse(status=refused or status())
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
