@@ -21,6 +21,7 @@ from tests.grpc.conftest import Clients
 from tests.grpc.test_messaging import message
 from tests.support import Standalone
 from tidalmq.client import Admin
+from tidalmq.client.admin import AdminError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,3 +229,42 @@ def test_lite_push_consumer_consumes_its_lite_topics(lite_clients: LiteClients, 
     assert other not in {i for _t, i in seen}
     subscribe(pc, "push-2")
     wait_ids({other})
+
+
+def test_unacked_past_retry_max_times_goes_to_the_dead_letter_queue(lite_clients: LiteClients, parent: str,
+                                                                    broker: Standalone) -> None:
+    """A lite message never acked comes back once (retryMaxTimes 1), then lands in %DLQ%<group> with its
+    lite topic, and is not received again."""
+    group = uniq("g5litedlq")
+
+    async def make_group() -> None:
+        async with Admin(broker.namesrv_addr) as admin:
+            await admin.create_group(group, retry_max_times=1)
+
+    asyncio.run(make_group())
+    p = lite_clients.producer(parent)
+    key = uniq("litedlq")
+    m = message(parent, b"poison", keys=(key,))
+    m.lite_topic = "dead-end"
+    mid = p.send(m).message_id
+    c = lite_clients.lite_simple(parent, group)
+    subscribe(c, "dead-end")
+    first = receive_until(c, 1, invisible_s=1)
+    assert [x.message_id for x in first] == [mid]
+    second = receive_until(c, 1, deadline_s=30, invisible_s=1)
+    assert [(x.message_id, x.delivery_attempt) for x in second] == [(mid, 2)]
+
+    async def dlq() -> list:
+        async with Admin(broker.namesrv_addr) as admin:
+            try:
+                return await admin.query_messages_by_key(f"%DLQ%{group}", key)
+            except AdminError:  # the DLQ topic's route is not on the NameServer yet
+                return []
+
+    deadline = time.monotonic() + 30
+    found: list = []
+    while not found and time.monotonic() < deadline:
+        found = asyncio.run(dlq())
+    assert [x.body for x in found] == [b"poison"]
+    assert found[0].properties["__LITE_TOPIC"] == "dead-end"
+    assert c.receive(32, 2) == []
