@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 from rocketmq import ConsumeResult, LitePushConsumer, LiteSimpleConsumer, MessageListener
-from rocketmq.grpc_protocol import Code
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
+import grpc
 from tests.client.helpers import uniq
 from tests.compat.harness import create_topic
 from tests.grpc.conftest import Clients
@@ -268,3 +270,54 @@ def test_unacked_past_retry_max_times_goes_to_the_dead_letter_queue(lite_clients
     assert [x.body for x in found] == [b"poison"]
     assert found[0].properties["__LITE_TOPIC"] == "dead-end"
     assert c.receive(32, 2) == []
+
+
+def test_raw_sync_lite_subscription_statuses_and_forward_to_dlq(lite_clients: LiteClients, parent: str,
+                                                                broker: Standalone) -> None:
+    """SyncLiteSubscription on an unknown parent: TOPIC_NOT_FOUND; over the quota:
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED. ForwardMessageToDeadLetterQueue of a received lite message (with its
+    lite_topic) moves it to %DLQ%<group> and acks it in its LMQ."""
+    meta = (("x-mq-client-id", uniq("rawclient")),)
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        stub = MessagingServiceStub(channel)
+
+        def sync(topic: str, names: list[str]) -> int:
+            req = service_pb2.SyncLiteSubscriptionRequest(
+                action=definition_pb2.LiteSubscriptionAction.COMPLETE_ADD, topic=definition_pb2.Resource(name=topic),
+                group=definition_pb2.Resource(name=uniq("g5raw")), lite_topic_set=names)
+            return stub.SyncLiteSubscription(req, metadata=meta, timeout=10).status.code
+
+        assert sync(uniq("nosuch"), ["a1"]) == Code.TOPIC_NOT_FOUND
+        assert sync(parent, [f"t{i}" for i in range(1201)]) == Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+        assert sync(parent, [f"t{i}" for i in range(1200)]) == Code.OK
+
+        p = lite_clients.producer(parent)
+        key = uniq("fwd")
+        m = message(parent, b"forward me", keys=(key,))
+        m.lite_topic = "fwd-topic"
+        mid = p.send(m).message_id
+        group = uniq("g5litefwd")
+        c = lite_clients.lite_simple(parent, group)
+        subscribe(c, "fwd-topic")
+        got = receive_until(c, 1, invisible_s=1)
+        assert [x.message_id for x in got] == [mid]
+        resp = stub.ForwardMessageToDeadLetterQueue(service_pb2.ForwardMessageToDeadLetterQueueRequest(
+            group=definition_pb2.Resource(name=group), topic=definition_pb2.Resource(name=parent),
+            receipt_handle=got[0].receipt_handle, message_id=mid, delivery_attempt=1, max_delivery_attempts=16,
+            lite_topic="fwd-topic"), timeout=10)
+        assert resp.status.code == Code.OK, resp.status.message
+
+    async def dlq() -> list:
+        async with Admin(broker.namesrv_addr) as admin:
+            try:
+                return await admin.query_messages_by_key(f"%DLQ%{group}", key)
+            except AdminError:
+                return []
+
+    deadline = time.monotonic() + 15
+    found: list = []
+    while not found and time.monotonic() < deadline:
+        found = asyncio.run(dlq())
+    assert [x.body for x in found] == [b"forward me"]
+    # acked in its LMQ: not back after its 1 s invisible time (an unacked one is, test above)
+    assert receive_until(c, 1, deadline_s=6) == []
