@@ -24,6 +24,7 @@ from tidalmq.store.disk_space import CONSUME_QUEUE, INDEX, DiskSpaceGuard
 from tidalmq.store.results import DispatchBatch
 
 log = logging.getLogger("tidalmq.store")
+LMQ_NAMES_MAX = 65536
 
 
 class IndexServiceLike(Protocol):
@@ -56,6 +57,7 @@ class MessageStoreDispatch:
     disk_space: DiskSpaceGuard
     _cqs: dict[tuple[str, int], ConsumeQueue]
     _cq_lock: threading.Lock
+    _lmq_names: dict[tuple[str, str], str | None]  # (topic, lite topic) -> its LMQ; only the reput writes it
 
 
     def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -127,26 +129,21 @@ class MessageStoreDispatch:
         """RocketMQ's multi-dispatch for lite topics: a record carrying ``__LITE_TOPIC`` gets a second
         ConsumeQueue entry, in queue 0 of its lite topic's LMQ ``%LMQ%$<topic>$<lite topic>``. The LMQ's
         offsets are its own, given here in CommitLog order. A lite name the naming rules refuse queues
-        nothing (the broker refuses such sends; this guards records from elsewhere)."""
+        nothing (the broker refuses such sends; this guards records from elsewhere), nor does a record
+        of a system, retry or dead-letter topic."""
         lite = batch.lite_topics
         assert lite is not None
         names = batch.topic_names
-        by_queue: dict[str, list[int]] = {}
+        topic_ids = batch.topic_ids
+        by_queue: dict[tuple[int, str], list[int]] = {}
         for i in in_queue.tolist():
             child = lite[i]
-            if child is None:
+            if child is not None:
+                by_queue.setdefault((int(topic_ids[i]), child), []).append(i)
+        for (tid, child), rows in by_queue.items():
+            lmq = self._lmq_name(names[tid], child, int(batch.commit_log_offsets[rows[0]]))
+            if lmq is None:
                 continue
-            parent = names[int(batch.topic_ids[i])]
-            if not _may_have_lite_queues(parent):
-                continue
-            try:
-                lmq = nm.lite_queue(parent, child)
-            except nm.NameError_:
-                log.error("record at %d: lite topic %r of %r is not a legal name; not queued in an LMQ",
-                          int(batch.commit_log_offsets[i]), child[:80], parent)
-                continue
-            by_queue.setdefault(lmq, []).append(i)
-        for lmq, rows in by_queue.items():
             idx = np.array(rows, dtype=np.int64)
             try:
                 cq = self._find_or_create_cq(lmq, 0)
@@ -155,15 +152,34 @@ class MessageStoreDispatch:
                 continue
             phys, sizes = batch.commit_log_offsets[idx], batch.sizes[idx]
             new = phys + sizes > cq.max_physic_offset  # a re-dispatch after recovery: skip what is there
-            if not new.any():
-                continue
-            idx, phys, sizes = idx[new], phys[new], sizes[new]
+            if not new.all():
+                if not new.any():
+                    continue
+                idx, phys, sizes = idx[new], phys[new], sizes[new]
             offsets = cq.max_offset_in_queue + np.arange(len(idx), dtype=np.int64)
             try:
                 touched[(lmq, 0)] = cq.put_entries(offsets, phys, sizes, batch.tags_codes[idx])
             except DiskFullError as e:
                 self.disk_space.set(CONSUME_QUEUE, f"{lmq}-0: {e}")
                 raise
+
+    def _lmq_name(self, parent: str, child: str, at: int) -> str | None:
+        """The LMQ of (topic, lite topic), None when there is none (remembered: few pairs recur)."""
+        key = (parent, child)
+        cache = self._lmq_names
+        if key in cache:
+            return cache[key]
+        lmq: str | None = None
+        if _may_have_lite_queues(parent):
+            try:
+                lmq = nm.lite_queue(parent, child)
+            except nm.NameError_:
+                log.error("record at %d: lite topic %r of %r is not a legal name; not queued in an LMQ",
+                          at, child[:80], parent)
+        if len(cache) >= LMQ_NAMES_MAX:
+            cache.clear()
+        cache[key] = lmq
+        return lmq
 
     @staticmethod
     def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:
