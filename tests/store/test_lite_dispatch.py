@@ -8,6 +8,7 @@ import os
 
 from tidalmq.common.record import decode_record
 from tidalmq.store.message_store import GetStatus, PutRequest
+from tidalmq.store.message_store_dispatch import LMQ_FILE_SIZE
 
 from .conftest import rec
 
@@ -38,6 +39,9 @@ def test_lite_records_get_an_lmq_entry_each(make_store) -> None:
     # one CommitLog record per message: the LMQ entry points at the parent's record
     assert store.get_commit_log_offset_in_queue("%LMQ%$P$b", 0, 0) == results[1].wrote_offset
     assert sorted(os.listdir(store.config.consume_queue_path)) == ["%LMQ%$P$a", "%LMQ%$P$b", "P"]
+    files = os.listdir(os.path.join(store.config.consume_queue_path, "%LMQ%$P$a", "0"))
+    assert files == ["0" * 20]
+    assert os.path.getsize(os.path.join(store.config.consume_queue_path, "%LMQ%$P$a", "0", files[0])) == LMQ_FILE_SIZE
 
 
 def test_illegal_lite_name_is_queued_in_no_lmq(make_store) -> None:
@@ -67,6 +71,28 @@ def test_lmq_survives_restart_and_redispatch(make_store, tmp_path) -> None:
     store.shutdown()
     again = make_store(root=root)
     assert again.get_max_offset_in_queue("%LMQ%$P$a", 0) == 3
+    assert again.get_max_offset_in_queue("P", 0) == 3
     again.put_messages([PutRequest("P", 0, [_lite("P", "a", b"x3")])])
     again.wait_reput(again.max_phy_offset, 5)
     assert _bodies(again, "%LMQ%$P$a") == [b"x0", b"x1", b"x2", b"x3"]
+
+
+def test_lmq_rolls_into_a_second_file_and_reads_back_after_restart(make_store, tmp_path) -> None:
+    """An LMQ's files hold 8,192 entries each (LMQ_FILE_SIZE), whatever mappedFileSizeConsumeQueue is."""
+    root = str(tmp_path / "roll")
+    store = make_store(root=root, mapped_file_size_commit_log=4 * 1024 * 1024)
+    n = LMQ_FILE_SIZE // 20 + 10
+    for i in range(0, n, 500):
+        store.put_messages([PutRequest("P", 0, [_lite("P", "big", b"%d" % j)]) for j in range(i, min(n, i + 500))])
+    store.wait_reput(store.max_phy_offset, 10)
+    qdir = os.path.join(store.config.consume_queue_path, "%LMQ%$P$big", "0")
+    assert sorted(os.listdir(qdir)) == [f"{0:020d}", f"{LMQ_FILE_SIZE:020d}"]
+    store.shutdown()
+    again = make_store(root=root, mapped_file_size_commit_log=4 * 1024 * 1024)
+    assert again.get_max_offset_in_queue("%LMQ%$P$big", 0) == n
+    bodies, offset = [], n - 12
+    while offset < n:  # a read stops at the end of a ConsumeQueue file, as RocketMQ's does
+        res = again.get_message("g", "%LMQ%$P$big", 0, offset, 32)
+        bodies += [decode_record(b).body for b in res.buffers]
+        offset = res.next_begin_offset
+    assert bodies == [b"%d" % j for j in range(n - 12, n)]

@@ -183,7 +183,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             for qid in os.listdir(tdir):
                 if not qid.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq = ConsumeQueue(topic, int(qid), root, self.cq_file_size(topic))
                 if not cq.load():
                     return False
                 self._cqs[(topic, int(qid))] = cq

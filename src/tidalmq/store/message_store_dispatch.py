@@ -25,6 +25,9 @@ from tidalmq.store.results import DispatchBatch
 
 log = logging.getLogger("tidalmq.store")
 LMQ_NAMES_MAX = 65536
+# The ConsumeQueue file size of every LMQ: 8,192 entries (160 KiB), fixed (files of another size would not
+# be read back). A lite topic costs one such file on disk at least.
+LMQ_FILE_SIZE = 8192 * 20
 
 
 class IndexServiceLike(Protocol):
@@ -60,6 +63,13 @@ class MessageStoreDispatch:
     _lmq_names: dict[tuple[str, str], str | None]  # (topic, lite topic) -> its LMQ; only the reput writes it
 
 
+    def cq_file_size(self, topic: str) -> int:
+        """The size of the topic's ConsumeQueue files: ``mappedFileSizeConsumeQueue``, but LMQ_FILE_SIZE for
+        a lite topic's LMQ (there may be very many, most of them small)."""
+        if topic.startswith(nm.LITE_QUEUE_PREFIX):
+            return LMQ_FILE_SIZE
+        return self.config.mapped_file_size_consume_queue
+
     def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
         cq = self._cqs.get(key)
@@ -67,8 +77,7 @@ class MessageStoreDispatch:
             with self._cq_lock:
                 cq = self._cqs.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path,
-                                      self.config.mapped_file_size_consume_queue)
+                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path, self.cq_file_size(topic))
                     self._cqs[key] = cq
         return cq
 
