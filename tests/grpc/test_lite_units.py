@@ -8,7 +8,7 @@ import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2
 
 from tidalmq.broker.message_type import TopicMessageType as T
-from tidalmq.broker.message_type import check_lite, message_type_of
+from tidalmq.broker.message_type import alter_attributes, check_lite, message_type_of, topic_message_type
 from tidalmq.client.message import MessageExt
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
@@ -32,6 +32,12 @@ def test_lite_queue_names() -> None:
             nm.check_lite_topic(bad)
         with pytest.raises(nm.NameError_):
             nm.lite_queue("P", bad)
+
+
+def test_message_type_lite_is_a_topic_attribute() -> None:
+    """updateTopic's ``+message.type=LITE`` (mqadmin -a, Admin.create_topic attributes) is accepted."""
+    assert alter_attributes(True, {}, {"+message.type": "LITE"}) == {"message.type": "LITE"}
+    assert topic_message_type({"message.type": "LITE"}) == T.LITE
 
 
 def test_lite_message_type_and_send_check() -> None:
