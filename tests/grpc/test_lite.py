@@ -321,3 +321,29 @@ def test_raw_sync_lite_subscription_statuses_and_forward_to_dlq(lite_clients: Li
     assert [x.body for x in found] == [b"forward me"]
     # acked in its LMQ: not back after its 1 s invisible time (an unacked one is, test above)
     assert receive_until(c, 1, deadline_s=6) == []
+
+
+def test_lite_topics_survive_a_sigkill(tmp_path) -> None:  # noqa: ANN001
+    """Lite messages acknowledged before a SIGKILL are received from their lite topics after the
+    restart (crash recovery re-dispatches the CommitLog into the LMQs), and no others."""
+    with Standalone(tmp_path / "data", {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}) as s:
+        parent = lite_parent(s)
+        cs = LiteClients(s.grpc_endpoint)
+        try:
+            p = cs.producer(parent)
+            kept = {send_lite(p, parent, "kept", f"k{i}".encode()) for i in range(5)}
+            for i in range(3):
+                send_lite(p, parent, "elsewhere", f"e{i}".encode())
+        finally:
+            cs.close()
+        s.kill()
+        s.start()
+        cs = LiteClients(s.grpc_endpoint)
+        try:
+            c = cs.lite_simple(parent, uniq("g5litecrash"))
+            subscribe(c, "kept")
+            got = receive_until(c, 5)
+            assert {m.message_id for m in got} == kept
+            assert {m.body for m in got} == {f"k{i}".encode() for i in range(5)}
+        finally:
+            cs.close()
