@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
+from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -58,6 +59,7 @@ GROUP_CONFIG_TTL_S = 30.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
 CLIENT_ID = "x-mq-client-id"
+TOPIC_TYPES_MAX = 4096  # topics whose message.type the endpoint remembers (cleared when full)
 
 
 def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
@@ -140,6 +142,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._relayed = 0
         self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
         self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
+        self._lite_topics: dict[str, tuple[bool, float]] = {}  # topic -> (message.type is LITE, read at)
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
@@ -250,6 +253,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 break
         self._fifo_groups[group] = (fifo, now)
         return fifo
+
+    async def is_lite_topic(self, topic: str) -> bool:
+        """Whether ``topic``'s ``message.type`` is LITE on a broker that serves it (GET_TOPIC_CONFIG;
+        cached GROUP_CONFIG_TTL_S). Unknown or unreadable: False."""
+        cached = self._lite_topics.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GROUP_CONFIG_TTL_S:
+            return cached[0]
+        instance = self.producer.instance
+        lite = False
+        route = await instance.update_route(topic)
+        for qd in (route.queue_datas if route is not None else []):
+            addr = instance.master_addr(qd["brokerName"])
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
+            except Exception as e:
+                log.warning("the config of topic %s on %s could not be read: %s", topic, qd["brokerName"], e)
+                continue
+            lite = topic_message_type(config.get("attributes")) == TopicMessageType.LITE
+            break
+        if len(self._lite_topics) >= TOPIC_TYPES_MAX:
+            self._lite_topics.clear()
+        self._lite_topics[topic] = (lite, now)
+        return lite
 
     def settings(self, client: pb.Settings, fifo: bool = False) -> pb.Settings:
         """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
@@ -473,7 +503,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if invisible <= 0:
                 raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
             consumer = await self._consumer(request.group.name)
-            if client_id and (client_id in self._lite_clients or self.lite.get(request.group.name, client_id)):
+            # A lite client, or any receive from a LITE topic: never a plain pop of the parent's queues, which
+            # hold every lite topic's messages (a lite client not known as one yet, after a restart, too).
+            if client_id and (client_id in self._lite_clients or self.lite.get(request.group.name, client_id)
+                              or await self.is_lite_topic(topic)):
                 msgs = await self._receive_lite(
                     consumer, self.lite.watch(request.group.name, client_id, topic), topic,
                     max(1, min(request.batch_size or MAX_POP_NUMS, MAX_POP_NUMS)), invisible / 1000.0, poll / 1000.0)
@@ -563,6 +596,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             route = await self.producer.instance.update_route(topic)
             if route is None or not route.queue_datas:
                 return sv.SyncLiteSubscriptionResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+            if not await self.is_lite_topic(topic):
+                return sv.SyncLiteSubscriptionResponse(status=status(
+                    Code.BAD_REQUEST, f"topic[{topic}] is not a lite topic (message.type=LITE)"))
             self.lite.sync(group, _client_id(context), topic, request.action, list(request.lite_topic_set))
         except LiteError as e:
             return sv.SyncLiteSubscriptionResponse(status=status(e.code, str(e)))
