@@ -128,9 +128,11 @@ class PopConsumer(ClientLifecycle):
         pop_time, invisible, revive_qid = int(h["popTime"]), int(h["invisibleTime"]), int(h["reviveQid"])
         lite = nm.is_lite_queue(topic)
         for m in msgs:
-            # A lite topic's message shows its parent topic, and the LMQ's queue and offset (the broker
-            # patches them in): its checkpoint is the LMQ's.
-            key = ph.queue_key(topic if lite else m.topic, m.queue_id)
+            if lite:
+                # Stored under its parent topic; the broker shows the LMQ's queue and offset, and it is
+                # acked in the LMQ: its topic here is the LMQ's name.
+                m.topic = topic
+            key = ph.queue_key(m.topic, m.queue_id)
             flag = ph.retry_flag(m.topic)
             info = ph.ExtraInfo(starts.get(key, m.queue_offset), pop_time, invisible, revive_qid, flag, broker_name,
                                 m.queue_id, m.queue_offset)
