@@ -13,6 +13,7 @@ from tidalmq.client.message import MessageExt
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.proxy import convert
+from tidalmq.proxy import lite as lite_module
 from tidalmq.proxy.lite import LiteError, LiteSubscriptions
 
 Action = definition_pb2.LiteSubscriptionAction
@@ -105,3 +106,19 @@ def test_sync_lite_subscription_actions() -> None:
     subs.sync("g", "c3", "P", Action.PARTIAL_ADD, ["a"])
     subs.drop_client("c3")
     assert subs.get("g", "c3") is None
+
+
+def test_idle_lite_clients_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lite client not heard of for CLIENT_IDLE_S (no sync, receive, heartbeat or settings) loses its
+    subscriptions; one that keeps speaking keeps them."""
+    clock = [1000.0]
+    monkeypatch.setattr(lite_module.time, "monotonic", lambda: clock[0])
+    subs = LiteSubscriptions(idle_s=120)
+    subs.sync("g", "gone", "P", Action.PARTIAL_ADD, ["a"])
+    subs.sync("g", "alive", "P", Action.PARTIAL_ADD, ["b"])
+    assert subs.is_lite_client("gone") and subs.is_lite_client("alive")
+    for _ in range(15):  # 150 s of heartbeats from "alive" only (swept every 12 s)
+        clock[0] += 10
+        subs.seen("alive")
+    assert not subs.is_lite_client("gone") and subs.get("g", "gone") is None
+    assert subs.is_lite_client("alive") and subs.get("g", "alive") is not None

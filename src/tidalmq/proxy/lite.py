@@ -10,6 +10,7 @@ periodic sync sends it), COMPLETE_REMOVE drops the client's subscription.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -22,6 +23,10 @@ Action = pb.LiteSubscriptionAction
 LITE_SUBSCRIPTION_QUOTA = 1200
 MAX_LITE_TOPIC_SIZE = nm.LITE_TOPIC_MAX_LENGTH
 LITE_CLIENT_TYPES = frozenset({pb.ClientType.LITE_PUSH_CONSUMER, pb.ClientType.LITE_SIMPLE_CONSUMER})
+# A client not heard of (sync, receive, heartbeat, settings) for this long is gone: its subscriptions go
+# (RocketMQ's broker drops a consumer's channel after 120 s without heartbeat). The clients heartbeat every
+# 10 s and sync their set every 30 s.
+CLIENT_IDLE_S = 120.0
 
 
 class LiteError(ValueError):
@@ -46,12 +51,38 @@ class LiteSubscription:
     lite_topics: set[str] = field(default_factory=set)
     # Set (and replaced) on every change: a long-polling receive waits on it to see the new set.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    seen: float = field(default_factory=time.monotonic)
 
 
 class LiteSubscriptions:
-    def __init__(self, quota: int = LITE_SUBSCRIPTION_QUOTA) -> None:
+    def __init__(self, quota: int = LITE_SUBSCRIPTION_QUOTA, idle_s: float = CLIENT_IDLE_S) -> None:
         self.quota = quota
+        self.idle_s = idle_s
         self._table: dict[tuple[str, str], LiteSubscription] = {}
+        self._clients: dict[str, float] = {}  # lite client id -> last heard of (monotonic)
+        self._swept = time.monotonic()
+
+    def seen(self, client_id: str) -> None:
+        """A lite client spoke (its Settings or Heartbeat name a lite client type, or it synced)."""
+        if client_id:
+            now = time.monotonic()
+            self._clients[client_id] = now
+            self._sweep(now)
+
+    def is_lite_client(self, client_id: str) -> bool:
+        return client_id in self._clients
+
+    def _sweep(self, now: float) -> None:
+        """Forget clients idle for ``idle_s`` and their subscriptions (at most once per tenth of it)."""
+        if now - self._swept < self.idle_s / 10:
+            return
+        self._swept = now
+        gone = {c for c, t in self._clients.items() if now - t > self.idle_s}
+        for c in gone:
+            del self._clients[c]
+        for key in [k for k, sub in self._table.items() if k[1] in gone or now - sub.seen > self.idle_s
+                    and k[1] not in self._clients]:
+            self._table.pop(key).changed.set()
 
     def get(self, group: str, client_id: str) -> LiteSubscription | None:
         return self._table.get((group, client_id))
@@ -63,6 +94,7 @@ class LiteSubscriptions:
         sub = self._table.get(key)
         if sub is None:
             sub = self._table[key] = LiteSubscription(topic)
+        sub.seen = time.monotonic()
         return sub
 
     def sync(self, group: str, client_id: str, topic: str, action: int, lite_topics: list[str]) -> None:
@@ -70,6 +102,7 @@ class LiteSubscriptions:
         would pass the quota, or the client is bound to another parent topic."""
         if not client_id:
             raise LiteError(Code.UNRECOGNIZED_CLIENT_TYPE, "the request has no client id (x-mq-client-id)")
+        self.seen(client_id)
         for name in lite_topics:
             check_lite_topic(name)
         key = (group, client_id)
@@ -97,6 +130,7 @@ class LiteSubscriptions:
                             f"lite subscription quota exceeded: {len(new)} > {self.quota}")
         if sub is None:
             sub = self._table[key] = LiteSubscription(topic)
+        sub.seen = time.monotonic()
         if new != sub.lite_topics:
             sub.lite_topics = new
             old, sub.changed = sub.changed, asyncio.Event()
@@ -104,5 +138,6 @@ class LiteSubscriptions:
 
     def drop_client(self, client_id: str) -> None:
         """NotifyClientTermination: every subscription of the client goes."""
+        self._clients.pop(client_id, None)
         for key in [k for k in self._table if k[1] == client_id]:
             self._table.pop(key).changed.set()

@@ -148,7 +148,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
         self.lite = LiteSubscriptions()
-        self._lite_clients: set[str] = set()  # client ids whose Settings say LITE_PUSH / LITE_SIMPLE_CONSUMER
         self._lite_rounds = 0
 
     async def start(self) -> None:
@@ -219,14 +218,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if refused is None and request.client_type in LITE_CLIENT_TYPES:
             # Heartbeats (every 10 s) name the client type too: after a restart of the endpoint a lite
             # client is known as one before its next Settings.
-            self._lite_clients.add(_client_id(context))
+            self.lite.seen(_client_id(context))
         return sv.HeartbeatResponse(status=refused or status())
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
-        client_id = _client_id(context)
-        self.lite.drop_client(client_id)
-        self._lite_clients.discard(client_id)
+        self.lite.drop_client(_client_id(context))
         return sv.NotifyClientTerminationResponse(status=status())
 
     async def is_fifo(self, group: str) -> bool:
@@ -321,7 +318,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 async for cmd in request_iterator:
                     if cmd.HasField("settings"):
                         if cmd.settings.client_type in LITE_CLIENT_TYPES:
-                            self._lite_clients.add(_client_id(context))
+                            self.lite.seen(_client_id(context))
                         if cmd.settings.client_type == pb.ClientType.PRODUCER:
                             self._unpublish(out, topics)
                             topics[:] = [t.name for t in cmd.settings.publishing.topics]
@@ -505,7 +502,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             consumer = await self._consumer(request.group.name)
             # A lite client, or any receive from a LITE topic: never a plain pop of the parent's queues, which
             # hold every lite topic's messages (a lite client not known as one yet, after a restart, too).
-            if client_id and (client_id in self._lite_clients or self.lite.get(request.group.name, client_id)
+            if client_id and (self.lite.is_lite_client(client_id) or self.lite.get(request.group.name, client_id)
                               or await self.is_lite_topic(topic)):
                 msgs = await self._receive_lite(
                     consumer, self.lite.watch(request.group.name, client_id, topic), topic,
