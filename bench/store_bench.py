@@ -8,7 +8,11 @@ Figures (1 KiB bodies, records pre-encoded by the caller as the broker does):
                             callback (group commit); with p50/p99 latency in ms
 * ``get_msgs_s`` / ``get_mib_s``  get_message, 32 messages a call, over every queue
 
-    .venv/bin/python bench/store_bench.py [--messages 200000] [--threads 8,32] [--compare bench/out/store-latest.json]
+With ``--lite-topics N`` the ASYNC run's messages are lite messages (``__LITE_TOPIC``, N lite topics in
+turn), so the dispatch figure includes each record's second entry in its lite topic's LMQ (docs/grpc.md,
+"Lite topics"); the figures' names end in ``_liteN``.
+
+    .venv/bin/python bench/store_bench.py [--messages 200000] [--threads 8,32] [--lite-topics 0] [--compare bench/out/store-latest.json]
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ TOPIC = "BenchTopic"
 QUEUES = 8
 
 
-def make_records(n: int, body_size: int) -> list[PutRequest]:
+def make_records(n: int, body_size: int, lite_topics: int = 0) -> list[PutRequest]:
     body = b"x" * body_size
-    proto = [encode_record(topic=TOPIC, queue_id=q, body=body,
-                           properties={"TAGS": "TagA", "KEYS": "k", "UNIQ_KEY": "0" * 32})
-             for q in range(QUEUES)]
-    return [PutRequest(TOPIC, i % QUEUES, [bytearray(proto[i % QUEUES])]) for i in range(n)]
+    kinds = max(1, lite_topics)
+    proto = [encode_record(topic=TOPIC, queue_id=k % QUEUES, body=body,
+                           properties={"TAGS": "TagA", "KEYS": "k", "UNIQ_KEY": "0" * 32,
+                                       **({"__LITE_TOPIC": f"lite{k}"} if lite_topics else {})})
+             for k in range(QUEUES * kinds)]
+    return [PutRequest(TOPIC, i % QUEUES, [bytearray(proto[i % len(proto)])]) for i in range(n)]
 
 
 def new_store(root: str, mode: str, file_size: int) -> DefaultMessageStore:
@@ -48,8 +54,9 @@ def new_store(root: str, mode: str, file_size: int) -> DefaultMessageStore:
     return store
 
 
-def bench_async(root: str, n: int, batch: int, body: int, file_size: int) -> tuple[dict[str, float], DefaultMessageStore]:
-    reqs = make_records(n, body)
+def bench_async(root: str, n: int, batch: int, body: int, file_size: int, lite_topics: int = 0
+                ) -> tuple[dict[str, float], DefaultMessageStore]:
+    reqs = make_records(n, body, lite_topics)
     store = new_store(root, "ASYNC_FLUSH", file_size)
     t0 = time.perf_counter()
     for i in range(0, n, batch):
@@ -57,8 +64,9 @@ def bench_async(root: str, n: int, batch: int, body: int, file_size: int) -> tup
     t_put = time.perf_counter() - t0
     assert store.wait_reput(store.max_phy_offset, 300)
     t_all = time.perf_counter() - t0
-    return {"async_put_msgs_s": n / t_put, "async_dispatch_msgs_s": n / t_all,
-            "async_put_mib_s": n * (body + 100) / t_put / 2**20}, store
+    suffix = f"_lite{lite_topics}" if lite_topics else ""
+    return {f"async_put_msgs_s{suffix}": n / t_put, f"async_dispatch_msgs_s{suffix}": n / t_all,
+            f"async_put_mib_s{suffix}": n * (body + 100) / t_put / 2**20}, store
 
 
 def bench_get(store: DefaultMessageStore, rounds: int = 1) -> dict[str, float]:
@@ -127,12 +135,14 @@ def main() -> None:
     ap.add_argument("--file-size", type=int, default=1024 * 1024 * 1024)
     ap.add_argument("--dir", default=None, help="where to put the data (default: a temp dir)")
     ap.add_argument("--compare", default=None, help="a previous JSON result to compare with")
+    ap.add_argument("--lite-topics", type=int, default=0, help="ASYNC run: lite messages over this many lite topics")
     args = ap.parse_args()
     print_machine()
     base = Path(tempfile.mkdtemp(prefix="store-bench-", dir=args.dir))
     results: dict[str, float] = {}
     try:
-        r, store = bench_async(str(base / "async"), args.messages, args.batch, args.body, args.file_size)
+        r, store = bench_async(str(base / "async"), args.messages, args.batch, args.body, args.file_size,
+                               args.lite_topics)
         results.update(r)
         results.update(bench_get(store))
         store.shutdown()

@@ -308,3 +308,46 @@ def test_fifo_groups_stay_in_order_end_to_end(checked: Standalone) -> None:
         assert seen == {g: list(range(per_group)) for g in groups}
 
     run(body)
+
+
+def test_lite_messages_over_remoting(tmp_path: Path) -> None:
+    """A remoting client sends a lite message by setting ``__LITE_TOPIC`` (docs/grpc.md, "Lite topics"):
+    stored once, popped from its LMQ ``%LMQ%$<topic>$<lite>`` with queue id 0 and the LMQ's offset, acked
+    there. With enableTopicMessageTypeCheck off, a lite message to a NORMAL topic and an illegal lite
+    topic name are still refused (MESSAGE_ILLEGAL)."""
+    s = Standalone(tmp_path / "data", SMALL).start()
+    try:
+        async def go() -> None:
+            lite_parent, normal = uniq("LiteParent"), uniq("Plain")
+            async with Admin(s.namesrv_addr) as admin:
+                await make_topic(admin, lite_parent, "+message.type=LITE", queues=2)
+                await make_topic(admin, normal, None, queues=1)
+            async with Producer(uniq("PG"), s.namesrv_addr) as p:
+                with pytest.raises(MQBrokerError) as e:
+                    await p.send(Message(normal, b"x", properties={"__LITE_TOPIC": "lt"}))
+                assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+                assert "expected type is NORMAL, but actual type is LITE" in str(e.value)
+                with pytest.raises(MQBrokerError) as e:
+                    await p.send(Message(lite_parent, b"x", properties={"__LITE_TOPIC": "a.b"}))
+                assert e.value.code == ResponseCode.MESSAGE_ILLEGAL and "illegal lite topic" in str(e.value)
+                for i in range(3):
+                    assert (await p.send(Message(lite_parent, b"m%d" % i, properties={"__LITE_TOPIC": "lt"}))).ok
+                assert (await p.send(Message(lite_parent, b"other", properties={"__LITE_TOPIC": "lt2"}))).ok
+            lmq = f"%LMQ%${lite_parent}$lt"
+            async with PopConsumer(uniq("CG"), s.namesrv_addr) as c:
+                got: list[MessageExt] = []
+                deadline = time.monotonic() + 15
+                while len(got) < 3 and time.monotonic() < deadline:
+                    got += await c.receive(lmq, 32, 30, block_timeout=1, route_topic=lite_parent)
+                assert [(m.body, m.topic, m.queue_id) for m in got] == [(b"m%d" % i, lmq, 0) for i in range(3)]
+                assert sorted(m.queue_offset for m in got) == [0, 1, 2]
+                await c.ack_many(got[:1])
+                for m in got[1:]:
+                    await c.ack(m)
+                assert await c.receive(lmq, 32, 30, route_topic=lite_parent) == []
+            async with Admin(s.namesrv_addr) as admin:
+                assert await stored(admin, lite_parent) == 4  # the parent's queues hold every lite message
+
+        run(go)
+    finally:
+        s.stop()

@@ -33,6 +33,7 @@ class TopicMessageType(str, Enum):
     FIFO = "FIFO"
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
+    LITE = "LITE"  # a parent topic: each message names its lite topic (__LITE_TOPIC), docs/grpc.md
     MIXED = "MIXED"
 
 
@@ -150,18 +151,21 @@ def topic_message_type(attributes: Mapping[str, str] | None) -> TopicMessageType
 _DELAY_PROPERTIES = frozenset({mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS})
 # The property names that decide a message's type, found in the encoded properties text without parsing it.
 _TYPE_NAMES = re.compile("(?:^|\x02)(" + "|".join(re.escape(n) for n in (
-    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
+    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.LITE_TOPIC, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
 
 
 def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
     """TopicMessageType.parseFromMessageProperty: TRAN_MSG=true → TRANSACTION; a delay level or a timer
-    property → DELAY; a message group (``__SHARDINGKEY``) → FIFO; else NORMAL. Never UNSPECIFIED or MIXED."""
+    property → DELAY; a message group (``__SHARDINGKEY``) → FIFO; a lite topic (``__LITE_TOPIC``) → LITE;
+    else NORMAL. Never UNSPECIFIED or MIXED."""
     if props.get(mc.TRAN_MSG) == "true":
         return TopicMessageType.TRANSACTION
     if any(k in props for k in _DELAY_PROPERTIES):
         return TopicMessageType.DELAY
     if mc.SHARDING_KEY in props:
         return TopicMessageType.FIFO
+    if mc.LITE_TOPIC in props:
+        return TopicMessageType.LITE
     return TopicMessageType.NORMAL
 
 
@@ -199,4 +203,23 @@ def check_messages(topic: str, topic_type: TopicMessageType, properties: Iterabl
             remark = check_message_type(topic, topic_type, message_type_of(props))
             if remark is not None:
                 return remark
+    return None
+
+
+def check_lite(topic: str, topic_type: TopicMessageType, properties: Iterable[str]) -> str | None:
+    """Lite topics, checked on every send whatever ``enableTopicMessageTypeCheck`` says (a lite topic
+    name becomes a ConsumeQueue directory): a message carrying ``__LITE_TOPIC`` goes to a LITE (or MIXED)
+    topic only, and names a legal lite topic. The first refusal's remark, or None."""
+    for text in properties:
+        if mc.LITE_TOPIC not in text:
+            continue
+        lite = type_properties(text).get(mc.LITE_TOPIC)
+        if lite is None:
+            continue
+        if topic_type not in (TopicMessageType.LITE, TopicMessageType.MIXED):
+            return check_message_type(topic, topic_type, TopicMessageType.LITE)
+        try:
+            nm.check_lite_topic(lite)
+        except nm.NameError_ as e:
+            return f"illegal lite topic: {e}"
     return None

@@ -21,6 +21,7 @@ from tidalmq.client.errors import MQClientError
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import MessageExt
+from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as ph
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -29,6 +30,17 @@ from tidalmq.remoting.tls import TlsOption
 POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
 RETRY_TOPIC = "RETRY_TOPIC"
 MAX_POP_NUMS = 32
+
+
+def _route_topic(topic: str, route_topic: str | None) -> str:
+    """The topic to route by: ``topic`` itself, or for a lite topic's queue, its parent (``route_topic``)."""
+    if route_topic is None:
+        v.check_topic(topic)
+        return topic
+    names = nm.parse_lite_queue(topic)
+    if names is None or names[0] != route_topic:
+        raise v.ValidationError(f"{topic[:200]!r} is not a lite topic queue of {route_topic[:200]!r}")
+    return route_topic
 
 
 class PopConsumer(ClientLifecycle):
@@ -77,18 +89,20 @@ class PopConsumer(ClientLifecycle):
 
     async def receive(self, topic: str, max_nums: int = 16, invisible_time: float = 30.0, *, expression: str = "*",
                       expression_type: str = "TAG", block_timeout: float = 0.0, order: bool = False,
-                      queue_id: int = -1, consume_from_max: bool = False) -> list[MessageExt]:
+                      queue_id: int = -1, consume_from_max: bool = False, route_topic: str | None = None
+                      ) -> list[MessageExt]:
         """Pop up to ``max_nums`` messages of ``topic`` from one broker (brokers taken in turn), invisible
         to the group for ``invisible_time`` seconds. ``block_timeout`` > 0: wait that long for a message
         when none is there (long polling). ``order``: FIFO, a queue's next message only after the
-        previous is acked. An empty list when nothing came."""
+        previous is acked. An empty list when nothing came. ``route_topic``: the topic whose route names
+        the brokers, for a lite topic's queue ``%LMQ%$<parent>$<lite>`` (``topic``), which has none."""
         self._check_running()
-        v.check_topic(topic)
+        route_topic = _route_topic(topic, route_topic)
         if not 1 <= max_nums <= MAX_POP_NUMS:
             raise v.ValidationError(f"max_nums must be within 1..{MAX_POP_NUMS}, got {max_nums}")
         if invisible_time <= 0:
             raise v.ValidationError(f"invisible_time must be > 0, got {invisible_time}")
-        brokers = await self._broker_addrs(topic)
+        brokers = await self._broker_addrs(route_topic)
         start = next(self._next_broker)
         for i in range(len(brokers)):
             name, addr = brokers[(start + i) % len(brokers)]
@@ -112,7 +126,12 @@ class PopConsumer(ClientLifecycle):
         starts = ph.parse_start_offset_info(h.get("startOffsetInfo"))
         counts = ph.parse_order_count_info(h.get("orderCountInfo"))
         pop_time, invisible, revive_qid = int(h["popTime"]), int(h["invisibleTime"]), int(h["reviveQid"])
+        lite = nm.is_lite_queue(topic)
         for m in msgs:
+            if lite:
+                # Stored under its parent topic; the broker shows the LMQ's queue and offset, and it is
+                # acked in the LMQ: its topic here is the LMQ's name.
+                m.topic = topic
             key = ph.queue_key(m.topic, m.queue_id)
             flag = ph.retry_flag(m.topic)
             info = ph.ExtraInfo(starts.get(key, m.queue_offset), pop_time, invisible, revive_qid, flag, broker_name,
@@ -165,11 +184,12 @@ class PopConsumer(ClientLifecycle):
         msg.properties[POP_CK] = new.build()
         return msg.properties[POP_CK]
 
-    async def has_message(self, topic: str, block_timeout: float = 0.0, *, order: bool = False) -> bool:
+    async def has_message(self, topic: str, block_timeout: float = 0.0, *, order: bool = False,
+                          route_topic: str | None = None) -> bool:
         """NOTIFICATION: whether the group has something to pop from ``topic`` on any broker, waiting
-        up to ``block_timeout`` seconds on the last one."""
+        up to ``block_timeout`` seconds on the last one. ``route_topic``: as for ``receive``."""
         self._check_running()
-        brokers = await self._broker_addrs(topic)
+        brokers = await self._broker_addrs(_route_topic(topic, route_topic))
         for i, (_name, addr) in enumerate(brokers):
             poll_ms = int(block_timeout * 1000) if i == len(brokers) - 1 else 0
             resp = await self._instance.invoke_ok(addr, RC.NOTIFICATION, {

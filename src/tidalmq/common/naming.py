@@ -22,6 +22,11 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+# A lite topic's queue is an LMQ (light message queue) named %LMQ%$<parent topic>$<lite topic>
+# (RocketMQ's LiteUtil): "$" is in no topic name, so the name splits back without ambiguity.
+LMQ_PREFIX = "%LMQ%"
+LITE_SEPARATOR = "$"
+LITE_QUEUE_PREFIX = LMQ_PREFIX + LITE_SEPARATOR
 
 # Topics a client may not send to directly (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
@@ -43,6 +48,12 @@ _BROKER_CHARS = re.compile(r"[%|a-zA-Z0-9_.-]+")
 # host:port, IPv4, host names and bracketed IPv6.
 _ADDR_CHARS = re.compile(r"[a-zA-Z0-9_.:\[\]-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# RocketMQ's proxy (GrpcValidator.validateLiteTopic): letters, digits, "_" and "-", at most maxLiteTopicSize
+# (64) bytes.
+LITE_TOPIC_PATTERN = "^[a-zA-Z0-9_-]+$"
+LITE_TOPIC_MAX_LENGTH = 64
+_LITE_CHARS = re.compile(r"[a-zA-Z0-9_-]+")
 
 PERM_MAX = 0x7  # PermName: READ 4 | WRITE 2 | INHERIT 1 (PRIORITY 8 is never stored)
 
@@ -98,9 +109,14 @@ def check_group(group: object) -> None:
 
 
 def check_any_topic(topic: object) -> None:
-    """A topic a request may name: a legal topic, or a group's retry / dead-letter topic, which is longer
-    than TOPIC_MAX_LENGTH when its group is."""
+    """A topic a request may name: a legal topic, a group's retry / dead-letter topic, which is longer
+    than TOPIC_MAX_LENGTH when its group is, or a lite topic's queue (``%LMQ%$<parent>$<lite>``)."""
     if isinstance(topic, str):
+        if topic.startswith(LITE_QUEUE_PREFIX):
+            if parse_lite_queue(topic) is None:
+                raise NameError_(f"the specified topic[{_show(topic)}] is not %LMQ%$<topic>$<lite topic> "
+                                 f"(lite topic {LITE_TOPIC_PATTERN}, at most {LITE_TOPIC_MAX_LENGTH})")
+            return
         for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
             if topic.startswith(prefix) and len(topic) > TOPIC_MAX_LENGTH:
                 try:
@@ -109,6 +125,35 @@ def check_any_topic(topic: object) -> None:
                     raise NameError_(f"the specified topic is not {prefix}<group>: {e}") from None
                 return
     check_topic(topic)
+
+
+def check_lite_topic(name: object, max_length: int = LITE_TOPIC_MAX_LENGTH) -> None:
+    """A lite topic name (the child of a LITE parent topic): it becomes part of a ConsumeQueue directory
+    name, so the same closed character set as topics, without "%" and "|"."""
+    _check("lite topic", name, _LITE_CHARS, max_length, LITE_TOPIC_PATTERN)
+
+
+def lite_queue(parent: str, lite: str) -> str:
+    """LiteUtil.toLmqName: ``%LMQ%$<parent>$<lite>``, the queue (ConsumeQueue directory) of a lite topic.
+    Only legal names make one."""
+    check_topic(parent)
+    check_lite_topic(lite)
+    return LITE_QUEUE_PREFIX + parent + LITE_SEPARATOR + lite
+
+
+def parse_lite_queue(name: str) -> tuple[str, str] | None:
+    """(parent topic, lite topic) of a lite topic's queue name, or None when ``name`` is not one (or
+    either part is not a legal name)."""
+    if not isinstance(name, str) or not name.startswith(LITE_QUEUE_PREFIX):
+        return None
+    parent, sep, lite = name[len(LITE_QUEUE_PREFIX):].partition(LITE_SEPARATOR)
+    if not sep or not is_legal(check_topic, parent) or not is_legal(check_lite_topic, lite):
+        return None
+    return parent, lite
+
+
+def is_lite_queue(name: str) -> bool:
+    return parse_lite_queue(name) is not None
 
 
 def check_broker_name(name: object) -> None:

@@ -490,5 +490,5 @@ def body_crc(body: bytes | memoryview) -> int:
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
 # deliver times), found in a record's properties read from the byte before them (the low byte of
 # their length): a name follows that first byte or a \x02 separator. Values come back as bytes.
-DISPATCH_PROPERTIES = re.compile(rb"(?:\A[\s\S]|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS)\x01([^\x02]*)")
+DISPATCH_PROPERTIES = re.compile(rb"(?:\A[\s\S]|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY|TIMER_OUT_MS|__LITE_TOPIC)\x01([^\x02]*)")
 DispatchProperties = list[tuple[bytes, bytes]]

@@ -18,6 +18,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
 from tidalmq.remoting.codes import ResponseCode
 
@@ -25,7 +26,7 @@ Code = pb.Code
 
 # The properties a 5.x client may not set as user properties: RocketMQ's proxy refuses them
 # (ILLEGAL_MESSAGE_PROPERTY_KEY), since they steer the broker.
-RESERVED_USER_KEYS = mc.SYSTEM_PROPERTIES | {mc.SHARDING_KEY}
+RESERVED_USER_KEYS = mc.SYSTEM_PROPERTIES | {mc.SHARDING_KEY, mc.LITE_TOPIC}
 
 
 class ConvertError(ValueError):
@@ -79,6 +80,15 @@ def to_remoting(m: pb.Message, max_body_size: int) -> Message:
         props[mc.SHARDING_KEY] = sp.message_group
     if sp.HasField("delivery_timestamp"):
         props[mc.TIMER_DELIVER_MS] = str(_ms(sp.delivery_timestamp))
+    if sp.HasField("lite_topic"):  # docs/grpc.md, "Lite topics"
+        try:
+            nm.check_lite_topic(sp.lite_topic)
+        except nm.NameError_ as e:
+            raise ConvertError(Code.ILLEGAL_LITE_TOPIC, str(e)) from None
+        if sp.HasField("message_group") or sp.HasField("delivery_timestamp"):
+            raise ConvertError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                               "a lite message has no message group nor delivery time")
+        props[mc.LITE_TOPIC] = sp.lite_topic
     return Message(m.topic.name, body, properties=props)
 
 
@@ -89,6 +99,8 @@ def message_type(props: dict[str, str]) -> int:
         return pb.MessageType.FIFO
     if mc.TIMER_DELIVER_MS in props or mc.DELAY in props:
         return pb.MessageType.DELAY
+    if mc.LITE_TOPIC in props:
+        return pb.MessageType.LITE
     return pb.MessageType.NORMAL
 
 
@@ -117,6 +129,9 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     group = props.get(mc.SHARDING_KEY)
     if group:
         sp.message_group = group
+    lite = props.get(mc.LITE_TOPIC)
+    if lite:
+        sp.lite_topic = lite
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
     sp.delivery_attempt = m.reconsume_times + 1

@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
+from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -29,8 +30,16 @@ from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
+from tidalmq.proxy.lite import (
+    LITE_CLIENT_TYPES,
+    MAX_LITE_TOPIC_SIZE,
+    LiteError,
+    LiteSubscription,
+    LiteSubscriptions,
+)
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.tls import TlsOption
 
@@ -40,7 +49,8 @@ Code = pb.Code
 # Half messages sent through the proxy carry this producer group (PGROUP): a 5.x producer has no group.
 PROXY_PRODUCER_GROUP = "PROXY_TRANSACTION_PRODUCER"
 DEFAULT_INVISIBLE_MS = 30_000
-ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
+ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION,
+             pb.MessageType.LITE)
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
@@ -48,6 +58,8 @@ CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1
 GROUP_CONFIG_TTL_S = 30.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
+CLIENT_ID = "x-mq-client-id"
+TOPIC_TYPES_MAX = 4096  # topics whose message.type the endpoint remembers (cleared when full)
 
 
 def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
@@ -56,7 +68,7 @@ def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
 
 def _error_status(e: BaseException) -> pb.Status:
     """The status of a failed call to the brokers (RocketMQ's proxy ResponseBuilder)."""
-    if isinstance(e, convert.ConvertError):
+    if isinstance(e, convert.ConvertError | LiteError):
         return status(e.code, str(e))
     if isinstance(e, validators.ValidationError):
         return status(Code.BAD_REQUEST, str(e))
@@ -70,6 +82,10 @@ def _error_status(e: BaseException) -> pb.Status:
         return status(Code.PROXY_TIMEOUT, "the broker did not answer in time")
     log.exception("gRPC call failed", exc_info=e)
     return status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}")
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    return auth.metadata_dict(context.invocation_metadata()).get(CLIENT_ID, "")
 
 
 def _ms(d: Duration) -> int:
@@ -132,10 +148,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._relayed = 0
         self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
         self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
+        self._lite_topics: dict[str, tuple[bool, float]] = {}  # topic -> (message.type is LITE, read at)
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
         self._consumer_lock = asyncio.Lock()
+        self.lite = LiteSubscriptions()
+        self._lite_rounds = 0
 
     async def start(self) -> None:
         await self.producer.start()
@@ -202,10 +221,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
         refused = self.refusal(context, auth.consume_needs("", request.group.name))
+        if refused is None and request.client_type in LITE_CLIENT_TYPES:
+            # Heartbeats (every 10 s) name the client type too: after a restart of the endpoint a lite
+            # client is known as one before its next Settings.
+            self.lite.seen(_client_id(context))
         return sv.HeartbeatResponse(status=refused or status())
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
+        self.lite.drop_client(_client_id(context))
         return sv.NotifyClientTerminationResponse(status=status())
 
     async def is_fifo(self, group: str) -> bool:
@@ -233,6 +257,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._fifo_groups[group] = (fifo, now)
         return fifo
 
+    async def is_lite_topic(self, topic: str) -> bool:
+        """Whether ``topic``'s ``message.type`` is LITE on a broker that serves it (GET_TOPIC_CONFIG;
+        cached GROUP_CONFIG_TTL_S). Unknown or unreadable: False."""
+        cached = self._lite_topics.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < GROUP_CONFIG_TTL_S:
+            return cached[0]
+        instance = self.producer.instance
+        lite = False
+        route = await instance.update_route(topic)
+        for qd in (route.queue_datas if route is not None else []):
+            addr = instance.master_addr(qd["brokerName"])
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
+            except Exception as e:
+                log.warning("the config of topic %s on %s could not be read: %s", topic, qd["brokerName"], e)
+                continue
+            lite = topic_message_type(config.get("attributes")) == TopicMessageType.LITE
+            break
+        if len(self._lite_topics) >= TOPIC_TYPES_MAX:
+            self._lite_topics.clear()
+        self._lite_topics[topic] = (lite, now)
+        return lite
+
     def settings(self, client: pb.Settings, fifo: bool = False) -> pb.Settings:
         """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
         out = pb.Settings()
@@ -250,6 +301,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
             out.subscription.receive_batch_size = MAX_POP_NUMS
             out.subscription.fifo = fifo
+            if client.client_type in LITE_CLIENT_TYPES:  # the lite clients read both, and refuse to subscribe without
+                out.subscription.lite_subscription_quota = self.lite.quota
+                out.subscription.max_lite_topic_size = MAX_LITE_TOPIC_SIZE
             if not client.subscription.HasField("long_polling_timeout"):
                 out.subscription.long_polling_timeout.FromMilliseconds(self.config.long_polling_timeout_ms)
         out.metric.on = False
@@ -269,6 +323,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             try:
                 async for cmd in request_iterator:
                     if cmd.HasField("settings"):
+                        if cmd.settings.client_type in LITE_CLIENT_TYPES:
+                            self.lite.seen(_client_id(context))
                         if cmd.settings.client_type == pb.ClientType.PRODUCER:
                             self._unpublish(out, topics)
                             topics[:] = [t.name for t in cmd.settings.publishing.topics]
@@ -445,10 +501,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if remaining is not None:  # the answer must reach the client before its deadline
             poll = max(0, min(poll, int((remaining - RECEIVE_MARGIN_S) * 1000)))
         fe = request.filter_expression
+        client_id = _client_id(context)
         try:
             if invisible <= 0:
                 raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
             consumer = await self._consumer(request.group.name)
+            # A lite client, or any receive from a LITE topic: never a plain pop of the parent's queues, which
+            # hold every lite topic's messages (a lite client not known as one yet, after a restart, too).
+            if client_id and (self.lite.is_lite_client(client_id) or self.lite.get(request.group.name, client_id)
+                              or await self.is_lite_topic(topic)):
+                msgs = await self._receive_lite(
+                    consumer, self.lite.watch(request.group.name, client_id, topic), topic,
+                    max(1, min(request.batch_size or MAX_POP_NUMS, MAX_POP_NUMS)), invisible / 1000.0, poll / 1000.0)
+                async for out in self._answer_received(msgs, topic):
+                    yield out
+                return
             # FIFO group: orderly pop, a queue (hence a message group) lent until its messages are acked
             fifo = await self.is_fifo(request.group.name)
             msgs = await consumer.receive(
@@ -458,6 +525,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Exception as e:
             yield sv.ReceiveMessageResponse(status=_error_status(e))
             return
+        async for out in self._answer_received(msgs, topic):
+            yield out
+
+    async def _answer_received(self, msgs: list[MessageExt], topic: str) -> AsyncIterator[sv.ReceiveMessageResponse]:
         if not msgs:
             yield sv.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
@@ -469,6 +540,74 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             # with it): the broker reads the first eight fields, a dead-letter forward the last.
             handle = f"{m.properties[POP_CK]} {m.commit_log_offset}"
             yield sv.ReceiveMessageResponse(message=convert.to_grpc(m, topic, handle))
+
+    async def _receive_lite(self, consumer: PopConsumer, sub: LiteSubscription, topic: str, batch: int,
+                            invisible_s: float, poll_s: float) -> list[MessageExt]:
+        """A lite consumer's receive: pops the LMQs of its subscribed lite topics (one after another, the
+        first one turning each time) up to ``batch`` messages. When none has any, waits up to ``poll_s``
+        for any of them to get one (NOTIFICATION on each) or for the subscription to change."""
+        if sub.topic != topic:
+            raise LiteError(Code.BAD_REQUEST, f"the client is bound to topic {sub.topic}, not {topic}")
+        deadline = time.monotonic() + poll_s
+        while True:
+            lites = sorted(sub.lite_topics)
+            changed = sub.changed
+            got: list[MessageExt] = []
+            if lites:
+                self._lite_rounds += 1
+                start = self._lite_rounds % len(lites)
+                for lite in lites[start:] + lites[:start]:
+                    got.extend(await consumer.receive(nm.lite_queue(topic, lite), batch - len(got), invisible_s,
+                                                      route_topic=topic))
+                    if len(got) >= batch:
+                        break
+            left = deadline - time.monotonic()
+            if got or left <= 0:
+                return got
+            waits = [asyncio.ensure_future(consumer.has_message(nm.lite_queue(topic, lite), left, route_topic=topic))
+                     for lite in lites]
+            waits.append(asyncio.ensure_future(changed.wait()))
+            try:
+                done, _ = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            for w in done:
+                if not w.cancelled() and (e := w.exception()) is not None:
+                    raise e
+
+    @staticmethod
+    def _queue_of(topic: str, lite_topic: str) -> str:
+        """The topic an ack or change of a received message names: a lite topic's is its LMQ."""
+        if not lite_topic:
+            return topic
+        try:
+            return nm.lite_queue(topic, lite_topic)
+        except nm.NameError_ as e:
+            raise convert.ConvertError(Code.ILLEGAL_LITE_TOPIC, str(e)) from None
+
+    async def SyncLiteSubscription(self, request: sv.SyncLiteSubscriptionRequest, context: grpc.aio.ServicerContext
+                                   ) -> sv.SyncLiteSubscriptionResponse:
+        """The set of lite topics a lite consumer receives (proxy/lite.py), kept by the endpoint per group
+        and client. The parent topic must exist."""
+        topic, group = request.topic.name, request.group.name
+        if (refused := self.refusal(context, auth.consume_needs(topic, group))) is not None:
+            return sv.SyncLiteSubscriptionResponse(status=refused)
+        try:
+            validators.check_topic(topic)
+            validators.check_group(group)
+            route = await self.producer.instance.update_route(topic)
+            if route is None or not route.queue_datas:
+                return sv.SyncLiteSubscriptionResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+            if not await self.is_lite_topic(topic):
+                return sv.SyncLiteSubscriptionResponse(status=status(
+                    Code.BAD_REQUEST, f"topic[{topic}] is not a lite topic (message.type=LITE)"))
+            self.lite.sync(group, _client_id(context), topic, request.action, list(request.lite_topic_set))
+        except LiteError as e:
+            return sv.SyncLiteSubscriptionResponse(status=status(e.code, str(e)))
+        except Exception as e:
+            return sv.SyncLiteSubscriptionResponse(status=_error_status(e))
+        return sv.SyncLiteSubscriptionResponse(status=status())
 
     async def AckMessage(self, request: sv.AckMessageRequest, context: grpc.aio.ServicerContext
                          ) -> sv.AckMessageResponse:
@@ -483,7 +622,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return out
         for entry in request.entries:
             try:
-                await consumer.ack(convert.handle_message(request.topic.name, entry.receipt_handle))
+                queue = self._queue_of(request.topic.name, entry.lite_topic)
+                await consumer.ack(convert.handle_message(queue, entry.receipt_handle))
                 st = status()
             except MQBrokerError as e:
                 st = (status(Code.INVALID_RECEIPT_HANDLE, e.remark or "") if e.code in
@@ -506,7 +646,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             if invisible <= 0:
                 raise convert.ConvertError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is illegal")
-            msg = convert.handle_message(request.topic.name, request.receipt_handle)
+            queue = self._queue_of(request.topic.name, request.lite_topic)
+            msg = convert.handle_message(queue, request.receipt_handle)
             cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
             consumer = await self._consumer(request.group.name)
             new = await consumer.change_invisible(msg, invisible / 1000.0)
@@ -526,7 +667,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if (refused := self.refusal(context, auth.consume_needs(request.topic.name, request.group.name))) is not None:
             return sv.ForwardMessageToDeadLetterQueueResponse(status=refused)
         try:
-            msg = convert.handle_message(request.topic.name, request.receipt_handle)
+            msg = convert.handle_message(self._queue_of(request.topic.name, request.lite_topic), request.receipt_handle)
             cl_offset = request.receipt_handle.rsplit(" ", 1)[-1]
             if not cl_offset.isdigit() or len(request.receipt_handle.split(" ")) < 9:
                 raise convert.ConvertError(Code.INVALID_RECEIPT_HANDLE, "the receipt handle has no CommitLog offset")

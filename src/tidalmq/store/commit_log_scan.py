@@ -98,13 +98,13 @@ class CommitLogScan:
         # dispatch properties: _dispatch_properties reads it from there as the scan would.
         tid = self._topic_id(topic.encode("utf-8"))
         n = len(batch.sizes)
-        tags_codes, keys, uniq = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
+        tags_codes, keys, uniq, lite = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
         heads = batch.heads
         dispatch = DispatchBatch(
             self._topic_names, np.full(n, tid, dtype=np.int64), np.full(n, queue_id, dtype=np.int64),
             heads["phys"].astype(np.int64), batch.sizes, np.array(tags_codes, dtype=np.int64),
             np.full(n, ts, dtype=np.int64), heads["queue_offset"].astype(np.int64),
-            np.full(n, batch.sysflag, dtype=np.int64), np.zeros(n, dtype=np.int64), keys, uniq)
+            np.full(n, batch.sysflag, dtype=np.int64), np.zeros(n, dtype=np.int64), keys, uniq, lite)
         preread = self._preread
         preread.append(Preread(first_phys, first_phys + nbytes, dispatch))
         if len(preread) > PREREAD_MAX:
@@ -214,11 +214,12 @@ class CommitLogScan:
         find = DISPATCH_PROPERTIES.findall
         found = [find(mm[p0 - 1 : p0 + pn]) if pn else []
                  for p0, pn in zip(cols.props_at[:n].tolist(), cols.props_len[:n].tolist(), strict=True)]
-        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts.tolist())
+        tags_codes, keys, uniq, lite = self._dispatch_properties(found, topic_ids.tolist(), store_ts.tolist())
         batch = DispatchBatch(
             self._topic_names, topic_ids, head["queue_id"].astype(np.int64), s[:n] + file_from,
             head["total"].astype(np.int64), np.array(tags_codes, dtype=np.int64), store_ts,
-            head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64), cols.prepared[:n], keys, uniq)
+            head["queue_offset"].astype(np.int64), head["sysflag"].astype(np.int64), cols.prepared[:n], keys, uniq,
+            lite)
         return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)
 
     def _scan_few(self, mf: MappedFile, starts: list[int], pos: int, verdict: int, check_crc: bool) -> Scan:
@@ -264,10 +265,10 @@ class CommitLogScan:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         queue_ids, queue_offsets, phys_l, sizes, store_ts_l, sysflags, prepared_l, topic_ids = (
             np.array(c, dtype=np.int64) for c in zip(*cols, strict=True))
-        tags_codes, keys, uniq = self._dispatch_properties(found, topic_ids.tolist(), store_ts_l.tolist())
+        tags_codes, keys, uniq, lite = self._dispatch_properties(found, topic_ids.tolist(), store_ts_l.tolist())
         batch = DispatchBatch(self._topic_names, topic_ids, queue_ids, phys_l, sizes,
                               np.array(tags_codes, dtype=np.int64), store_ts_l, queue_offsets, sysflags,
-                              prepared_l, keys, uniq)
+                              prepared_l, keys, uniq, lite)
         return Scan(batch, end, verdict, int(store_ts_l[-1]), crc_failed)
 
     @staticmethod
@@ -306,12 +307,14 @@ class CommitLogScan:
         return ids
 
     def _dispatch_properties(self, found: list[DispatchProperties], topic_ids: list[int], store_ts: list[int]
-                             ) -> tuple[list[int], list[str | None], list[str | None]]:
+                             ) -> tuple[list[int], list[str | None], list[str | None], list[str | None] | None]:
         """Per record, from what DISPATCH_PROPERTIES found in its properties: the tag hash code (for
-        SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time), KEYS and UNIQ_KEY."""
+        SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time), KEYS, UNIQ_KEY and the lite topic
+        (None for the whole column when no record has one)."""
         tags_codes: list[int] = []
         keys_l: list[str | None] = []
         uniq_l: list[str | None] = []
+        lite_l: list[str | None] | None = None
         schedule_id = self._topic_id(SCHEDULE_TOPIC.encode())
         timer_id = self._topic_id(TIMER_TOPIC.encode())
         tag_codes = self._tag_codes
@@ -326,6 +329,10 @@ class CommitLogScan:
                     keys = value
                 elif (name == b"DELAY" and tid == schedule_id) or (name == b"TIMER_OUT_MS" and tid == timer_id):
                     special = value
+                elif name == b"__LITE_TOPIC":
+                    if lite_l is None:
+                        lite_l = [None] * len(topic_ids)
+                    lite_l[i] = value.decode("utf-8", "replace")
             code = 0
             if tags:
                 cached = tag_codes.get(tags)
@@ -339,7 +346,7 @@ class CommitLogScan:
             tags_codes.append(code)
             keys_l.append(keys.decode("utf-8", "replace") if keys is not None else None)
             uniq_l.append(uniq.decode("utf-8", "replace") if uniq is not None else None)
-        return tags_codes, keys_l, uniq_l
+        return tags_codes, keys_l, uniq_l, lite_l
 
     def _topic_id(self, raw: bytes) -> int:
         tid = self._topic_ids.get(raw)

@@ -93,6 +93,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.commit_log = CommitLog(config, clock, store_host)
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_lock = threading.Lock()
+        self._lmq_names: dict[tuple[str, str], str | None] = {}
         if index_service is None and config.message_index_enable:
             index_service = IndexService(config.index_path, config.max_hash_slot_num, config.max_index_num)
         self.index_service: IndexServiceLike | None = index_service if config.message_index_enable else None
@@ -182,7 +183,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             for qid in os.listdir(tdir):
                 if not qid.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(topic, int(qid), root, self.config.mapped_file_size_consume_queue)
+                cq = ConsumeQueue(topic, int(qid), root, self.cq_file_size(topic))
                 if not cq.load():
                     return False
                 self._cqs[(topic, int(qid))] = cq

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError
 from tidalmq.common.message import KEY_SEPARATOR
@@ -23,6 +24,10 @@ from tidalmq.store.disk_space import CONSUME_QUEUE, INDEX, DiskSpaceGuard
 from tidalmq.store.results import DispatchBatch
 
 log = logging.getLogger("tidalmq.store")
+LMQ_NAMES_MAX = 65536
+# The ConsumeQueue file size of every LMQ: 8,192 entries (160 KiB), fixed (files of another size would not
+# be read back). A lite topic costs one such file on disk at least.
+LMQ_FILE_SIZE = 8192 * 20
 
 
 class IndexServiceLike(Protocol):
@@ -39,6 +44,14 @@ class IndexServiceLike(Protocol):
     def close(self) -> None: ...
 
 
+def _may_have_lite_queues(topic: str) -> bool:
+    """Records of system topics (a timer or schedule topic holding a message until it is due, half
+    messages, revive logs), and of retry and dead-letter topics, keep their ``__LITE_TOPIC`` for when
+    they come back to their topic, but are queued in no LMQ."""
+    return not (nm.is_system_topic(topic) or topic == nm.SCHEDULE_TOPIC
+                or topic.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
+
+
 class MessageStoreDispatch:
     """The dispatch part of ``DefaultMessageStore``: the attributes below are the store's."""
 
@@ -47,7 +60,15 @@ class MessageStoreDispatch:
     disk_space: DiskSpaceGuard
     _cqs: dict[tuple[str, int], ConsumeQueue]
     _cq_lock: threading.Lock
+    _lmq_names: dict[tuple[str, str], str | None]  # (topic, lite topic) -> its LMQ; only the reput writes it
 
+
+    def cq_file_size(self, topic: str) -> int:
+        """The size of the topic's ConsumeQueue files: ``mappedFileSizeConsumeQueue``, but LMQ_FILE_SIZE for
+        a lite topic's LMQ (there may be very many, most of them small)."""
+        if topic.startswith(nm.LITE_QUEUE_PREFIX):
+            return LMQ_FILE_SIZE
+        return self.config.mapped_file_size_consume_queue
 
     def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -56,8 +77,7 @@ class MessageStoreDispatch:
             with self._cq_lock:
                 cq = self._cqs.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path,
-                                      self.config.mapped_file_size_consume_queue)
+                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path, self.cq_file_size(topic))
                     self._cqs[key] = cq
         return cq
 
@@ -67,6 +87,10 @@ class MessageStoreDispatch:
         names = batch.topic_names
         touched: dict[tuple[str, int], int] = {}
         in_queue = np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
+        if batch.lite_topics is not None and len(in_queue):
+            # Before the topics' own queues: recovery after a crash re-dispatches from the first record
+            # missing from its topic's queue, and the lite queues skip what they already hold.
+            self._dispatch_lite(batch, in_queue, touched)
         if len(in_queue):
             # One group per (topic, queue), CommitLog order kept inside each.
             group_keys = (batch.topic_ids[in_queue] << 32) | (batch.queue_ids[in_queue] & 0xFFFFFFFF)
@@ -109,6 +133,62 @@ class MessageStoreDispatch:
             except Exception:
                 log.exception("build index failed")
         return touched
+
+    def _dispatch_lite(self, batch: DispatchBatch, in_queue: np.ndarray, touched: dict[tuple[str, int], int]) -> None:
+        """RocketMQ's multi-dispatch for lite topics: a record carrying ``__LITE_TOPIC`` gets a second
+        ConsumeQueue entry, in queue 0 of its lite topic's LMQ ``%LMQ%$<topic>$<lite topic>``. The LMQ's
+        offsets are its own, given here in CommitLog order. A lite name the naming rules refuse queues
+        nothing (the broker refuses such sends; this guards records from elsewhere), nor does a record
+        of a system, retry or dead-letter topic."""
+        lite = batch.lite_topics
+        assert lite is not None
+        names = batch.topic_names
+        topic_ids = batch.topic_ids
+        by_queue: dict[tuple[int, str], list[int]] = {}
+        for i in in_queue.tolist():
+            child = lite[i]
+            if child is not None:
+                by_queue.setdefault((int(topic_ids[i]), child), []).append(i)
+        for (tid, child), rows in by_queue.items():
+            lmq = self._lmq_name(names[tid], child, int(batch.commit_log_offsets[rows[0]]))
+            if lmq is None:
+                continue
+            idx = np.array(rows, dtype=np.int64)
+            try:
+                cq = self._find_or_create_cq(lmq, 0)
+            except UnsafePathError:
+                log.error("lite queue %r not queued: the name is not a safe path", lmq)
+                continue
+            phys, sizes = batch.commit_log_offsets[idx], batch.sizes[idx]
+            new = phys + sizes > cq.max_physic_offset  # a re-dispatch after recovery: skip what is there
+            if not new.all():
+                if not new.any():
+                    continue
+                idx, phys, sizes = idx[new], phys[new], sizes[new]
+            offsets = cq.max_offset_in_queue + np.arange(len(idx), dtype=np.int64)
+            try:
+                touched[(lmq, 0)] = cq.put_entries(offsets, phys, sizes, batch.tags_codes[idx])
+            except DiskFullError as e:
+                self.disk_space.set(CONSUME_QUEUE, f"{lmq}-0: {e}")
+                raise
+
+    def _lmq_name(self, parent: str, child: str, at: int) -> str | None:
+        """The LMQ of (topic, lite topic), None when there is none (remembered: few pairs recur)."""
+        key = (parent, child)
+        cache = self._lmq_names
+        if key in cache:
+            return cache[key]
+        lmq: str | None = None
+        if _may_have_lite_queues(parent):
+            try:
+                lmq = nm.lite_queue(parent, child)
+            except nm.NameError_:
+                log.error("record at %d: lite topic %r of %r is not a legal name; not queued in an LMQ",
+                          at, child[:80], parent)
+        if len(cache) >= LMQ_NAMES_MAX:
+            cache.clear()
+        cache[key] = lmq
+        return lmq
 
     @staticmethod
     def _build_index(index: IndexServiceLike, batch: DispatchBatch, rolled_back: np.ndarray) -> None:

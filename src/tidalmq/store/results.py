@@ -137,6 +137,8 @@ class DispatchBatch:
     prepared_offsets: np.ndarray
     keys: list[str | None]
     uniq_keys: list[str | None]
+    # Each record's lite topic (__LITE_TOPIC), None for most; the whole column None when no record has one.
+    lite_topics: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.commit_log_offsets)
@@ -156,7 +158,8 @@ class DispatchBatch:
     @staticmethod
     def empty(topic_names: list[str]) -> DispatchBatch:
         none = np.zeros(0, dtype=np.int64)
-        return DispatchBatch(topic_names, keys=[], uniq_keys=[], **dict.fromkeys(_ARRAY_FIELDS, none))
+        return DispatchBatch(topic_names, keys=[], uniq_keys=[], lite_topics=None,
+                             **dict.fromkeys(_ARRAY_FIELDS, none))
 
     @staticmethod
     def concat(parts: list[DispatchBatch]) -> DispatchBatch:
@@ -168,7 +171,10 @@ class DispatchBatch:
         cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _ARRAY_FIELDS}
         keys = [k for p in parts for k in p.keys]
         uniq = [u for p in parts for u in p.uniq_keys]
-        return DispatchBatch(names, keys=keys, uniq_keys=uniq, **cols)
+        lite = None
+        if any(p.lite_topics is not None for p in parts):
+            lite = [x for p in parts for x in (p.lite_topics if p.lite_topics is not None else [None] * len(p))]
+        return DispatchBatch(names, keys=keys, uniq_keys=uniq, lite_topics=lite, **cols)
 
 
 _ARRAY_FIELDS = ("topic_ids", "queue_ids", "commit_log_offsets", "sizes", "tags_codes", "store_timestamps",

@@ -53,6 +53,20 @@ async def requeue(pop: PopService, group: str, topic_read: str, msg: StoredMessa
     b = pop.broker
     origin = xi.normal_topic(topic_read, group)
     props = {k: v for k, v in msg.properties.items() if k not in _DROPPED}
+    lite = nm.parse_lite_queue(topic_read)
+    if lite is not None and not dead:
+        # A lite topic has no retry topic (RocketMQ's LiteUtil): the message is stored again in its
+        # parent topic, its __LITE_TOPIC kept, so that it is queued again in the same LMQ, at its end.
+        parent, child = lite
+        props[mc.LITE_TOPIC] = child
+        props.setdefault(FIRST_POP_TIME, str(pop_time))
+        props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
+        await pop.put_internal(InnerMessage(
+            parent, 0, msg.body, msg.flag, encode_properties(props), msg.sysflag, msg.born_timestamp,
+            host_bytes(msg.born_host[0]), msg.born_host[1], attempts + 1))
+        return
+    if lite is not None:
+        origin = lite[0]  # dead-lettered under its parent topic
     props.setdefault(mc.RETRY_TOPIC, origin)
     props.setdefault(FIRST_POP_TIME, str(pop_time))
     props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)

@@ -8,20 +8,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.message_type import TopicMessageType
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.pop.revive_log import CK_TAG, AckMsg, PopCheckPoint, revive_topic
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
+from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
 from tidalmq.common.message import encode_properties
+from tidalmq.common.record import POS_QUEUEID, POS_QUEUEOFFSET
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -48,6 +52,16 @@ class PopError(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+def _as_read_from(record: memoryview, queue_id: int, queue_offset: int) -> bytes:
+    """A copy of a stored record showing the queue it was popped from: a lite topic's message is stored
+    under its parent topic's queue, and popped from its LMQ, whose queue id and offset the receipt
+    handle (and an ack) must name."""
+    out = bytearray(record)
+    struct.pack_into(">i", out, POS_QUEUEID, queue_id)
+    struct.pack_into(">q", out, POS_QUEUEOFFSET, queue_offset)
+    return bytes(out)
 
 
 def now_ms() -> int:
@@ -106,6 +120,20 @@ class PopService:
         if loop is not None and not loop.is_closed() and self.polling.has_waiters():
             loop.call_soon_threadsafe(self.polling.notify, {t for t, _q in arrivals})
 
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """The topic's config; for a lite topic's queue ``%LMQ%$<parent>$<lite>``, one readable queue (0)
+        with its parent's permission, when the parent exists and is a LITE topic (docs/grpc.md)."""
+        tc = self.broker.topics.get(topic)
+        if tc is not None or not topic.startswith(nm.LITE_QUEUE_PREFIX):
+            return tc
+        names = nm.parse_lite_queue(topic)
+        if names is None:
+            return None
+        parent = self.broker.topics.get(names[0])
+        if parent is None or parent.message_type != TopicMessageType.LITE:
+            return None
+        return TopicConfig(topic, 1, 1, parent.perm, attributes=dict(parent.attributes))
+
     # pop --------------------------------------------------------------------------------------
     async def pop(self, req: PopRequest) -> PopResult:
         sub = self._check_pop(req)
@@ -141,7 +169,7 @@ class PopService:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            f"the broker pops 1..{MAX_POP_NUMS} messages at a time, asked {req.max_nums}")
         self._check_invisible(req.invisible_time)
-        tc = b.topics.get(req.topic)
+        tc = self.topic_config(req.topic)
         if tc is None:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{req.topic}] not exist, apply first please!")
         if not tc.readable:
@@ -155,7 +183,7 @@ class PopService:
             raise PopError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{req.group}] does not exist")
         if not sg.consume_enable:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {req.group}")
-        if len(xi.pop_retry_topic(req.topic, req.group)) > TOPIC_FILE_NAME_MAX:
+        if not nm.is_lite_queue(req.topic) and len(xi.pop_retry_topic(req.topic, req.group)) > TOPIC_FILE_NAME_MAX:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            "the group and topic are too long together to name their pop retry topic "
                            f"(%RETRY%<group>_<topic>, at most {TOPIC_FILE_NAME_MAX} characters)")
@@ -180,7 +208,7 @@ class PopService:
         b = self.broker
         pop_time = now_ms()
         result = PopResult(pop_time, req.invisible_time)
-        tc = b.topics.get(req.topic)
+        tc = self.topic_config(req.topic)
         if tc is None:  # deleted while polling
             return result
         n = tc.read_queue_nums
@@ -191,7 +219,9 @@ class PopService:
             qids = [(start + i) % n for i in range(n)]
         sources: list[tuple[str, list[int], SubscriptionData]] = [(req.topic, qids, sub)]
         rtc = b.topics.get(retry)
-        if rtc is not None and not req.order:  # orderly messages are never retried through a topic
+        # Orderly messages are never retried through a topic, nor lite topics' (requeue puts them back
+        # into their LMQ).
+        if rtc is not None and not req.order:
             rsub = SubscriptionData.build(retry, "*")
             rsource = (retry, list(range(rtc.read_queue_nums)), rsub)
             if next(self._rounds) % RETRY_FIRST_EVERY == 0:
@@ -264,7 +294,10 @@ class PopService:
             return None
         offsets = list(res.queue_offsets)
         # Copied: the pop awaits its checkpoint before answering, and a mapped file may go meanwhile.
-        result.records.extend(bytes(buf) for buf in res.buffers)
+        if topic.startswith(nm.LITE_QUEUE_PREFIX):
+            result.records.extend(_as_read_from(buf, queue_id, qoff) for buf, qoff in zip(res.buffers, offsets, strict=True))
+        else:
+            result.records.extend(bytes(buf) for buf in res.buffers)
         result.start_offsets.append((topic, queue_id, offset))
         result.msg_offsets.append((topic, queue_id, offsets))
         result.rest_num += max(0, res.max_offset - res.next_begin_offset)
@@ -326,7 +359,7 @@ class PopService:
             real = xi.real_topic(topic, group, retry)
         except xi.ExtraInfoError as e:
             raise PopError(ResponseCode.INVALID_PARAMETER, f"bad receipt handle (extraInfo): {e}") from None
-        tc = b.topics.get(real)
+        tc = self.topic_config(real)
         if tc is None:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{real}] not exist, apply first please!")
         if not 0 <= queue_id < tc.read_queue_nums:
@@ -387,7 +420,7 @@ class PopService:
         """True as soon as the group has something to pop from the topic (or its retry topic), False when
         ``poll_time`` ms pass first."""
         b = self.broker
-        tc = b.topics.get(topic)
+        tc = self.topic_config(topic)
         if tc is None:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if queue_id >= tc.read_queue_nums or queue_id < -1:
@@ -414,7 +447,7 @@ class PopService:
 
     def _has_message(self, group: str, topic: str, queue_id: int, retry: str, order: bool) -> bool:
         b = self.broker
-        tc = b.topics.get(topic)
+        tc = self.topic_config(topic)
         qids = range(tc.read_queue_nums) if tc is not None and queue_id < 0 else [queue_id]
         now = now_ms()
         for q in qids:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
-from tidalmq.broker.message_type import check_messages
+from tidalmq.broker.message_type import check_lite, check_messages
 from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
 from tidalmq.broker.processors.recall import attach_recall_handle
 from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
@@ -72,6 +72,7 @@ Respond = Callable[[RemotingCommand], object]
 # the broker writes (a client re-sends a delivered message alone). Timer deliver times are accepted
 # (TimerRewrite.park_batch).
 BATCH_FORBIDDEN_PROPERTIES = (mc.DELAY, mc.TIMER_DEL_UNIQKEY, *mc.BROKER_ONLY_PROPERTIES, *mc.BROKER_WRITTEN_PROPERTIES)
+LITE_TOPIC_BYTES = mc.LITE_TOPIC.encode()
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
 # One pass over the properties text finds any of them (a hit only means "parse and look").
 _BROKER_PROPERTY_MARKERS = re.compile("|".join(
@@ -234,6 +235,9 @@ class SendMessageProcessor:
                 if b.config.enable_topic_message_type_check and (why := check_messages(
                         topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
+                if LITE_TOPIC_BYTES in body and (why := check_lite(
+                        topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
+                    raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
                     b.timer_rewrite.park_batch(records, topic, queue_id)
@@ -248,6 +252,8 @@ class SendMessageProcessor:
                            born_port, reconsume)
         if b.config.enable_topic_message_type_check and (why := check_messages(topic, tc.message_type, (msg.properties_text,))):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
+        if why := check_lite(topic, tc.message_type, (msg.properties_text,)):
+            raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
         screen_client_properties(msg)
         self._store(req, msg, attach_recall_handle(b, req, msg, reply), conn.received_at)
 
