@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 import grpc
 from tests.client.helpers import uniq
 from tests.compat.harness import create_topic
-from tests.grpc.conftest import Clients
+from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main
 from tests.grpc.test_messaging import message
 from tests.support import Standalone
 from tidalmq.client import Admin
@@ -44,7 +44,7 @@ def lite_parent(broker: Standalone, queues: int = 2) -> str:
                         raise
                 await asyncio.sleep(0.2)
 
-    asyncio.run(go())
+    run_off_main(go())
     return topic
 
 
@@ -57,6 +57,7 @@ class LiteClients(Clients):
     def lite_simple(self, topic: str, group: str, await_s: int = 2) -> LiteSimpleConsumer:
         c = LiteSimpleConsumer(topic, self.config(), group, await_duration=await_s)
         self.all.append(c)
+        adopt_client_loop()
         c.startup()
         wait_for_settings(c)
         return c
@@ -223,6 +224,7 @@ def test_lite_push_consumer_consumes_its_lite_topics(lite_clients: LiteClients, 
 
     pc = LitePushConsumer(lite_clients.config(), uniq("g5litepush"), parent, Listener())
     lite_clients.all.append(pc)
+    adopt_client_loop()
     pc.startup()
     wait_for_settings(pc)
     subscribe(pc, "push-1")
@@ -248,7 +250,7 @@ def test_unacked_past_retry_max_times_goes_to_the_dead_letter_queue(lite_clients
         async with Admin(broker.namesrv_addr) as admin:
             await admin.create_group(group, retry_max_times=1)
 
-    asyncio.run(make_group())
+    run_off_main(make_group())
     p = lite_clients.producer(parent)
     key = uniq("litedlq")
     m = message(parent, b"poison", keys=(key,))
@@ -271,7 +273,7 @@ def test_unacked_past_retry_max_times_goes_to_the_dead_letter_queue(lite_clients
     deadline = time.monotonic() + 30
     found: list = []
     while not found and time.monotonic() < deadline:
-        found = asyncio.run(dlq())
+        found = run_off_main(dlq())
     assert [x.body for x in found] == [b"poison"]
     assert found[0].properties["__LITE_TOPIC"] == "dead-end"
     assert c.receive(32, 2) == []
@@ -325,7 +327,7 @@ def test_raw_sync_lite_subscription_statuses_and_forward_to_dlq(lite_clients: Li
     deadline = time.monotonic() + 15
     found: list = []
     while not found and time.monotonic() < deadline:
-        found = asyncio.run(dlq())
+        found = run_off_main(dlq())
     assert [x.body for x in found] == [b"forward me"]
     # acked in its LMQ: not back after its 1 s invisible time (an unacked one is, test above)
     assert receive_until(c, 1, deadline_s=6) == []
