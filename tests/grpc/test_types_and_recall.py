@@ -40,7 +40,7 @@ def clients(checked: Standalone) -> Iterator[Clients]:
         cs.close()
 
 
-def typed_topic(broker: Standalone, kind: str) -> str:
+def typed_topic(broker: Standalone, kind: str, queues: int = 1) -> str:
     topic = uniq("g5" + kind.lower())
 
     async def go() -> None:
@@ -48,7 +48,7 @@ def typed_topic(broker: Standalone, kind: str) -> str:
             deadline = time.monotonic() + 15
             while True:
                 try:
-                    await admin.create_topic(topic, 1, attributes={"message.type": kind})
+                    await admin.create_topic(topic, queues, attributes={"message.type": kind})
                     if (await admin.route(topic)).get("queueDatas"):
                         return
                 except Exception:
@@ -76,6 +76,45 @@ def test_wrong_type_for_the_topic_is_refused(checked: Standalone, clients: Clien
     fifo = message(topic, b"fifo")
     fifo.message_group = "g1"
     assert p.send(fifo).message_id
+
+
+def raw_send(broker: Standalone, m: definition_pb2.Message) -> service_pb2.SendMessageResponse:
+    """One SendMessage of ``m`` with the generated stub: what the endpoint answers, no client checks."""
+    m.system_properties.message_id = m.system_properties.message_id or "0123456789ABCDEF0123456789ABCDEF"
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        return MessagingServiceStub(channel).SendMessage(service_pb2.SendMessageRequest(messages=[m]), timeout=10)
+
+
+def test_priority_messages_are_received_highest_priority_first(checked: Standalone, clients: Clients) -> None:
+    """A PRIORITY topic of four queues: messages sent with mixed priorities while no consumer runs are
+    received highest priority first (a priority is the queue min(priority, 3), so 7 ranks with 3), in
+    send order within a priority, each with the priority it was sent with."""
+    topic = typed_topic(checked, "PRIORITY", queues=4)
+    p = clients.producer(topic)
+    sent = [(0, b"p0-a"), (3, b"p3-a"), (1, b"p1-a"), (7, b"p7"), (2, b"p2"), (0, b"p0-b"), (3, b"p3-b"), (1, b"p1-b")]
+    for priority, body in sent:
+        m = message(topic, body)
+        m.priority = priority
+        assert p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5prio"), topic, await_s=1)
+    got = receive_all(c, len(sent))
+    assert [m.body for m in got] == [b"p3-a", b"p7", b"p3-b", b"p2", b"p1-a", b"p1-b", b"p0-a", b"p0-b"]
+    assert [m.priority for m in got] == [3, 7, 3, 2, 1, 1, 0, 0]
+    for m in got:
+        c.ack(m)
+    assert c.receive(32, 15) == []
+
+
+def test_priority_to_a_topic_of_another_type_is_refused(checked: Standalone) -> None:
+    """A priority message to a NORMAL or FIFO topic: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as any mismatch."""
+    for kind in ("NORMAL", "FIFO"):
+        topic = typed_topic(checked, kind)
+        m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
+        m.system_properties.message_type = definition_pb2.MessageType.PRIORITY
+        m.system_properties.priority = 1
+        resp = raw_send(checked, m)
+        assert resp.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, resp.status
+        assert "actual type is PRIORITY" in resp.status.message
 
 
 def test_recall_message(checked: Standalone, clients: Clients) -> None:

@@ -308,3 +308,40 @@ def test_fifo_groups_stay_in_order_end_to_end(checked: Standalone) -> None:
         assert seen == {g: list(range(per_group)) for g in groups}
 
     run(body)
+
+
+def test_priority_messages_stored_by_priority_and_popped_highest_first(checked: Standalone) -> None:
+    """RocketMQ 5.4's priority over remoting (tidalmq.client's ``Message(priority=...)``): on a PRIORITY topic
+    of four queues a message goes to queue min(priority, 3), whatever queue the producer picked, and the
+    broker answers that queue; a pop reads the highest queue first; a FIFO message loses its priority
+    (its message group makes it FIFO) and keeps its group's queue; a priority on a NORMAL topic is refused
+    by the type check."""
+    ns = checked.namesrv_addr
+    topic, fifo_topic, normal_topic = uniq("Prio"), uniq("PrioFifo"), uniq("PrioNormal")
+
+    async def body() -> None:
+        async with Admin(ns) as admin:
+            await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+            await make_topic(admin, fifo_topic, "+message.type=FIFO", queues=4)
+            await make_topic(admin, normal_topic, None, queues=4)
+        async with Producer(uniq("PG"), ns) as p:
+            sent = [0, 5, 2, 1, 3, 0]
+            results = [await p.send(Message(topic, f"{i}:{pr}".encode(), priority=pr)) for i, pr in enumerate(sent)]
+            assert [r.message_queue.queue_id for r in results] == [0, 3, 2, 1, 3, 0]
+            await p.send(Message(fifo_topic, b"fifo", message_group="g", priority=2))
+            with pytest.raises(MQBrokerError, match="actual type is PRIORITY") as e:
+                await p.send(Message(normal_topic, b"prio", priority=1))
+            assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+        async with PopConsumer(uniq("CG"), ns) as c:
+            got: list[MessageExt] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(sent):
+                assert time.monotonic() < deadline, [m.body for m in got]
+                got += await c.receive(topic, 32, invisible_time=30, block_timeout=1.0)
+            await c.ack_many(got)
+        assert [m.body for m in got] == [b"1:5", b"4:3", b"2:2", b"3:1", b"0:0", b"5:0"]
+        assert [Message(topic, properties=m.properties).priority for m in got] == [5, 3, 2, 1, 0, 0]
+        [fifo] = await pull_all(ns, fifo_topic, lambda ms: len(ms) == 1, 15)
+        assert "_SYS_MSG_PRIORITY_" not in fifo.properties and fifo.properties["__SHARDINGKEY"] == "g"
+
+    run(body)

@@ -1,9 +1,10 @@
 """RocketMQ 5 message types and topic attributes, as pure rules (no I/O, no broker state).
 
 A topic's ``message.type`` attribute (TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE) says which kind of
-message it accepts: NORMAL, FIFO, DELAY, TRANSACTION, or MIXED (any). A message's own type is read from its
-properties (TopicMessageType.parseFromMessageProperty). The send path (and the gRPC endpoint) compares the
-two with ``check_message_type`` when ``enableTopicMessageTypeCheck`` is on (docs/message-types.md).
+message it accepts: NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY (RocketMQ 5.4), or MIXED (any). A
+message's own type is read from its properties (TopicMessageType.parseFromMessageProperty). The send path
+(and the gRPC endpoint) compares the two with ``check_message_type`` when ``enableTopicMessageTypeCheck``
+is on (docs/message-types.md).
 
 Topic attributes are changed with RocketMQ's syntax (AttributeParser / AttributeUtil): ``+key=value`` adds
 or alters, ``-key`` deletes, comma-separated, e.g. ``+message.type=DELAY``.
@@ -33,6 +34,7 @@ class TopicMessageType(str, Enum):
     FIFO = "FIFO"
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
+    PRIORITY = "PRIORITY"
     MIXED = "MIXED"
 
 
@@ -150,19 +152,41 @@ def topic_message_type(attributes: Mapping[str, str] | None) -> TopicMessageType
 _DELAY_PROPERTIES = frozenset({mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS})
 # The property names that decide a message's type, found in the encoded properties text without parsing it.
 _TYPE_NAMES = re.compile("(?:^|\x02)(" + "|".join(re.escape(n) for n in (
-    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
+    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.PRIORITY, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
 
 
 def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
     """TopicMessageType.parseFromMessageProperty: TRAN_MSG=true → TRANSACTION; a delay level or a timer
-    property → DELAY; a message group (``__SHARDINGKEY``) → FIFO; else NORMAL. Never UNSPECIFIED or MIXED."""
+    property → DELAY; a message group (``__SHARDINGKEY``) → FIFO; a priority (``_SYS_MSG_PRIORITY_``, any
+    value) → PRIORITY; else NORMAL. Never UNSPECIFIED or MIXED. The order keeps the types exclusive: a
+    delay message with a priority is DELAY."""
     if props.get(mc.TRAN_MSG) == "true":
         return TopicMessageType.TRANSACTION
     if any(k in props for k in _DELAY_PROPERTIES):
         return TopicMessageType.DELAY
     if mc.SHARDING_KEY in props:
         return TopicMessageType.FIFO
+    if mc.PRIORITY in props:
+        return TopicMessageType.PRIORITY
     return TopicMessageType.NORMAL
+
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
+
+
+def priority_of(value: str | None) -> int:
+    """Message.getPriority: the priority property as an int, -1 when it is missing or not a Java int
+    (NumberUtils.toInt(value, -1)). Only a value >= 0 is a priority."""
+    if value is None or not _JAVA_INT.fullmatch(value):
+        return -1
+    n = int(value)
+    return n if -(1 << 31) <= n < (1 << 31) else -1
+
+
+def priority_queue(priority: int, write_queue_nums: int) -> int:
+    """SendMessageProcessor: a PRIORITY message is stored in queue min(priority, writeQueueNums - 1), so on
+    a topic of N queues priorities 0..N-1 are distinct levels and higher ones share the last queue."""
+    return max(0, min(priority, write_queue_nums - 1))
 
 
 def type_properties(text: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ import zlib
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from tidalmq.broker.message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
@@ -79,17 +80,35 @@ def to_remoting(m: pb.Message, max_body_size: int) -> Message:
         props[mc.SHARDING_KEY] = sp.message_group
     if sp.HasField("delivery_timestamp"):
         props[mc.TIMER_DELIVER_MS] = str(_ms(sp.delivery_timestamp))
+    if sp.HasField("priority"):  # RocketMQ's proxy: Message.setPriority, which refuses a negative one
+        if sp.priority < 0:
+            raise ConvertError(Code.BAD_REQUEST, "The priority must be greater than or equal to 0")
+        props[mc.PRIORITY] = str(sp.priority)
     return Message(m.topic.name, body, properties=props)
 
 
+# TopicMessageType → the 5.x MessageType (GrpcConverter; UNSPECIFIED and MIXED never come from a message).
+_GRPC_TYPES = {
+    TopicMessageType.NORMAL: pb.MessageType.NORMAL,
+    TopicMessageType.FIFO: pb.MessageType.FIFO,
+    TopicMessageType.DELAY: pb.MessageType.DELAY,
+    TopicMessageType.TRANSACTION: pb.MessageType.TRANSACTION,
+    TopicMessageType.PRIORITY: pb.MessageType.PRIORITY,
+}
+
+
 def message_type(props: dict[str, str]) -> int:
-    if props.get(mc.TRAN_MSG) == "true":
-        return pb.MessageType.TRANSACTION
-    if mc.SHARDING_KEY in props:
-        return pb.MessageType.FIFO
-    if mc.TIMER_DELIVER_MS in props or mc.DELAY in props:
-        return pb.MessageType.DELAY
-    return pb.MessageType.NORMAL
+    """A stored message's type as RocketMQ's proxy shows it (TopicMessageType.parseFromMessageProperty)."""
+    return _GRPC_TYPES.get(message_type_of(props), pb.MessageType.NORMAL)
+
+
+def accept_message_types(topic_type: TopicMessageType) -> list[int]:
+    """The message types a route's queues accept, from the topic's message.type (RouteActivity.
+    parseTopicMessageType): the topic's own type; MIXED the four of RocketMQ 5.0 (not PRIORITY);
+    UNSPECIFIED (a type the endpoint could not learn) MESSAGE_TYPE_UNSPECIFIED, which no message has."""
+    if topic_type == TopicMessageType.MIXED:
+        return [pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
+    return [_GRPC_TYPES.get(topic_type, pb.MessageType.MESSAGE_TYPE_UNSPECIFIED)]
 
 
 def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
@@ -117,6 +136,9 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     group = props.get(mc.SHARDING_KEY)
     if group:
         sp.message_group = group
+    priority = priority_of(props.get(mc.PRIORITY))
+    if priority >= 0:
+        sp.priority = priority
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
     sp.delivery_attempt = m.reconsume_times + 1

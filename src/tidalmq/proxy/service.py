@@ -40,7 +40,8 @@ Code = pb.Code
 # Half messages sent through the proxy carry this producer group (PGROUP): a 5.x producer has no group.
 PROXY_PRODUCER_GROUP = "PROXY_TRANSACTION_PRODUCER"
 DEFAULT_INVISIBLE_MS = 30_000
-ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
+ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION,
+             pb.MessageType.PRIORITY)
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)

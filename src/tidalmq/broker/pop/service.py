@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.message_type import TopicMessageType
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
@@ -184,8 +185,12 @@ class PopService:
         if tc is None:  # deleted while polling
             return result
         n = tc.read_queue_nums
+        # RocketMQ 5.4's priority mode: a PRIORITY topic's queues are its priorities, read highest first.
+        by_priority = tc.message_type == TopicMessageType.PRIORITY and not req.order
         if req.queue_id >= 0:
             qids = [req.queue_id]
+        elif by_priority:
+            qids = list(range(n - 1, -1, -1) if b.config.priority_order_asc else range(n))
         else:
             start = next(self._queue_start) % max(n, 1)
             qids = [(start + i) % n for i in range(n)]
@@ -194,7 +199,7 @@ class PopService:
         if rtc is not None and not req.order:  # orderly messages are never retried through a topic
             rsub = SubscriptionData.build(retry, "*")
             rsource = (retry, list(range(rtc.read_queue_nums)), rsub)
-            if next(self._rounds) % RETRY_FIRST_EVERY == 0:
+            if self._retry_first(by_priority):
                 sources.insert(0, rsource)
             else:
                 sources.append(rsource)
@@ -217,6 +222,15 @@ class PopService:
                     self._give_back(ck)
                 raise
         return result
+
+    def _retry_first(self, by_priority: bool) -> bool:
+        """Whether this pop reads the retry topic before the topic: one pop in RETRY_FIRST_EVERY; in priority
+        mode popFromRetryProbabilityForPriority percent of them (0, the default: retries come last, as
+        the lowest priority; over 50: always first), counted as RocketMQ's PopConsumerService counts."""
+        if not by_priority:
+            return next(self._rounds) % RETRY_FIRST_EVERY == 0
+        p = max(0, min(100, self.broker.config.pop_from_retry_probability_for_priority))
+        return p > 0 and next(self._rounds) % (100 // p) == 0
 
     def _rest(self, group: str, topic: str, queue_id: int) -> int:
         store = self.broker.store
