@@ -62,8 +62,9 @@ def test_async_send(clients: Clients, topic: str) -> None:
     assert {m.message_id for m in got} == ids
 
 
-def test_delivery_timestamp_delays_the_message(clients: Clients, topic: str) -> None:
+def test_delivery_timestamp_delays_the_message(clients: Clients, delay_topic: str) -> None:
     """A DELAY message (delivery timestamp) is not received before its time, and is received after."""
+    topic = delay_topic
     p = clients.producer(topic)
     due = int(time.time()) + 3
     m = message(topic, b"later")
@@ -76,8 +77,9 @@ def test_delivery_timestamp_delays_the_message(clients: Clients, topic: str) -> 
     assert time.time() >= due - 0.1  # the timer's precision
 
 
-def test_fifo_message_group_keeps_order(clients: Clients, topic: str) -> None:
+def test_fifo_message_group_keeps_order(clients: Clients, fifo_topic: str) -> None:
     """Messages of one message group go to one queue, in send order, and carry their group."""
+    topic = fifo_topic
     p = clients.producer(topic)
     ids = []
     for i in range(6):

@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
+from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -40,13 +41,13 @@ Code = pb.Code
 # Half messages sent through the proxy carry this producer group (PGROUP): a 5.x producer has no group.
 PROXY_PRODUCER_GROUP = "PROXY_TRANSACTION_PRODUCER"
 DEFAULT_INVISIBLE_MS = 30_000
-ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION,
-             pb.MessageType.PRIORITY)
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 # How long a group's FIFO flag (consumeMessageOrderly) is trusted before it is read from a broker again.
 GROUP_CONFIG_TTL_S = 30.0
+# How long a topic's message.type is trusted (RocketMQ proxy's topicConfigCacheRefreshSeconds).
+TOPIC_CONFIG_TTL_S = 20.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
 
@@ -127,6 +128,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._relayed = 0
         self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
         self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
+        self._topic_types: dict[str, tuple[TopicMessageType, float]] = {}  # topic -> (message.type, read at)
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
@@ -181,6 +183,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return sv.QueryRouteResponse(status=_error_status(e))
         if route is None or not route.queue_datas:
             return sv.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+        accepted = convert.accept_message_types(await self.topic_type(topic, route.queue_datas))
         out = sv.QueryRouteResponse(status=status())
         for qd in route.queue_datas:
             perm, reads, writes = int(qd.get("perm", 6)), int(qd["readQueueNums"]), int(qd["writeQueueNums"])
@@ -189,11 +192,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 readable, writable = i < reads and bool(perm & 4), i < writes and bool(perm & 2)
                 permission = (pb.Permission.READ_WRITE if readable and writable else pb.Permission.READ if readable
                               else pb.Permission.WRITE if writable else pb.Permission.NONE)
-                # Every type is announced as accepted: with enableTopicMessageTypeCheck the broker refuses a
-                # type the topic's message.type does not take at send time (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
                 out.message_queues.add(topic=request.topic, id=i, permission=permission, broker=broker,
-                                       accept_message_types=ALL_TYPES)
+                                       accept_message_types=accepted)
         return out
+
+    async def topic_type(self, topic: str, queue_datas: list[dict[str, Any]]) -> TopicMessageType:
+        """The topic's message.type, as RocketMQ's proxy reads it (ClusterMetadataService: GET_TOPIC_CONFIG
+        from one broker of the route; cached TOPIC_CONFIG_TTL_S). UNSPECIFIED when no broker answers with
+        the topic's config (RocketMQ's answer too; not cached)."""
+        cached = self._topic_types.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < TOPIC_CONFIG_TTL_S:
+            return cached[0]
+        instance = self.producer.instance
+        for qd in queue_datas:
+            addr = instance.master_addr(qd["brokerName"])
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
+            except Exception as e:
+                log.warning("the config of topic %s could not be read from %s: %s", topic, qd["brokerName"], e)
+                continue
+            kind = topic_message_type(config.get("attributes"))
+            self._topic_types[topic] = (kind, now)
+            return kind
+        return TopicMessageType.UNSPECIFIED
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
         refused = self.refusal(context, auth.consume_needs("", request.group.name))
@@ -239,7 +264,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             exp.max.FromMilliseconds(1000)
             exp.multiplier = 2.0
             out.publishing.max_body_size = self.config.max_message_size
-            out.publishing.validate_message_type = True
+            out.publishing.validate_message_type = self.config.enable_topic_message_type_check
         else:
             out.backoff_policy.max_attempts = len(CONSUMER_BACKOFF_S) + 1
             out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
@@ -423,9 +448,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for qd in route.queue_datas:
             if int(qd.get("perm", 6)) & 4 and int(qd["readQueueNums"]) > 0:
                 broker = pb.Broker(name=qd["brokerName"], id=0, endpoints=request.endpoints)
-                out.assignments.add(message_queue=pb.MessageQueue(
-                    topic=request.topic, id=-1, permission=pb.Permission.READ_WRITE, broker=broker,
-                    accept_message_types=ALL_TYPES))
+                out.assignments.add(message_queue=pb.MessageQueue(  # no accept types: RocketMQ's has none
+                    topic=request.topic, id=-1, permission=pb.Permission.READ_WRITE, broker=broker))
         return out
 
     async def ReceiveMessage(self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext
