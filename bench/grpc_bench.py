@@ -57,8 +57,8 @@ def config(endpoint: str) -> ClientConfiguration:
 
 
 def message5(topic: str, deliver_s: int | None = None) -> Message5:
-    """A delay message's body names its due second: a delivered one carries no delivery_timestamp
-    (docs/grpc.md)."""
+    """A delay message's body names its due second (a delivered one also carries it as its
+    delivery_timestamp; the body keeps the lateness independent of that conversion)."""
     m = Message5()
     m.topic, m.body = topic, BODY
     if deliver_s is not None:

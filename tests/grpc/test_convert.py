@@ -76,6 +76,20 @@ def test_priority_both_ways() -> None:
     assert received({mc.TIMER_DELIVER_MS: "1", mc.SHARDING_KEY: "g"}).message_type == definition_pb2.MessageType.DELAY
 
 
+def test_delivered_delay_message_shows_its_deliver_time() -> None:
+    """delivery_timestamp from TIMER_DELIVER_MS (GrpcConverter), else from TIMER_OUT_MS (the deliver time of
+    one sent with a relative delay); none for a delivered delay level, which keeps neither."""
+    def shown(props: dict[str, str]) -> int | None:
+        sp = convert.to_grpc(MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", **props}), "T").system_properties
+        assert sp.message_type == (definition_pb2.MessageType.DELAY if props.keys() & {mc.TIMER_DELIVER_MS,
+                                   mc.TIMER_DELAY_SEC} else definition_pb2.MessageType.NORMAL)
+        return sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
+
+    assert shown({mc.TIMER_DELIVER_MS: "1700000000123", mc.TIMER_OUT_MS: "1700000000123"}) == 1_700_000_000_123
+    assert shown({mc.TIMER_DELAY_SEC: "5", mc.TIMER_OUT_MS: "1700000005000"}) == 1_700_000_005_000
+    assert shown({mc.REAL_TOPIC: "T"}) is None
+
+
 def test_receipt_handles() -> None:
     handle = "5 1700000000000 30000 0 0 broker-a 3 9 12345"
     m = convert.handle_message("T", handle)

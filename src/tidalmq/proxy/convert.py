@@ -130,8 +130,10 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     sp.born_host = m.born_host[0]
     sp.store_timestamp.CopyFrom(_timestamp(m.store_timestamp))
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
-    deliver = props.get(mc.TIMER_DELIVER_MS)
-    if deliver and deliver.isdigit():
+    # A delivered timer message keeps the deliver time it was sent with (GrpcConverter reads TIMER_DELIVER_MS);
+    # one sent with a relative delay has TIMER_OUT_MS, its deliver time (RocketMQ would show now + delay).
+    deliver = props.get(mc.TIMER_DELIVER_MS) or props.get(mc.TIMER_OUT_MS)
+    if deliver and deliver.isascii() and deliver.isdigit():
         sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
     group = props.get(mc.SHARDING_KEY)
     if group:

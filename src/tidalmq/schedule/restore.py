@@ -18,7 +18,8 @@ from tidalmq.common.record import (
     patch_for_append,
 )
 
-# Properties that only describe the parking, dropped when the message is delivered.
+# Properties that only describe the parking, dropped when a delay-level message is delivered
+# (ScheduleMessageService.messageTimeUp drops DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC).
 PARKING_PROPERTIES = (
     mc.DELAY,
     mc.TIMER_DELIVER_MS,
@@ -27,10 +28,15 @@ PARKING_PROPERTIES = (
     mc.TIMER_OUT_MS,
     mc.TIMER_ROLL_TIMES,
 )
+# What a delivered timer message loses: RocketMQ's TimerMessageStore.convertMessage keeps the deliver time
+# the client asked for (TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS) and TIMER_OUT_MS (the deliver
+# time), which the 5.x endpoint shows as the message's delivery_timestamp. TidalMQ's timer never rolls.
+TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_ROLL_TIMES)
 
 
 def restore_record(view: RecordView, extra_properties: dict[str, str] | None = None,
-                   properties: dict[str, str] | None = None) -> tuple[str, int, bytearray]:
+                   properties: dict[str, str] | None = None,
+                   dropped: tuple[str, ...] = PARKING_PROPERTIES) -> tuple[str, int, bytearray]:
     """(real topic, real queue id, record to append) for a message parked in a schedule topic.
 
     Keeps body, flag, keys, tags, UNIQ_KEY, user properties, born host/time and reconsume times;
@@ -38,8 +44,9 @@ def restore_record(view: RecordView, extra_properties: dict[str, str] | None = N
     The record is the parked one's bytes up to the end of the body (hosts, times, flags and body CRC
     as stored: nothing decoded), then the real topic and the new properties; QUEUEOFFSET,
     PHYSICALOFFSET and STORETIMESTAMP are left 0 for the append to fill in. ``properties``: the
-    parked record's, when the caller has read them already. Raises ValueError (RecordError for a
-    topic or properties too long for a record)."""
+    parked record's, when the caller has read them already. ``dropped``: the properties the delivered
+    copy loses (a delay level's by default; TIMER_PARKING_PROPERTIES for the timer). Raises ValueError
+    (RecordError for a topic or properties too long for a record)."""
     props = dict(view.properties if properties is None else properties)
     topic = props.get(mc.REAL_TOPIC)
     if not topic:
@@ -48,7 +55,7 @@ def restore_record(view: RecordView, extra_properties: dict[str, str] | None = N
         queue_id = int(props.get(mc.REAL_QID, "0"))
     except ValueError:
         queue_id = 0
-    for key in PARKING_PROPERTIES:
+    for key in dropped:
         props.pop(key, None)
     if extra_properties:
         props.update(extra_properties)
