@@ -345,3 +345,55 @@ def test_priority_messages_stored_by_priority_and_popped_highest_first(checked: 
         assert "_SYS_MSG_PRIORITY_" not in fifo.properties and fifo.properties["__SHARDINGKEY"] == "g"
 
     run(body)
+
+
+async def _retry_against_queues(ns: str, broker_addr: str, first: int, then: list[int]) -> list[bytes]:
+    """On a new PRIORITY topic of four queues: a message of priority ``first`` popped and left unacked
+    until the broker revives it into the group's retry topic, then messages of priorities ``then`` sent;
+    what the next pops return, in order."""
+    topic, group = uniq("PrioRetry"), uniq("CG")
+    async with Admin(ns) as admin:
+        await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+        revived = int((await admin.broker_runtime_info(broker_addr)).get("pop.revived", 0))
+        async with Producer(uniq("PG"), ns) as p, PopConsumer(group, ns) as c:
+            await p.send(Message(topic, b"retried", priority=first))
+            got = await c.receive(topic, 32, invisible_time=1, block_timeout=5.0)
+            assert [m.body for m in got] == [b"retried"]  # not acked: comes back through the retry topic
+            deadline = time.monotonic() + 30
+            while int((await admin.broker_runtime_info(broker_addr)).get("pop.revived", 0)) <= revived:
+                assert time.monotonic() < deadline, "the unacked message was never revived"
+                await asyncio.sleep(0.1)
+            for pr in then:
+                await p.send(Message(topic, f"p{pr}".encode(), priority=pr))
+            got = []
+            while len(got) < len(then) + 1:
+                assert time.monotonic() < deadline, [m.body for m in got]
+                got += await c.receive(topic, 32, invisible_time=30, block_timeout=1.0)
+            await c.ack_many(got)
+    return [m.body for m in got]
+
+
+def test_priority_pop_takes_retries_last_by_default(checked: Standalone) -> None:
+    """popFromRetryProbabilityForPriority=0 (RocketMQ's default): a retried message comes after every
+    queue of a PRIORITY topic, as the lowest priority, whatever priority it was sent with."""
+    out: list[bytes] = []
+
+    async def body() -> None:
+        out.extend(await _retry_against_queues(checked.namesrv_addr, checked.broker_addr, 3, [3, 0]))
+
+    run(body)
+    assert out == [b"p3", b"p0", b"retried"]
+
+
+def test_priority_pop_descending_and_retries_first(tmp_path: Path) -> None:
+    """priorityOrderAsc=false: queue 0 is the highest priority; popFromRetryProbabilityForPriority=100:
+    the retry topic is read first, in every pop."""
+    out: list[bytes] = []
+    settings = {**SMALL, "priorityOrderAsc": "false", "popFromRetryProbabilityForPriority": "100"}
+    with Standalone(tmp_path / "data", settings) as s:
+
+        async def body() -> None:
+            out.extend(await _retry_against_queues(s.namesrv_addr, s.broker_addr, 3, [3, 0, 1]))
+
+        run(body)
+    assert out == [b"retried", b"p0", b"p1", b"p3"]
