@@ -397,3 +397,38 @@ def test_priority_pop_descending_and_retries_first(tmp_path: Path) -> None:
 
         run(body)
     assert out == [b"retried", b"p0", b"p1", b"p3"]
+
+
+def test_priority_factor_zero_rotates_the_queues(checked: Standalone) -> None:
+    """priority.factor, a group attribute (RocketMQ 5.4): 0 turns the priority order off for the group,
+    whose pops then rotate over the queues; the default 100 reads the highest queue first. The attribute
+    is kept with the group (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), an illegal value refused."""
+    ns = checked.namesrv_addr
+    topic, off, on = uniq("PrioFactor"), uniq("CGoff"), uniq("CGon")
+    queues: dict[str, list[int]] = {}
+
+    async def body() -> None:
+        async with Admin(ns) as admin:
+            await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+            await admin.create_group(off, attributes={"priority.factor": "0"})
+            await admin.create_group(on)
+            groups = await admin.group_list()
+            assert groups[off]["attributes"] == {"priority.factor": "0"} and groups[on]["attributes"] == {}
+            with pytest.raises(AdminError, match=r"value is not in range\(0, 100\)"):
+                await admin.create_group(on, attributes="+priority.factor=101")
+            await admin.create_group(off)  # no attributes in the update: the group keeps its own
+            assert (await admin.group_list())[off]["attributes"] == {"priority.factor": "0"}
+        async with Producer(uniq("PG"), ns) as p:
+            for priority in range(4):
+                for i in range(4):
+                    await p.send(Message(topic, f"{priority}:{i}".encode(), priority=priority))
+        for group in (off, on):
+            async with PopConsumer(group, ns) as c:
+                got: list[MessageExt] = []
+                for _ in range(4):
+                    got += await c.receive(topic, 1, invisible_time=30, block_timeout=1.0)
+                queues[group] = [m.queue_id for m in got]
+
+    run(body)
+    assert queues[on] == [3, 3, 3, 3]
+    assert len(set(queues[off])) > 1, queues[off]

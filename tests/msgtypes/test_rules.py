@@ -11,6 +11,7 @@ from tidalmq.acl.permission import PUB
 from tidalmq.acl.resources import request_resources
 from tidalmq.admin_cli import attribute_modification
 from tidalmq.broker.message_type import (
+    GROUP_ATTRIBUTES,
     TopicAttributeError,
     TopicMessageType,
     alter_attributes,
@@ -18,6 +19,7 @@ from tidalmq.broker.message_type import (
     check_messages,
     message_type_of,
     parse_modification,
+    priority_factor,
     priority_of,
     priority_queue,
     topic_message_type,
@@ -97,6 +99,20 @@ def test_priority_value_and_its_queue() -> None:
     assert check_messages("Tp", T.PRIORITY, ["UNIQ_KEY\x01A\x02_SYS_MSG_PRIORITY_\x012\x02"]) is None
     assert "actual type is PRIORITY" in (check_messages("Tp", T.NORMAL, ["_SYS_MSG_PRIORITY_\x012\x02"]) or "")
     assert "actual type is NORMAL" in (check_messages("Tp", T.PRIORITY, ["UNIQ_KEY\x01A\x02"]) or "")
+
+
+def test_group_attribute_priority_factor() -> None:
+    """SubscriptionGroupAttributes.PRIORITY_FACTOR_ATTRIBUTE: 0..100, changeable, default 100."""
+    G = GROUP_ATTRIBUTES
+    assert alter_attributes(True, {}, {"+priority.factor": "50"}, G) == {"priority.factor": "50"}
+    assert alter_attributes(False, {"priority.factor": "50"}, {"+priority.factor": "0"}, G) == {"priority.factor": "0"}
+    assert alter_attributes(False, {"priority.factor": "50"}, {"-priority.factor": ""}, G) == {}
+    for bad, why in (({"+priority.factor": "101"}, "not in range"), ({"+priority.factor": "x"}, "not a number"),
+                     ({"+message.type": "FIFO"}, "unsupported key")):
+        with pytest.raises(TopicAttributeError, match=why):
+            alter_attributes(True, {}, bad, G)
+    assert [priority_factor(a) for a in (None, {}, {"priority.factor": "0"}, {"priority.factor": "x"})] == [
+        100, 100, 0, 100]
 
 
 def test_every_pairing_of_topic_and_message_type() -> None:

@@ -22,6 +22,8 @@ from tidalmq.common import naming as nm
 
 # MessageConst.PROPERTY_TRANSFER_FLAG: set on a message one broker forwards to another.
 TRANSFER_FLAG = "TRANSFER_FLAG"
+# A number Java's Integer.parseInt / Long.parseLong could read, as NumberUtils.toInt / toLong try it.
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 class TopicAttributeError(ValueError):
@@ -79,6 +81,21 @@ TOPIC_ATTRIBUTES: dict[str, Attribute] = {a.name: a for a in (
 )}
 
 
+# Subscription group attributes (SubscriptionGroupAttributes.ALL), changed with the same syntax in the
+# ``attributes`` of UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's body. priority.factor (RocketMQ 5.4): the share of a
+# group's pops of a PRIORITY topic that read it highest priority first (0: none, 100: all).
+PRIORITY_FACTOR = "priority.factor"
+GROUP_ATTRIBUTES: dict[str, Attribute] = {a.name: a for a in (
+    Attribute(PRIORITY_FACTOR, True, None, "100", low=0, high=100),
+)}
+
+
+def priority_factor(attributes: Mapping[str, str] | None) -> int:
+    """SubscriptionGroupConfig.getPriorityFactor: the group's priority.factor, 100 when unset or not a number."""
+    value = (attributes or {}).get(PRIORITY_FACTOR, "")
+    return int(value) if _JAVA_INT.fullmatch(value) else 100
+
+
 def parse_modification(text: str | None) -> dict[str, str]:
     """AttributeParser.parseToMap: ``+k=v,-k2`` → {"+k": "v", "-k2": ""} (signed keys, in order)."""
     out: dict[str, str] = {}
@@ -101,10 +118,13 @@ def parse_modification(text: str | None) -> dict[str, str]:
     return out
 
 
-def alter_attributes(create: bool, current: Mapping[str, str], modification: Mapping[str, str]) -> dict[str, str]:
+def alter_attributes(create: bool, current: Mapping[str, str], modification: Mapping[str, str],
+                     known: Mapping[str, Attribute] | None = None) -> dict[str, str]:
     """AttributeUtil.alterCurrentAttributes: the attributes after applying ``modification`` (signed keys
-    from ``parse_modification``) to ``current``. Creating a topic only adds; unknown keys, illegal values
-    and changes to an unchangeable attribute are refused (TopicAttributeError), nothing applied."""
+    from ``parse_modification``) to ``current``. Creating a topic (or group) only adds; unknown keys, illegal
+    values and changes to an unchangeable attribute are refused (TopicAttributeError), nothing applied.
+    ``known``: the legal attributes, the topic's (TOPIC_ATTRIBUTES) unless given (GROUP_ATTRIBUTES)."""
+    known = TOPIC_ATTRIBUTES if known is None else known
     seen: set[str] = set()
     result = dict(current)
     deletes: list[str] = []
@@ -115,7 +135,7 @@ def alter_attributes(create: bool, current: Mapping[str, str], modification: Map
         if key in seen:
             raise TopicAttributeError(f"alter duplication key. key: {key}")
         seen.add(key)
-        attr = TOPIC_ATTRIBUTES.get(key)
+        attr = known.get(key)
         if create:
             if not signed.startswith("+"):
                 raise TopicAttributeError(f"only add attribute is supported while creating topic. key: {key}")
@@ -169,9 +189,6 @@ def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
     if mc.PRIORITY in props:
         return TopicMessageType.PRIORITY
     return TopicMessageType.NORMAL
-
-
-_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 def priority_of(value: str | None) -> int:

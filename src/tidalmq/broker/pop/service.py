@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.message_type import TopicMessageType
+from tidalmq.broker.message_type import TopicMessageType, priority_factor
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
@@ -94,6 +94,7 @@ class PopService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rounds = itertools.count()
         self._queue_start = itertools.count()
+        self._priority_pops: dict[tuple[str, str], int] = {}  # (group, topic) -> pops, for priority.factor
         self._background: set[asyncio.Task[None]] = set()
 
     # lifecycle --------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ class PopService:
             return result
         n = tc.read_queue_nums
         # RocketMQ 5.4's priority mode: a PRIORITY topic's queues are its priorities, read highest first.
-        by_priority = tc.message_type == TopicMessageType.PRIORITY and not req.order
+        by_priority = tc.message_type == TopicMessageType.PRIORITY and not req.order and self._priority_mode(req)
         if req.queue_id >= 0:
             qids = [req.queue_id]
         elif by_priority:
@@ -222,6 +223,19 @@ class PopService:
                     self._give_back(ck)
                 raise
         return result
+
+    def _priority_mode(self, req: PopRequest) -> bool:
+        """Whether this pop of a PRIORITY topic uses the priority order: the first priority.factor of every
+        100 pops of the group on the topic (PopConsumerService counts them the same way; the default 100:
+        every pop). The others rotate over the queues, so low priorities are read under a steady high load."""
+        sg = self.broker.groups.table.get(req.group)
+        factor = priority_factor(sg.attributes if sg is not None else None)
+        if factor >= 100:
+            return True
+        key = (req.group, req.topic)
+        n = self._priority_pops.get(key, 0)
+        self._priority_pops[key] = n + 1
+        return n % 100 < factor
 
     def _retry_first(self, by_priority: bool) -> bool:
         """Whether this pop reads the retry topic before the topic: one pop in RETRY_FIRST_EVERY; in priority
