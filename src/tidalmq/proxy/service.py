@@ -21,7 +21,13 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
-from tidalmq.broker.message_type import TopicMessageType, topic_message_type
+from tidalmq.broker.message_type import (
+    TopicMessageType,
+    check_message_type,
+    message_type_of,
+    needs_type_check,
+    topic_message_type,
+)
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -375,6 +381,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 msg.properties[mc.TRAN_MSG] = "true"
                 msg.properties[mc.PGROUP] = PROXY_PRODUCER_GROUP
                 await self._register_producer()
+            if self.config.enable_topic_message_type_check:
+                await self._check_type(msg)
             group = msg.properties.get(mc.SHARDING_KEY)
             if group is not None:  # FIFO: one message group, one queue (RocketMQ's proxy hashes the group)
                 res = await self.producer.send(msg, selector=select_by_hash, arg=group)
@@ -389,6 +397,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return sv.SendResultEntry(status=status(), message_id=res.msg_id, offset=res.queue_offset,
                                   transaction_id=transaction_id(res) if transactional else "",
                                   recall_handle=res.recall_handle or "")
+
+    async def _check_type(self, msg: Message) -> None:
+        """RocketMQ's proxy with enableTopicMessageTypeCheck (ProducerProcessor): the message's type against
+        its topic's message.type, before the send (retry and dead-letter topics unchecked). A topic the
+        NameServer does not route is left to the send (TOPIC_NOT_FOUND)."""
+        if not needs_type_check(msg.topic, msg.properties):
+            return
+        cached = self._topic_types.get(msg.topic)
+        if cached is not None and time.monotonic() - cached[1] < TOPIC_CONFIG_TTL_S:
+            topic_type = cached[0]
+        else:
+            route = await self.producer.instance.update_route(msg.topic)
+            if route is None or not route.queue_datas:
+                return
+            topic_type = await self.topic_type(msg.topic, route.queue_datas)
+        remark = check_message_type(msg.topic, topic_type, message_type_of(msg.properties))
+        if remark is not None:
+            raise convert.ConvertError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, remark)
 
     async def RecallMessage(self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
                             ) -> sv.RecallMessageResponse:
