@@ -80,6 +80,23 @@ def test_delivery_timestamp_delays_the_message(clients: Clients, delay_topic: st
     assert got[0].delivery_timestamp == due * 1000
 
 
+def test_redelivered_delay_message_keeps_its_delivery_timestamp(clients: Clients, delay_topic: str) -> None:
+    """A delay message not acked in time comes back (through the group's retry topic, delivery attempt 2)
+    with the delivery timestamp it was sent with, as RocketMQ's pop revive keeps it."""
+    topic = delay_topic
+    p = clients.producer(topic)
+    due = int(time.time()) + 1
+    m = message(topic, b"later, twice")
+    m.delivery_timestamp = due
+    mid = p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5group"), topic, await_s=1)
+    first = receive_all(c, 1, invisible_s=1, deadline_s=15)
+    assert [(x.message_id, x.delivery_timestamp, x.delivery_attempt) for x in first] == [(mid, due * 1000, 1)]
+    again = receive_all(c, 1, invisible_s=30, deadline_s=20)
+    assert [(x.message_id, x.delivery_timestamp, x.delivery_attempt) for x in again] == [(mid, due * 1000, 2)]
+    c.ack(again[0])
+
+
 def test_fifo_message_group_keeps_order(clients: Clients, fifo_topic: str) -> None:
     """Messages of one message group go to one queue, in send order, and carry their group."""
     topic = fifo_topic

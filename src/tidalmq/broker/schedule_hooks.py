@@ -286,6 +286,11 @@ class TimerRewrite:
             for k in TIMER_REQUEST_PROPERTIES:
                 props.pop(k, None)
             return
+        if mc.TIMER_OUT_MS in props:
+            # RocketMQ's HookUtils.checkIfTimerMessage: a message timed already (a delivered timer message the
+            # broker stores again: a pop retry, a dead letter) is no timer request. A client's TIMER_OUT_MS
+            # never gets here: the send path drops it (BROKER_WRITTEN_PROPERTIES).
+            return
         now = self.clock()
         asked = requested_deliver_ms(msg, now)
         assert asked is not None
