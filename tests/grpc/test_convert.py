@@ -82,11 +82,12 @@ def test_delivered_delay_message_shows_its_deliver_time() -> None:
     def shown(props: dict[str, str]) -> int | None:
         sp = convert.to_grpc(MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", **props}), "T").system_properties
         assert sp.message_type == (definition_pb2.MessageType.DELAY if props.keys() & {mc.TIMER_DELIVER_MS,
-                                   mc.TIMER_DELAY_SEC} else definition_pb2.MessageType.NORMAL)
+                                   mc.TIMER_OUT_MS} else definition_pb2.MessageType.NORMAL)
         return sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
 
     assert shown({mc.TIMER_DELIVER_MS: "1700000000123", mc.TIMER_OUT_MS: "1700000000123"}) == 1_700_000_000_123
-    assert shown({mc.TIMER_DELAY_SEC: "5", mc.TIMER_OUT_MS: "1700000005000"}) == 1_700_000_005_000
+    # sent with TIMER_DELAY_SEC: delivered with TIMER_OUT_MS only (schedule/restore.py), still a DELAY message
+    assert shown({mc.TIMER_OUT_MS: "1700000005000"}) == 1_700_000_005_000
     assert shown({mc.REAL_TOPIC: "T"}) is None
 
 

@@ -42,8 +42,11 @@ def test_restored_record_is_the_parked_one_in_its_real_topic(kw: dict[str, objec
     rec = parked(TIMER_TOPIC, props, **kw)
     topic, qid, out = restore_record(view_record(rec), {mc.TIMER_DEQUEUE_MS: "5"}, dropped=TIMER_PARKING_PROPERTIES)
     m, v = decode_record(rec), view_record(rec)
-    # RocketMQ's timer delivery keeps the asked deliver time and TIMER_OUT_MS (TidalMQ never rolls)
+    # RocketMQ's timer delivery keeps TIMER_DELIVER_MS and TIMER_OUT_MS (TidalMQ never rolls)
     want = {k: v for k, v in props.items() if k != mc.TIMER_ROLL_TIMES}
+    props_sec = {**props, mc.TIMER_DELAY_SEC: "5"}
+    _t, _q, out_sec = restore_record(view_record(parked(TIMER_TOPIC, props_sec, **kw)), dropped=TIMER_PARKING_PROPERTIES)
+    assert mc.TIMER_DELAY_SEC not in decode_record(out_sec).properties  # a relative request would delay a re-send
     want[mc.TIMER_DEQUEUE_MS] = "5"
     expected = encode_record(topic="Real", queue_id=3, body=m.body, properties=want, flag=m.flag, sysflag=m.sysflag,
                              born_timestamp=m.born_timestamp, born_host=bytes(v.born_host_raw), born_port=4321,

@@ -98,8 +98,13 @@ _GRPC_TYPES = {
 
 
 def message_type(props: dict[str, str]) -> int:
-    """A stored message's type as RocketMQ's proxy shows it (TopicMessageType.parseFromMessageProperty)."""
-    return _GRPC_TYPES.get(message_type_of(props), pb.MessageType.NORMAL)
+    """A stored message's type as RocketMQ's proxy shows it (TopicMessageType.parseFromMessageProperty). A
+    delivered timer message sent with a relative delay is DELAY too: RocketMQ keeps its TIMER_DELAY_SEC /
+    TIMER_DELAY_MS, TidalMQ only its TIMER_OUT_MS (schedule/restore.py)."""
+    kind = message_type_of(props)
+    if kind == TopicMessageType.NORMAL and mc.TIMER_OUT_MS in props:
+        return pb.MessageType.DELAY
+    return _GRPC_TYPES.get(kind, pb.MessageType.NORMAL)
 
 
 def accept_message_types(topic_type: TopicMessageType) -> list[int]:

@@ -28,10 +28,12 @@ PARKING_PROPERTIES = (
     mc.TIMER_OUT_MS,
     mc.TIMER_ROLL_TIMES,
 )
-# What a delivered timer message loses: RocketMQ's TimerMessageStore.convertMessage keeps the deliver time
-# the client asked for (TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS) and TIMER_OUT_MS (the deliver
-# time), which the 5.x endpoint shows as the message's delivery_timestamp. TidalMQ's timer never rolls.
-TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_ROLL_TIMES)
+# What a delivered timer message loses. RocketMQ's TimerMessageStore.convertMessage keeps every property but
+# REAL_TOPIC / REAL_QID: TIMER_DELIVER_MS and TIMER_OUT_MS (the deliver time) stay here too, and the 5.x
+# endpoint shows them as the message's delivery_timestamp. The relative requests (TIMER_DELAY_SEC / _MS) go:
+# RocketMQ lets the TIMER_OUT_MS beside them stop a client's re-send of the message from being delayed
+# again, but TidalMQ drops a client's TIMER_OUT_MS, so they would delay it anew. TidalMQ's timer never rolls.
+TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_ROLL_TIMES)
 
 
 def restore_record(view: RecordView, extra_properties: dict[str, str] | None = None,
