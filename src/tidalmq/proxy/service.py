@@ -206,10 +206,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         """The topic's message.type, as RocketMQ's proxy reads it (ClusterMetadataService: GET_TOPIC_CONFIG
         from one broker of the route; cached TOPIC_CONFIG_TTL_S). UNSPECIFIED when no broker answers with
         the topic's config (RocketMQ's answer too; not cached)."""
-        cached = self._topic_types.get(topic)
-        now = time.monotonic()
-        if cached is not None and now - cached[1] < TOPIC_CONFIG_TTL_S:
-            return cached[0]
+        cached = self._cached_topic_type(topic)
+        if cached is not None:
+            return cached
         instance = self.producer.instance
         for qd in queue_datas:
             addr = instance.master_addr(qd["brokerName"])
@@ -222,9 +221,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 log.warning("the config of topic %s could not be read from %s: %s", topic, qd["brokerName"], e)
                 continue
             kind = topic_message_type(config.get("attributes"))
-            self._topic_types[topic] = (kind, now)
+            self._topic_types[topic] = (kind, time.monotonic())
             return kind
         return TopicMessageType.UNSPECIFIED
+
+    def _cached_topic_type(self, topic: str) -> TopicMessageType | None:
+        cached = self._topic_types.get(topic)
+        return cached[0] if cached is not None and time.monotonic() - cached[1] < TOPIC_CONFIG_TTL_S else None
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
         refused = self.refusal(context, auth.consume_needs("", request.group.name))
@@ -404,10 +407,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         NameServer does not route is left to the send (TOPIC_NOT_FOUND)."""
         if not needs_type_check(msg.topic, msg.properties):
             return
-        cached = self._topic_types.get(msg.topic)
-        if cached is not None and time.monotonic() - cached[1] < TOPIC_CONFIG_TTL_S:
-            topic_type = cached[0]
-        else:
+        topic_type = self._cached_topic_type(msg.topic)
+        if topic_type is None:
             route = await self.producer.instance.update_route(msg.topic)
             if route is None or not route.queue_datas:
                 return
