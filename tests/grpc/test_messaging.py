@@ -80,6 +80,21 @@ def test_delivery_timestamp_delays_the_message(clients: Clients, delay_topic: st
     assert got[0].delivery_timestamp == due * 1000
 
 
+def test_past_delivery_timestamp_is_received_at_once_with_it(clients: Clients, delay_topic: str) -> None:
+    """A delay message whose time has passed is stored at once, and received as a DELAY message with its
+    delivery timestamp (RocketMQ leaves its TIMER_DELIVER_MS)."""
+    topic = delay_topic
+    p = clients.producer(topic)
+    past = int(time.time()) - 60
+    m = message(topic, b"overdue")
+    m.delivery_timestamp = past
+    mid = p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5group"), topic, await_s=1)
+    got = receive_all(c, 1, deadline_s=10)
+    assert [(x.message_id, x.delivery_timestamp) for x in got] == [(mid, past * 1000)]
+    c.ack(got[0])
+
+
 def test_redelivered_delay_message_keeps_its_delivery_timestamp(clients: Clients, delay_topic: str) -> None:
     """A delay message not acked in time comes back (through the group's retry topic, delivery attempt 2)
     with the delivery timestamp it was sent with, as RocketMQ's pop revive keeps it."""
