@@ -38,7 +38,7 @@ def add_admin_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--order", action="store_true")
     c.add_argument("--cluster")
     c.add_argument("--attr", action="append", default=[], metavar="[+|-]KEY[=VALUE]",
-                   help="a topic attribute, repeatable: message.type=DELAY (NORMAL, FIFO, DELAY, TRANSACTION); "
+                   help="a topic attribute, repeatable: message.type=DELAY (NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY); "
                         "-KEY deletes one (docs/message-types.md)")
     t.add_parser("list")
     s = t.add_parser("status")

@@ -16,14 +16,15 @@ def uniq(prefix: str) -> str:
 
 
 async def create_topic(namesrv: str, topic: str, queues: int = 4, timeout: float = 15.0,
-                       credentials: SessionCredentials | None = None, tls: Any = None) -> None:
-    """Create the topic and wait until the NameServer routes it (as ``credentials``' admin account
-    when ACL is on)."""
+                       credentials: SessionCredentials | None = None, tls: Any = None,
+                       attributes: dict[str, str] | None = None) -> None:
+    """Create the topic (with ``attributes``, e.g. its message.type) and wait until the NameServer routes
+    it (as ``credentials``' admin account when ACL is on)."""
     deadline = time.monotonic() + timeout
     async with Admin(namesrv, credentials=credentials, tls=tls) as admin:
         while True:
             try:
-                await admin.create_topic(topic, queues)
+                await admin.create_topic(topic, queues, attributes=attributes)
                 route = await admin.route(topic)
                 if route.get("queueDatas"):
                     return

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 from tests.compat.harness import create_topic, uniq
 from tests.support import Standalone
+from tidalmq.client import Admin
 
 # The 5.x client logs every retry and reconnect at INFO into its own file handler; keep the suite quiet.
 logging.getLogger("rocketmqClient").setLevel(logging.WARNING)
@@ -109,3 +111,35 @@ def topic(broker: Standalone) -> str:
     create_topic(broker.namesrv_addr, name, queues=2)
     adopt_client_loop()  # create_topic ran asyncio.run() in this thread
     return name
+
+
+def typed_topic(broker: Standalone, kind: str, queues: int = 1) -> str:
+    """A topic whose message.type is ``kind``, routed by the NameServer. A 5.x producer's route accepts
+    only that type (RocketMQ 5: FIFO, delay, transaction and priority messages need a topic of their type)."""
+    topic = uniq("g5" + kind.lower())
+
+    async def go() -> None:
+        async with Admin(broker.namesrv_addr) as admin:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    await admin.create_topic(topic, queues, attributes={"message.type": kind})
+                    if (await admin.route(topic)).get("queueDatas"):
+                        return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(0.2)
+
+    run_off_main(go())
+    return topic
+
+
+@pytest.fixture
+def fifo_topic(broker: Standalone) -> str:
+    return typed_topic(broker, "FIFO", queues=2)
+
+
+@pytest.fixture
+def delay_topic(broker: Standalone) -> str:
+    return typed_topic(broker, "DELAY", queues=2)

@@ -56,6 +56,41 @@ def test_stored_message_as_grpc() -> None:
     assert dict(out.user_properties) == {"color": "blue"}
 
 
+def test_priority_both_ways() -> None:
+    """SystemProperties.priority ↔ _SYS_MSG_PRIORITY_ (RocketMQ 5.4); a received message shows it and the
+    PRIORITY type only when the property holds a priority, and types follow parseFromMessageProperty."""
+    assert convert.to_remoting(_msg(priority=0), 1024).properties[mc.PRIORITY] == "0"
+    assert mc.PRIORITY not in convert.to_remoting(_msg(), 1024).properties
+    with pytest.raises(convert.ConvertError) as e:
+        convert.to_remoting(_msg(priority=-1), 1024)
+    assert e.value.code == Code.BAD_REQUEST
+
+    def received(props: dict[str, str]) -> definition_pb2.SystemProperties:
+        return convert.to_grpc(MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", **props}), "T").system_properties
+
+    sp = received({mc.PRIORITY: "5"})
+    assert sp.HasField("priority") and sp.priority == 5 and sp.message_type == definition_pb2.MessageType.PRIORITY
+    assert not received({}).HasField("priority")
+    assert not received({mc.PRIORITY: "high"}).HasField("priority")
+    # a delivered delay message with a message group is DELAY, as RocketMQ's precedence says
+    assert received({mc.TIMER_DELIVER_MS: "1", mc.SHARDING_KEY: "g"}).message_type == definition_pb2.MessageType.DELAY
+
+
+def test_delivered_delay_message_shows_its_deliver_time() -> None:
+    """delivery_timestamp from TIMER_DELIVER_MS (GrpcConverter), else from TIMER_OUT_MS (the deliver time of
+    one sent with a relative delay); none for a delivered delay level, which keeps neither."""
+    def shown(props: dict[str, str]) -> int | None:
+        sp = convert.to_grpc(MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", **props}), "T").system_properties
+        assert sp.message_type == (definition_pb2.MessageType.DELAY if props.keys() & {mc.TIMER_DELIVER_MS,
+                                   mc.TIMER_OUT_MS} else definition_pb2.MessageType.NORMAL)
+        return sp.delivery_timestamp.ToMilliseconds() if sp.HasField("delivery_timestamp") else None
+
+    assert shown({mc.TIMER_DELIVER_MS: "1700000000123", mc.TIMER_OUT_MS: "1700000000123"}) == 1_700_000_000_123
+    # sent with TIMER_DELAY_SEC: delivered with TIMER_OUT_MS only (schedule/restore.py), still a DELAY message
+    assert shown({mc.TIMER_OUT_MS: "1700000005000"}) == 1_700_000_005_000
+    assert shown({mc.REAL_TOPIC: "T"}) is None
+
+
 def test_receipt_handles() -> None:
     handle = "5 1700000000000 30000 0 0 broker-a 3 9 12345"
     m = convert.handle_message("T", handle)

@@ -36,7 +36,8 @@ def send_group(clients: Clients, topic: str, bodies: list[bytes]) -> None:
         p.send(m)
 
 
-def test_simple_consumer_gets_the_next_only_after_ack(broker: Standalone, clients: Clients, topic: str) -> None:
+def test_simple_consumer_gets_the_next_only_after_ack(broker: Standalone, clients: Clients, fifo_topic: str) -> None:
+    topic = fifo_topic
     send_group(clients, topic, [b"1", b"2", b"3"])
     c = clients.simple_consumer(fifo_group(broker), topic, await_s=1)
     got = []
@@ -48,7 +49,9 @@ def test_simple_consumer_gets_the_next_only_after_ack(broker: Standalone, client
     assert got == [b"1", b"2", b"3"]
 
 
-def test_push_consumer_on_a_fifo_group_consumes_in_order(broker: Standalone, clients: Clients, topic: str) -> None:
+def test_push_consumer_on_a_fifo_group_consumes_in_order(broker: Standalone, clients: Clients,
+                                                          fifo_topic: str) -> None:
+    topic = fifo_topic
     bodies = [str(i).encode() for i in range(8)]
     send_group(clients, topic, bodies)
     seen: list[bytes] = []

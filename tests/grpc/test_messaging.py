@@ -62,8 +62,10 @@ def test_async_send(clients: Clients, topic: str) -> None:
     assert {m.message_id for m in got} == ids
 
 
-def test_delivery_timestamp_delays_the_message(clients: Clients, topic: str) -> None:
-    """A DELAY message (delivery timestamp) is not received before its time, and is received after."""
+def test_delivery_timestamp_delays_the_message(clients: Clients, delay_topic: str) -> None:
+    """A DELAY message (delivery timestamp) is not received before its time, and is received after,
+    carrying its delivery timestamp and the DELAY type (RocketMQ's proxy reads TIMER_DELIVER_MS)."""
+    topic = delay_topic
     p = clients.producer(topic)
     due = int(time.time()) + 3
     m = message(topic, b"later")
@@ -74,10 +76,45 @@ def test_delivery_timestamp_delays_the_message(clients: Clients, topic: str) -> 
     got = receive_all(c, 1, deadline_s=15)
     assert [x.message_id for x in got] == [receipt.message_id]
     assert time.time() >= due - 0.1  # the timer's precision
+    # the 5.1.2 client sends whole seconds and shows the received timestamp in milliseconds
+    assert got[0].delivery_timestamp == due * 1000
 
 
-def test_fifo_message_group_keeps_order(clients: Clients, topic: str) -> None:
+def test_past_delivery_timestamp_is_received_at_once_with_it(clients: Clients, delay_topic: str) -> None:
+    """A delay message whose time has passed is stored at once, and received as a DELAY message with its
+    delivery timestamp (RocketMQ leaves its TIMER_DELIVER_MS)."""
+    topic = delay_topic
+    p = clients.producer(topic)
+    past = int(time.time()) - 60
+    m = message(topic, b"overdue")
+    m.delivery_timestamp = past
+    mid = p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5group"), topic, await_s=1)
+    got = receive_all(c, 1, deadline_s=10)
+    assert [(x.message_id, x.delivery_timestamp) for x in got] == [(mid, past * 1000)]
+    c.ack(got[0])
+
+
+def test_redelivered_delay_message_keeps_its_delivery_timestamp(clients: Clients, delay_topic: str) -> None:
+    """A delay message not acked in time comes back (through the group's retry topic, delivery attempt 2)
+    with the delivery timestamp it was sent with, as RocketMQ's pop revive keeps it."""
+    topic = delay_topic
+    p = clients.producer(topic)
+    due = int(time.time()) + 1
+    m = message(topic, b"later, twice")
+    m.delivery_timestamp = due
+    mid = p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5group"), topic, await_s=1)
+    first = receive_all(c, 1, invisible_s=1, deadline_s=15)
+    assert [(x.message_id, x.delivery_timestamp, x.delivery_attempt) for x in first] == [(mid, due * 1000, 1)]
+    again = receive_all(c, 1, invisible_s=30, deadline_s=20)
+    assert [(x.message_id, x.delivery_timestamp, x.delivery_attempt) for x in again] == [(mid, due * 1000, 2)]
+    c.ack(again[0])
+
+
+def test_fifo_message_group_keeps_order(clients: Clients, fifo_topic: str) -> None:
     """Messages of one message group go to one queue, in send order, and carry their group."""
+    topic = fifo_topic
     p = clients.producer(topic)
     ids = []
     for i in range(6):

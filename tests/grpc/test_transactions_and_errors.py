@@ -12,7 +12,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
 import grpc
 from tests.compat.harness import uniq
-from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main
+from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main, typed_topic
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone
 
@@ -24,8 +24,9 @@ class Undecided(TransactionChecker):
         return TransactionResolution.ROLLBACK
 
 
-def test_transaction_commit_and_rollback(clients: Clients, topic: str) -> None:
+def test_transaction_commit_and_rollback(broker: Standalone, clients: Clients) -> None:
     """A committed half message is delivered, a rolled-back one never is."""
+    topic = typed_topic(broker, "TRANSACTION")
     p = clients.producer(topic, checker=Undecided())
     kept = p.begin_transaction()
     kept_id = p.send(message(topic, b"commit me"), kept).message_id

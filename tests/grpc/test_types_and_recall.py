@@ -4,7 +4,6 @@ accepts recalls and checks unresolved transactions within a second."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 
@@ -15,10 +14,10 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 
 import grpc
 from tests.client.helpers import uniq
-from tests.grpc.conftest import Clients, run_off_main
+from tests.compat.harness import create_topic
+from tests.grpc.conftest import Clients, typed_topic
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import Standalone
-from tidalmq.client import Admin
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -40,42 +39,108 @@ def clients(checked: Standalone) -> Iterator[Clients]:
         cs.close()
 
 
-def typed_topic(broker: Standalone, kind: str) -> str:
-    topic = uniq("g5" + kind.lower())
-
-    async def go() -> None:
-        async with Admin(broker.namesrv_addr) as admin:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    await admin.create_topic(topic, 1, attributes={"message.type": kind})
-                    if (await admin.route(topic)).get("queueDatas"):
-                        return
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                await asyncio.sleep(0.2)
-
-    run_off_main(go())
-    return topic
+# What the 5.1.2 client raises when a message's type is not among those its route's queues accept.
+LOCAL_REFUSAL = "current message type not match with queue accept message types"
 
 
 def test_wrong_type_for_the_topic_is_refused(checked: Standalone, clients: Clients) -> None:
-    """A NORMAL message to a FIFO topic: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; with a message group: sent."""
+    """A NORMAL message to a FIFO topic: the endpoint answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; the
+    official client, told to check (enableTopicMessageTypeCheck), refuses it itself from the route, as
+    with RocketMQ's proxy; with a message group: sent."""
     topic = typed_topic(checked, "FIFO")
     m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
-    m.system_properties.message_id = "0123456789ABCDEF0123456789ABCDEF"
     m.system_properties.message_type = definition_pb2.MessageType.NORMAL
-    with grpc.insecure_channel(checked.grpc_endpoint) as channel:
-        resp = MessagingServiceStub(channel).SendMessage(service_pb2.SendMessageRequest(messages=[m]), timeout=10)
+    resp = raw_send(checked, m)
     assert resp.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     assert "TopicMessageType validate failed" in resp.status.message
     p = clients.producer(topic)
-    with pytest.raises(Exception, match=str(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)):
+    with pytest.raises(Exception, match=LOCAL_REFUSAL):
         p.send(message(topic, b"normal"))
     fifo = message(topic, b"fifo")
     fifo.message_group = "g1"
     assert p.send(fifo).message_id
+
+
+def query_route(broker: Standalone, topic: str) -> service_pb2.QueryRouteResponse:
+    host, port = broker.grpc_endpoint.rsplit(":", 1)
+    req = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic))
+    req.endpoints.addresses.add(host=host, port=int(port))
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        return MessagingServiceStub(channel).QueryRoute(req, timeout=10)
+
+
+def test_route_accepts_the_topics_message_type(checked: Standalone, clients: Clients) -> None:
+    """QueryRoute: every queue accepts the topic's message.type only (a topic without one: NORMAL), as
+    RocketMQ's RouteActivity says; so the official client refuses a FIFO or a priority message to a NORMAL
+    topic before sending it, and a delay message to a FIFO topic (also with send_async)."""
+    MT = definition_pb2.MessageType
+    want = {"NORMAL": MT.NORMAL, "FIFO": MT.FIFO, "DELAY": MT.DELAY, "TRANSACTION": MT.TRANSACTION,
+            "PRIORITY": MT.PRIORITY}
+    for kind, accepted in want.items():
+        topic = typed_topic(checked, kind, queues=2)
+        resp = query_route(checked, topic)
+        assert resp.status.code == Code.OK, resp.status
+        assert [list(q.accept_message_types) for q in resp.message_queues] == [[accepted], [accepted]], kind
+    untyped = uniq("g5untyped")
+    create_topic(checked.namesrv_addr, untyped, queues=1)
+    assert [list(q.accept_message_types) for q in query_route(checked, untyped).message_queues] == [[MT.NORMAL]]
+
+    normal = typed_topic(checked, "NORMAL")
+    p = clients.producer(normal)
+    fifo = message(normal, b"fifo")
+    fifo.message_group = "g1"
+    with pytest.raises(Exception, match=LOCAL_REFUSAL):
+        p.send(fifo)
+    prio = message(normal, b"prio")
+    prio.priority = 1
+    with pytest.raises(Exception, match=LOCAL_REFUSAL):
+        p.send(prio)
+    assert p.send(message(normal, b"normal")).message_id
+    fifo_topic = typed_topic(checked, "FIFO")
+    q = clients.producer(fifo_topic)
+    delay = message(fifo_topic, b"delay")
+    delay.delivery_timestamp = int(time.time()) + 60
+    with pytest.raises(Exception, match=LOCAL_REFUSAL):
+        q.send_async(delay)
+
+
+def raw_send(broker: Standalone, m: definition_pb2.Message) -> service_pb2.SendMessageResponse:
+    """One SendMessage of ``m`` with the generated stub: what the endpoint answers, no client checks."""
+    m.system_properties.message_id = m.system_properties.message_id or "0123456789ABCDEF0123456789ABCDEF"
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        return MessagingServiceStub(channel).SendMessage(service_pb2.SendMessageRequest(messages=[m]), timeout=10)
+
+
+def test_priority_messages_are_received_highest_priority_first(checked: Standalone, clients: Clients) -> None:
+    """A PRIORITY topic of four queues: messages sent with mixed priorities while no consumer runs are
+    received highest priority first (a priority is the queue min(priority, 3), so 7 ranks with 3), in
+    send order within a priority, each with the priority it was sent with."""
+    topic = typed_topic(checked, "PRIORITY", queues=4)
+    p = clients.producer(topic)
+    sent = [(0, b"p0-a"), (3, b"p3-a"), (1, b"p1-a"), (7, b"p7"), (2, b"p2"), (0, b"p0-b"), (3, b"p3-b"), (1, b"p1-b")]
+    for priority, body in sent:
+        m = message(topic, body)
+        m.priority = priority
+        assert p.send(m).message_id
+    c = clients.simple_consumer(uniq("g5prio"), topic, await_s=1)
+    got = receive_all(c, len(sent))
+    assert [m.body for m in got] == [b"p3-a", b"p7", b"p3-b", b"p2", b"p1-a", b"p1-b", b"p0-a", b"p0-b"]
+    assert [m.priority for m in got] == [3, 7, 3, 2, 1, 1, 0, 0]
+    for m in got:
+        c.ack(m)
+    assert c.receive(32, 15) == []
+
+
+def test_priority_to_a_topic_of_another_type_is_refused(checked: Standalone) -> None:
+    """A priority message to a NORMAL or FIFO topic: MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as any mismatch."""
+    for kind in ("NORMAL", "FIFO"):
+        topic = typed_topic(checked, kind)
+        m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
+        m.system_properties.message_type = definition_pb2.MessageType.PRIORITY
+        m.system_properties.priority = 1
+        resp = raw_send(checked, m)
+        assert resp.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, resp.status
+        assert "actual type is PRIORITY" in resp.status.message
 
 
 def test_recall_message(checked: Standalone, clients: Clients) -> None:

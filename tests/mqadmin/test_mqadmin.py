@@ -101,6 +101,10 @@ def test_update_and_delete_sub_group(mqadmin: Run, shared_standalone: Standalone
     assert out.strip() == f"create subscription group to {s.broker_addr} success."
     conf = admin_call(s, lambda a: a.group_list())[group]
     assert (conf["retryMaxTimes"], conf["retryQueueNums"], conf["consumeBroadcastEnable"]) == (3, 2, False)
+    ok(mqadmin("updateSubGroup", "-b", s.broker_addr, "-g", group, "--attributes", "+priority.factor=50"))
+    assert admin_call(s, lambda a: a.group_list())[group]["attributes"] == {"priority.factor": "50"}
+    bad = mqadmin("updateSubGroup", "-b", s.broker_addr, "-g", group, "--attributes", "+priority.factor=101")
+    assert bad.returncode != 0 and "value is not in range(0, 100)" in bad.stdout + bad.stderr
     out = ok(mqadmin("deleteSubGroup", "-c", "DefaultCluster", "-g", group))
     assert f"delete subscription group [{group}] from broker [{s.broker_addr}]" in out
     assert group not in admin_call(s, lambda a: a.group_list())

@@ -351,3 +351,127 @@ def test_lite_messages_over_remoting(tmp_path: Path) -> None:
         run(go)
     finally:
         s.stop()
+
+
+def test_priority_messages_stored_by_priority_and_popped_highest_first(checked: Standalone) -> None:
+    """RocketMQ 5.4's priority over remoting (tidalmq.client's ``Message(priority=...)``): on a PRIORITY topic
+    of four queues a message goes to queue min(priority, 3), whatever queue the producer picked, and the
+    broker answers that queue; a pop reads the highest queue first; a FIFO message loses its priority
+    (its message group makes it FIFO) and keeps its group's queue; a priority on a NORMAL topic is refused
+    by the type check."""
+    ns = checked.namesrv_addr
+    topic, fifo_topic, normal_topic = uniq("Prio"), uniq("PrioFifo"), uniq("PrioNormal")
+
+    async def body() -> None:
+        async with Admin(ns) as admin:
+            await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+            await make_topic(admin, fifo_topic, "+message.type=FIFO", queues=4)
+            await make_topic(admin, normal_topic, None, queues=4)
+        async with Producer(uniq("PG"), ns) as p:
+            sent = [0, 5, 2, 1, 3, 0]
+            results = [await p.send(Message(topic, f"{i}:{pr}".encode(), priority=pr)) for i, pr in enumerate(sent)]
+            assert [r.message_queue.queue_id for r in results] == [0, 3, 2, 1, 3, 0]
+            await p.send(Message(fifo_topic, b"fifo", message_group="g", priority=2))
+            with pytest.raises(MQBrokerError, match="actual type is PRIORITY") as e:
+                await p.send(Message(normal_topic, b"prio", priority=1))
+            assert e.value.code == ResponseCode.MESSAGE_ILLEGAL
+        async with PopConsumer(uniq("CG"), ns) as c:
+            got: list[MessageExt] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(sent):
+                assert time.monotonic() < deadline, [m.body for m in got]
+                got += await c.receive(topic, 32, invisible_time=30, block_timeout=1.0)
+            await c.ack_many(got)
+        assert [m.body for m in got] == [b"1:5", b"4:3", b"2:2", b"3:1", b"0:0", b"5:0"]
+        assert [Message(topic, properties=m.properties).priority for m in got] == [5, 3, 2, 1, 0, 0]
+        [fifo] = await pull_all(ns, fifo_topic, lambda ms: len(ms) == 1, 15)
+        assert "_SYS_MSG_PRIORITY_" not in fifo.properties and fifo.properties["__SHARDINGKEY"] == "g"
+
+    run(body)
+
+
+async def _retry_against_queues(ns: str, broker_addr: str, first: int, then: list[int]) -> list[bytes]:
+    """On a new PRIORITY topic of four queues: a message of priority ``first`` popped and left unacked
+    until the broker revives it into the group's retry topic, then messages of priorities ``then`` sent;
+    what the next pops return, in order."""
+    topic, group = uniq("PrioRetry"), uniq("CG")
+    async with Admin(ns) as admin:
+        await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+        revived = int((await admin.broker_runtime_info(broker_addr)).get("pop.revived", 0))
+        async with Producer(uniq("PG"), ns) as p, PopConsumer(group, ns) as c:
+            await p.send(Message(topic, b"retried", priority=first))
+            got = await c.receive(topic, 32, invisible_time=1, block_timeout=5.0)
+            assert [m.body for m in got] == [b"retried"]  # not acked: comes back through the retry topic
+            deadline = time.monotonic() + 30
+            while int((await admin.broker_runtime_info(broker_addr)).get("pop.revived", 0)) <= revived:
+                assert time.monotonic() < deadline, "the unacked message was never revived"
+                await asyncio.sleep(0.1)
+            for pr in then:
+                await p.send(Message(topic, f"p{pr}".encode(), priority=pr))
+            got = []
+            while len(got) < len(then) + 1:
+                assert time.monotonic() < deadline, [m.body for m in got]
+                got += await c.receive(topic, 32, invisible_time=30, block_timeout=1.0)
+            await c.ack_many(got)
+    return [m.body for m in got]
+
+
+def test_priority_pop_takes_retries_last_by_default(checked: Standalone) -> None:
+    """popFromRetryProbabilityForPriority=0 (RocketMQ's default): a retried message comes after every
+    queue of a PRIORITY topic, as the lowest priority, whatever priority it was sent with."""
+    out: list[bytes] = []
+
+    async def body() -> None:
+        out.extend(await _retry_against_queues(checked.namesrv_addr, checked.broker_addr, 3, [3, 0]))
+
+    run(body)
+    assert out == [b"p3", b"p0", b"retried"]
+
+
+def test_priority_pop_descending_and_retries_first(tmp_path: Path) -> None:
+    """priorityOrderAsc=false: queue 0 is the highest priority; popFromRetryProbabilityForPriority=100:
+    the retry topic is read first, in every pop."""
+    out: list[bytes] = []
+    settings = {**SMALL, "priorityOrderAsc": "false", "popFromRetryProbabilityForPriority": "100"}
+    with Standalone(tmp_path / "data", settings) as s:
+
+        async def body() -> None:
+            out.extend(await _retry_against_queues(s.namesrv_addr, s.broker_addr, 3, [3, 0, 1]))
+
+        run(body)
+    assert out == [b"retried", b"p0", b"p1", b"p3"]
+
+
+def test_priority_factor_zero_rotates_the_queues(checked: Standalone) -> None:
+    """priority.factor, a group attribute (RocketMQ 5.4): 0 turns the priority order off for the group,
+    whose pops then rotate over the queues; the default 100 reads the highest queue first. The attribute
+    is kept with the group (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), an illegal value refused."""
+    ns = checked.namesrv_addr
+    topic, off, on = uniq("PrioFactor"), uniq("CGoff"), uniq("CGon")
+    queues: dict[str, list[int]] = {}
+
+    async def body() -> None:
+        async with Admin(ns) as admin:
+            await make_topic(admin, topic, "+message.type=PRIORITY", queues=4)
+            await admin.create_group(off, attributes={"priority.factor": "0"})
+            await admin.create_group(on)
+            groups = await admin.group_list()
+            assert groups[off]["attributes"] == {"priority.factor": "0"} and groups[on]["attributes"] == {}
+            with pytest.raises(AdminError, match=r"value is not in range\(0, 100\)"):
+                await admin.create_group(on, attributes="+priority.factor=101")
+            await admin.create_group(off)  # no attributes in the update: the group keeps its own
+            assert (await admin.group_list())[off]["attributes"] == {"priority.factor": "0"}
+        async with Producer(uniq("PG"), ns) as p:
+            for priority in range(4):
+                for i in range(4):
+                    await p.send(Message(topic, f"{priority}:{i}".encode(), priority=priority))
+        for group in (off, on):
+            async with PopConsumer(group, ns) as c:
+                got: list[MessageExt] = []
+                for _ in range(4):
+                    got += await c.receive(topic, 1, invisible_time=30, block_timeout=1.0)
+                queues[group] = [m.queue_id for m in got]
+
+    run(body)
+    assert queues[on] == [3, 3, 3, 3]
+    assert len(set(queues[off])) > 1, queues[off]

@@ -11,6 +11,7 @@ from tidalmq.acl.permission import PUB
 from tidalmq.acl.resources import request_resources
 from tidalmq.admin_cli import attribute_modification
 from tidalmq.broker.message_type import (
+    GROUP_ATTRIBUTES,
     TopicAttributeError,
     TopicMessageType,
     alter_attributes,
@@ -18,6 +19,9 @@ from tidalmq.broker.message_type import (
     check_messages,
     message_type_of,
     parse_modification,
+    priority_factor,
+    priority_of,
+    priority_queue,
     topic_message_type,
 )
 from tidalmq.common.recall_handle import RecallHandle, RecallHandleError, decode_recall_handle
@@ -78,10 +82,41 @@ def test_message_type_from_properties() -> None:
     for name in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"):
         assert message_type_of({name: "5", "__SHARDINGKEY": "g"}) == T.DELAY
     assert message_type_of({"__SHARDINGKEY": "g"}) == T.FIFO
+    # RocketMQ 5.4's priority comes after the other kinds: a delayed, FIFO or transactional message with a
+    # priority keeps its own type; any value makes the message PRIORITY, as the property's presence does there
+    assert message_type_of({"_SYS_MSG_PRIORITY_": "3"}) == T.PRIORITY
+    assert message_type_of({"_SYS_MSG_PRIORITY_": "x"}) == T.PRIORITY
+    assert message_type_of({"_SYS_MSG_PRIORITY_": "3", "__SHARDINGKEY": "g"}) == T.FIFO
+    assert message_type_of({"_SYS_MSG_PRIORITY_": "3", "TIMER_DELAY_SEC": "5"}) == T.DELAY
+    assert message_type_of({"_SYS_MSG_PRIORITY_": "3", "TRAN_MSG": "true"}) == T.TRANSACTION
+
+
+def test_priority_value_and_its_queue() -> None:
+    """Message.getPriority (NumberUtils.toInt, -1 when not an int) and the queue min(priority, N - 1)."""
+    assert [priority_of(v) for v in (None, "0", "7", "+7", "-1", "x", "1.5", " 3", "2147483647", "2147483648")] == [
+        -1, 0, 7, 7, -1, -1, -1, -1, 2147483647, -1]
+    assert [priority_queue(p, 4) for p in (0, 1, 3, 4, 100)] == [0, 1, 3, 3, 3]
+    assert check_messages("Tp", T.PRIORITY, ["UNIQ_KEY\x01A\x02_SYS_MSG_PRIORITY_\x012\x02"]) is None
+    assert "actual type is PRIORITY" in (check_messages("Tp", T.NORMAL, ["_SYS_MSG_PRIORITY_\x012\x02"]) or "")
+    assert "actual type is NORMAL" in (check_messages("Tp", T.PRIORITY, ["UNIQ_KEY\x01A\x02"]) or "")
+
+
+def test_group_attribute_priority_factor() -> None:
+    """SubscriptionGroupAttributes.PRIORITY_FACTOR_ATTRIBUTE: 0..100, changeable, default 100."""
+    G = GROUP_ATTRIBUTES
+    assert alter_attributes(True, {}, {"+priority.factor": "50"}, G) == {"priority.factor": "50"}
+    assert alter_attributes(False, {"priority.factor": "50"}, {"+priority.factor": "0"}, G) == {"priority.factor": "0"}
+    assert alter_attributes(False, {"priority.factor": "50"}, {"-priority.factor": ""}, G) == {}
+    for bad, why in (({"+priority.factor": "101"}, "not in range"), ({"+priority.factor": "x"}, "not a number"),
+                     ({"+message.type": "FIFO"}, "unsupported key")):
+        with pytest.raises(TopicAttributeError, match=why):
+            alter_attributes(True, {}, bad, G)
+    assert [priority_factor(a) for a in (None, {}, {"priority.factor": "0"}, {"priority.factor": "x"})] == [
+        100, 100, 0, 100]
 
 
 def test_every_pairing_of_topic_and_message_type() -> None:
-    message_types = (T.NORMAL, T.FIFO, T.DELAY, T.TRANSACTION)
+    message_types = (T.NORMAL, T.FIFO, T.DELAY, T.TRANSACTION, T.PRIORITY)
     for topic_type in T:
         for msg_type in message_types:
             remark = check_message_type("Tp", topic_type, msg_type)

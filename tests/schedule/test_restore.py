@@ -17,7 +17,7 @@ from tidalmq.common.record import (
     patch_for_append,
     view_record,
 )
-from tidalmq.schedule.restore import restore_record
+from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, restore_record
 
 V6 = bytes(range(16))
 
@@ -40,9 +40,13 @@ def test_restored_record_is_the_parked_one_in_its_real_topic(kw: dict[str, objec
     props = {"UNIQ_KEY": "U1", "KEYS": "k1 k2", "TAGS": "t", "user": "é", mc.REAL_TOPIC: "Real", mc.REAL_QID: "3",
              mc.TIMER_DELIVER_MS: "99", mc.TIMER_OUT_MS: "99", mc.TIMER_ROLL_TIMES: "1"}
     rec = parked(TIMER_TOPIC, props, **kw)
-    topic, qid, out = restore_record(view_record(rec), {mc.TIMER_DEQUEUE_MS: "5"})
+    topic, qid, out = restore_record(view_record(rec), {mc.TIMER_DEQUEUE_MS: "5"}, dropped=TIMER_PARKING_PROPERTIES)
     m, v = decode_record(rec), view_record(rec)
-    want = {k: v for k, v in props.items() if k not in (mc.TIMER_DELIVER_MS, mc.TIMER_OUT_MS, mc.TIMER_ROLL_TIMES)}
+    # RocketMQ's timer delivery keeps TIMER_DELIVER_MS and TIMER_OUT_MS (TidalMQ never rolls)
+    want = {k: v for k, v in props.items() if k != mc.TIMER_ROLL_TIMES}
+    props_sec = {**props, mc.TIMER_DELAY_SEC: "5"}
+    _t, _q, out_sec = restore_record(view_record(parked(TIMER_TOPIC, props_sec, **kw)), dropped=TIMER_PARKING_PROPERTIES)
+    assert mc.TIMER_DELAY_SEC not in decode_record(out_sec).properties  # a relative request would delay a re-send
     want[mc.TIMER_DEQUEUE_MS] = "5"
     expected = encode_record(topic="Real", queue_id=3, body=m.body, properties=want, flag=m.flag, sysflag=m.sysflag,
                              born_timestamp=m.born_timestamp, born_host=bytes(v.born_host_raw), born_port=4321,
@@ -55,7 +59,8 @@ def test_restored_record_is_the_parked_one_in_its_real_topic(kw: dict[str, objec
 
 
 def test_delay_level_copy_keeps_its_properties_and_bad_parkings_are_refused() -> None:
-    rec = parked(SCHEDULE_TOPIC, {mc.DELAY: "3", mc.REAL_TOPIC: "R", mc.REAL_QID: "x", "a": "b"})
+    # ScheduleMessageService.messageTimeUp: DELAY and any timer property go
+    rec = parked(SCHEDULE_TOPIC, {mc.DELAY: "3", mc.REAL_TOPIC: "R", mc.REAL_QID: "x", "a": "b", mc.TIMER_DELIVER_MS: "9"})
     topic, qid, out = restore_record(view_record(rec))
     assert (topic, qid) == ("R", 0)  # an unreadable REAL_QID is queue 0
     assert decode_record(out).properties == {mc.REAL_TOPIC: "R", mc.REAL_QID: "x", "a": "b"}

@@ -82,6 +82,7 @@ def test_timer_message_arrives_in_its_window_never_before(broker: Standalone) ->
                      ("sec", {"TIMER_DELAY_SEC": "1"}, None),
                      ("ms", {"TIMER_DELAY_MS": "1500"}, None)]
             expect: dict[bytes, int] = {}
+            cases_by_body = {name.encode(): props for name, props, _ in cases}
             for name, props, deliver in cases:
                 sent = now_ms()
                 u = uid()
@@ -97,8 +98,12 @@ def test_timer_message_arrives_in_its_window_never_before(broker: Standalone) ->
                 assert lateness >= 0, f"{m.body!r} delivered {-lateness} ms early"
                 assert lateness < SLACK_MS + 100, f"{m.body!r} delivered {lateness} ms late"
                 assert m.queue_id == 1 and m.properties["REAL_TOPIC"] == "TimerT" and m.properties["u"] == "v"
-                assert not any(k in m.properties for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-                                                            "TIMER_OUT_MS"))
+                # as RocketMQ's timer: TIMER_DELIVER_MS stays, TIMER_OUT_MS is the deliver time; the relative
+                # requests go (a client re-sending the message would have it delayed again)
+                asked = dict(cases_by_body[m.body])
+                assert {k: m.properties.get(k) for k in asked} == (asked if m.body == b"abs" else dict.fromkeys(asked))
+                out = int(m.properties["TIMER_OUT_MS"])
+                assert out == expect[m.body] if m.body == b"abs" else 0 <= out - expect[m.body] < SLACK_MS
             info = await runtime_info(c, addr)
             assert int(info["timer.early"]) == 0 and int(info["timer.delivered"]) >= 3
         finally:
@@ -111,14 +116,16 @@ def test_past_deliver_time_is_immediate(broker: Standalone) -> None:
     async def scenario() -> None:
         c, addr = RemotingClient(), broker.broker_addr
         try:
-            for props in ({"TIMER_DELIVER_MS": str(now_ms() - 5000)}, {"TIMER_DELAY_MS": "0"},
-                          {"TIMER_DELIVER_MS": "0"}):
+            past_ms = str(now_ms() - 5000)
+            for props in ({"TIMER_DELIVER_MS": past_ms}, {"TIMER_DELAY_MS": "0"}, {"TIMER_DELIVER_MS": "0"}):
                 r = await c.invoke(addr, send_cmd("TimerPast", b"now", props=props), 5)
                 assert r.code == ResponseCode.SUCCESS, r.remark
             got = await pull_until(c, addr, "TimerPast", 0, 3, 3)
             assert len(got) == 3
-            for m in got:
-                assert "REAL_TOPIC" not in m.properties and "TIMER_DELIVER_MS" not in m.properties
+            for m in got:  # as RocketMQ's: a past TIMER_DELIVER_MS stays, a relative request goes
+                assert "REAL_TOPIC" not in m.properties and "TIMER_DELAY_MS" not in m.properties
+            assert sorted(m.properties.get("TIMER_DELIVER_MS", "-") for m in got) == sorted(
+                [past_ms, "-", "0"]), [m.properties for m in got]
         finally:
             await c.close()
 
@@ -297,8 +304,7 @@ def test_batch_of_timer_messages_each_delivered_at_its_time_never_early(broker: 
                 if m.body != b"past":
                     assert lateness < SLACK_MS + 100, f"{m.body!r} delivered {lateness} ms late"
                 assert m.queue_id == 2 and m.properties["REAL_TOPIC"] == "TimerBatch" and m.properties["u"] == "v"
-                assert not any(k in m.properties for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-                                                            "TIMER_OUT_MS"))
+                assert "TIMER_OUT_MS" in m.properties  # the timer's delivery keeps it, as RocketMQ's
             # delivered in deliver-time order, the one due already first, and promptly
             assert [m.body for m in got] == [b"past", b"ms-600", b"abs-900", b"sec-1", b"abs-1400"]
             assert got[0].store_timestamp - sent < SLACK_MS

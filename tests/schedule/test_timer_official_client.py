@@ -36,7 +36,7 @@ def test_levels_timers_and_cancel_with_the_official_client(broker: Standalone, t
     c = ClientAgent("consumer", tmp_path)
     try:
         c.call("consumer_start", cid="c", group=uniq("CGtimer"), topic=topic, namesrv=s.namesrv_addr,
-               props=["REAL_TOPIC", "TIMER_ENQUEUE_MS"])
+               props=["REAL_TOPIC", "TIMER_ENQUEUE_MS", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_OUT_MS"])
         p.call("producer_start", group=uniq("PGtimer"), namesrv=s.namesrv_addr)
         t0 = int(time.time() * 1000)
         specs = [
@@ -66,6 +66,12 @@ def test_levels_timers_and_cancel_with_the_official_client(broker: Standalone, t
         assert at["abs"] < t0 + 1500 + 1500 and at["lvl"] < t0 + 2000 + 1500
         assert at["now"] < t0 + 1000
         assert {m["props"]["REAL_TOPIC"] for m in got if m["keys"] != "now"} == {topic}
+        # As RocketMQ's timer: a delivered timer message keeps TIMER_DELIVER_MS and TIMER_OUT_MS (its deliver
+        # time); not a relative request (TIMER_DELAY_SEC); a delivered delay level keeps none
+        props = {m["keys"]: m["props"] for m in got}
+        assert props["abs"]["TIMER_DELIVER_MS"] == props["abs"]["TIMER_OUT_MS"] == str(t0 + 1500), props["abs"]
+        assert not props["sec"]["TIMER_DELAY_SEC"] and int(props["sec"]["TIMER_OUT_MS"]) >= t0 + 1000, props["sec"]
+        assert not any(props["lvl"][k] for k in ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_OUT_MS")), props["lvl"]
     finally:
         p.close()
         c.close()

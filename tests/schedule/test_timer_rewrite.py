@@ -64,6 +64,21 @@ def test_other_cases_take_the_general_path(text: str) -> None:
     assert decode_properties(msg.encoded_properties()) == slow.properties
 
 
+@pytest.mark.parametrize("deliver", [NOW - 1000, NOW + 5000])
+def test_a_timed_message_stored_again_is_left_alone(deliver: int) -> None:
+    """RocketMQ's checkIfTimerMessage: a message carrying TIMER_OUT_MS (a delivered timer message the
+    broker stores again, e.g. a pop retry) is no timer request, whatever its TIMER_DELIVER_MS says; a delay
+    level still wins over its timer properties."""
+    text = f"TIMER_DELIVER_MS\x01{deliver}\x02TIMER_OUT_MS\x01{deliver}\x02UNIQ_KEY\x01AB\x02"
+    msg = message(text)
+    rewrite()(msg)
+    assert (msg.topic, msg.queue_id) == ("T", 3)
+    assert msg.properties == decode_properties(text)
+    leveled = message("DELAY\x012\x02" + text)
+    rewrite()(leveled)
+    assert "TIMER_DELIVER_MS" not in leveled.properties and leveled.topic == "T"
+
+
 def test_fast_path_refuses_what_the_general_path_refuses() -> None:
     for text, words in (("TIMER_DELAY_SEC\x01-3\x02", "must not be negative"),
                         (f"TIMER_DELIVER_MS\x01{NOW + MAX_DELAY_MS + 1}\x02", "beyond the max delay")):

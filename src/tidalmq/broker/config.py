@@ -52,6 +52,11 @@ class BrokerConfig:
     # default so RocketMQ 4 clients sending delay messages to plain topics keep working.
     enable_topic_message_type_check: bool = False
     enable_mixed_message_type: bool = False  # message.type=MIXED refused at topic creation unless true
+    # Priority messages (RocketMQ 5.4, docs/message-types.md): a pop of a PRIORITY topic reads its queues
+    # from the highest id down (priorityOrderAsc=true: queue 0 is the lowest priority) or from 0 up (false),
+    # and reads the group's retry topic first in this percentage of pops (else only to fill the batch).
+    priority_order_asc: bool = True
+    pop_from_retry_probability_for_priority: int = 0
     # RECALL_MESSAGE (RocketMQ 5.3): off by default, as RocketMQ's recallMessageEnable.
     recall_message_enable: bool = False
     allow_recall_when_broker_not_writeable: bool = True

@@ -1,9 +1,10 @@
 """RocketMQ 5 message types and topic attributes, as pure rules (no I/O, no broker state).
 
 A topic's ``message.type`` attribute (TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE) says which kind of
-message it accepts: NORMAL, FIFO, DELAY, TRANSACTION, or MIXED (any). A message's own type is read from its
-properties (TopicMessageType.parseFromMessageProperty). The send path (and the gRPC endpoint) compares the
-two with ``check_message_type`` when ``enableTopicMessageTypeCheck`` is on (docs/message-types.md).
+message it accepts: NORMAL, FIFO, DELAY, TRANSACTION, LITE and PRIORITY (RocketMQ 5.4), or MIXED (any). A
+message's own type is read from its properties (TopicMessageType.parseFromMessageProperty). The send path
+(and the gRPC endpoint) compares the two with ``check_message_type`` when ``enableTopicMessageTypeCheck``
+is on (docs/message-types.md).
 
 Topic attributes are changed with RocketMQ's syntax (AttributeParser / AttributeUtil): ``+key=value`` adds
 or alters, ``-key`` deletes, comma-separated, e.g. ``+message.type=DELAY``.
@@ -21,6 +22,8 @@ from tidalmq.common import naming as nm
 
 # MessageConst.PROPERTY_TRANSFER_FLAG: set on a message one broker forwards to another.
 TRANSFER_FLAG = "TRANSFER_FLAG"
+# A number Java's Integer.parseInt / Long.parseLong could read, as NumberUtils.toInt / toLong try it.
+_JAVA_INT = re.compile(r"[+-]?[0-9]{1,10}")
 
 
 class TopicAttributeError(ValueError):
@@ -34,6 +37,7 @@ class TopicMessageType(str, Enum):
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
     LITE = "LITE"  # a parent topic: each message names its lite topic (__LITE_TOPIC), docs/grpc.md
+    PRIORITY = "PRIORITY"
     MIXED = "MIXED"
 
 
@@ -78,6 +82,21 @@ TOPIC_ATTRIBUTES: dict[str, Attribute] = {a.name: a for a in (
 )}
 
 
+# Subscription group attributes (SubscriptionGroupAttributes.ALL), changed with the same syntax in the
+# ``attributes`` of UPDATE_AND_CREATE_SUBSCRIPTIONGROUP's body. priority.factor (RocketMQ 5.4): the share of a
+# group's pops of a PRIORITY topic that read it highest priority first (0: none, 100: all).
+PRIORITY_FACTOR = "priority.factor"
+GROUP_ATTRIBUTES: dict[str, Attribute] = {a.name: a for a in (
+    Attribute(PRIORITY_FACTOR, True, None, "100", low=0, high=100),
+)}
+
+
+def priority_factor(attributes: Mapping[str, str] | None) -> int:
+    """SubscriptionGroupConfig.getPriorityFactor: the group's priority.factor, 100 when unset or not a number."""
+    value = (attributes or {}).get(PRIORITY_FACTOR, "")
+    return int(value) if _JAVA_INT.fullmatch(value) else 100
+
+
 def parse_modification(text: str | None) -> dict[str, str]:
     """AttributeParser.parseToMap: ``+k=v,-k2`` → {"+k": "v", "-k2": ""} (signed keys, in order)."""
     out: dict[str, str] = {}
@@ -100,10 +119,13 @@ def parse_modification(text: str | None) -> dict[str, str]:
     return out
 
 
-def alter_attributes(create: bool, current: Mapping[str, str], modification: Mapping[str, str]) -> dict[str, str]:
+def alter_attributes(create: bool, current: Mapping[str, str], modification: Mapping[str, str],
+                     known: Mapping[str, Attribute] | None = None) -> dict[str, str]:
     """AttributeUtil.alterCurrentAttributes: the attributes after applying ``modification`` (signed keys
-    from ``parse_modification``) to ``current``. Creating a topic only adds; unknown keys, illegal values
-    and changes to an unchangeable attribute are refused (TopicAttributeError), nothing applied."""
+    from ``parse_modification``) to ``current``. Creating a topic (or group) only adds; unknown keys, illegal
+    values and changes to an unchangeable attribute are refused (TopicAttributeError), nothing applied.
+    ``known``: the legal attributes, the topic's (TOPIC_ATTRIBUTES) unless given (GROUP_ATTRIBUTES)."""
+    known = TOPIC_ATTRIBUTES if known is None else known
     seen: set[str] = set()
     result = dict(current)
     deletes: list[str] = []
@@ -114,7 +136,7 @@ def alter_attributes(create: bool, current: Mapping[str, str], modification: Map
         if key in seen:
             raise TopicAttributeError(f"alter duplication key. key: {key}")
         seen.add(key)
-        attr = TOPIC_ATTRIBUTES.get(key)
+        attr = known.get(key)
         if create:
             if not signed.startswith("+"):
                 raise TopicAttributeError(f"only add attribute is supported while creating topic. key: {key}")
@@ -151,13 +173,14 @@ def topic_message_type(attributes: Mapping[str, str] | None) -> TopicMessageType
 _DELAY_PROPERTIES = frozenset({mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS})
 # The property names that decide a message's type, found in the encoded properties text without parsing it.
 _TYPE_NAMES = re.compile("(?:^|\x02)(" + "|".join(re.escape(n) for n in (
-    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.LITE_TOPIC, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
+    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.LITE_TOPIC, mc.PRIORITY, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
 
 
 def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
     """TopicMessageType.parseFromMessageProperty: TRAN_MSG=true → TRANSACTION; a delay level or a timer
     property → DELAY; a message group (``__SHARDINGKEY``) → FIFO; a lite topic (``__LITE_TOPIC``) → LITE;
-    else NORMAL. Never UNSPECIFIED or MIXED."""
+    a priority (``_SYS_MSG_PRIORITY_``, any value) → PRIORITY; else NORMAL. Never UNSPECIFIED or MIXED. The
+    order keeps the types exclusive: a delay message with a priority is DELAY."""
     if props.get(mc.TRAN_MSG) == "true":
         return TopicMessageType.TRANSACTION
     if any(k in props for k in _DELAY_PROPERTIES):
@@ -166,7 +189,24 @@ def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
         return TopicMessageType.FIFO
     if mc.LITE_TOPIC in props:
         return TopicMessageType.LITE
+    if mc.PRIORITY in props:
+        return TopicMessageType.PRIORITY
     return TopicMessageType.NORMAL
+
+
+def priority_of(value: str | None) -> int:
+    """Message.getPriority: the priority property as an int, -1 when it is missing or not a Java int
+    (NumberUtils.toInt(value, -1)). Only a value >= 0 is a priority."""
+    if value is None or not _JAVA_INT.fullmatch(value):
+        return -1
+    n = int(value)
+    return n if -(1 << 31) <= n < (1 << 31) else -1
+
+
+def priority_queue(priority: int, write_queue_nums: int) -> int:
+    """SendMessageProcessor: a PRIORITY message is stored in queue min(priority, writeQueueNums - 1), so on
+    a topic of N queues priorities 0..N-1 are distinct levels and higher ones share the last queue."""
+    return max(0, min(priority, write_queue_nums - 1))
 
 
 def type_properties(text: str) -> dict[str, str]:

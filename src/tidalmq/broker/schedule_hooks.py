@@ -130,7 +130,8 @@ class TimerRewrite:
 
     Rules (RocketMQ 5's unless noted):
     - DELAY > 0 wins: the timer properties are dropped and the delay level applies.
-    - a deliver time at or before now: stored at once in the real topic, timer properties dropped.
+    - a deliver time at or before now: stored at once in the real topic; a TIMER_DELIVER_MS that set it stays,
+      the other timer properties are dropped.
     - more than ``max_delay_ms`` ahead, negative or non-numeric values: MESSAGE_ILLEGAL, nothing stored.
     - TIMER_OUT_MS is the exact deliver time (RocketMQ floors it to the precision, which can deliver up to
       one precision early; the timer store releases at ceil(deliver / precision) instead: never early).
@@ -286,6 +287,11 @@ class TimerRewrite:
             for k in TIMER_REQUEST_PROPERTIES:
                 props.pop(k, None)
             return
+        if mc.TIMER_OUT_MS in props:
+            # RocketMQ's HookUtils.checkIfTimerMessage: a message timed already (a delivered timer message the
+            # broker stores again: a pop retry, a dead letter) is no timer request. A client's TIMER_OUT_MS
+            # never gets here: the send path drops it (BROKER_WRITTEN_PROPERTIES).
+            return
         now = self.clock()
         asked = requested_deliver_ms(msg, now)
         assert asked is not None
@@ -293,9 +299,13 @@ class TimerRewrite:
         for k in TIMER_BROKER_PROPERTIES:
             props.pop(k, None)
         if deliver <= now:
+            # Due already: stored at once. RocketMQ leaves the message as it is; a TIMER_DELIVER_MS that
+            # decided the time stays (the 5.x endpoint shows it as the delivery timestamp), the relative
+            # requests go (they would delay a re-send of the message anew).
             for k in TIMER_REQUEST_PROPERTIES:
-                props.pop(k, None)
-            return  # due already: delivered at once, as an ordinary message
+                if k != mc.TIMER_DELIVER_MS or source != mc.TIMER_DELIVER_MS:
+                    props.pop(k, None)
+            return
         self._check_horizon(deliver, now, source)
         props[mc.TIMER_OUT_MS] = str(deliver)
         props[mc.REAL_TOPIC] = msg.topic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ class SubscriptionGroupConfig:
     notify_consumer_ids_changed_enable: bool = True
     # RocketMQ 5: a FIFO group (the gRPC endpoint tells its 5.x consumers so and pops in order).
     consume_message_orderly: bool = False
+    # RocketMQ 5 group attributes (priority.factor ...), real keys; an update request carries signed ones
+    # (+key=value, -key), applied by the admin processor (tidalmq.broker.message_type.GROUP_ATTRIBUTES).
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,6 +44,7 @@ class SubscriptionGroupConfig:
             "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
             "consumeMessageOrderly": self.consume_message_orderly,
+            "attributes": dict(self.attributes),
         }
 
     @classmethod
@@ -56,7 +60,16 @@ class SubscriptionGroupConfig:
             which_broker_when_consume_slowly=int(d.get("whichBrokerWhenConsumeSlowly", 1)),
             notify_consumer_ids_changed_enable=bool(d.get("notifyConsumerIdsChangedEnable", True)),
             consume_message_orderly=bool(d.get("consumeMessageOrderly", False)),
+            attributes=_attributes_of(d.get("attributes")),
         )
+
+
+def _attributes_of(raw: object) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ValueError(f"attributes must map strings to strings, got {raw!r}")
+    return dict(raw)
 
 
 class SubscriptionGroupManager:

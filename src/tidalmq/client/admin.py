@@ -90,6 +90,16 @@ def namesrv_from_env(addr: str | None) -> str:
     return value
 
 
+def _signed_attributes(text: str) -> dict[str, str]:
+    """RocketMQ's modification text as the signed-key map a group config carries (``+k=v`` → {"+k": "v"},
+    ``-k`` → {"-k": ""}); the broker checks it (AttributeParser's rules)."""
+    out: dict[str, str] = {}
+    for kv in text.split(","):
+        key, _, value = kv.partition("=")
+        out[key] = value
+    return out
+
+
 class Admin:
     """The operator's client: ``async with Admin("127.0.0.1:9876") as admin: await admin.topic_list()``.
     Errors raise ``AdminError`` with RocketMQ's response code and remark."""
@@ -348,16 +358,24 @@ class Admin:
     async def create_group(self, group: str, *, retry_max_times: int = 16, retry_queue_nums: int = 1,
                            consume_broadcast_enable: bool = True, consume_enable: bool = True,
                            consume_message_orderly: bool = False, consume_from_min_enable: bool = True,
-                           cluster: str | None = None, broker_addrs: list[str] | None = None) -> list[str]:
+                           cluster: str | None = None, broker_addrs: list[str] | None = None,
+                           attributes: str | Mapping[str, str] | None = None) -> list[str]:
         """Create or update a subscription group on every master broker (or on ``broker_addrs``).
-        ``consume_message_orderly``: a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly)."""
+        ``consume_message_orderly``: a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly).
+        ``attributes``: RocketMQ 5 group attributes (``priority.factor``), as RocketMQ's modification text
+        (``"+priority.factor=50"``, ``"-priority.factor"``) or a mapping to add or alter; none keeps the
+        group's current ones."""
         nm.check_group(group)
-        body = fastjson.dumpb({
+        config: dict[str, object] = {
             "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": consume_from_min_enable,
             "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
             "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True, "consumeMessageOrderly": consume_message_orderly,
-        })
+        }
+        if attributes:
+            config["attributes"] = (_signed_attributes(attributes) if isinstance(attributes, str)
+                                    else {f"+{k}": str(v) for k, v in attributes.items()})
+        body = fastjson.dumpb(config)
         masters = ({a: a for a in broker_addrs} if broker_addrs is not None else await self.master_addrs(cluster))
         for addr in masters.values():
             await self._call(addr, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)

@@ -37,6 +37,9 @@ class Message:
 
     ``message_group`` makes a FIFO message (RocketMQ 5): it travels as ``__SHARDINGKEY``, and the producer
     sends every message of one group to the same queue (docs/message-types.md).
+
+    ``priority`` (>= 0) makes a priority message (RocketMQ 5.4's Message.setPriority, ``_SYS_MSG_PRIORITY_``):
+    the broker stores it in the queue of its priority and pops a PRIORITY topic highest priority first.
     """
 
     __slots__ = ("topic", "body", "flag", "properties")
@@ -44,7 +47,8 @@ class Message:
     def __init__(self, topic: str, body: bytes | bytearray | memoryview | str = b"", *, tags: str | None = None,
                  keys: str | Iterable[str] | None = None, properties: dict[str, str] | None = None, flag: int = 0,
                  delay_level: int | None = None, deliver_time_ms: int | None = None, delay_ms: int | None = None,
-                 delay_sec: int | None = None, wait_store_msg_ok: bool = True, message_group: str | None = None) -> None:
+                 delay_sec: int | None = None, wait_store_msg_ok: bool = True, message_group: str | None = None,
+                 priority: int | None = None) -> None:
         self.topic = topic
         self.body: bytes = body.encode("utf-8") if isinstance(body, str) else bytes(body)
         self.flag = flag
@@ -68,6 +72,8 @@ class Message:
             self.properties[mc.WAIT_STORE_MSG_OK] = "false"
         if message_group is not None:
             self.message_group = message_group
+        if priority is not None:
+            self.priority = priority
 
     # properties with meaning ------------------------------------------------------------------
     @property
@@ -124,6 +130,18 @@ class Message:
         if error is not None:
             raise ValidationError(error)
         self.properties[mc.SHARDING_KEY] = group
+
+    @property
+    def priority(self) -> int:
+        """Message.getPriority: the priority, -1 when there is none."""
+        v = self.properties.get(mc.PRIORITY, "")
+        return int(v) if v.isascii() and v.isdigit() else -1
+
+    @priority.setter
+    def priority(self, priority: int) -> None:
+        if priority < 0:
+            raise ValidationError("The priority must be greater than or equal to 0")
+        self.properties[mc.PRIORITY] = str(int(priority))
 
     @property
     def uniq_key(self) -> str | None:

@@ -43,6 +43,9 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+# RocketMQ 5.4's message priority (MessageConst.PROPERTY_PRIORITY): an integer >= 0, on a PRIORITY topic the
+# queue the message is stored in (docs/message-types.md, "Priority messages").
+PRIORITY = "_SYS_MSG_PRIORITY_"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
@@ -57,17 +60,18 @@ SYSTEM_PROPERTIES = frozenset({
     "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", CLUSTER, "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
     TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES,
     TIMER_OUT_MS, TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
-    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES,
+    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, PRIORITY,
 })
 
 # What the broker does with properties only it writes when a client's send carries them
 # (docs/security.md, "Properties"). Refused (MESSAGE_ILLEGAL): never on a message a client receives,
 # so no real client has a copy to send. Dropped: they ride on delivered messages (REAL_TOPIC of a
-# delivered delayed message, TIMER_ENQUEUE_MS of a timer one ...) and clients copy them when they
-# re-send a message themselves, so refusing would break them; the broker writes its own where needed.
-BROKER_ONLY_PROPERTIES = (TIMER_OUT_MS, TIMER_ROLL_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
-BROKER_WRITTEN_PROPERTIES = (REAL_TOPIC, REAL_QID, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TRANSACTION_CHECK_TIMES,
-                             DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID)
+# delivered delayed message, TIMER_OUT_MS and TIMER_ENQUEUE_MS of a timer one ...) and clients copy them
+# when they re-send a message themselves, so refusing would break them; the broker writes its own where
+# needed.
+BROKER_ONLY_PROPERTIES = (TIMER_ROLL_TIMES, TRAN_PREPARED_QUEUE_OFFSET)
+BROKER_WRITTEN_PROPERTIES = (REAL_TOPIC, REAL_QID, TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS,
+                             TRANSACTION_CHECK_TIMES, DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID)
 
 
 def property_text_error(name: str, value: str) -> str | None:

@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-d", "--consumeBroadcastEnable", type=_bool, default=True, help="broadcast")
     p.add_argument("-q", "--retryQueueNums", type=int, default=1, help="retry queue nums")
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16, help="retry max times")
+    p.add_argument("--attributes", help="attribute(+a=b,+c=d,-e): priority.factor (docs/message-types.md)")
     p = command(sub, "deleteSubGroup", "Delete subscription group from broker.", delete_sub_group)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="delete subscription group from which broker")
@@ -67,7 +68,8 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> int:
     addrs = await _targets(admin, args.brokerAddr, args.clusterName)
     await admin.create_group(args.groupName, retry_max_times=args.retryMaxTimes, retry_queue_nums=args.retryQueueNums,
                              consume_broadcast_enable=args.consumeBroadcastEnable, consume_enable=args.consumeEnable,
-                             consume_from_min_enable=args.consumeFromMinEnable, broker_addrs=addrs)
+                             consume_from_min_enable=args.consumeFromMinEnable, broker_addrs=addrs,
+                             attributes=args.attributes)
     for addr in addrs:
         print(f"create subscription group to {addr} success.")
     return 0

@@ -19,3 +19,8 @@ class ProxyConfig:
     # aclPlainFile); in the standalone the broker's own aclEnable decides, and its ACL is shared.
     acl_enable: bool = False
     acl_plain_file: str = ""
+    # enableTopicMessageTypeCheck: the endpoint tells its producers to check each message's type against the
+    # types the route's queues accept (Settings.publishing.validate_message_type). RocketMQ's proxy defaults
+    # to true; TidalMQ to false, as its broker's key of the same name (which refuses a wrong type on send),
+    # whose value the standalone's endpoint takes.
+    enable_topic_message_type_check: bool = False

@@ -15,6 +15,7 @@ import zlib
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from tidalmq.broker.message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
@@ -85,23 +86,45 @@ def to_remoting(m: pb.Message, max_body_size: int) -> Message:
             nm.check_lite_topic(sp.lite_topic)
         except nm.NameError_ as e:
             raise ConvertError(Code.ILLEGAL_LITE_TOPIC, str(e)) from None
-        if sp.HasField("message_group") or sp.HasField("delivery_timestamp"):
+        if sp.HasField("message_group") or sp.HasField("delivery_timestamp") or sp.HasField("priority"):
             raise ConvertError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                               "a lite message has no message group nor delivery time")
+                               "a lite message has no message group, delivery time nor priority")
         props[mc.LITE_TOPIC] = sp.lite_topic
+    if sp.HasField("priority"):  # RocketMQ's proxy: Message.setPriority, which refuses a negative one
+        if sp.priority < 0:
+            raise ConvertError(Code.BAD_REQUEST, "The priority must be greater than or equal to 0")
+        props[mc.PRIORITY] = str(sp.priority)
     return Message(m.topic.name, body, properties=props)
 
 
+# TopicMessageType → the 5.x MessageType (GrpcConverter; UNSPECIFIED and MIXED never come from a message).
+_GRPC_TYPES = {
+    TopicMessageType.NORMAL: pb.MessageType.NORMAL,
+    TopicMessageType.FIFO: pb.MessageType.FIFO,
+    TopicMessageType.DELAY: pb.MessageType.DELAY,
+    TopicMessageType.TRANSACTION: pb.MessageType.TRANSACTION,
+    TopicMessageType.LITE: pb.MessageType.LITE,
+    TopicMessageType.PRIORITY: pb.MessageType.PRIORITY,
+}
+
+
 def message_type(props: dict[str, str]) -> int:
-    if props.get(mc.TRAN_MSG) == "true":
-        return pb.MessageType.TRANSACTION
-    if mc.SHARDING_KEY in props:
-        return pb.MessageType.FIFO
-    if mc.TIMER_DELIVER_MS in props or mc.DELAY in props:
+    """A stored message's type as RocketMQ's proxy shows it (TopicMessageType.parseFromMessageProperty). A
+    delivered timer message sent with a relative delay is DELAY too: RocketMQ keeps its TIMER_DELAY_SEC /
+    TIMER_DELAY_MS, TidalMQ only its TIMER_OUT_MS (schedule/restore.py)."""
+    kind = message_type_of(props)
+    if kind == TopicMessageType.NORMAL and mc.TIMER_OUT_MS in props:
         return pb.MessageType.DELAY
-    if mc.LITE_TOPIC in props:
-        return pb.MessageType.LITE
-    return pb.MessageType.NORMAL
+    return _GRPC_TYPES.get(kind, pb.MessageType.NORMAL)
+
+
+def accept_message_types(topic_type: TopicMessageType) -> list[int]:
+    """The message types a route's queues accept, from the topic's message.type (RouteActivity.
+    parseTopicMessageType): the topic's own type; MIXED the four of RocketMQ 5.0 (not PRIORITY nor LITE);
+    UNSPECIFIED (a type the endpoint could not learn) MESSAGE_TYPE_UNSPECIFIED, which no message has."""
+    if topic_type == TopicMessageType.MIXED:
+        return [pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
+    return [_GRPC_TYPES.get(topic_type, pb.MessageType.MESSAGE_TYPE_UNSPECIFIED)]
 
 
 def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
@@ -123,8 +146,10 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     sp.born_host = m.born_host[0]
     sp.store_timestamp.CopyFrom(_timestamp(m.store_timestamp))
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
-    deliver = props.get(mc.TIMER_DELIVER_MS)
-    if deliver and deliver.isdigit():
+    # A delivered timer message keeps the deliver time it was sent with (GrpcConverter reads TIMER_DELIVER_MS);
+    # one sent with a relative delay has TIMER_OUT_MS, its deliver time (RocketMQ would show now + delay).
+    deliver = props.get(mc.TIMER_DELIVER_MS) or props.get(mc.TIMER_OUT_MS)
+    if deliver and deliver.isascii() and deliver.isdigit():
         sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
     group = props.get(mc.SHARDING_KEY)
     if group:
@@ -132,6 +157,9 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     lite = props.get(mc.LITE_TOPIC)
     if lite:
         sp.lite_topic = lite
+    priority = priority_of(props.get(mc.PRIORITY))
+    if priority >= 0:
+        sp.priority = priority
     sp.queue_id = m.queue_id
     sp.queue_offset = m.queue_offset
     sp.delivery_attempt = m.reconsume_times + 1

@@ -21,7 +21,13 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
-from tidalmq.broker.message_type import TopicMessageType, topic_message_type
+from tidalmq.broker.message_type import (
+    TopicMessageType,
+    check_message_type,
+    message_type_of,
+    needs_type_check,
+    topic_message_type,
+)
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -49,13 +55,13 @@ Code = pb.Code
 # Half messages sent through the proxy carry this producer group (PGROUP): a 5.x producer has no group.
 PROXY_PRODUCER_GROUP = "PROXY_TRANSACTION_PRODUCER"
 DEFAULT_INVISIBLE_MS = 30_000
-ALL_TYPES = (pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION,
-             pb.MessageType.LITE)
 # RocketMQ's consumer retry backoff (its delay levels from the 3rd: 10s 30s 1m 2m ...), as the proxy sends it
 # to push consumers; 16 retries after the first attempt (retryMaxTimes).
 CONSUMER_BACKOFF_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 # How long a group's FIFO flag (consumeMessageOrderly) is trusted before it is read from a broker again.
 GROUP_CONFIG_TTL_S = 30.0
+# How long a topic's message.type is trusted (RocketMQ proxy's topicConfigCacheRefreshSeconds).
+TOPIC_CONFIG_TTL_S = 20.0
 # Kept back from a receive's deadline for the answer to reach the client in time.
 RECEIVE_MARGIN_S = 1.0
 CLIENT_ID = "x-mq-client-id"
@@ -148,7 +154,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._relayed = 0
         self._heartbeat_to: frozenset[str] = frozenset()  # brokers the producer is registered with
         self._fifo_groups: dict[str, tuple[bool, float]] = {}  # group -> (consumeMessageOrderly, read at)
-        self._lite_topics: dict[str, tuple[bool, float]] = {}  # topic -> (message.type is LITE, read at)
+        self._topic_types: dict[str, tuple[TopicMessageType, float]] = {}  # topic -> (message.type, read at)
         self.producer = TransactionProducer(PROXY_PRODUCER_GROUP, _RelayCheck(self), namesrv_addr, tls=tls,
                                             max_message_size=config.max_message_size, credentials=credentials)
         self._consumers: dict[str, PopConsumer] = {}
@@ -205,6 +211,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return sv.QueryRouteResponse(status=_error_status(e))
         if route is None or not route.queue_datas:
             return sv.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic[{topic}] not exist"))
+        accepted = convert.accept_message_types(await self.topic_type(topic, route.queue_datas))
         out = sv.QueryRouteResponse(status=status())
         for qd in route.queue_datas:
             perm, reads, writes = int(qd.get("perm", 6)), int(qd["readQueueNums"]), int(qd["writeQueueNums"])
@@ -213,11 +220,38 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 readable, writable = i < reads and bool(perm & 4), i < writes and bool(perm & 2)
                 permission = (pb.Permission.READ_WRITE if readable and writable else pb.Permission.READ if readable
                               else pb.Permission.WRITE if writable else pb.Permission.NONE)
-                # Every type is announced as accepted: with enableTopicMessageTypeCheck the broker refuses a
-                # type the topic's message.type does not take at send time (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
                 out.message_queues.add(topic=request.topic, id=i, permission=permission, broker=broker,
-                                       accept_message_types=ALL_TYPES)
+                                       accept_message_types=accepted)
         return out
+
+    async def topic_type(self, topic: str, queue_datas: list[dict[str, Any]]) -> TopicMessageType:
+        """The topic's message.type, as RocketMQ's proxy reads it (ClusterMetadataService: GET_TOPIC_CONFIG
+        from one broker of the route; cached TOPIC_CONFIG_TTL_S). UNSPECIFIED when no broker answers with
+        the topic's config (RocketMQ's answer too; not cached)."""
+        cached = self._cached_topic_type(topic)
+        if cached is not None:
+            return cached
+        instance = self.producer.instance
+        for qd in queue_datas:
+            addr = instance.master_addr(qd["brokerName"])
+            if addr is None:
+                continue
+            try:
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
+            except Exception as e:
+                log.warning("the config of topic %s could not be read from %s: %s", topic, qd["brokerName"], e)
+                continue
+            kind = topic_message_type(config.get("attributes"))
+            if len(self._topic_types) >= TOPIC_TYPES_MAX:  # a client naming ever new topics gains nothing
+                self._topic_types.clear()
+            self._topic_types[topic] = (kind, time.monotonic())
+            return kind
+        return TopicMessageType.UNSPECIFIED
+
+    def _cached_topic_type(self, topic: str) -> TopicMessageType | None:
+        cached = self._topic_types.get(topic)
+        return cached[0] if cached is not None and time.monotonic() - cached[1] < TOPIC_CONFIG_TTL_S else None
 
     async def Heartbeat(self, request: sv.HeartbeatRequest, context: grpc.aio.ServicerContext) -> sv.HeartbeatResponse:
         refused = self.refusal(context, auth.consume_needs("", request.group.name))
@@ -258,31 +292,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return fifo
 
     async def is_lite_topic(self, topic: str) -> bool:
-        """Whether ``topic``'s ``message.type`` is LITE on a broker that serves it (GET_TOPIC_CONFIG;
-        cached GROUP_CONFIG_TTL_S). Unknown or unreadable: False."""
-        cached = self._lite_topics.get(topic)
-        now = time.monotonic()
-        if cached is not None and now - cached[1] < GROUP_CONFIG_TTL_S:
-            return cached[0]
-        instance = self.producer.instance
-        lite = False
-        route = await instance.update_route(topic)
-        for qd in (route.queue_datas if route is not None else []):
-            addr = instance.master_addr(qd["brokerName"])
-            if addr is None:
-                continue
-            try:
-                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
-                config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
-            except Exception as e:
-                log.warning("the config of topic %s on %s could not be read: %s", topic, qd["brokerName"], e)
-                continue
-            lite = topic_message_type(config.get("attributes")) == TopicMessageType.LITE
-            break
-        if len(self._lite_topics) >= TOPIC_TYPES_MAX:
-            self._lite_topics.clear()
-        self._lite_topics[topic] = (lite, now)
-        return lite
+        """Whether ``topic``'s ``message.type`` is LITE (``topic_type``, from the topic's route; unknown or
+        unreadable: False)."""
+        kind = self._cached_topic_type(topic)
+        if kind is None:
+            route = await self.producer.instance.update_route(topic)
+            kind = await self.topic_type(topic, route.queue_datas if route is not None else [])
+        return kind == TopicMessageType.LITE
 
     def settings(self, client: pb.Settings, fifo: bool = False) -> pb.Settings:
         """The server's answer to a client's Settings (RocketMQ's proxy: its own limits and policies)."""
@@ -295,7 +311,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             exp.max.FromMilliseconds(1000)
             exp.multiplier = 2.0
             out.publishing.max_body_size = self.config.max_message_size
-            out.publishing.validate_message_type = True
+            out.publishing.validate_message_type = self.config.enable_topic_message_type_check
         else:
             out.backoff_policy.max_attempts = len(CONSUMER_BACKOFF_S) + 1
             out.backoff_policy.customized_backoff.next.extend(Duration(seconds=s) for s in CONSUMER_BACKOFF_S)
@@ -411,6 +427,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 msg.properties[mc.TRAN_MSG] = "true"
                 msg.properties[mc.PGROUP] = PROXY_PRODUCER_GROUP
                 await self._register_producer()
+            if self.config.enable_topic_message_type_check:
+                await self._check_type(msg)
             group = msg.properties.get(mc.SHARDING_KEY)
             if group is not None:  # FIFO: one message group, one queue (RocketMQ's proxy hashes the group)
                 res = await self.producer.send(msg, selector=select_by_hash, arg=group)
@@ -425,6 +443,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return sv.SendResultEntry(status=status(), message_id=res.msg_id, offset=res.queue_offset,
                                   transaction_id=transaction_id(res) if transactional else "",
                                   recall_handle=res.recall_handle or "")
+
+    async def _check_type(self, msg: Message) -> None:
+        """RocketMQ's proxy with enableTopicMessageTypeCheck (ProducerProcessor): the message's type against
+        its topic's message.type, before the send (retry and dead-letter topics unchecked). A topic the
+        NameServer does not route is left to the send (TOPIC_NOT_FOUND)."""
+        if not needs_type_check(msg.topic, msg.properties):
+            return
+        topic_type = self._cached_topic_type(msg.topic)
+        if topic_type is None:
+            route = await self.producer.instance.update_route(msg.topic)
+            if route is None or not route.queue_datas:
+                return
+            topic_type = await self.topic_type(msg.topic, route.queue_datas)
+        remark = check_message_type(msg.topic, topic_type, message_type_of(msg.properties))
+        if remark is not None:
+            raise convert.ConvertError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, remark)
 
     async def RecallMessage(self, request: sv.RecallMessageRequest, context: grpc.aio.ServicerContext
                             ) -> sv.RecallMessageResponse:
@@ -484,9 +518,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         for qd in route.queue_datas:
             if int(qd.get("perm", 6)) & 4 and int(qd["readQueueNums"]) > 0:
                 broker = pb.Broker(name=qd["brokerName"], id=0, endpoints=request.endpoints)
-                out.assignments.add(message_queue=pb.MessageQueue(
-                    topic=request.topic, id=-1, permission=pb.Permission.READ_WRITE, broker=broker,
-                    accept_message_types=ALL_TYPES))
+                out.assignments.add(message_queue=pb.MessageQueue(  # no accept types: RocketMQ's has none
+                    topic=request.topic, id=-1, permission=pb.Permission.READ_WRITE, broker=broker))
         return out
 
     async def ReceiveMessage(self, request: sv.ReceiveMessageRequest, context: grpc.aio.ServicerContext

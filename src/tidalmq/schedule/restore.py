@@ -18,7 +18,8 @@ from tidalmq.common.record import (
     patch_for_append,
 )
 
-# Properties that only describe the parking, dropped when the message is delivered.
+# Properties that only describe the parking, dropped when a delay-level message is delivered
+# (ScheduleMessageService.messageTimeUp drops DELAY, TIMER_DELIVER_MS and TIMER_DELAY_SEC).
 PARKING_PROPERTIES = (
     mc.DELAY,
     mc.TIMER_DELIVER_MS,
@@ -27,10 +28,17 @@ PARKING_PROPERTIES = (
     mc.TIMER_OUT_MS,
     mc.TIMER_ROLL_TIMES,
 )
+# What a delivered timer message loses. RocketMQ's TimerMessageStore.convertMessage keeps every property but
+# REAL_TOPIC / REAL_QID: TIMER_DELIVER_MS and TIMER_OUT_MS (the deliver time) stay here too, and the 5.x
+# endpoint shows them as the message's delivery_timestamp. The relative requests (TIMER_DELAY_SEC / _MS) go:
+# RocketMQ lets the TIMER_OUT_MS beside them stop a client's re-send of the message from being delayed
+# again, but TidalMQ drops a client's TIMER_OUT_MS, so they would delay it anew. TidalMQ's timer never rolls.
+TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_ROLL_TIMES)
 
 
 def restore_record(view: RecordView, extra_properties: dict[str, str] | None = None,
-                   properties: dict[str, str] | None = None) -> tuple[str, int, bytearray]:
+                   properties: dict[str, str] | None = None,
+                   dropped: tuple[str, ...] = PARKING_PROPERTIES) -> tuple[str, int, bytearray]:
     """(real topic, real queue id, record to append) for a message parked in a schedule topic.
 
     Keeps body, flag, keys, tags, UNIQ_KEY, user properties, born host/time and reconsume times;
@@ -38,8 +46,9 @@ def restore_record(view: RecordView, extra_properties: dict[str, str] | None = N
     The record is the parked one's bytes up to the end of the body (hosts, times, flags and body CRC
     as stored: nothing decoded), then the real topic and the new properties; QUEUEOFFSET,
     PHYSICALOFFSET and STORETIMESTAMP are left 0 for the append to fill in. ``properties``: the
-    parked record's, when the caller has read them already. Raises ValueError (RecordError for a
-    topic or properties too long for a record)."""
+    parked record's, when the caller has read them already. ``dropped``: the properties the delivered
+    copy loses (a delay level's by default; TIMER_PARKING_PROPERTIES for the timer). Raises ValueError
+    (RecordError for a topic or properties too long for a record)."""
     props = dict(view.properties if properties is None else properties)
     topic = props.get(mc.REAL_TOPIC)
     if not topic:
@@ -48,7 +57,7 @@ def restore_record(view: RecordView, extra_properties: dict[str, str] | None = N
         queue_id = int(props.get(mc.REAL_QID, "0"))
     except ValueError:
         queue_id = 0
-    for key in PARKING_PROPERTIES:
+    for key in dropped:
         props.pop(key, None)
     if extra_properties:
         props.update(extra_properties)

@@ -53,7 +53,7 @@ from tidalmq.common.record import (
 from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule import timer_takeover
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
-from tidalmq.schedule.restore import copy_in_real_topic, restore_record
+from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
 from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
@@ -606,7 +606,8 @@ class TimerMessageService:
                     self.counters["redelivered"] += 1
             try:
                 topic, qid, record = restore_record(view, {
-                    mc.TIMER_ENQUEUE_MS: str(view.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)}, parked)
+                    mc.TIMER_ENQUEUE_MS: str(view.store_timestamp), mc.TIMER_DEQUEUE_MS: str(now)}, parked,
+                    TIMER_PARKING_PROPERTIES)
             except ValueError as err:
                 self.counters["unreadable"] += 1
                 log.error("%s; skipped", err)

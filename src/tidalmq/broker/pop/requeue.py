@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 FIRST_POP_TIME = "1ST_POP_TIME"  # MessageConst.PROPERTY_FIRST_POP_TIME
 DLQ_QUEUE_NUMS = 1
 DEFAULT_MAX_TIMES = 16
-# Properties of a delivered message that must not act again when it is re-put (it would be delayed anew).
-_DROPPED = (mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_OUT_MS,
-            mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES, mc.REAL_TOPIC, mc.REAL_QID,
+# Properties of a delivered message that must not act again when it is re-put (a delay level would delay it
+# anew). A delivered timer message keeps its deliver time (TIMER_DELIVER_MS ...) and TIMER_OUT_MS, as
+# RocketMQ's revive copies them: with TIMER_OUT_MS the timer leaves it alone, and a 5.x client still sees
+# the retry's delivery_timestamp.
+_DROPPED = (mc.DELAY, mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES, mc.REAL_TOPIC, mc.REAL_QID,
             mc.WAIT_STORE_MSG_OK)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.message_type import TopicMessageType
+from tidalmq.broker.message_type import TopicMessageType, priority_factor
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
@@ -107,6 +107,7 @@ class PopService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rounds = itertools.count()
         self._queue_start = itertools.count()
+        self._priority_pops: dict[tuple[str, str], int] = {}  # (group, topic) -> pops, for priority.factor
         self._background: set[asyncio.Task[None]] = set()
 
     # lifecycle --------------------------------------------------------------------------------
@@ -212,8 +213,12 @@ class PopService:
         if tc is None:  # deleted while polling
             return result
         n = tc.read_queue_nums
+        # RocketMQ 5.4's priority mode: a PRIORITY topic's queues are its priorities, read highest first.
+        by_priority = tc.message_type == TopicMessageType.PRIORITY and not req.order and self._priority_mode(req)
         if req.queue_id >= 0:
             qids = [req.queue_id]
+        elif by_priority:
+            qids = list(range(n - 1, -1, -1) if b.config.priority_order_asc else range(n))
         else:
             start = next(self._queue_start) % max(n, 1)
             qids = [(start + i) % n for i in range(n)]
@@ -224,7 +229,7 @@ class PopService:
         if rtc is not None and not req.order:
             rsub = SubscriptionData.build(retry, "*")
             rsource = (retry, list(range(rtc.read_queue_nums)), rsub)
-            if next(self._rounds) % RETRY_FIRST_EVERY == 0:
+            if self._retry_first(by_priority):
                 sources.insert(0, rsource)
             else:
                 sources.append(rsource)
@@ -247,6 +252,28 @@ class PopService:
                     self._give_back(ck)
                 raise
         return result
+
+    def _priority_mode(self, req: PopRequest) -> bool:
+        """Whether this pop of a PRIORITY topic uses the priority order: the first priority.factor of every
+        100 pops of the group on the topic (PopConsumerService counts them the same way; the default 100:
+        every pop). The others rotate over the queues, so low priorities are read under a steady high load."""
+        sg = self.broker.groups.table.get(req.group)
+        factor = priority_factor(sg.attributes if sg is not None else None)
+        if factor >= 100:
+            return True
+        key = (req.group, req.topic)
+        n = self._priority_pops.get(key, 0)
+        self._priority_pops[key] = n + 1
+        return n % 100 < factor
+
+    def _retry_first(self, by_priority: bool) -> bool:
+        """Whether this pop reads the retry topic before the topic: one pop in RETRY_FIRST_EVERY; in priority
+        mode popFromRetryProbabilityForPriority percent of them (0, the default: retries come last, as
+        the lowest priority; over 50: always first), counted as RocketMQ's PopConsumerService counts."""
+        if not by_priority:
+            return next(self._rounds) % RETRY_FIRST_EVERY == 0
+        p = max(0, min(100, self.broker.config.pop_from_retry_probability_for_priority))
+        return p > 0 and next(self._rounds) % (100 // p) == 0
 
     def _rest(self, group: str, topic: str, queue_id: int) -> int:
         store = self.broker.store

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
 from tidalmq.broker.message_type import (
+    GROUP_ATTRIBUTES,
     MESSAGE_TYPE,
     TopicAttributeError,
     TopicMessageType,
@@ -92,6 +93,14 @@ class AdminProcessor:
             nm.check_group(cfg.group_name)
         except (ValueError, KeyError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal subscription group: {e}")
+        # The request's attributes are a modification (+key=value, -key) of the group's current ones, as
+        # SubscriptionGroupManager.updateSubscriptionGroupConfig applies them; none keeps the current ones.
+        current = self.broker.groups.table.get(cfg.group_name)
+        try:
+            cfg.attributes = alter_attributes(current is None, current.attributes if current else {},
+                                              cfg.attributes, GROUP_ATTRIBUTES)
+        except TopicAttributeError as e:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         self.broker.groups.update(cfg)
         return req.make_response(ResponseCode.SUCCESS)
 

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
-from tidalmq.broker.message_type import check_lite, check_messages
+from tidalmq.broker.message_type import (
+    TopicMessageType,
+    check_lite,
+    check_messages,
+    message_type_of,
+    priority_of,
+    priority_queue,
+)
 from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
 from tidalmq.broker.processors.recall import attach_recall_handle
 from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
@@ -100,6 +107,20 @@ def screen_client_properties(msg: InnerMessage) -> None:
                             f"the property {name} is written by the broker only; a client may not set it")
     for name in mc.BROKER_WRITTEN_PROPERTIES:
         props.pop(name, None)
+
+
+def route_priority(msg: InnerMessage, write_queue_nums: int) -> None:
+    """RocketMQ 5.4's SendMessageProcessor: a message whose properties make it a PRIORITY message (a
+    priority >= 0 and nothing that makes it transactional, delayed or FIFO) is stored in the queue of its
+    priority, min(priority, writeQueueNums - 1), whatever queue the client chose and whatever the topic's
+    type; any other message loses the priority property. A value that is not an int is left as it is."""
+    if priority_of(msg.get_property(mc.PRIORITY)) < 0:
+        return
+    props = msg.properties
+    if message_type_of(props) == TopicMessageType.PRIORITY:
+        msg.queue_id = priority_queue(priority_of(props[mc.PRIORITY]), write_queue_nums)
+    else:
+        del props[mc.PRIORITY]
 
 
 def _no_reply(_: RemotingCommand) -> None:
@@ -255,6 +276,8 @@ class SendMessageProcessor:
         if why := check_lite(topic, tc.message_type, (msg.properties_text,)):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
         screen_client_properties(msg)
+        if msg.has_property(mc.PRIORITY):
+            route_priority(msg, tc.write_queue_nums)
         self._store(req, msg, attach_recall_handle(b, req, msg, reply), conn.received_at)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
