@@ -21,7 +21,7 @@ from tidalmq.client import ConsumeFromWhere, Message, MessageExt, Producer, Push
 require_official_client()
 
 from tests.compat.bodies import digest, gen_body  # noqa: E402
-from tests.compat.harness import ClientAgent  # noqa: E402
+from tests.compat.harness import ClientAgent, send_acknowledged  # noqa: E402
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(90)]
 PROPS = ["color", "size", "UNIQ_KEY"]
@@ -98,7 +98,7 @@ def test_official_producer_to_our_consumer(shared_standalone: Standalone, agent:
         c = PushConsumer(uniq("OurCG"), ns, listener=on, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
         c.subscribe(topic)
         await c.start()
-        results = await asyncio.to_thread(agent.call, "send", mode="sync", messages=[spec(b, a) for b, a in sent])
+        results = await asyncio.to_thread(send_acknowledged, agent, [spec(b, a) for b, a in sent])
         assert all(r["status"] == "OK" for r in results), results
         await wait_until(lambda: len(got) >= len(sent), 30, "our consumer got everything")
         await c.shutdown()
