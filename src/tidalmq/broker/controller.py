@@ -576,13 +576,6 @@ class BrokerController:
     def stats_get(self, group: str, topic: str, count: int, size: int) -> None:
         self.stats.on_get(group, topic, count, size)
 
-    def _earliest_message_time(self) -> int:
-        """RocketMQ's getEarliestMessageTime: the store time of the CommitLog's first message, -1 if none."""
-        try:
-            return self.store.commit_log.store_timestamp_at(self.store.min_phy_offset)
-        except (ValueError, OSError):  # its file went with a cleanup meanwhile
-            return -1
-
     def runtime_info(self) -> dict[str, str]:
         info = {
             "brokerVersionDesc": "TidalMQ",
@@ -595,13 +588,13 @@ class BrokerController:
             "msgGetTotalTodayNow": str(self.stats.get_total),
             "putTps": self.stats.put_tps(),
             "getTransferedTps": self.stats.get_transfered_tps(),
-            "earliestMessageTimeStamp": str(self._earliest_message_time()),
+            "earliestMessageTimeStamp": str(self.store.earliest_message_time()),
             # sends wait for the group commit, RocketMQ's send thread pool queue; pulls run as they come
             "sendThreadPoolQueueSize": str(len(self.send_processor.pending_sends())),
             "sendThreadPoolQueueHeadWaitTimeMills": str(self.send_processor.head_wait_ms()),
             "pullThreadPoolQueueSize": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": str(self.store.commit_log.lock_held_ms()),
+            "pageCacheLockTimeMills": str(self.store.page_cache_lock_time_ms()),
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),

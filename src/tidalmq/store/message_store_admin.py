@@ -52,6 +52,18 @@ class MessageStoreAdmin:
         """CommitLog bytes written but not flushed yet (rocketmq_storage_flush_behind_bytes)."""
         return max(0, self.commit_log.max_offset - self.commit_log.flushed_where)
 
+    def earliest_message_time(self) -> int:
+        """RocketMQ's getEarliestMessageTime: the store time of the CommitLog's first message, -1 if none."""
+        try:
+            return self.commit_log.store_timestamp_at(self.min_phy_offset)
+        except (ValueError, OSError):  # its file went with a cleanup meanwhile
+            return -1
+
+    def page_cache_lock_time_ms(self) -> float:
+        """How long the CommitLog's put lock has been held by the writer holding it now, 0 when free
+        (RocketMQ's pageCacheLockTimeMills)."""
+        return self.commit_log.lock_held_ms()
+
     def dispatch_behind_bytes(self) -> int:
         """CommitLog bytes not dispatched to the queues yet (rocketmq_storage_dispatch_behind_bytes)."""
         return self.reput.behind()
