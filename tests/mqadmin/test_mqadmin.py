@@ -157,7 +157,7 @@ def test_get_broker_config_and_kv_config(mqadmin: Run, shared_standalone: Standa
     conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:-1])}
     listed = ok(mqadmin("clusterList")).splitlines()  # RocketMQ's widths: 16 for the cluster, 22 for the broker
     assert listed[0].startswith("#Cluster Name     #Broker Name") and len(listed) == 2
-    assert listed[1].startswith(f"{'DefaultCluster':<16}  ") and listed[1].split()[2:4] == ["0", s.broker_addr]
+    assert listed[1].startswith(f"{'DefaultCluster':<16}  ") and listed[1].split()[2:5] == ["0", s.broker_addr, "V4_9_3"]
     by_cluster = ok(mqadmin("getBrokerConfig", "-c", "DefaultCluster")).splitlines()
     assert by_cluster[0] == f"============Master: {s.broker_addr}============"
     assert conf["brokerClusterName"] == "DefaultCluster"

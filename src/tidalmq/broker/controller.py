@@ -49,6 +49,7 @@ from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
 from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import is_disk_full
+from tidalmq.common.mqversion import version_desc
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import body_crc
 from tidalmq.controller.manager import ReplicasManager
@@ -58,7 +59,7 @@ from tidalmq.ha.service import HAService
 from tidalmq.ha.slave_synchronize import SlaveSynchronize
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import CURRENT_VERSION, RemotingCommand
 from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.request_check import register_checked
 from tidalmq.remoting.tls import TlsConfig, client_context_from, server_context
@@ -578,7 +579,9 @@ class BrokerController:
 
     def runtime_info(self) -> dict[str, str]:
         info = {
-            "brokerVersionDesc": "TidalMQ",
+            # RocketMQ's: MQVersion's name and number of the version the broker writes in its headers
+            "brokerVersionDesc": version_desc(CURRENT_VERSION),
+            "brokerVersion": str(CURRENT_VERSION),
             "bootTimestamp": str(self._started_ms),
             "msgPutTotalYesterdayMorning": str(self.stats.put_yesterday_morning),
             "msgPutTotalTodayMorning": str(self.stats.put_today_morning),

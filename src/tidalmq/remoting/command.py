@@ -38,7 +38,7 @@ _RMQ_FIXED = struct.Struct(">hbhii")
 _RMQ_HEAD = struct.Struct(">hbhiii")  # the fixed part and the remark length, in one go
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">H")
-_CURRENT_VERSION = 399  # a 4.9-era version number, what older clients expect to see
+CURRENT_VERSION = 399  # MQVersion V4_9_3: the version this side writes in every header, what 4.x clients expect
 
 # Encoded extFields key prefixes (2-byte length + utf-8 key), by key: the keys a broker and its
 # clients send are a small fixed set. Bounded in count and key length; cleared when full.
@@ -71,7 +71,7 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes | memoryview | list[memoryview] | None = None
     language: int = LanguageCode.PYTHON
-    version: int = _CURRENT_VERSION
+    version: int = CURRENT_VERSION
     serialize_type: SerializeType = SerializeType.JSON
     # extFields already in the ROCKETMQ encoding (``encode_ext_fields``), sent before those of
     # ``ext_fields``: a client's header template (the constant fields of a send) is encoded once.
