@@ -4,7 +4,6 @@ exactly those, acks them, and sees its subscription changes (docs/grpc.md, "Lite
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import os
 import threading
@@ -19,33 +18,17 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 import grpc
 from tests.client.helpers import uniq
 from tests.compat.harness import create_topic
-from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main
+from tests.grpc.conftest import Clients, adopt_client_loop, run_off_main, typed_topic
 from tests.grpc.test_messaging import message
-from tests.support import Standalone
-from tidalmq.client import Admin
+from tests.support import Standalone, wait_for
+from tidalmq.client import Admin, MessageExt
 from tidalmq.client.admin import AdminError
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def lite_parent(broker: Standalone, queues: int = 2) -> str:
-    topic = uniq("g5lite")
-
-    async def go() -> None:
-        async with Admin(broker.namesrv_addr) as admin:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    await admin.create_topic(topic, queues, attributes={"message.type": "LITE"})
-                    if (await admin.route(topic)).get("queueDatas"):
-                        return
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                await asyncio.sleep(0.2)
-
-    run_off_main(go())
-    return topic
+    return typed_topic(broker, "LITE", queues)
 
 
 @pytest.fixture
@@ -61,6 +44,19 @@ class LiteClients(Clients):
         c.startup()
         wait_for_settings(c)
         return c
+
+
+def dead_letters(broker: Standalone, group: str, key: str, timeout: float) -> list[MessageExt]:
+    """The messages of ``group``'s dead-letter topic with ``key``, once there are some."""
+
+    async def dlq() -> list[MessageExt]:
+        async with Admin(broker.namesrv_addr) as admin:
+            try:
+                return await admin.query_messages_by_key(f"%DLQ%{group}", key)
+            except AdminError:  # the DLQ topic's route is not on the NameServer yet
+                return []
+
+    return wait_for(lambda: run_off_main(dlq()), timeout, what=f"a dead letter of {group} with key {key}")
 
 
 def wait_for_settings(consumer, timeout: float = 10.0) -> None:  # noqa: ANN001
@@ -263,17 +259,7 @@ def test_unacked_past_retry_max_times_goes_to_the_dead_letter_queue(lite_clients
     second = receive_until(c, 1, deadline_s=30, invisible_s=1)
     assert [(x.message_id, x.delivery_attempt) for x in second] == [(mid, 2)]
 
-    async def dlq() -> list:
-        async with Admin(broker.namesrv_addr) as admin:
-            try:
-                return await admin.query_messages_by_key(f"%DLQ%{group}", key)
-            except AdminError:  # the DLQ topic's route is not on the NameServer yet
-                return []
-
-    deadline = time.monotonic() + 30
-    found: list = []
-    while not found and time.monotonic() < deadline:
-        found = run_off_main(dlq())
+    found = dead_letters(broker, group, key, 30)
     assert [x.body for x in found] == [b"poison"]
     assert found[0].properties["__LITE_TOPIC"] == "dead-end"
     assert c.receive(32, 2) == []
@@ -317,17 +303,7 @@ def test_raw_sync_lite_subscription_statuses_and_forward_to_dlq(lite_clients: Li
             lite_topic="fwd-topic"), timeout=10)
         assert resp.status.code == Code.OK, resp.status.message
 
-    async def dlq() -> list:
-        async with Admin(broker.namesrv_addr) as admin:
-            try:
-                return await admin.query_messages_by_key(f"%DLQ%{group}", key)
-            except AdminError:
-                return []
-
-    deadline = time.monotonic() + 15
-    found: list = []
-    while not found and time.monotonic() < deadline:
-        found = run_off_main(dlq())
+    found = dead_letters(broker, group, key, 15)
     assert [x.body for x in found] == [b"forward me"]
     # acked in its LMQ: not back after its 1 s invisible time (an unacked one is, test above)
     assert receive_until(c, 1, deadline_s=6) == []
