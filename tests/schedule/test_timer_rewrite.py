@@ -183,3 +183,28 @@ def test_batch_reads_values_as_the_single_path_does() -> None:
         rewrite()(single)
         assert (stored.topic, stored.queue_id) == (single.topic, single.queue_id) == (TIMER_TOPIC, 0)
         assert stored.properties == decode_properties(single.properties_text)
+
+
+@pytest.mark.parametrize("texts", [
+    # each TIMER_DELIVER_MS as its deliver time is written (the batch's one pass and its values as they are)
+    ["TIMER_DELIVER_MS\x011700000004000\x02UNIQ_KEY\x01A\x02", "UNIQ_KEY\x01B\x02TIMER_DELIVER_MS\x011700000009000\x02"],
+    # a leading zero: the deliver time is the number, TIMER_OUT_MS written without it
+    ["TIMER_DELIVER_MS\x0101700000004000\x02", "TIMER_DELIVER_MS\x011700000009000\x02"],
+    # properties that hold the batch pass's own mark (an empty name, an empty value): taken one by one
+    ["UNIQ_KEY\x01A\x02\x01\x01\x02TIMER_DELIVER_MS\x011700000004000\x02", "TIMER_DELIVER_MS\x011700000009000"],
+    ["TIMER_DELIVER_MS\x011700000004000\x02\x01\x01", "KEYS\x01k\x02TIMER_DELAY_MS\x019\x02"],
+])
+def test_batch_parks_what_the_single_path_parks(texts: list[str]) -> None:
+    body = b"".join(struct.pack(">iiiii", 20 + 1 + 2 + len(t), 0, 0, 0, 1) + b"m" + struct.pack(">h", len(t)) + t.encode()
+                    for t in texts)
+    records = encode(body)
+    rewrite().park_batch(records, "T", 3)
+    for text, raw, found in zip(texts, records.records(), records.dispatch_properties, strict=True):
+        single = message(text)
+        rewrite()(single)
+        stored = decode_record(raw)
+        assert (stored.topic, stored.queue_id) == (TIMER_TOPIC, 0)
+        assert stored.properties == decode_properties(single.properties_text)
+        at, n = properties_span(raw)
+        assert found == DISPATCH_PROPERTIES.findall(raw[at - 1 : at + n])
+    assert records.nbytes == sum(len(r) for r in records.records())

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import re
+import struct
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
-
-import numpy as np
+from itertools import repeat
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
@@ -111,6 +111,21 @@ _SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
 _SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
 _TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
 _DELIVER_B = mc.TIMER_DELIVER_MS.encode()
+_PROPERTIES_LENGTH = struct.Struct(">H")  # a stored record's properties length (park_batch)
+# park_batch joins a batch's properties with a mark no valid properties hold (an empty name with an empty
+# value) that ends with the separator the first property name needs, and finds the marks with the schedule
+# properties in one pass; a mark found has no groups.
+_MESSAGE_MARK = b"\x02\x01\x01\x02"
+_BATCH_SCHEDULE_NAMES_B = re.compile(b"\x02\x01\x01|" + _SCHEDULE_NAMES_B.pattern)
+_MARK_FOUND = (b"", b"")
+_ENDED_MARK = b"\x02" + _MESSAGE_MARK  # a message's properties that end with a separator, then the next's
+
+
+def _canonical_deliver_times(asked: list[tuple[bytes, bytes]], values: list[bytes]) -> bool:
+    """Whether every message asks for TIMER_DELIVER_MS with 1 to 18 digits and no leading zero: the value
+    is then its deliver time exactly as TIMER_OUT_MS writes it."""
+    return ({name for name, _ in asked} == {_DELIVER_B} and all(map(bytes.isdigit, values))
+            and max(map(len, values)) < 19 and not any(v[0] == 48 and len(v) > 1 for v in values))
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -209,59 +224,76 @@ class TimerRewrite:
         ask for exactly one deliver time (the batch path refuses DELAY and cancels before this); one due
         already is parked too, and the timer service delivers it at once. Raises SendError, nothing stored.
 
-        One regex pass over the batch's joined properties finds every schedule property, numpy checks that
-        each message holds exactly one (a timer request), and the parked properties are the client's bytes
-        with a constant suffix and the deliver time appended: no per-message decode, search or re-encode.
-        A batch that fails a check is walked message by message (``_refuse_batch``) to name the culprit."""
+        One regex pass over the batch's joined properties finds every schedule property and where each
+        message begins, which shows that each message holds exactly one (a timer request), and the parked
+        properties are the client's bytes with a constant suffix and the deliver time appended: no
+        per-message decode, search or re-encode.
+        A batch that fails a check is walked message by message (``_asked_one_by_one``) to name the culprit."""
         if not self.enabled:
             raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         now = self.clock()
         props = records.item_properties()
-        joined = b"\x02" + b"\x02".join(props)  # \x02 ends a property: no match spans two messages
+        n = len(props)
+        joined = _MESSAGE_MARK + _MESSAGE_MARK.join(props)
         try:
             joined.decode("utf-8")  # one check for all (an ASCII separator cannot complete a sequence)
+            # The marks and the schedule properties, in order: exactly one schedule property per message,
+            # each a timer request, when they alternate (mark, property, mark, property ...).
+            found = _BATCH_SCHEDULE_NAMES_B.findall(joined)
+            asked = found[1::2]
+            one_each = (len(found) == 2 * n and found[0::2].count(_MARK_FOUND) == n
+                        and {name for name, _ in asked} <= _TIMER_REQUEST_B)
         except UnicodeDecodeError:
-            self._refuse_batch(props, topic, queue_id, now)
-        matches = list(_SCHEDULE_NAMES_B.finditer(joined))
-        found = [m.groups() for m in matches]
-        lens = np.fromiter((len(pm) for pm in props), dtype=np.int64, count=len(props))
-        starts = np.cumsum(lens + 1) - lens  # where each message's properties begin in ``joined``
-        # Exactly one schedule property per message, each a timer request: the i-th found lies in message i.
-        if len(found) != len(props) or any(name not in _TIMER_REQUEST_B for name, _ in found) or not (
-                np.searchsorted(starts, [m.start(1) for m in matches], side="right") == np.arange(1, len(props) + 1)).all():
-            self._refuse_batch(props, topic, queue_id, now)
-        delivers = [int(value) if name == _DELIVER_B and value.isdigit() and len(value) < 19
-                    else deliver_ms_of(name.decode(), value.decode(), now)  # relative or unusual: the checks
-                    for name, value in found]
+            one_each = False
+        if not one_each:  # refused, naming the culprit; or properties that hold a mark of their own
+            asked = self._asked_one_by_one(props)
+        values = [value for _, value in asked]
+        if _canonical_deliver_times(asked, values):
+            delivers = list(map(int, values))
+            mss = values  # TIMER_OUT_MS: the deliver time as the client wrote it
+        else:  # relative or unusual: the checks
+            delivers = [int(value) if name == _DELIVER_B and value.isdigit() and len(value) < 19
+                        else deliver_ms_of(name.decode(), value.decode(), now) for name, value in asked]
+            mss = [b"%d" % d for d in delivers]
         if max(delivers) - now > self.max_delay_ms:
-            i = max(range(len(delivers)), key=delivers.__getitem__)
-            self._check_horizon(delivers[i], now, found[i][0].decode())
-        # What the reput reads in the parked properties: the client's (read when the batch was encoded;
-        # they hold no TIMER_OUT_MS or DELAY, the batch path refuses those) and the TIMER_OUT_MS appended.
-        # Given to redirect, so neither it nor the reput reads the new properties again.
+            i = max(range(n), key=delivers.__getitem__)
+            self._check_horizon(delivers[i], now, asked[i][0].decode())
+        # The parked properties: the client's (they hold no TIMER_OUT_MS or DELAY, the batch path refuses
+        # those), a separator if their last lacks one, the real topic and queue, and TIMER_OUT_MS. What the
+        # reput reads in them is what it read in the client's (found when the batch was encoded) and the
+        # TIMER_OUT_MS appended: given to redirect, so neither it nor the reput reads them again.
         suffix = f"{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02{mc.TIMER_OUT_MS}\x01".encode()
-        parked: list[bytes] = []
-        dispatch = []
-        for pm, n, d, carried in zip(props, lens.tolist(), delivers, records.dispatch_properties, strict=True):
-            ms = b"%d" % d
-            parked.append(b"".join((pm, suffix, ms, b"\x02")) if not n or pm[-1] == 2
-                          else b"".join((pm, b"\x02", suffix, ms, b"\x02")))
-            dispatch.append([*carried, (_TIMER_OUT_MS_B, ms)])
+        grown = len(suffix) + 1  # and the deliver time's digits
+        pack = _PROPERTIES_LENGTH.pack
+        # each ends with a separator (counted so only where no properties hold a mark of their own)
+        if one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02"):
+            parked = [b"".join((pack(len(pm) + grown + len(ms)), pm, suffix, ms, b"\x02"))
+                      for pm, ms in zip(props, mss, strict=True)]
+        else:
+            seps = [b"" if not pm or pm[-1] == 2 else b"\x02" for pm in props]
+            parked = [b"".join((pack(len(pm) + len(sep) + grown + len(ms)), pm, sep, suffix, ms, b"\x02"))
+                      for pm, sep, ms in zip(props, seps, mss, strict=True)]
+        dispatch = records.dispatch_properties  # each record's own list: TIMER_OUT_MS appended to it
+        deque(map(list.append, dispatch, zip(repeat(_TIMER_OUT_MS_B), mss)), maxlen=0)
         records.redirect(TIMER_TOPIC, 0, parked, dispatch)
 
-    def _refuse_batch(self, props: list[memoryview], topic: str, queue_id: int, now: int) -> NoReturn:
-        """The SendError for the first message of a batch the vectorised checks of ``park_batch`` refused,
-        found by taking the messages one by one through the single-message checks."""
+    def _asked_one_by_one(self, props: list[memoryview]) -> list[tuple[bytes, bytes]]:
+        """Each message's deliver time property, found message by message, for a batch the one pass of
+        ``park_batch`` did not show to ask for exactly one each. Raises the SendError naming the first
+        message that does not, as the single-message path would refuse it."""
+        asked = []
         for i, pm in enumerate(props):
             try:
-                text = str(pm, "utf-8")
+                str(pm, "utf-8")
             except UnicodeDecodeError:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer batch illegal: message {i}'s properties are not UTF-8") from None
-            if self.timer_properties(text, topic, queue_id, now) is None:
+            found = _SCHEDULE_NAMES_B.findall(b"\x02" + pm)
+            if len(found) != 1 or found[0][0] not in _TIMER_REQUEST_B:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL,
                                 f"timer batch illegal: message {i} asks for no deliver time or for more than one "
                                 f"({', '.join(TIMER_REQUEST_PROPERTIES)}); timer and plain messages cannot share a batch")
-        raise AssertionError("park_batch refused a batch whose every message passes the single-message checks")
+            asked.append(found[0])
+        return asked
 
     def __call__(self, msg: InnerMessage) -> None:
         if (not msg.is_parsed and self.enabled and msg.topic != TIMER_TOPIC

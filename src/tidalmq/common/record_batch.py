@@ -15,7 +15,6 @@ import numpy as np
 from tidalmq.common import sysflag as sf
 from tidalmq.common.columns import gather_be
 from tidalmq.common.record import (
-    _H,
     _I,
     _Q,
     DISPATCH_PROPERTIES,
@@ -85,31 +84,32 @@ class RecordBatch:
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
                  dispatch_properties: list[DispatchProperties] | None = None) -> None:
-        """Store every record in ``topic`` / ``queue_id`` with new properties, one per record (the timer
-        rewrite of a batch: each message parked in the timer topic with its own deliver time). Only the
-        topic and properties pieces change; bodies stay views of the request. ``dispatch_properties``:
-        what DISPATCH_PROPERTIES finds in the new properties, when the caller knows it (it saves reading
-        them again); otherwise they are read here."""
-        if len(properties) != len(self):
-            raise ValueError(f"{len(properties)} properties for {len(self)} records")
-        if dispatch_properties is not None and len(dispatch_properties) != len(self):
-            raise ValueError(f"{len(dispatch_properties)} dispatch properties for {len(self)} records")
+        """Store every record in ``topic`` / ``queue_id`` with new properties, one per record, each with
+        its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
+        with its own deliver time). Only the topic and properties pieces change; bodies stay views of the
+        request. ``dispatch_properties``: what DISPATCH_PROPERTIES finds in the new properties, when the
+        caller knows it (it saves reading them again); otherwise they are read here."""
+        n = len(self)
+        if len(properties) != n:
+            raise ValueError(f"{len(properties)} properties for {n} records")
+        if dispatch_properties is not None and len(dispatch_properties) != n:
+            raise ValueError(f"{len(dispatch_properties)} dispatch properties for {n} records")
         topic_b = topic.encode("utf-8")
         if len(topic_b) > 127:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
         topic_part = bytes([len(topic_b)]) + topic_b
+        new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
+        if (new_lens > 32769).any():
+            i = int(np.argmax(new_lens > 32769))
+            raise RecordError(f"properties too long: {len(properties[i]) - 2} bytes > 32767")
         pieces = self.pieces
-        grow: list[int] = []
-        for i, props in enumerate(properties):
-            if len(props) > 32767:
-                raise RecordError(f"properties too long: {len(props)} bytes > 32767")
-            pm = _H.pack(len(props)) + props
-            t = 5 * i + 3
-            grow.append(len(topic_part) - len(pieces[t]) + len(pm) - len(pieces[t + 1]))
-            pieces[t], pieces[t + 1] = topic_part, pm
-            self.dispatch_properties[i] = (DISPATCH_PROPERTIES.findall(memoryview(pm)[1:])
-                                           if dispatch_properties is None else dispatch_properties[i])
-        self.sizes = self.sizes + np.array(grow, dtype=np.int64)
+        old_lens = (np.fromiter(map(len, pieces[3::5]), dtype=np.int64, count=n)
+                    + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
+        pieces[3::5] = [topic_part] * n
+        pieces[4::5] = properties
+        self.dispatch_properties = (dispatch_properties if dispatch_properties is not None
+                                    else [DISPATCH_PROPERTIES.findall(memoryview(pm)[1:]) for pm in properties])
+        self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
 
