@@ -312,6 +312,15 @@ def test_batch_of_timer_messages_validation() -> None:
         v.check_batch([Message("A", b"x", delay_sec=7200)], timer_max_delay_sec=3600)
     with pytest.raises(ValidationError, match="sent alone"):
         v.check_batch([Message("A", b"x", properties={"TIMER_DEL_UNIQKEY": "A+U", "TIMER_DELIVER_MS": str(at)})])
+    # deliver times alone are checked together: the first at fault is named as a single send names it
+    ok = [Message("A", b"x", deliver_time_ms=at + i) for i in range(5)]
+    for bad, words in ((Message("A", b"b", properties={"TIMER_DELIVER_MS": "soon"}), "must be an integer, got 'soon'"),
+                       (Message("A", b"b", properties={"TIMER_DELIVER_MS": "-5"}), "must be a positive epoch time"),
+                       (Message("A", b"b", deliver_time_ms=at + 7_200_000), "7259 s away|7260 s away")):
+        with pytest.raises(ValidationError, match=words):
+            v.check_batch([*ok, bad, *ok], timer_max_delay_sec=3600)
+        with pytest.raises(ValidationError, match=words):
+            v.check_delay(bad, timer_max_delay_sec=3600)
 
 
 def test_calls_before_start_and_after_shutdown() -> None:

@@ -17,6 +17,7 @@ DEFAULT_TIMER_MAX_DELAY_SEC = 400 * 24 * 3600
 _TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
 _TIMER_SET = frozenset(_TIMER_PROPS)
 _DELAY_SET = frozenset((mc.DELAY, *_TIMER_PROPS))  # check_delay has nothing to do without one
+_NOT_DELIVER_SET = _DELAY_SET - {mc.TIMER_DELIVER_MS}
 
 
 def check_group(group: str | None) -> None:
@@ -126,6 +127,7 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
     wait = first.properties.get(mc.WAIT_STORE_MSG_OK, "true")
     timed = not _TIMER_SET.isdisjoint(first.properties)
     now = now_ms()
+    delivers: list[str] = []  # TIMER_DELIVER_MS values of messages asking for nothing else: checked together
     for m in msgs:
         if m is None:
             raise ValidationError("the message is null")
@@ -142,6 +144,18 @@ def check_batch(msgs: Sequence[Message], max_message_size: int = DEFAULT_MAX_MES
         if timed:
             if mc.TIMER_DEL_UNIQKEY in props:
                 raise ValidationError("a cancel (TIMER_DEL_UNIQKEY) is sent alone, not in a batch")
-            check_delay(m, timer_max_delay_sec=timer_max_delay_sec, now=now)
+            deliver = props.get(mc.TIMER_DELIVER_MS)
+            if deliver is None or not _NOT_DELIVER_SET.isdisjoint(props):
+                check_delay(m, timer_max_delay_sec=timer_max_delay_sec, now=now)
+            else:
+                delivers.append(deliver)
         if props.get(mc.WAIT_STORE_MSG_OK, "true") != wait:
             raise ValidationError("The waitStoreMsgOK of the messages in one batch should the same")
+    if delivers:
+        try:
+            values = list(map(int, delivers))
+        except ValueError:
+            values = []
+        if not values or min(values) <= 0 or max(values) - now > timer_max_delay_sec * 1000:
+            for m in msgs:  # the first message at fault, as check_delay words it
+                check_delay(m, timer_max_delay_sec=timer_max_delay_sec, now=now)
