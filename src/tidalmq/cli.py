@@ -114,11 +114,14 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
     return bc, sc, rc, tls
 
 
-async def _run_until_signal(stop: asyncio.Event) -> None:
+def _stop_on_signal() -> asyncio.Event:
+    """An event SIGTERM and SIGINT set from now on. Installed before a server says it is ready: whoever
+    stops it right after gets the clean shutdown, not the default action's unclean exit."""
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def _standalone(args: argparse.Namespace) -> int:
@@ -201,10 +204,10 @@ async def _standalone(args: argparse.Namespace) -> int:
         console = await _start_standalone_console(args.host, cc, bc, tls)
         console_text = f" console http://{args.host}:{console.port}/" if console is not None else ""
     _settle_gc()
+    stop = _stop_on_signal()
     print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr}"
           f"{grpc_text}{console_text} data {data_dir}", flush=True)
-    stop = asyncio.Event()
-    await _run_until_signal(stop)
+    await stop.wait()
     log.info("shutting down")
     if console is not None:
         await console.stop()
@@ -252,10 +255,10 @@ async def _console(args: argparse.Namespace) -> int:
                             allowed_hosts=tuple(args.allowed_host))
     await console.start()
     login = " (login: the accessKey and secretKey)" if credentials is not None else ""
+    stop = _stop_on_signal()
     print(f"TidalMQ {__version__} console ready: http://{args.host}:{console.port}/ namesrv "
           f"{';'.join(console.admin.namesrv_addrs)}{login}", flush=True)
-    stop = asyncio.Event()
-    await _run_until_signal(stop)
+    await stop.wait()
     await console.stop()
     return 0
 
@@ -281,9 +284,9 @@ async def _namesrv(args: argparse.Namespace) -> int:
     await ns.start()
     exporter = start_namesrv_exporter(ns, mc.metrics_exporter_type, mc.metrics_prom_exporter_host,
                                       mc.metrics_prom_exporter_port)
+    stop = _stop_on_signal()
     print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
-    stop = asyncio.Event()
-    await _run_until_signal(stop)
+    await stop.wait()
     if exporter is not None:
         exporter.stop()
     await ns.stop()
@@ -307,9 +310,9 @@ async def _broker(args: argparse.Namespace) -> int:
 
     exporter = start_broker_exporter(broker)
     _settle_gc()
+    stop = _stop_on_signal()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
-    stop = asyncio.Event()
-    await _run_until_signal(stop)
+    await stop.wait()
     if exporter is not None:
         exporter.stop()
     await broker.stop()
@@ -343,9 +346,9 @@ async def _proxy(args: argparse.Namespace) -> int:
             log.warning("aclEnable without %s/conf/tools.yml: the endpoint's own requests go unsigned", home)
     server = GrpcServer(args.host, namesrv, pc, tls, acl=acl, credentials=creds, watch_acl=acl is not None)
     await server.start()
+    stop = _stop_on_signal()
     print(f"TidalMQ {__version__} proxy ready: grpc {args.host}:{server.port} namesrv {namesrv}", flush=True)
-    stop = asyncio.Event()
-    await _run_until_signal(stop)
+    await stop.wait()
     await server.stop()
     return 0
 
