@@ -63,7 +63,7 @@ class Message:
         if delay_level is not None:
             self.delay_level = delay_level
         if deliver_time_ms is not None:
-            self.properties[mc.TIMER_DELIVER_MS] = str(int(deliver_time_ms))  # the setter's, without its call
+            self.deliver_time_ms = deliver_time_ms
         if delay_ms is not None:
             self.properties[mc.TIMER_DELAY_MS] = str(int(delay_ms))
         if delay_sec is not None:
