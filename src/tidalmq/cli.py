@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tidalmq import __version__
 from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
+from tidalmq.broker.schedule_child import start_early
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
 from tidalmq.console.config import DEFAULT_CONSOLE_PORT, ConsoleConfig
 from tidalmq.proxy.config import ProxyConfig
@@ -125,13 +126,14 @@ def _stop_on_signal() -> asyncio.Event:
 
 
 async def _standalone(args: argparse.Namespace) -> int:
-    from tidalmq.broker.controller import BrokerController
-    from tidalmq.namesrv.server import NameServer
-
     data_dir = args.data_dir or default_data_dir()
     pc = ProxyConfig()
     cc = ConsoleConfig()
     bc, sc, rc, tls = build_broker_configs(args, data_dir, pc, cc)  # refused before any port is bound
+    schedule_child = start_early(bc, sc)  # its start-up runs beside the imports that follow
+    from tidalmq.broker.controller import BrokerController
+    from tidalmq.namesrv.server import NameServer
+
     if args.grpc_port is not None:
         pc.grpc_server_port = args.grpc_port
     if args.console_port is not None:
@@ -164,7 +166,8 @@ async def _standalone(args: argparse.Namespace) -> int:
         bc.broker_ip1 = args.host
     if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
         tls = dataclasses.replace(tls, enable=True)
-    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls,
+                              schedule_child=schedule_child)
     if getattr(args, "config", None):
         broker.config_file = Path(args.config)
     endpoint_creds = None
@@ -294,15 +297,17 @@ async def _namesrv(args: argparse.Namespace) -> int:
 
 
 async def _broker(args: argparse.Namespace) -> int:
-    from tidalmq.broker.controller import BrokerController
-
     data_dir = args.data_dir or default_data_dir()
     bc, sc, rc, tls = build_broker_configs(args, data_dir)
+    schedule_child = start_early(bc, sc)  # its start-up runs beside the imports that follow
+    from tidalmq.broker.controller import BrokerController
+
     if args.namesrv:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
         bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls)
+    broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls,
+                              schedule_child=schedule_child)
     if getattr(args, "config", None):
         broker.config_file = Path(args.config)
     await broker.start()

@@ -17,6 +17,8 @@ import pytest
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
 from tests.schedule.test_timer_broker import decode_all
 from tests.support import Standalone, wait_for
+from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn, start_early
 from tidalmq.broker.timer_process import TimerProcess
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
@@ -301,14 +303,19 @@ def _timer_store(root: Path) -> tuple[DefaultMessageStore, MessageStoreConfig]:
     return DefaultMessageStore(cfg), cfg
 
 
-def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("early", [False, True], ids=["prestarted", "started-early"])
+def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path, early: bool) -> None:
     """prestart() starts the schedule process before the broker's store is loaded (its start-up overlaps
-    a recovery); it serves nothing and reads nothing until start(), then delivers what fell due."""
+    a recovery); it serves nothing and reads nothing until start(), then delivers what fell due. A child
+    the command started before it imported the broker (start_early) is the one adopted."""
     store, cfg = _timer_store(tmp_path / "store")
-    timer = TimerProcess(store, cfg, Path(cfg.store_path_root_dir), max_delay_ms=3_600_000)
+    child = start_early(BrokerConfig(), cfg) if early else None
+    timer = TimerProcess(store, cfg, early=child)
     try:
         timer.prestart()
         pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
+        if child is not None:
+            assert pid == child.proc.pid
         time.sleep(0.5)  # time to load its files: it must still be waiting for the store
         assert timer.pid == pid and timer.snapshot(ask_fresh=False)["processReady"] == "false"
         assert store.load()
@@ -333,9 +340,42 @@ def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path) -> N
 
 def test_broker_stopped_before_its_store_started_ends_the_prestarted_child(tmp_path: Path) -> None:
     store, cfg = _timer_store(tmp_path / "store")
-    timer = TimerProcess(store, cfg, Path(cfg.store_path_root_dir), max_delay_ms=3_600_000)
+    timer = TimerProcess(store, cfg)
     timer.prestart()
     pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
     t0 = time.monotonic()
     timer.shutdown()
     assert exited(pid) and time.monotonic() - t0 < 10
+
+
+def test_child_started_early_with_another_config_is_ended(tmp_path: Path) -> None:
+    """A child started early for other settings is not adopted: it is ended and another one started."""
+    store, cfg = _timer_store(tmp_path / "store")
+    other = child_config(cfg) | {"precisionMs": 1000}
+    proc, sock = spawn(other)
+    timer = TimerProcess(store, cfg, early=EarlyChild(proc, sock, other))
+    try:
+        wait_for(lambda: proc.poll() is not None, 10, what="the early child to end")
+        timer.prestart()
+        pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
+        assert pid != proc.pid
+    finally:
+        timer.shutdown()
+        store.shutdown()
+
+
+def test_broker_stopped_before_prestart_ends_the_early_child(tmp_path: Path) -> None:
+    store, cfg = _timer_store(tmp_path / "store")
+    child = start_early(BrokerConfig(), cfg)
+    assert child is not None
+    timer = TimerProcess(store, cfg, early=child)
+    timer.shutdown()
+    assert exited(child.proc.pid)
+
+
+def test_no_early_child_where_the_broker_starts_none(tmp_path: Path) -> None:
+    _store, cfg = _timer_store(tmp_path / "store")
+    assert start_early(BrokerConfig(broker_role="SLAVE", broker_id=1), cfg) is None
+    assert start_early(BrokerConfig(enable_controller_mode=True), cfg) is None
+    cfg.timer_process_enable = False
+    assert start_early(BrokerConfig(), cfg) is None

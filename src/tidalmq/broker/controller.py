@@ -39,6 +39,7 @@ from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
+from tidalmq.broker.schedule_child import EarlyChild
 from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.stats import BrokerStats
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
@@ -86,7 +87,9 @@ CANCEL_INDEX_WAIT_S = 0.5
 class BrokerController:
     def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, *, host: str = "0.0.0.0",
                  home: str | Path | None = None, remoting_config: RemotingServerConfig | None = None,
-                 tls: TlsConfig | None = None) -> None:
+                 tls: TlsConfig | None = None, schedule_child: EarlyChild | None = None) -> None:
+        """``schedule_child``: the schedule process the command started early (schedule_child.start_early),
+        adopted by the TimerProcess, else ended."""
         self.config = config
         self.store_config = store_config
         self._host = host
@@ -155,10 +158,13 @@ class BrokerController:
         sc = store_config
         check_precision(sc.timer_precision_ms)
         if sc.timer_wheel_enable and sc.timer_process_enable:
-            self.timer = TimerProcess(self.store, sc, root, max_delay_ms=sc.timer_max_delay_sec * 1000)
+            self.timer = TimerProcess(self.store, sc, early=schedule_child)
+            schedule_child = None
         elif sc.timer_wheel_enable:
             self.timer = TimerMessageService(self.store, root, precision_ms=sc.timer_precision_ms,
                                              max_delay_ms=sc.timer_max_delay_sec * 1000, stats=self.timer_stats)
+        if schedule_child is not None:  # no schedule process here after all
+            schedule_child.discard()
         self.store_face = StoreFace(self.store)
         self.timer_rewrite = TimerRewrite(sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
                                           lookup=self._lookup_cancel, enabled=sc.timer_wheel_enable)

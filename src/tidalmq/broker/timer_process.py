@@ -15,18 +15,15 @@ lifecycle use (load, start, shutdown, on_arrival, snapshot, topic_minutes, fresh
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule.channel import (
     ChannelError,
@@ -53,18 +50,20 @@ STOP_WAIT_S = 15.0
 
 
 class TimerProcess:
-    def __init__(self, store: DefaultMessageStore, config: MessageStoreConfig, root: Path, *,
-                 max_delay_ms: int) -> None:
+    def __init__(self, store: DefaultMessageStore, config: MessageStoreConfig, *,
+                 early: EarlyChild | None = None) -> None:
         self.store = store
         self.precision_ms = config.timer_precision_ms
-        self._child_config = {
-            "root": str(root), "commitLogPath": config.commit_log_path,
-            "commitLogFileSize": config.mapped_file_size_commit_log,
-            "consumeQueuePath": config.consume_queue_path,
-            "consumeQueueFileSize": config.mapped_file_size_consume_queue,
-            "precisionMs": config.timer_precision_ms, "maxDelayMs": max_delay_ms,
-            "parentPid": os.getpid(), "logLevel": logging.getLevelName(logging.getLogger().getEffectiveLevel()),
-        }
+        self._child_config = child_config(config)
+        # A child the command started before it imported the broker (schedule_child.start_early): the
+        # first one run, if it was started with this very config.
+        self._early: EarlyChild | None = None
+        if early is not None:
+            if early.config == self._child_config:
+                self._early = early
+            else:
+                log.warning("the schedule process started early has another config: started again")
+                early.discard()
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._sock: socket.socket | None = None
@@ -109,6 +108,9 @@ class TimerProcess:
         self._stopping.set()
         self._store_ready.set()
         self._state_wanted.set()
+        if self._supervisor is None and self._early is not None:  # never adopted: stopped before prestart
+            self._early.discard()
+            self._early = None
         proc = self.proc
         if proc is not None and not self._ready and proc.poll() is None:
             # Still loading (a broker stopped right after its start): the timer's files are crash-safe, no
@@ -137,19 +139,6 @@ class TimerProcess:
         proc = self.proc
         return None if proc is None or proc.poll() is not None else proc.pid
 
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            cmd = [sys.executable, "-m", "tidalmq.schedule.timer_host", "--fd", str(theirs.fileno()),
-                   "--config", json.dumps(self._child_config)]
-            proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
-        return proc, mine
-
     def _supervise(self) -> None:
         deaths = 0
         while not self._stopping.is_set():
@@ -170,7 +159,8 @@ class TimerProcess:
 
     def _run_child(self) -> None:
         """Start a child, serve it until its channel closes, reap it."""
-        proc, sock = self._spawn()
+        early, self._early = self._early, None
+        proc, sock = (early.proc, early.sock) if early is not None else spawn(self._child_config)
         with self._view_cond:
             self._ready = False
         self.proc = proc
