@@ -75,10 +75,11 @@ class Member(Protocol):
 
 class Backoff:
     """Reconnect backoff per address: after a failed connect, wait 0.1 s, 0.2 s ... up to ``cap``. The
-    cap is short (0.5 s): a refused connect costs next to nothing, and a broker back from a restart must
-    not wait for a client's long backoff to expire before it is used again (RocketMQ's clients have none)."""
+    cap is short (0.2 s): a refused connect costs next to nothing, and a broker back from a restart must
+    not wait for a client's long backoff to expire before it is used again (RocketMQ's clients have none).
+    A connect that fails by timing out (a host gone) waits its timeout first: no storm of attempts."""
 
-    def __init__(self, base: float = 0.1, cap: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, base: float = 0.1, cap: float = 0.2, clock: Callable[[], float] = time.monotonic) -> None:
         self.base, self.cap, self._clock = base, cap, clock
         self._state: dict[str, tuple[int, float]] = {}
 

@@ -34,11 +34,12 @@ FLAG_SUBSCRIPTION = 0x4
 PULL_DELAY_FLOW_CONTROL = 0.05
 PULL_DELAY_EXCEPTION = 3.0
 # Beyond RocketMQ: a pull that failed to reach its broker (connection refused or lost: a restart) is
-# retried after 0.1 s, doubling up to 0.5 s (the connect backoff's cap, ClientInstance.backoff), so a
-# consumer is back within about half a second of a broker's restart instead of up to 3 s after it (a
-# refused connect costs the client next to nothing); a broker's error answer still waits 3 s.
+# retried after 0.1 s, then every 0.2 s (the connect backoff's cap, ClientInstance.backoff), so a consumer
+# is back within about 0.2 s of a broker's restart instead of up to 3 s after it (a refused connect costs
+# the client next to nothing; five a second per broker address while it is down); a broker's error answer
+# still waits 3 s.
 PULL_DELAY_RECONNECT_FIRST = 0.1
-PULL_DELAY_RECONNECT_MAX = 0.5
+PULL_DELAY_RECONNECT_MAX = 0.2
 PULL_DELAY_NOT_LOCKED = 3.0
 PULL_ANSWERS = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
                 ResponseCode.PULL_OFFSET_MOVED)
@@ -47,7 +48,7 @@ PULL_ANSWERS = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.
 def pull_retry_delay(error: MQClientError, unreachable_before: int) -> float:
     """Seconds before the next pull after ``error``: 3 s after a broker's error answer (RocketMQ's
     pullTimeDelayMillsWhenException); after failing to reach the broker, 0.1 s doubling with each
-    failure in a row (``unreachable_before`` of them so far) up to 0.5 s."""
+    failure in a row (``unreachable_before`` of them so far) up to 0.2 s."""
     if isinstance(error, MQBrokerError):
         return PULL_DELAY_EXCEPTION
     return min(PULL_DELAY_RECONNECT_MAX, PULL_DELAY_RECONNECT_FIRST * 2 ** min(unreachable_before, 10))
