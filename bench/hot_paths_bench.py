@@ -1,11 +1,13 @@
 """CPU per message of the hot paths' pure parts, without sockets (steadier than end-to-end figures on a
 shared machine): the broker's decoding of a producer's SEND_MESSAGE_V2 header, its SEND response, and the
 push consumer's concurrent consume service (work queue, process queue, offsets; a listener that does
-nothing) at a given pull size. CPU seconds of this process (``time.process_time``), best of ``--rounds``.
+nothing) at a given pull size, and the schedule process's enqueue round over parked timer messages (what it
+reads of each from the CommitLog and files: TimerMessageService._chunk_fields and _enqueue_chunk, from a
+store in a temp dir). CPU seconds of this process (``time.process_time``), best of ``--rounds``.
 
-    .venv/bin/python bench/hot_paths_bench.py [--rounds 5]
+    .venv/bin/python bench/hot_paths_bench.py [--rounds 5] [--compare bench/out/hot-paths-latest.json]
 
-To compare two trees, run it with each one's ``src`` first on ``PYTHONPATH``.
+To compare two trees, run each tree's copy of this file (it puts its own tree's ``src`` first on the path).
 """
 
 from __future__ import annotations
@@ -13,26 +15,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import sys
 import time
 import timeit
 from collections.abc import Callable
+from pathlib import Path
 
-from tidalmq.broker.processors.send import SendMessageProcessor
-from tidalmq.client.codec import SendHeaderTemplates
-from tidalmq.client.message import MessageExt, MessageQueue
-from tidalmq.client.offset_store import OffsetStore
-from tidalmq.client.process_queue import ProcessQueue
-from tidalmq.client.push.consume_concurrently import ConsumeConcurrentlyService
-from tidalmq.client.push.listener import ListenerRunner
-from tidalmq.common.message import encode_properties
-from tidalmq.remoting.command import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from bench.common import compare, print_machine, save  # noqa: E402
+from tidalmq.broker.processors.send import SendMessageProcessor  # noqa: E402
+from tidalmq.client.codec import SendHeaderTemplates  # noqa: E402
+from tidalmq.client.message import MessageExt, MessageQueue  # noqa: E402
+from tidalmq.client.offset_store import OffsetStore  # noqa: E402
+from tidalmq.client.process_queue import ProcessQueue  # noqa: E402
+from tidalmq.client.push.consume_concurrently import ConsumeConcurrentlyService  # noqa: E402
+from tidalmq.client.push.listener import ListenerRunner  # noqa: E402
+from tidalmq.common.message import encode_properties  # noqa: E402
+from tidalmq.remoting.command import (  # noqa: E402
     RemotingCommand,
     SerializeType,
     decode_frame_body,
     encode_frame,
     encode_frame_parts,
 )
-from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
+from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus  # noqa: E402
 
 
 def best_us(fn: Callable[[], object], number: int, rounds: int) -> float:
@@ -133,17 +141,80 @@ def stats_counting(rounds: int) -> tuple[float, float]:
     return put_us, get_us
 
 
+def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
+    """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
+    park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
+    as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+
+    from tidalmq.common import message as mc
+    from tidalmq.common.naming import TIMER_TOPIC
+    from tidalmq.common.record import encode_record
+    from tidalmq.schedule.timer_service import ENQUEUE_BATCH, ENQUEUE_MIN, TimerMessageService
+    from tidalmq.store.config import MessageStoreConfig
+    from tidalmq.store.message_store import DefaultMessageStore
+
+    with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
+        store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=f"{tmp}/store",
+                                                       mapped_file_size_commit_log=64 << 20))
+        assert store.load()
+        store.start()
+        try:
+            far = int(time.time() * 1000) + 3_600_000
+            recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 1024, properties={
+                "WAIT": "true", mc.TIMER_DELIVER_MS: str(far + i), mc.UNIQ_KEY: f"{i:032X}",
+                mc.REAL_TOPIC: "BenchEnq", mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: str(far + i)},
+                born_timestamp=1, born_port=1, store_port=10911) for i in range(n)]
+            for k in range(0, n, 64):
+                res = store.put_messages([PutRequest(TIMER_TOPIC, 0, recs[k:k + 64])])
+                assert all(r.status == PutStatus.PUT_OK for r in res)
+            assert store.wait_reput(store.max_phy_offset, 30)
+            got = store.read_queue(TIMER_TOPIC, 0, 0, n)
+            phys, sizes = np.asarray(got.commit_log_offsets), np.asarray(got.sizes).astype(np.int32)
+            deliver = np.zeros(len(phys), np.int64)
+            svc = TimerMessageService(store, Path(tmp) / "store", precision_ms=10)
+
+            def fields() -> None:
+                for k in range(0, n, ENQUEUE_BATCH):
+                    svc._chunk_fields(phys[k:k + ENQUEUE_BATCH], sizes[k:k + ENQUEUE_BATCH])
+
+            def filed() -> None:
+                for k in range(0, n, ENQUEUE_MIN):
+                    cols: tuple[list[int], ...] = ([], [], [], [], [])
+                    svc._enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
+                                       deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, cols)
+
+            return best_us(fields, 1, rounds) / n, best_us(filed, 1, rounds) / n
+        finally:
+            store.shutdown()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--compare", help="a previous bench/out/hot-paths-*.json to compare with")
     args = ap.parse_args()
-    print(f"V2 send header decode (broker):        {send_header_decode(args.rounds):6.2f} µs a header")
-    print(f"send response, built and encoded:      {send_response(args.rounds):6.2f} µs a response")
+    print_machine()
+    r: dict[str, float] = {}
+    r["send_header_decode_us"] = send_header_decode(args.rounds)
+    print(f"V2 send header decode (broker):        {r['send_header_decode_us']:6.2f} µs a header")
+    r["send_response_us"] = send_response(args.rounds)
+    print(f"send response, built and encoded:      {r['send_response_us']:6.2f} µs a response")
     put_us, get_us = stats_counting(args.rounds)
+    r["stats_put_ns"], r["stats_get_ns"] = put_us * 1000, get_us * 1000
     print(f"stats counting, a stored send:         {put_us * 1000:6.0f} ns a request")
     print(f"stats counting, a pull:                {get_us * 1000:6.0f} ns a request")
     for pull in (32, 256):
-        print(f"consume service, pulls of {pull:<4d}:        {consume_service(pull, args.rounds):6.2f} µs a message")
+        r[f"consume_pull{pull}_us"] = consume_service(pull, args.rounds)
+        print(f"consume service, pulls of {pull:<4d}:        {r[f'consume_pull{pull}_us']:6.2f} µs a message")
+    r["timer_enqueue_fields_us"], r["timer_enqueue_filed_us"] = timer_enqueue_read(args.rounds)
+    print(f"timer enqueue, fields read (a round):  {r['timer_enqueue_fields_us']:6.2f} µs a message")
+    print(f"timer enqueue, read and filed (chunks):{r['timer_enqueue_filed_us']:6.2f} µs a message")
+    print(f"saved {save('hot-paths', r)}")
+    compare(args.compare, r)
 
 
 if __name__ == "__main__":

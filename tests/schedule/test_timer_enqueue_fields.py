@@ -28,22 +28,37 @@ PARKED = [
 ]
 
 
-@pytest.fixture
-def parked(tmp_path: Path) -> Iterator[tuple[TimerMessageService, np.ndarray, np.ndarray]]:
+def _parked_store(tmp_path: Path, parked: list[dict[str, str]]
+                  ) -> Iterator[tuple[TimerMessageService, np.ndarray, np.ndarray]]:
     cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 << 20)
     store = DefaultMessageStore(cfg)
     assert store.load()
     store.start()
     recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * (1 + 97 * i), properties=props,
-                          born_timestamp=1, born_port=1, store_port=10911) for i, props in enumerate(PARKED)]
+                          born_timestamp=1, born_port=1, store_port=10911) for i, props in enumerate(parked)]
     assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
     assert store.wait_reput(store.max_phy_offset, 10)
     got = store.read_queue(TIMER_TOPIC, 0, 0, 100)
-    assert len(got) == len(PARKED)
+    assert len(got) == len(parked)
     try:
         yield TimerMessageService(store, tmp_path / "store", precision_ms=10), got.commit_log_offsets, got.sizes
     finally:
         store.shutdown()
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> Iterator[tuple[TimerMessageService, np.ndarray, np.ndarray]]:
+    yield from _parked_store(tmp_path, PARKED)
+
+
+def test_properties_holding_the_records_mark_are_read_record_by_record(tmp_path: Path) -> None:
+    """The chunk path tells records apart by a mark (an empty name, a value that begins with \\x01) joined
+    between their properties; a record that holds one itself is read by the record-by-record path."""
+    odd = {mc.REAL_TOPIC: "T", "": "\x01x", mc.UNIQ_KEY: "U9", mc.TIMER_OUT_MS: "1700000000009"}
+    for svc, phys, sizes in _parked_store(tmp_path, [*PARKED[:2], odd, *PARKED[2:]]):
+        assert svc._chunk_fields(phys, sizes) is None
+        assert one_by_one(svc, phys, sizes)[2] == ("T", "U9", None, 1700000000009)
+        assert svc._chunk_fields(phys[:2], sizes[:2]) == one_by_one(svc, phys[:2], sizes[:2])
 
 
 def one_by_one(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray) -> list[object]:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tidalmq.schedule import MAGIC_DELETE, TimerStore, make_entries, uniq_hash
+from tidalmq.schedule.entries import uniq_hashes
 from tidalmq.schedule.timer_log import MAGIC_SIGNATURE, RECORD_DTYPE, TimerLog
 
 from .conftest import Clock
@@ -337,3 +338,13 @@ def test_live_cells_are_the_window_of_the_wheel(tmp_path) -> None:  # noqa: ANN0
         assert sorted(got["last"].tolist()) == sorted(expected["last"].tolist())
     del cells, walk, expected, got  # views of the mapping: closing it needs them gone
     wheel.close()
+
+
+def test_uniq_hashes_are_uniq_hash_of_each_key() -> None:
+    """The enqueue path hashes a chunk's keys together; the values are the ones timerlog holds (a cancel
+    computed one by one must match them), 0 for a message without a key."""
+    keys = ["T+A", None, "Topic+7F0000010000000000000000000000AB", "主题+ü", "", *(f"T+{i}" for i in range(200))]
+    got = uniq_hashes(keys)
+    assert got == [0 if k is None else uniq_hash(k) for k in keys]
+    assert any(h < 0 for h in got) and any(h > 0 for h in got)  # signed, as the int64 column holds them
+    assert uniq_hashes([]) == []

@@ -52,7 +52,7 @@ from tidalmq.common.record import (
 )
 from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule import timer_takeover
-from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hash
+from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hashes
 from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
@@ -78,9 +78,12 @@ VIEW_INTERVAL_S = 1.0
 # real topic's counts, the deliver time when the tag lacks it).
 _ENQUEUE_NAMES = b"|".join(n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS))
 _ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
-# The same in properties joined with a \x02 in front of each: a pattern that begins with a literal lets re
-# skip from separator to separator instead of trying the names at every byte (several times faster).
-_ENQUEUE_PROPERTIES_JOINED = re.compile(rb"\x02(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
+# The same in a round's properties joined with a mark before each record's (_chunk_fields): a mark no valid
+# properties hold (an empty name with an empty value), found with no groups, that ends with the separator the
+# first property name needs. A pattern that begins with a literal lets re skip from separator to separator
+# instead of trying the names at every byte (several times faster).
+_RECORD_MARK = b"\x02\x01\x01\x02"
+_ENQUEUE_PROPERTIES_MARKED = re.compile(rb"\x02\x01\x01|\x02(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
 _REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B = (n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY))
 # The most of the CommitLog the enqueue round reads as one view for a chunk of ENQUEUE_MIN records
 # (farther apart, they are read one by one).
@@ -461,6 +464,7 @@ class TimerMessageService:
         metrics_mark = self._metrics_mark
         counts: Counter[tuple[str, int]] = Counter()  # (real topic, deliver minute) -> new pending
         enqueued = 0
+        keys: list[str | None] = []  # hashed together after the loop (uniq_hashes)
         for p, s, d, f in zip(p_l, s_l, deliver.tolist(), fields, strict=True):
             if f is None:
                 self.counters["unreadable"] += 1
@@ -472,10 +476,10 @@ class TimerMessageService:
             cols[1].append(p)
             cols[2].append(s)
             if del_key is not None:
-                cols[3].append(uniq_hash(del_key))
+                keys.append(del_key)
                 cols[4].append(MAGIC_DELETE)
             else:
-                cols[3].append(uniq_hash(f"{real}+{uniq}") if uniq else 0)
+                keys.append(f"{real}+{uniq}" if uniq else None)
                 cols[4].append(0)
             if p >= metrics_mark:  # not in the persisted per-topic counts yet
                 if del_key is not None:
@@ -485,6 +489,7 @@ class TimerMessageService:
                     counts[(real, d // 60_000)] += 1
             if p >= watermark and del_key is None:
                 enqueued += 1
+        cols[3].extend(uniq_hashes(keys))
         for (real, minute), c in counts.items():
             if c:
                 self.topics.add(real, minute * 60_000, c)
@@ -520,31 +525,34 @@ class TimerMessageService:
         if not rc.ok.all() or (props_end != ends).any():
             return None
         at_l, end_l = rc.props_at.tolist(), props_end.tolist()
-        joined = b"\x02" + b"\x02".join([span[a:b] for a, b in zip(at_l, end_l, strict=True)])
-        # where each record's properties begin in ``joined`` (each follows one \x02)
-        begins = np.cumsum(rc.props_len + 1) - rc.props_len
-        matches = list(_ENQUEUE_PROPERTIES_JOINED.finditer(joined))
-        n = len(phys)
-        real: list[str] = [""] * n
-        uniq: list[str | None] = [None] * n
-        dele: list[str | None] = [None] * n
-        out: list[int] = [0] * n
-        if matches:
-            owners = (np.searchsorted(begins, [m.start(1) for m in matches], side="right") - 1).tolist()
-            try:
-                for i, m in zip(owners, matches, strict=True):
-                    name, value = m.groups()
-                    if name == _REAL_TOPIC_B:
-                        real[i] = value.decode("utf-8")
-                    elif name == _UNIQ_KEY_B:
-                        uniq[i] = value.decode("utf-8")
-                    elif name == _TIMER_DEL_UNIQKEY_B:
-                        dele[i] = value.decode("utf-8")
-                    else:  # TIMER_OUT_MS, read as _deliver_of reads it
-                        out[i] = int(value) if value.isdigit() and len(value) < 19 else _int_or(value, 0)
-            except UnicodeDecodeError:
-                return None
-        return list(zip(real, uniq, dele, out, strict=True))
+        # One findall over the properties joined with a mark before each record's: the marks (no groups)
+        # come out between the records' properties, so no positions are needed to tell whose each is.
+        joined = _RECORD_MARK + _RECORD_MARK.join([span[a:b] for a, b in zip(at_l, end_l, strict=True)])
+        fields: list[_Fields | None] = []
+        real: str | None = None
+        uniq = dele = None
+        out = 0
+        try:
+            for name, value in _ENQUEUE_PROPERTIES_MARKED.findall(joined):
+                if not name:  # the next record's mark
+                    fields.append((real or "", uniq, dele, out))
+                    real = uniq = dele = None
+                    out = 0
+                elif name == _REAL_TOPIC_B:
+                    real = value.decode("utf-8")
+                elif name == _UNIQ_KEY_B:
+                    uniq = value.decode("utf-8")
+                elif name == _TIMER_DEL_UNIQKEY_B:
+                    dele = value.decode("utf-8")
+                else:  # TIMER_OUT_MS, read as _deliver_of reads it
+                    out = int(value) if value.isdigit() and len(value) < 19 else _int_or(value, 0)
+        except UnicodeDecodeError:
+            return None
+        fields.append((real or "", uniq, dele, out))
+        # The first mark closed no record: drop it. A count off means properties that hold a mark of their
+        # own (an empty name with an empty value): read record by record then.
+        del fields[0]
+        return fields if len(fields) == len(phys) else None
 
     def _properties(self, phys: int, size: int) -> dict[str, str] | None:
         """What enqueueing needs of a parked record's properties (``_ENQUEUE_PROPERTIES``), found in
