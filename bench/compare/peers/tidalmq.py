@@ -20,7 +20,7 @@ from bench.compare.base import ClientBase, ServerBase
 from tidalmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer, select_by_hash
 
 WINDOW = 256  # async sends in flight (keyed scheduled messages, W5, go one by one to their key's queue)
-BATCH = 128  # messages a SEND_BATCH_MESSAGE request (the Redis peer pipelines 500); timer messages too
+BATCH = 512  # messages a SEND_BATCH_MESSAGE request, as the Redis peer pipelines 500; timer messages too
 BATCH_WINDOW = 4  # batch requests in flight
 QUEUES = 4
 
