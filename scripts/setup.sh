@@ -26,7 +26,9 @@ fi
 # and where PYTHONDONTWRITEBYTECODE is set (as in many CI containers) every start would compile them all
 # again: ~0.2 s of a ~0.6 s standalone start, and of each schedule process's. Files already compiled are
 # skipped; a source edited later has a stale .pyc, which Python ignores (it compiles that one in memory).
-.venv/bin/python -m compileall -q -j 0 src/tidalmq >/dev/null
+if ! .venv/bin/python -m compileall -q -j 0 src/tidalmq >/dev/null; then
+  echo "setup: src/tidalmq could not be compiled (read-only?): each start compiles what it imports" >&2
+fi
 # The official 4.x client (pyproject's `rmq4` list) in a venv of its own: rocketmq==0.4.4 and the 5.x client
 # in .venv both install a top-level `rocketmq`. Its agents need neither TidalMQ nor anything but the stdlib.
 if [[ ",$extras," == *",test,"* ]]; then
