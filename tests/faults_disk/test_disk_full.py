@@ -157,6 +157,11 @@ def test_another_process_filling_the_disk_and_a_restart_on_a_full_disk(small_dis
         run(fill_while_running(), timeout=120)
         alive(s)
         assert s.stop() == 0  # a clean shutdown on a full disk
+    # The schedule process could not commit its files: it still stopped when asked (not after the broker's
+    # 15 s wait and a kill), and said why in one line.
+    log = s.log_path.read_text(errors="replace")
+    assert "did not stop" not in log and "timer store final commit failed: [Errno 28]" in log
+    assert "Traceback" not in log, log[log.index("Traceback") - 300:][:2000]
 
     # Restart with the disk still full: it starts, serves what it has, refuses new messages.
     s = broker_on(small_disk, tmp_path, **settings)
@@ -179,6 +184,8 @@ def test_another_process_filling_the_disk_and_a_restart_on_a_full_disk(small_dis
 
         run(after_restart(), timeout=120)
         alive(s)
+    log = s.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[log.index("Traceback") - 300:][:2000]
 
 
 CLEANUP = {

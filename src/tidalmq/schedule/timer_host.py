@@ -247,11 +247,13 @@ def serve(sock: socket.socket, cfg: dict[str, Any]) -> None:
     stopper: threading.Thread | None = None
 
     def stop() -> None:
-        svc.shutdown()  # commits; a put in flight is answered meanwhile (the main thread keeps reading)
         try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            svc.shutdown()  # commits; a put in flight is answered meanwhile (the main thread keeps reading)
+        finally:  # whatever the commit did, stop reading: that ends the loop below, and the process
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def on_term(signum: int, frame_: FrameType | None) -> None:
         # The broker died (PDEATHSIG) or an operator asked: stop reading, which ends the loop below.
@@ -301,6 +303,9 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     try:
         serve(sock, cfg)
+    except OSError as e:  # e.g. a full disk at load: one line; the broker restarts this process later
+        log.error("the schedule process cannot serve: %s", e)
+        sys.exit(1)
     finally:
         sock.close()
 

@@ -340,13 +340,18 @@ class TimerMessageService:
             return  # never loaded (a slave's), or already shut down
         with self._lock:
             try:
-                self._sync()
+                try:
+                    self._sync()
+                finally:
+                    self.timer.close()  # its files released even when its flush fails
+            except OSError as e:  # a full disk: what is not committed is recovered as after a kill
+                log.error("timer store final commit failed: %s; the next start recovers from the journal", e)
             except Exception:
                 log.exception("timer store final commit failed")
-            self.timer.close()
-            if self._journal_fd >= 0:
-                os.close(self._journal_fd)
-                self._journal_fd = -1
+            finally:
+                if self._journal_fd >= 0:
+                    os.close(self._journal_fd)
+                    self._journal_fd = -1
 
     def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
         """Store arrival listener (reput thread): a timer message or cancel was dispatched."""

@@ -132,14 +132,18 @@ class TimerStore:
         self.flush()
 
     def close(self) -> None:
-        """Flush and release the files. Popped but uncommitted deliveries are delivered again after load()."""
+        """Flush and release the files. Popped but uncommitted deliveries are delivered again after load().
+        A flush that fails (a full disk) still releases them, then raises: the files are left as a kill
+        would leave them, which load() recovers from."""
         if self._log is None:
             return
-        self.flush()
-        assert self._wheel is not None
-        self._log.close()
-        self._wheel.close()
-        self._log = self._wheel = None
+        try:
+            self.flush()
+        finally:
+            assert self._wheel is not None
+            self._log.close()
+            self._wheel.close()
+            self._log = self._wheel = None
 
     def flush(self) -> None:
         """Make the TimerLog and wheel durable, then record it in the checkpoint (that order: the checkpoint
