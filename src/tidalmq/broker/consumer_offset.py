@@ -20,6 +20,10 @@ class ConsumerOffsetManager:
         self.path = Path(path)
         self.table: dict[str, dict[int, int]] = {}  # "topic@group" -> queueId -> offset
         self._lock = threading.Lock()
+        # One writer of the file at a time, each writing the table as it was when its turn came: the
+        # periodic flush runs on an executor thread, and the broker's stop persists again without waiting
+        # for it. Apart from _lock, which commits take on the event loop: they never wait for a disk write.
+        self._write_lock = threading.Lock()
         self._dirty = False
         # Entries whose topic@group key fails the naming rules: kept as read, written back, never used.
         self.refused: dict[str, object] = {}
@@ -40,13 +44,14 @@ class ConsumerOffsetManager:
                 self.refused[key] = queues
 
     def persist(self, force: bool = False) -> None:
-        with self._lock:
-            if not (self._dirty or force):
-                return
-            data = fastjson.dumpb({"offsetTable": {**self.refused, **{k: dict(v) for k, v in self.table.items()}}})
-            self._dirty = False
-        if not persist_config(self.path, data):
-            self._dirty = True
+        with self._write_lock:
+            with self._lock:
+                if not (self._dirty or force):
+                    return
+                data = fastjson.dumpb({"offsetTable": {**self.refused, **{k: dict(v) for k, v in self.table.items()}}})
+                self._dirty = False
+            if not persist_config(self.path, data):
+                self._dirty = True
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self._lock:
