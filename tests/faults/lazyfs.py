@@ -61,7 +61,8 @@ class LazyFs(mfusepy.Operations):
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
-        self.lock = threading.Lock()
+        # Not "lock": that name is FUSE's POSIX-lock operation, which mfusepy would route here.
+        self._mutex = threading.Lock()
         self.inodes: dict[int, _Inode] = {}
         self.fsyncs = 0
         self.pages_synced = 0
@@ -120,7 +121,7 @@ class LazyFs(mfusepy.Operations):
         return 0
 
     def unlink(self, path):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             st = os.lstat(self._p(path))
             os.unlink(self._p(path))
             if st.st_nlink <= 1:
@@ -128,7 +129,7 @@ class LazyFs(mfusepy.Operations):
         return 0
 
     def rename(self, old, new):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             try:
                 replaced = os.lstat(self._p(new))
             except FileNotFoundError:
@@ -152,7 +153,7 @@ class LazyFs(mfusepy.Operations):
                                             "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
 
     def truncate(self, path, length, fh=None):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             if fh is not None:
                 os.ftruncate(fh, length)
                 ino = os.fstat(fh).st_ino
@@ -173,7 +174,7 @@ class LazyFs(mfusepy.Operations):
         # Always read-write: the kernel writes back mapped pages through any descriptor of the file.
         # O_APPEND is the kernel's business (it sends the offset), O_TRUNC ours.
         flags = (flags & ~(os.O_ACCMODE | os.O_APPEND)) | os.O_RDWR
-        with self.lock:
+        with self._mutex:
             fd = os.open(self._p(path), flags, mode)
             if flags & os.O_TRUNC:
                 self._truncated(os.fstat(fd).st_ino, 0)
@@ -186,7 +187,7 @@ class LazyFs(mfusepy.Operations):
         return self._open(path, (fi or 0) | os.O_CREAT, mode)
 
     def release(self, path, fh):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             if os.fstat(fh).st_nlink == 0:  # unlinked: its pages can never be read again
                 self._drop(os.fstat(fh).st_ino)
             os.close(fh)
@@ -196,7 +197,7 @@ class LazyFs(mfusepy.Operations):
         return 0  # close() is not a sync point
 
     def read(self, path, size, offset, fh):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             data = bytearray(os.pread(fh, size, offset))
             node = self.inodes.get(os.fstat(fh).st_ino)
             if node is not None and node.dirty:
@@ -209,7 +210,7 @@ class LazyFs(mfusepy.Operations):
             return bytes(data)
 
     def write(self, path, data, offset, fh):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             end = offset + len(data)
             if os.fstat(fh).st_size < end:
                 os.ftruncate(fh, end)  # the size is metadata: durable at once (see the module docstring)
@@ -224,7 +225,7 @@ class LazyFs(mfusepy.Operations):
             return len(data)
 
     def fsync(self, path, datasync, fh):  # type: ignore[no-untyped-def]
-        with self.lock:
+        with self._mutex:
             node = self.inodes.get(os.fstat(fh).st_ino)
             self.fsyncs += 1
             if node is not None and node.dirty:
@@ -247,7 +248,7 @@ class LazyFs(mfusepy.Operations):
         page of the files whose path matches the glob ``keep_files`` (the kernel may write back any dirty
         page before a crash, in any order); drop the rest. Holds the lock to the end: the caller exits the
         process with it held, so nothing gets in between."""
-        self.lock.acquire()
+        self._mutex.acquire()
         report = self.stats()
         rng = random.Random(seed)
         whole = partial = 0

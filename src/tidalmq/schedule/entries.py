@@ -32,7 +32,7 @@ def uniq_hashes(keys: Iterable[str | None]) -> list[int]:
     """``uniq_hash`` of each key, 0 for None: the digests joined and read as int64s at once (the timer's
     enqueue hashes every parked message's key; one int conversion per key was a third of the cost)."""
     fresh = _BLAKE2B_8.copy
-    digests = []
+    digests: list[bytes] = []
     add = digests.append
     for k in keys:
         if k is None:
