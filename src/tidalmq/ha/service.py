@@ -100,6 +100,10 @@ class HAService:
         self._tasks.add(task)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # stop() ends it. Returned from, not raised: Python 3.11's start_server asks a cancelled handler
+            # task for its exception, which raises, and logs a traceback for every slave at each stop.
+            pass
         finally:
             self.connections.discard(conn)
             self._tasks.discard(task)
