@@ -22,6 +22,9 @@ from tidalmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsu
 WINDOW = 256  # async sends in flight (keyed scheduled messages, W5, go one by one to their key's queue)
 BATCH = 512  # messages a SEND_BATCH_MESSAGE request, as the Redis peer pipelines 500; timer messages too
 BATCH_WINDOW = 4  # batch requests in flight
+# Messages a pull brings, as the Redis peer reads COUNT 256; the broker's per-pull caps raised to match
+# (RocketMQ's maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory, 32 and 256 KiB by default).
+PULL_BATCH = 256
 QUEUES = 4
 
 
@@ -54,14 +57,17 @@ class Server(ServerBase):
 
     def _settings(self) -> dict[str, str]:
         s = {"timerPrecisionMs": "10", "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
-             "flushDiskType": "SYNC_FLUSH" if self.durable else "ASYNC_FLUSH"}
+             "flushDiskType": "SYNC_FLUSH" if self.durable else "ASYNC_FLUSH",
+             "maxTransferCountOnMessageInMemory": str(PULL_BATCH),
+             "maxTransferBytesOnMessageInMemory": str(PULL_BATCH * 1536)}
         return s
 
     def settings(self) -> dict[str, str]:
         return {**self._settings(), "timer": "timerPrecisionMs=10 (the default is 100; 10 is the finest allowed)",
                 "client": f"tidalmq.client Producer.send_batch ({BATCH} a request, {BATCH_WINDOW} in flight) for "
                 f"plain and scheduled messages (timer messages in batches: beyond RocketMQ, which refuses delays "
-                f"in batches), send_async ({WINDOW} in flight) for keyed ones (W5), PushConsumer (batch 32, orderly for W5), topic of {QUEUES} queues"}
+                f"in batches), send_async ({WINDOW} in flight) for keyed ones (W5), PushConsumer (pulls of {PULL_BATCH}, listener batch 32, "
+                f"orderly for W5), topic of {QUEUES} queues"}
 
     def start(self) -> None:
         if self.sa is None:
@@ -214,6 +220,7 @@ class Client(ClientBase):
         async def run() -> None:
             c = PushConsumer(f"bench_cg_{dest}", self.c["namesrv"], listener=listener, orderly=ordered,
                              consume_from_where=ConsumeFromWhere.FIRST_OFFSET, consume_message_batch_max_size=32,
+                             pull_batch_size=PULL_BATCH,
                              rebalance_interval=2.0, listener_inline=True)
             c.subscribe(dest, "*")
             await c.start()
