@@ -146,7 +146,6 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
     park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
     as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
     import tempfile
-    from pathlib import Path
 
     import numpy as np
 

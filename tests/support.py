@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 READY = re.compile(r"standalone ready: namesrv \S+:(\d+) broker (\S+):(\d+)")
 
@@ -196,3 +198,11 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
 def chunks(seq: list, n: int) -> Iterable[list]:  # type: ignore[type-arg]
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
+
+
+def collect_loop_errors() -> list[dict[str, Any]]:
+    """What the running event loop's exception handler is given from now on ("Exception in callback" ...),
+    collected instead of logged."""
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+    return errors

@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 from tests.broker.rawclient import run
-from tests.ha.test_service_stop import collect_loop_errors, wait_until
+from tests.client.helpers import wait_until
+from tests.support import collect_loop_errors
 from tidalmq.console.http import HttpServer
 
 
@@ -22,10 +23,11 @@ def test_a_request_cut_by_the_loops_end_logs_no_error() -> None:
         await server.start()
         _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(b"GET / HTTP/1.1\r\n")  # half a request: the handler waits for the rest
+
         def handlers() -> list[asyncio.Task[Any]]:
             return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "HttpServer._serve"]
 
-        await wait_until(handlers, "the request's handler")
+        await wait_until(handlers, 10, "the request's handler")
         cut = handlers()
         for t in cut:  # what asyncio.run does to the tasks left at its end
             t.cancel()

@@ -7,6 +7,8 @@ import asyncio
 from typing import Any
 
 from tests.broker.rawclient import run
+from tests.client.helpers import wait_until
+from tests.support import collect_loop_errors
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.ha.service import HAService
 
@@ -18,25 +20,13 @@ class _Store:
         pass
 
 
-async def wait_until(cond: Any, what: str) -> None:
-    async with asyncio.timeout(10):
-        while not cond():
-            await asyncio.sleep(0.01)
-
-
-def collect_loop_errors() -> list[dict[str, Any]]:
-    errors: list[dict[str, Any]] = []
-    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-    return errors
-
-
 def test_stopping_the_ha_service_with_a_slave_connected_logs_no_error() -> None:
     async def body() -> None:
         errors = collect_loop_errors()
         svc = HAService(BrokerConfig(), store=_Store(), sync_flush_timeout_ms=100)  # type: ignore[arg-type]
         await svc.start(0)
         _reader, writer = await asyncio.open_connection("127.0.0.1", svc.port)
-        await wait_until(lambda: svc.connections, "the slave's connection")
+        await wait_until(lambda: svc.connections, 10, "the slave's connection")
         await svc.stop()
         assert not svc.connections
         assert errors == []

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -346,5 +347,9 @@ def test_uniq_hashes_are_uniq_hash_of_each_key() -> None:
     keys = ["T+A", None, "Topic+7F0000010000000000000000000000AB", "主题+ü", "", *(f"T+{i}" for i in range(200))]
     got = uniq_hashes(keys)
     assert got == [0 if k is None else uniq_hash(k) for k in keys]
+    # the values timerlog files already hold: blake2b, 8-byte digest, little-endian, signed
+    assert [uniq_hash(k) for k in keys if k is not None] == [
+        int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8).digest(), "little", signed=True)
+        for k in keys if k is not None]
     assert any(h < 0 for h in got) and any(h > 0 for h in got)  # signed, as the int64 column holds them
     assert uniq_hashes([]) == []

@@ -14,34 +14,29 @@ ENTRY_DTYPE = np.dtype(
 )
 
 
-def uniq_hash(key: str) -> int:
-    """A 64-bit hash of RocketMQ's delete key (``realTopic + "+" + uniqKey``), signed to fit an int64 column.
-
-    A cancel matches on (deliver_ms, hash); with 64 bits a false match needs two keys colliding at the same
-    millisecond, about 2**-64 per pair."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little", signed=True)
-
-
+_BLAKE2B_8 = hashlib.blake2b(digest_size=8)  # copied per key: cheaper than setting the parameters up again
 _NO_KEY = bytes(8)  # hash 0: a message without a uniq key, which no cancel names
 
 
-_BLAKE2B_8 = hashlib.blake2b(digest_size=8)  # copied per key: cheaper than setting the parameters up again
+def _digest(key: str) -> bytes:
+    h = _BLAKE2B_8.copy()
+    h.update(key.encode())
+    return h.digest()
+
+
+def uniq_hash(key: str) -> int:
+    """A 64-bit hash of RocketMQ's delete key (``realTopic + "+" + uniqKey``), signed to fit an int64 column:
+    blake2b with an 8-byte digest, read little-endian.
+
+    A cancel matches on (deliver_ms, hash); with 64 bits a false match needs two keys colliding at the same
+    millisecond, about 2**-64 per pair."""
+    return int.from_bytes(_digest(key), "little", signed=True)
 
 
 def uniq_hashes(keys: Iterable[str | None]) -> list[int]:
     """``uniq_hash`` of each key, 0 for None: the digests joined and read as int64s at once (the timer's
     enqueue hashes every parked message's key; one int conversion per key was a third of the cost)."""
-    fresh = _BLAKE2B_8.copy
-    digests: list[bytes] = []
-    add = digests.append
-    for k in keys:
-        if k is None:
-            add(_NO_KEY)
-        else:
-            h = fresh()
-            h.update(k.encode())
-            add(h.digest())
-    return np.frombuffer(b"".join(digests), "<i8").tolist()
+    return np.frombuffer(b"".join([_NO_KEY if k is None else _digest(k) for k in keys]), "<i8").tolist()
 
 
 def make_entries(
