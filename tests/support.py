@@ -11,11 +11,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 READY = re.compile(r"standalone ready: namesrv \S+:(\d+) broker (\S+):(\d+)")
+
+
+# What the ``module_tmp`` fixture (tests/conftest.py) gives: tmp_path_factory.mktemp for a module-scoped fixture.
+ModuleTmp = Callable[[str], Path]
 
 
 def free_port() -> int:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.acl import SessionCredentials
 
 ADMIN = SessionCredentials("adminUser", "adminSecret1")
@@ -41,9 +41,9 @@ def acl_text(white: list[str] | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def acl_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+def acl_standalone(module_tmp: ModuleTmp) -> Iterator[Standalone]:
     """One ACL-on broker for a module's tests; a test that rewrites the file puts it back."""
-    data = tmp_path_factory.mktemp("acl") / "data"
+    data = module_tmp("acl") / "data"
     (data / "conf").mkdir(parents=True)
     (data / "conf" / "plain_acl.yml").write_text(acl_text())
     with pytest.MonkeyPatch.context() as mp:

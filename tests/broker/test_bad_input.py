@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from tests.broker.rawclient import pull_cmd, run, runtime_info, send_cmd, wait_max_offset
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import FrameDecoder, RemotingCommand
@@ -17,8 +17,8 @@ from tidalmq.remoting.transport import RemotingClient
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    s = Standalone(tmp_path_factory.mktemp("bad") / "data",
+def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    s = Standalone(module_tmp("bad") / "data",
                    {"maxMessageSize": str(64 * 1024), "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     s.start()
     yield s

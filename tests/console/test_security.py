@@ -16,15 +16,15 @@ import pytest
 
 from tests.acl.conftest import ADMIN, acl_text
 from tests.console.support import admin_call, http, run
-from tests.support import Standalone, free_port
+from tests.support import ModuleTmp, Standalone, free_port
 from tidalmq.client import Admin
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @pytest.fixture(scope="module")
-def acl_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    data = tmp_path_factory.mktemp("acl-console") / "data"
+def acl_console(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    data = module_tmp("acl-console") / "data"
     (data / "conf").mkdir(parents=True)
     (data / "conf" / "plain_acl.yml").write_text(acl_text())
     with pytest.MonkeyPatch.context() as mp:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from tests.client.helpers import create_topic, uniq, wait_until
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Admin, ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer
 from tidalmq.client.admin import AdminError
 
@@ -21,8 +21,8 @@ LEVELS = " ".join(["1s"] * 18)
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    s = Standalone(tmp_path_factory.mktemp("ops") / "data",
+def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    s = Standalone(module_tmp("ops") / "data",
                    {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(16 * 1024 * 1024)})
     s.start()
     yield s

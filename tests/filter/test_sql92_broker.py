@@ -11,7 +11,7 @@ import pytest
 
 from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
 from tests.client.helpers import create_topic, uniq, wait_until
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import (
     ConsumeFromWhere,
     Message,
@@ -31,8 +31,8 @@ pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
-def sql_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    with Standalone(tmp_path_factory.mktemp("sql92") / "data",
+def sql_standalone(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    with Standalone(module_tmp("sql92") / "data",
                    {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "enablePropertyFilter": "true"}) as s:  # stopped (SIGTERM) on exit
         yield s
 

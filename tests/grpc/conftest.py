@@ -16,7 +16,7 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 from tests.compat.harness import create_topic, uniq
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Admin
 
 # The 5.x client logs every retry and reconnect at INFO into its own file handler; keep the suite quiet.
@@ -61,8 +61,8 @@ def _client_loop_in_main_thread() -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    with Standalone(tmp_path_factory.mktemp("grpc") / "data", {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}) as s:
+def broker(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    with Standalone(module_tmp("grpc") / "data", {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}) as s:
         yield s
 
 

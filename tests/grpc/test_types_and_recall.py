@@ -17,16 +17,16 @@ from tests.client.helpers import uniq
 from tests.compat.harness import create_topic
 from tests.grpc.conftest import Clients, typed_topic
 from tests.grpc.test_messaging import message, receive_all
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
+def checked(module_tmp: ModuleTmp) -> Iterator[Standalone]:
     settings = {"enableTopicMessageTypeCheck": "true", "recallMessageEnable": "true",
                 "transactionTimeOut": "300", "transactionCheckInterval": "200"}
-    with Standalone(tmp_path_factory.mktemp("grpc-types") / "data", settings) as s:
+    with Standalone(module_tmp("grpc-types") / "data", settings) as s:
         yield s
 
 

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker.rawclient import pull_cmd, records, run, send_cmd
-from tests.support import Standalone, wait_for
+from tests.support import ModuleTmp, Standalone, wait_for
 from tidalmq.client import Admin, Message, Producer
 from tidalmq.common import message as mc
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -38,8 +38,8 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    s = Standalone(tmp_path_factory.mktemp("metrics") / "data",
+def broker(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    s = Standalone(module_tmp("metrics") / "data",
                    {"messageDelayLevel": "1s 2s", "timerPrecisionMs": "100",
                     "mappedFileSizeCommitLog": str(8 << 20)})
     with s:

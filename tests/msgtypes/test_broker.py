@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.client.helpers import uniq
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import (
     Admin,
     AdminError,
@@ -51,9 +51,9 @@ def run(coro_fn: Callable[[], Awaitable[None]], timeout: float = 90) -> None:
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def checked(module_tmp: ModuleTmp) -> Any:
     """A broker that checks message types and accepts recalls."""
-    with Standalone(tmp_path_factory.mktemp("msgtypes") / "data", CHECKED) as s:
+    with Standalone(module_tmp("msgtypes") / "data", CHECKED) as s:
         yield s
 
 

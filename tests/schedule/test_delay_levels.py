@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.broker.rawclient import pull_cmd, send_cmd
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.common import fastjson
 from tidalmq.common.record import decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -19,8 +19,8 @@ LEVELS = "1s 2s 3s"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    s = Standalone(tmp_path_factory.mktemp("delay") / "data",
+def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    s = Standalone(module_tmp("delay") / "data",
                    {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     s.start()
     yield s

@@ -13,7 +13,7 @@ import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
 from tests.schedule.test_timer_rewrite import batch_item
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import fastjson
 from tidalmq.common.record import StoredMessage, decode_record
@@ -27,8 +27,8 @@ SLACK_MS = 400  # how late a delivery may be on a loaded test machine
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    s = Standalone(tmp_path_factory.mktemp("timer") / "data",
+def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    s = Standalone(module_tmp("timer") / "data",
                    {"messageDelayLevel": "1s 2s", "timerPrecisionMs": str(PRECISION_MS),
                     "timerMaxDelaySec": str(MAX_DELAY_SEC), "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     s.start()

@@ -10,7 +10,7 @@ import pytest
 
 from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
 from tests.security.support import heartbeat, plant_canary, snapshot, up_to_root
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Message, Producer
 from tidalmq.client.errors import ValidationError
 from tidalmq.common import fastjson
@@ -21,8 +21,8 @@ from tidalmq.remoting.transport import RemotingClient
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("attacks")
+def site(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    root = module_tmp("attacks")
     canary = plant_canary(root)
     with Standalone(root / "data", {"mappedFileSizeCommitLog": str(8 * 1024 * 1024)}) as s:
         yield s, canary

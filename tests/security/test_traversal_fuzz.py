@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.broker.rawclient import pull_cmd, records, run, send_cmd, wait_max_offset
 from tests.security.support import heartbeat, plant_canary, snapshot, up_to_root
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
@@ -62,8 +62,8 @@ def _body_request(target: str, value: str) -> tuple[RemotingCommand, bool]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("fuzz")
+def site(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    root = module_tmp("fuzz")
     canary = plant_canary(root)
     with Standalone(root / "data", {"mappedFileSizeCommitLog": str(8 * 1024 * 1024)}) as s:
         yield s, root, canary

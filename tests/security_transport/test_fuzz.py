@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.broker.rawclient import send_cmd
+from tests.support import ModuleTmp
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.controller import BrokerController
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -179,8 +180,8 @@ class ErrorLog(logging.Handler):
 
 
 @pytest.fixture(scope="module")
-def inproc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[asyncio.AbstractEventLoop, BrokerController]]:
-    root = Path(tmp_path_factory.mktemp("fuzz"))
+def inproc(module_tmp: ModuleTmp) -> Iterator[tuple[asyncio.AbstractEventLoop, BrokerController]]:
+    root = Path(module_tmp("fuzz"))
     sc = MessageStoreConfig(store_path_root_dir=str(root / "store"), mapped_file_size_commit_log=16 * 1024 * 1024)
     bc = BrokerConfig(broker_name="fuzz-broker", listen_port=0, namesrv_addr="")
     loop = asyncio.new_event_loop()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info
 from tests.client.helpers import create_topic, uniq
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Message, Producer
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand, decode_frame_body, encode_frame
@@ -35,8 +35,8 @@ LIMITS = {
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    with Standalone(tmp_path_factory.mktemp("limits") / "data", LIMITS) as s:
+def limited(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+    with Standalone(module_tmp("limits") / "data", LIMITS) as s:
         yield s
 
 

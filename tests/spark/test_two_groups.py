@@ -12,7 +12,7 @@ import pytest
 
 from tests.ha.support import Broker
 from tests.spark.conftest import create_topic, produce, reader, run_available_now, stream_reader, topic_name
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 
 pytestmark = pytest.mark.spark
 
@@ -20,8 +20,8 @@ SETTINGS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "timerWheelEnable"
 
 
 @pytest.fixture(scope="module")
-def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("two-groups")
+def two_groups(module_tmp: ModuleTmp) -> Iterator[str]:
+    root = module_tmp("two-groups")
     with Standalone(root / "a", {**SETTINGS, "brokerName": "broker-a"}) as a:
         b = Broker(root / "b", a.namesrv_addr, {**SETTINGS, "brokerName": "broker-b"})
         with b:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.client.helpers import create_topic, uniq, wait_until
-from tests.support import Standalone
+from tests.support import ModuleTmp, Standalone
 from tests.transaction.helpers import (
     COMMIT,
     FAST,
@@ -58,8 +58,8 @@ def run(coro_fn: Callable[[], Awaitable[None]], timeout: float = 45) -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
-    with Standalone(tmp_path_factory.mktemp("tx") / "data", FAST) as s:  # stopped (SIGTERM) on exit
+def broker(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    with Standalone(module_tmp("tx") / "data", FAST) as s:  # stopped (SIGTERM) on exit
         yield s
 
 
