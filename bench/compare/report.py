@@ -64,9 +64,13 @@ METHOD = """\
   consumer receives; produced msgs/s = N / time until the last send was acknowledged, consumed msgs/s = N /
   time from the first send to the last receive. Latency: a separate run paced at 1,000 msgs/s; end-to-end
   latency = receive time - send time (p50 / p99).
-- **Per core used** (W1 produce, W2 enqueue): the broker process's CPU seconds (user + system, its children
-  included, from the kernel's accounting) over the phase divided by the phase's wall seconds = the cores it
-  used; the rate divided by that = messages per second per core the broker used. The client's CPU is not in it.
+- **Per core used** (W1 produce, W2 enqueue): the broker's CPU seconds (every thread of its process and of the
+  processes under it, such as TidalMQ's schedule process, to the nanosecond from the kernel's per-thread
+  accounting) over the phase divided by the phase's wall seconds = the cores it used; messages per second per
+  core = the messages divided by those CPU seconds. For W2 the CPU is counted until the broker is idle again
+  (under 0.05 cores over 0.2 s), so that work left after the last acknowledgement counts (TidalMQ's schedule
+  process files timer messages into its wheel after they are acknowledged). The client's CPU is not in it.
+  (Runs before 2026-11-27 counted in 10 ms ticks and missed live child processes.)
 - **W2 scheduled**: enqueue rate = 10,000 delayed messages (delays 1 min .. 1 h, 100-byte bodies) sent as fast
   as the client allows. Lateness at R = 1,000 and 10,000 messages due per second: for a window of W seconds
   (10 s and 5 s) starting at T0, R×W messages are due uniformly over [T0, T0+W] and R×W/2 background
