@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
-from bench.common import compare, percentile, print_machine, save  # noqa: E402
+from bench.common import compare, cpu_s, percentile, print_machine, save  # noqa: E402
 from tidalmq.acl import RequestSigner, SessionCredentials  # noqa: E402
 from tidalmq.common.message import encode_properties  # noqa: E402
 from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
@@ -207,9 +207,9 @@ async def pull_all(c: RemotingClient, addr: str, topic: str, expected: int, max_
     return got / dt
 
 
-def cpu_of(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system
+def cpu_of(proc: psutil.Process, *, children: bool = True) -> float:
+    """CPU seconds of a process so far, with the live processes under it unless ``children=False``."""
+    return cpu_s(proc.pid, children=children)
 
 
 def scrape_every(url: str, interval: float, stop: threading.Event) -> None:
@@ -246,26 +246,26 @@ async def run_phase(flush: str, n: int, results: dict[str, float], acl: bool = F
             results[f"{tag}.sync_send_p50_ms"] = p50
             results[f"{tag}.sync_send_p99_ms"] = p99
             print(f"[{flush}] sync send latency: p50 {p50:.3f} ms, p99 {p99:.3f} ms")
-            b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+            b0, m0, t0 = cpu_of(broker), cpu_of(me, children=False), time.perf_counter()
             rate = await pipelined_sends(c, addr, topic, n, 512)
             wall = time.perf_counter() - t0
             results[f"{tag}.async_send_msgs_per_s"] = rate
             print(f"[{flush}] single-message async send: {rate:,.0f} msg/s "
-                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
-            b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me, children=False) - m0) / wall:.0%})")
+            b0, m0, t0 = cpu_of(broker), cpu_of(me, children=False), time.perf_counter()
             rate = await pipelined_sends(c, addr, topic, n * 2 // 64 * 64, 16, batch=64)
             wall = time.perf_counter() - t0
             results[f"{tag}.batch64_send_msgs_per_s"] = rate
             print(f"[{flush}] batched send (64 a batch): {rate:,.0f} msg/s "
-                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
+                  f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me, children=False) - m0) / wall:.0%})")
             if flush == "ASYNC_FLUSH":
                 total = 2000 + 2000 + n + n * 2 // 64 * 64
-                b0, m0, t0 = cpu_of(broker), cpu_of(me), time.perf_counter()
+                b0, m0, t0 = cpu_of(broker), cpu_of(me, children=False), time.perf_counter()
                 rate = await pull_all(c, addr, topic, total)
                 wall = time.perf_counter() - t0
                 results["pull_msgs_per_s"] = rate
                 print(f"pull (32 a request, 8 queues in parallel): {rate:,.0f} msg/s "
-                      f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me) - m0) / wall:.0%})")
+                      f"(broker CPU {(cpu_of(broker) - b0) / wall:.0%}, load generator CPU {(cpu_of(me, children=False) - m0) / wall:.0%})")
             await c.close()
         finally:
             stop_scraping.set()

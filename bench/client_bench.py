@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
-from bench.common import compare, print_machine, save  # noqa: E402
+from bench.common import compare, cpu_s, print_machine, save  # noqa: E402
 from tidalmq.client import Admin, ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer  # noqa: E402
 
 AGENT = ROOT / "bench" / "official_client_agent.py"
@@ -60,12 +60,10 @@ def official(op: str, **cfg: object) -> dict[str, float]:
     return out
 
 
-def cpu_seconds(proc: psutil.Process | None) -> float:
-    """User + system CPU seconds of a process so far (0.0 without one)."""
-    if proc is None:
-        return 0.0
-    t = proc.cpu_times()
-    return t.user + t.system
+def cpu_seconds(proc: psutil.Process | None, *, children: bool = True) -> float:
+    """CPU seconds of a process so far, with the live processes under it unless ``children=False``
+    (0.0 without one)."""
+    return 0.0 if proc is None else cpu_s(proc.pid, children=children)
 
 
 class Meter:
@@ -76,11 +74,11 @@ class Meter:
         self.me = psutil.Process()
 
     def __enter__(self) -> Meter:
-        self.c0, self.b0 = cpu_seconds(self.me), cpu_seconds(self.broker)
+        self.c0, self.b0 = cpu_seconds(self.me, children=False), cpu_seconds(self.broker)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.client = cpu_seconds(self.me) - self.c0
+        self.client = cpu_seconds(self.me, children=False) - self.c0
         self.broker_cpu = cpu_seconds(self.broker) - self.b0
 
 

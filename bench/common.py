@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,60 @@ def compare(previous: str | None, results: dict[str, Any]) -> None:
     for key, value in results.items():
         if isinstance(value, int | float) and isinstance(old.get(key), int | float) and old[key]:
             print(f"  {key:40s} {old[key]:>14.1f} -> {value:>14.1f}  ({value / old[key]:.2f}x)")
+
+
+def cpu_s(pid: int | None, *, children: bool = True) -> float:
+    """CPU seconds a process has used so far, with every live process under it unless ``children=False``
+    (a standalone's schedule process; not the bench's own brokers when measuring the load generator), to
+    the nanosecond: each live thread's time on a CPU, from /proc/<pid>/task/<tid>/schedstat. psutil's
+    cpu_times counts 10 ms clock ticks, and its children_* only children that exited and were reaped. A
+    thread that exits takes its time with it (the servers measured keep theirs). nan without a pid or once
+    it is gone."""
+    own = None if pid is None else _threads_cpu_ns(pid)
+    if own is None:
+        return float("nan")
+    pids = []
+    if children:
+        import psutil
+
+        try:
+            pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return float("nan")
+    return (own + sum(_threads_cpu_ns(p) or 0 for p in pids)) / 1e9
+
+
+def settled_cpu_s(read: Callable[[], float], quiet_cores: float = 0.05, step_s: float = 0.2,
+                  limit_s: float = 10.0) -> tuple[float, float]:
+    """Waits until ``read`` (CPU seconds so far, e.g. of a broker) grows by under ``quiet_cores`` over a
+    ``step_s``, so that the work a phase left behind counts as the phase's: TidalMQ acknowledges a timer
+    message once it is in the CommitLog, and its schedule process files it afterwards. (CPU seconds so far,
+    seconds waited.)"""
+    t0 = time.time()
+    prev = read()
+    while time.time() - t0 < limit_s:
+        time.sleep(step_s)
+        cur = read()
+        if cur - prev < quiet_cores * step_s:
+            return cur, time.time() - t0
+        prev = cur
+    return prev, time.time() - t0
+
+
+def _threads_cpu_ns(pid: int) -> int | None:
+    """None when the process is gone."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def percentile(sorted_values: list[float], p: float) -> float:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 from tests.support import Standalone  # noqa: E402
 
-from bench.common import compare, print_machine, save  # noqa: E402
+from bench.common import compare, cpu_s, print_machine, save  # noqa: E402
 from tidalmq.common.message import encode_properties  # noqa: E402
 from tidalmq.common.record import encode_record  # noqa: E402
 from tidalmq.filter import compile_sql92  # noqa: E402
@@ -133,11 +133,6 @@ def eval_cost_ns(expression: str, n: int = 20000) -> float:
     return (time.perf_counter() - t0) / n * 1e9
 
 
-def cpu_of(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
@@ -161,9 +156,9 @@ async def main() -> None:
             print(f"{n:,} messages of {len(BODY)} B stored in {time.perf_counter() - t0:.1f}s")
             for rnd in range(args.rounds):
                 for mode, (sub, etype) in MODES.items():
-                    b0, t0 = cpu_of(broker), time.perf_counter()
+                    b0, t0 = cpu_s(broker.pid), time.perf_counter()
                     matched, scanned, dt = await drain(c, addr, f"G_{mode}_{rnd}", sub, etype)
-                    bcpu = (cpu_of(broker) - b0) / (time.perf_counter() - t0)
+                    bcpu = (cpu_s(broker.pid) - b0) / (time.perf_counter() - t0)
                     expected = n if mode == "all" else n // 10
                     assert matched == expected, f"{mode}: matched {matched}, expected {expected}"
                     assert scanned == n, f"{mode}: scanned {scanned} of {n}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import random
 import sys
@@ -43,7 +44,7 @@ from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd  # noqa: E40
 from tests.support import Standalone  # noqa: E402
 
 from bench.broker_bench import BODY, batch_body, create_topic, pipelined_sends  # noqa: E402
-from bench.common import OUT, compare, percentile, print_machine, save  # noqa: E402
+from bench.common import OUT, compare, cpu_s, percentile, print_machine, save, settled_cpu_s  # noqa: E402
 from tidalmq.common.message import encode_properties  # noqa: E402
 from tidalmq.common.record import decode_record  # noqa: E402
 from tidalmq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
@@ -170,18 +171,8 @@ def enqueue_requests(topic: str, n: int, *, timer: bool, batch: int) -> list[Rem
     return reqs
 
 
-async def settled_cpu(procs: list[psutil.Process], quiet_s: float = 0.3, limit_s: float = 30.0) -> float:
-    """The CPU seconds of ``procs`` once they stop using any (the schedule process indexes what the broker
-    acknowledged after the acknowledgement: its work for a run ends later than the sends)."""
-    total = sum(sum(p.cpu_times()[:2]) for p in procs)
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        await asyncio.sleep(quiet_s)
-        now = sum(sum(p.cpu_times()[:2]) for p in procs)
-        if now - total < 0.01 * quiet_s:
-            return now
-        total = now
-    return total
+def tree_cpu_s(procs: list[psutil.Process]) -> float:
+    return sum(cpu_s(p.pid) for p in procs)
 
 
 async def bench_enqueue_vs_plain(c: RemotingClient, addr: str, broker: psutil.Process, n: int,
@@ -202,11 +193,14 @@ async def bench_enqueue_vs_plain(c: RemotingClient, addr: str, broker: psutil.Pr
                 best[kind] = (0.0, 0.0, 0.0)
                 continue
             schedule = broker.children()  # the schedule process (timerProcessEnable), if there is one
-            cpu0 = sum(broker.cpu_times()[:2])
-            sched0 = sum(sum(p.cpu_times()[:2]) for p in schedule)
+            cpu0 = cpu_s(broker.pid, children=False)
+            sched0 = sum(cpu_s(p.pid) for p in schedule)
             rate = await pipelined_sends(c, addr, topic, len(reqs[1:]) * batch, window, batch, prebuilt=reqs[1:])
-            cpu_us = (sum(broker.cpu_times()[:2]) - cpu0) / ((len(reqs) - 1) * batch) * 1e6
-            sched_us = (await settled_cpu(schedule) - sched0) / ((len(reqs) - 1) * batch) * 1e6
+            cpu_us = (cpu_s(broker.pid, children=False) - cpu0) / ((len(reqs) - 1) * batch) * 1e6
+            # the schedule process files what the broker acknowledged after the acknowledgement
+            settled, _ = await asyncio.to_thread(settled_cpu_s, functools.partial(tree_cpu_s, schedule),
+                                                 0.01, 0.3, 30.0)
+            sched_us = (settled - sched0) / ((len(reqs) - 1) * batch) * 1e6
             print(f"  round {r + 1} {kind}: {rate:,.0f} msg/s acknowledged, broker CPU {cpu_us:.1f} us/msg, "
                   f"schedule process {sched_us:.1f} us/msg")
             if rate > best.get(kind, (0.0, 0.0, 0.0))[0]:
@@ -282,16 +276,6 @@ async def bench_loaded(c: RemotingClient, addr: str, rate: int, seconds: float, 
     key = f"loaded{rate}"
     return {f"{key}_n": s["n"], f"{key}_p50_ms": s["p50_ms"], f"{key}_p99_ms": s["p99_ms"], f"{key}_max_ms": s["max_ms"],
             f"{key}_early": s["early"], f"{key}_missing": n - s["n"], f"{key}_burst_sends": burst}, lat
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (Linux /proc); -1 when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, ValueError):
-        return -1.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_restart(data: Path, pending: int, overdue: int, extra: dict[str, str]) -> dict[str, float]:
@@ -464,8 +448,8 @@ def main() -> None:
                               f"missing {r[k + '_missing']}")
                     results["broker_timer_early"] = await info_int(c, s.broker_addr, "timer.early")
                     info = await runtime_info(c, s.broker_addr)
-                    results["broker_cpu_s"] = cpu_seconds(int(info.get("pid", "-1")))
-                    results["timer_process_cpu_s"] = cpu_seconds(int(info.get("timer.processPid", "-1")))
+                    results["broker_cpu_s"] = cpu_s(int(info.get("pid", "-1")), children=False)
+                    results["timer_process_cpu_s"] = cpu_s(int(info.get("timer.processPid", "-1")))
                     print(f"CPU seconds so far: broker {results['broker_cpu_s']:.1f}, "
                           f"schedule process {results['timer_process_cpu_s']:.1f}")
                 finally:

@@ -67,17 +67,6 @@ def signing(acl: bool) -> Iterator[None]:
         bb.ADMIN_SIGNER, bb.USER_SIGNER = before
 
 
-def tree_cpu(proc: psutil.Process) -> float:
-    """CPU seconds of the standalone and its children (the schedule process)."""
-    total = bb.cpu_of(proc)
-    for child in proc.children(recursive=True):
-        try:
-            total += bb.cpu_of(child)
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def loop_cpu(proc: psutil.Process) -> float:
     """CPU seconds of the standalone's main thread, its event loop."""
     for t in proc.threads():
@@ -99,9 +88,9 @@ async def measure(s: Standalone, c: RemotingClient, n: int) -> dict[str, float]:
             # Built and signed before the clock starts: the figures are the broker's (the load generator
             # shares the two cores, and a slower generator would mean smaller group commits).
             prebuilt = bb.build_sends(topic, count, batch)
-            b0, l0, t0 = tree_cpu(broker), loop_cpu(broker), time.perf_counter()
+            b0, l0, t0 = bb.cpu_of(broker), loop_cpu(broker), time.perf_counter()
             rate = await bb.pipelined_sends(c, addr, topic, count, window, batch=batch, prebuilt=prebuilt)
-            busy, loop_busy = tree_cpu(broker) - b0, loop_cpu(broker) - l0
+            busy, loop_busy = bb.cpu_of(broker) - b0, loop_cpu(broker) - l0
             out[f"{name}_send_msgs_per_s"] = rate
             out[f"{name}_broker_cpu_us_per_msg"] = busy / count * 1e6
             out[f"{name}_loop_cpu_us_per_msg"] = loop_busy / count * 1e6

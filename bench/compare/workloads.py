@@ -16,9 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
-
-from bench.common import percentile
+from bench.common import cpu_s, percentile, settled_cpu_s
 from bench.compare.base import SCHED_BODY, ServerBase
 
 W1_BODY = 1024
@@ -30,52 +28,9 @@ def now_ms() -> float:
 
 def server_cpu_s(server: ServerBase) -> float:
     """CPU seconds used so far by the broker's process and every live process under it (TidalMQ's schedule
-    process, say), to the nanosecond: each live thread's time on a CPU, from /proc/<pid>/task/<tid>/schedstat.
-    (psutil's cpu_times counts 10 ms clock ticks, so a phase of 30,000 messages came out in 18 to 20 ticks,
-    and its children_* count only children that exited and were reaped: a live child's CPU was not in the
-    figure at all.) A thread that exits during a phase takes its time with it; the servers measured here
-    keep theirs. nan if unknown."""
-    pid = server.server_pid()
-    if pid is None:
-        return float("nan")
-    try:
-        root = psutil.Process(pid)
-        pids = [pid] + [c.pid for c in root.children(recursive=True)]
-    except psutil.Error:
-        return float("nan")
-    return sum(_threads_cpu_ns(p) for p in pids) / 1e9
-
-
-def _threads_cpu_ns(pid: int) -> int:
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0  # ended since it was listed
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
-
-
-def settled_cpu_s(server: ServerBase, quiet_cores: float = 0.05, step_s: float = 0.2,
-                  limit_s: float = 10.0) -> tuple[float, float]:
-    """Waits until the broker is idle again (under ``quiet_cores`` over a ``step_s``), so that the work a
-    phase left behind counts as the phase's: TidalMQ acknowledges a timer message once it is in the
-    CommitLog, and its schedule process files it into the wheel afterwards. (CPU seconds so far, seconds
-    waited.)"""
-    t0 = time.time()
-    prev = server_cpu_s(server)
-    while time.time() - t0 < limit_s:
-        time.sleep(step_s)
-        cur = server_cpu_s(server)
-        if cur - prev < quiet_cores * step_s:
-            return cur, time.time() - t0
-        prev = cur
-    return prev, time.time() - t0
+    process, say), to the nanosecond (``bench.common.cpu_s``). Runs before 2026-11-27 counted 10 ms clock
+    ticks of the broker's process alone: a live child's CPU was not in the figure."""
+    return cpu_s(server.server_pid())
 
 
 def per_core(rate: float, cpu_s: float, wall_s: float) -> dict[str, float]:
@@ -242,7 +197,7 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
         out["enqueue_per_s"] = rate
         out["enqueue_n"] = n
         c_acked = server_cpu_s(server) - c0
-        c_settled, settle_s = settled_cpu_s(server)
+        c_settled, settle_s = settled_cpu_s(lambda: server_cpu_s(server))
         out["enqueue_broker_cpu_s"] = c_enq = c_settled - c0
         out.update(enqueue_acked_cpu_s=c_acked, enqueue_settle_s=settle_s)
         # cores used while the client sent; per core: the messages over all the CPU they cost, the work

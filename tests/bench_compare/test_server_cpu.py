@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from bench.common import settled_cpu_s
 from bench.compare import workloads
 
 # A parent that starts a child burning CPU until told to stop on stdin, and then waits (idle) for it.
@@ -49,7 +50,7 @@ def test_a_live_child_counts_and_the_settle_waits_for_it() -> None:
         # the child alone keeps a core busy (psutil's cpu_times of the parent saw 0 of it: not reaped)
         assert 0.5 * wall < busy < 1.2 * wall, (busy, wall)
         assert busy != round(busy, 2), "counted in 10 ms clock ticks"
-        _, waited = workloads.settled_cpu_s(server, limit_s=0.6)
+        _, waited = settled_cpu_s(lambda: workloads.server_cpu_s(server), limit_s=0.6)
         assert waited >= 0.6  # still busy: the settle waits until its limit
     finally:
         tree.stop()
