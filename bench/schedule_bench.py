@@ -172,6 +172,7 @@ def enqueue_requests(topic: str, n: int, *, timer: bool, batch: int) -> list[Rem
 
 
 def tree_cpu_s(procs: list[psutil.Process]) -> float:
+    """CPU seconds of ``procs`` (the schedule process) and the processes under them."""
     return sum(cpu_s(p.pid) for p in procs)
 
 
@@ -194,7 +195,7 @@ async def bench_enqueue_vs_plain(c: RemotingClient, addr: str, broker: psutil.Pr
                 continue
             schedule = broker.children()  # the schedule process (timerProcessEnable), if there is one
             cpu0 = cpu_s(broker.pid, children=False)
-            sched0 = sum(cpu_s(p.pid) for p in schedule)
+            sched0 = tree_cpu_s(schedule)
             rate = await pipelined_sends(c, addr, topic, len(reqs[1:]) * batch, window, batch, prebuilt=reqs[1:])
             cpu_us = (cpu_s(broker.pid, children=False) - cpu0) / ((len(reqs) - 1) * batch) * 1e6
             # the schedule process files what the broker acknowledged after the acknowledgement

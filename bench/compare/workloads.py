@@ -33,9 +33,9 @@ def server_cpu_s(server: ServerBase) -> float:
     return cpu_s(server.server_pid())
 
 
-def per_core(rate: float, cpu_s: float, wall_s: float) -> dict[str, float]:
+def per_core(rate: float, cpu_seconds: float, wall_s: float) -> dict[str, float]:
     """The broker's cores used over a phase (CPU seconds / wall seconds) and the rate per core used."""
-    cores = cpu_s / wall_s if wall_s > 0 else float("nan")
+    cores = cpu_seconds / wall_s if wall_s > 0 else float("nan")
     return {"cores": cores, "per_core": rate / cores if cores > 0 else float("nan")}
 
 

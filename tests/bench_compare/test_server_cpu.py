@@ -52,5 +52,7 @@ def test_a_live_child_counts_and_the_settle_waits_for_it() -> None:
         assert busy != round(busy, 2), "counted in 10 ms clock ticks"
         _, waited = settled_cpu_s(lambda: workloads.server_cpu_s(server), limit_s=0.6)
         assert waited >= 0.6  # still busy: the settle waits until its limit
+        cpu, waited = settled_cpu_s(lambda: 1.0, step_s=0.05, limit_s=5)
+        assert cpu == 1.0 and waited < 1.0  # idle: it returns after a quiet step, long before its limit
     finally:
         tree.stop()

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from tests.client.helpers import wait_until
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 
@@ -44,15 +45,13 @@ def test_a_long_burst_goes_out_while_it_is_queued_and_a_short_one_at_the_turns_e
                 for i in range(3):
                     conn.invoke_oneway(request(i))
                 assert available(peer) == 0
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + 5
-                short = 0
-                while short < 3 * 1024 and loop.time() < deadline:
-                    short += available(peer)
-                    await asyncio.sleep(0.01)
-                assert 3 * 1024 < short < 4 * 1024
+                short = [0]
+
+                def three_arrived() -> bool:
+                    short[0] += available(peer)
+                    return short[0] >= 3 * 1024
+
+                await wait_until(three_arrived, 5, "the short burst")
                 # a long burst in one turn (no await in between): on the wire before the turn ends (as much
                 # as the sockets' buffers take while this peer reads nothing; at least a few writes' worth)
                 for i in range(1000):
