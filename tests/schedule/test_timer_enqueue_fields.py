@@ -1,8 +1,10 @@
 """The enqueue round's reading of parked records: the whole-chunk path (one CommitLog view, columns, one
-regex pass) reads what the record-by-record path reads, and hands back to it what it cannot check."""
+regex pass) reads what the record-by-record path reads, and hands back to it what it cannot check; for
+ordinary timer messages it reads columns, and files them as the tuple path files them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record
-from tidalmq.schedule.timer_service import TimerMessageService
+from tidalmq.schedule.timer_service import TimerMessageService, TopicCounts, _FieldColumns
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
@@ -28,8 +30,12 @@ PARKED = [
 ]
 
 
-def _parked_store(tmp_path: Path, parked: list[dict[str, str]]
-                  ) -> Iterator[tuple[TimerMessageService, np.ndarray, np.ndarray]]:
+Parked = tuple[TimerMessageService, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _parked_store(tmp_path: Path, parked: list[dict[str, str]]) -> Iterator[Parked]:
+    """A store holding ``parked`` in the timer topic: the service, and the records' CommitLog offsets,
+    sizes and ConsumeQueue tags (their deliver times) as the enqueue round reads them."""
     cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 << 20)
     store = DefaultMessageStore(cfg)
     assert store.load()
@@ -41,13 +47,14 @@ def _parked_store(tmp_path: Path, parked: list[dict[str, str]]
     got = store.read_queue(TIMER_TOPIC, 0, 0, 100)
     assert len(got) == len(parked)
     try:
-        yield TimerMessageService(store, tmp_path / "store", precision_ms=10), got.commit_log_offsets, got.sizes
+        yield (TimerMessageService(store, tmp_path / "store", precision_ms=10), got.commit_log_offsets, got.sizes,
+               got.tags_codes)
     finally:
         store.shutdown()
 
 
 @pytest.fixture
-def parked(tmp_path: Path) -> Iterator[tuple[TimerMessageService, np.ndarray, np.ndarray]]:
+def parked(tmp_path: Path) -> Iterator[Parked]:
     yield from _parked_store(tmp_path, PARKED)
 
 
@@ -55,35 +62,92 @@ def test_properties_holding_the_records_mark_are_read_record_by_record(tmp_path:
     """The chunk path tells records apart by a mark (an empty name, a value that begins with \\x01) joined
     between their properties; a record that holds one itself is read by the record-by-record path."""
     odd = {mc.REAL_TOPIC: "T", "": "\x01x", mc.UNIQ_KEY: "U9", mc.TIMER_OUT_MS: "1700000000009"}
-    for svc, phys, sizes in _parked_store(tmp_path, [*PARKED[:2], odd, *PARKED[2:]]):
-        assert svc._chunk_fields(phys, sizes) is None
+    for svc, phys, sizes, tags in _parked_store(tmp_path, [*PARKED[:2], odd, *PARKED[2:]]):
+        assert svc._chunk_fields(phys, sizes, tags) is None
         assert one_by_one(svc, phys, sizes)[2] == ("T", "U9", None, 1700000000009)
-        assert svc._chunk_fields(phys[:2], sizes[:2]) == one_by_one(svc, phys[:2], sizes[:2])
+        assert svc._chunk_fields(phys[:2], sizes[:2], tags[:2]) == one_by_one(svc, phys[:2], sizes[:2])
 
 
 def one_by_one(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray) -> list[object]:
     return [svc._fields_of(svc._properties(int(p), int(s))) for p, s in zip(phys, sizes, strict=True)]
 
 
-def test_the_chunk_reads_what_the_records_read(parked: tuple[TimerMessageService, np.ndarray, np.ndarray]) -> None:
-    svc, phys, sizes = parked
-    fields = svc._chunk_fields(phys, sizes)
+def test_the_chunk_reads_what_the_records_read(parked: Parked) -> None:
+    svc, phys, sizes, tags = parked
+    fields = svc._chunk_fields(phys, sizes, tags)
     assert fields is not None, "the whole-chunk path declined records it should read"
     assert fields == one_by_one(svc, phys, sizes)
     assert fields[2] == ("Other", None, "T+U1", 1700000000000)
     assert fields[3][3] == 7 and fields[4][3] == 0 and fields[5] == ("", "U5", None, 0)
     assert fields[7] == ("Tü", "ü-key", None, 1700000000001)
     # any part of the chunk: the same
-    assert svc._chunk_fields(phys[3:6], sizes[3:6]) == one_by_one(svc, phys[3:6], sizes[3:6])
+    assert svc._chunk_fields(phys[3:6], sizes[3:6], tags[3:6]) == one_by_one(svc, phys[3:6], sizes[3:6])
 
 
-def test_what_the_chunk_cannot_check_goes_record_by_record(
-        parked: tuple[TimerMessageService, np.ndarray, np.ndarray]) -> None:
-    svc, phys, sizes = parked
-    assert svc._chunk_fields(phys[::-1], sizes[::-1]) is None  # not in CommitLog order
+def test_what_the_chunk_cannot_check_goes_record_by_record(parked: Parked) -> None:
+    svc, phys, sizes, tags = parked
+    assert svc._chunk_fields(phys[::-1], sizes[::-1], tags[::-1]) is None  # not in CommitLog order
     wrong = sizes.copy()
     wrong[1] += 1  # a size the record does not have
-    assert svc._chunk_fields(phys, wrong) is None
+    assert svc._chunk_fields(phys, wrong, tags) is None
     short = sizes.copy()
     short[0] = 8
-    assert svc._chunk_fields(phys, short) is None
+    assert svc._chunk_fields(phys, short, tags) is None
+
+
+ORDINARY = [{mc.UNIQ_KEY: f"U{i}", "KEYS": "k", mc.REAL_TOPIC: "T" if i % 3 else "Tü", mc.REAL_QID: str(i % 4),
+             mc.TIMER_OUT_MS: str(1700000000000 + 70_000 * i)} for i in range(7)]
+
+
+def filed(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray,
+          fields: object) -> tuple[list[list[int]], dict[str, Counter[int]], int]:
+    """What _enqueue_chunk files from ``fields``: its entry columns, the per-topic counts (from zero), and
+    how many it counts as new."""
+    svc.topics = TopicCounts()
+    cols: tuple[list[int], ...] = ([], [], [], [], [])
+    enqueued = svc._enqueue_chunk(phys, sizes, tags, fields, 0, 0, cols)  # type: ignore[arg-type]
+    return [list(c) for c in cols], {t: Counter(c) for t, c in svc.topics.by_topic.items()}, enqueued
+
+
+def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: Path) -> None:
+    for svc, phys, sizes, tags in _parked_store(tmp_path, ORDINARY):
+        columns = svc._chunk_fields(phys, sizes, tags)
+        assert isinstance(columns, _FieldColumns), "ordinary timer messages were not read as columns"
+        assert [r.decode() for r in columns.real] == [p[mc.REAL_TOPIC] for p in ORDINARY]
+        assert [u.decode() for u in columns.uniq] == [p[mc.UNIQ_KEY] for p in ORDINARY]
+        tuples = one_by_one(svc, phys, sizes)
+        assert filed(svc, phys, sizes, tags, columns) == filed(svc, phys, sizes, tags, tuples)
+        cols, counts, enqueued = filed(svc, phys, sizes, tags, columns)
+        assert cols[0] == [int(p[mc.TIMER_OUT_MS]) for p in ORDINARY] and enqueued == len(ORDINARY)
+        assert sum(counts["T"].values()) == 4 and sum(counts["Tü"].values()) == 3
+        assert 0 not in cols[3], "a message with a uniq key filed without its hash"
+        # a part of the round, and what is left once some were filed before a restart
+        assert filed(svc, phys[2:5], sizes[2:5], tags[2:5], columns[2:5]) == filed(svc, phys[2:5], sizes[2:5], tags[2:5], tuples[2:5])
+        low = int(phys[3])
+        kept: tuple[list[int], ...] = ([], [], [], [], [])
+        svc._enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)  # type: ignore[arg-type]
+        assert kept[1] == phys[3:].tolist()
+
+
+@pytest.mark.parametrize("case", ["a second uniq key", "a cancel", "a tag without a deliver time", "no real topic",
+                                  "the uniq key after the real topic"])
+def test_what_is_not_an_ordinary_timer_message_is_read_a_record_at_a_time(tmp_path: Path, case: str) -> None:
+    """Columns pair the n-th REAL_TOPIC with the n-th UNIQ_KEY: a record with two of one and another with
+    none would shift every key after them onto the wrong message (and its cancel onto another)."""
+    parked = [dict(p) for p in ORDINARY]
+    if case == "a second uniq key":
+        parked[1] = {**parked[1], mc.UNIQ_KEY + "\x01twice\x02Z": "v"}  # a second UNIQ_KEY in one record
+        del parked[4][mc.UNIQ_KEY]
+    elif case == "a cancel":
+        parked[2] = {**parked[2], mc.TIMER_DEL_UNIQKEY: "T+U0"}
+    elif case == "a tag without a deliver time":
+        del parked[5][mc.TIMER_OUT_MS]
+    elif case == "no real topic":
+        del parked[3][mc.REAL_TOPIC]
+    else:  # not as a client sends it; the columns cannot tell then which key goes with which topic
+        parked[6] = {k: v for k, v in parked[6].items() if k != mc.UNIQ_KEY} | {mc.UNIQ_KEY: "U6"}
+    for svc, phys, sizes, tags in _parked_store(tmp_path, parked):
+        fields = svc._chunk_fields(phys, sizes, tags)
+        assert not isinstance(fields, _FieldColumns)
+        if fields is not None:
+            assert fields == one_by_one(svc, phys, sizes)

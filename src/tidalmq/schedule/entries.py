@@ -18,9 +18,9 @@ _BLAKE2B_8 = hashlib.blake2b(digest_size=8)  # copied per key: cheaper than sett
 _NO_KEY = bytes(8)  # hash 0: a message without a uniq key, which no cancel names
 
 
-def _digest(key: str) -> bytes:
+def _digest(key: str | bytes) -> bytes:
     h = _BLAKE2B_8.copy()
-    h.update(key.encode())
+    h.update(key.encode() if isinstance(key, str) else key)
     return h.digest()
 
 
@@ -33,9 +33,10 @@ def uniq_hash(key: str) -> int:
     return int.from_bytes(_digest(key), "little", signed=True)
 
 
-def uniq_hashes(keys: Iterable[str | None]) -> list[int]:
-    """``uniq_hash`` of each key, 0 for None: the digests joined and read as int64s at once (the timer's
-    enqueue hashes every parked message's key; one int conversion per key was a third of the cost)."""
+def uniq_hashes(keys: Iterable[str | bytes | None]) -> list[int]:
+    """``uniq_hash`` of each key (text, or its UTF-8 bytes), 0 for None: the digests joined and read as
+    int64s at once (the timer's enqueue hashes every parked message's key; one int conversion per key was a
+    third of the cost)."""
     return np.frombuffer(b"".join([_NO_KEY if k is None else _digest(k) for k in keys]), "<i8").tolist()
 
 
