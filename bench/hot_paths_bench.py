@@ -173,12 +173,13 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
             assert store.wait_reput(store.max_phy_offset, 30)
             got = store.read_queue(TIMER_TOPIC, 0, 0, n)
             phys, sizes = np.asarray(got.commit_log_offsets), np.asarray(got.sizes).astype(np.int32)
-            deliver = np.zeros(len(phys), np.int64)
+            deliver = np.asarray(got.tags_codes)  # each message's deliver time, as the round reads it
             svc = TimerMessageService(store, Path(tmp) / "store", precision_ms=10)
 
             def fields() -> None:
                 for k in range(0, n, ENQUEUE_BATCH):
-                    svc._chunk_fields(phys[k:k + ENQUEUE_BATCH], sizes[k:k + ENQUEUE_BATCH])
+                    part = slice(k, k + ENQUEUE_BATCH)
+                    svc._chunk_fields(phys[part], sizes[part], deliver[part])
 
             def filed() -> None:
                 for k in range(0, n, ENQUEUE_MIN):
