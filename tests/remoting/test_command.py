@@ -233,8 +233,19 @@ def test_ext_fields_template_decodes_to_the_fields_of_the_dict(keys: list[str], 
 
 def test_ext_fields_template_refuses_the_wrong_number_of_values() -> None:
     tmpl = ExtFieldsTemplate(("msgId", "queueId"))
-    with pytest.raises(ValueError, match="shorter"):
+    with pytest.raises(ValueError, match="1 values for 2 keys"):
         tmpl.encode("x")
+
+
+def test_ext_fields_template_writes_a_percent_sign_in_its_fixed_bytes_as_it_is() -> None:
+    """The template is a bytes %-format: a "%" in a constant field, a key, or a length byte (37 is "%")
+    is escaped in it, not taken for a slot."""
+    keys = ("k%", "x" * 37)
+    const = {"c%s": "%b%%", "y" * 37: "z" * 37}
+    values = ("%s", "v" * 37)
+    cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, serialize_type=SerializeType.ROCKETMQ,
+                          ext_encoded=ExtFieldsTemplate(keys, const).encode(*values))
+    assert roundtrip(cmd).ext_fields == {**dict(zip(keys, values, strict=True)), **const}
 
 
 def _rmq_header(ext: bytes) -> bytes:

@@ -40,6 +40,10 @@ def through_general_path(text: str) -> InnerMessage:
     "UNIQ_KEY\x01AB\x02KEYS\x01k1 k2\x02TIMER_DELAY_SEC\x0130\x02",
     "TIMER_DELAY_MS\x01250",  # no trailing separator (tolerated on the wire)
     "a\x01TIMER_DELIVER_MS\x02TIMER_DELAY_MS\x019\x02",  # a value that looks like a name is a value
+    # TIMER_OUT_MS is the deliver time's own text, whatever digits the client wrote
+    "TIMER_DELIVER_MS\x0101700000005000\x02",
+    "TIMER_DELIVER_MS\x01\u0661\u0667\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0665\u0660\u0660\u0660\x02",  # Arabic-Indic
+    "TIMER_DELIVER_MS\x01 1700000005000\x02",
 ])
 def test_fast_path_stores_what_the_general_path_stores(text: str) -> None:
     fast = message(text)
@@ -49,6 +53,7 @@ def test_fast_path_stores_what_the_general_path_stores(text: str) -> None:
     assert (fast.topic, fast.queue_id) == (slow.topic, slow.queue_id) == (TIMER_TOPIC, 0)
     assert decode_properties(fast.properties_text) == slow.properties
     assert slow.properties["REAL_TOPIC"] == "T" and slow.properties["REAL_QID"] == "3"
+    assert fast.timer_parked is not None and fast.timer_parked[2] == slow.properties["TIMER_OUT_MS"]
 
 
 @pytest.mark.parametrize("text", [

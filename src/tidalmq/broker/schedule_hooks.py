@@ -200,23 +200,29 @@ class TimerRewrite:
                 f"of {self.max_delay_ms} ms (timerMaxDelaySec={self.max_delay_ms // 1000})",
             )
 
-    def timer_properties(self, text: str, topic: str, queue_id: int, now: int) -> tuple[str, int] | None:
+    def timer_properties(self, text: str, topic: str, queue_id: int, now: int) -> tuple[str, int, str] | None:
         """The common case edited as text, without parsing the properties into a dict and encoding them
         again: ``text`` carries exactly one timer request property and no other schedule property. Returns
-        the properties of its copy parked in the timer topic (``text`` + REAL_TOPIC, REAL_QID, TIMER_OUT_MS)
-        and the deliver time; None for anything else, which ``__call__``'s general path decides. Raises
-        SendError for an illegal value or a time beyond the max delay, as the general path would."""
+        the properties of its copy parked in the timer topic (``text`` + REAL_TOPIC, REAL_QID, TIMER_OUT_MS),
+        the deliver time and its TIMER_OUT_MS text; None for anything else, which ``__call__``'s general
+        path decides. Raises SendError for an illegal value or a time beyond the max delay, as the general
+        path would."""
         found = _SCHEDULE_NAMES.findall("\x02" + text)
         if len(found) != 1:
             return None
         name, value = found[0]
-        if name not in TIMER_REQUEST_PROPERTIES:
+        if name == mc.TIMER_DELIVER_MS and value.isascii() and value.isdigit() and len(value) < 19 and value[0] != "0":
+            deliver, out_ms = int(value), value  # what a client sends: TIMER_OUT_MS is its text as it is
+        elif name in TIMER_REQUEST_PROPERTIES:
+            deliver = deliver_ms_of(name, value, now)
+            out_ms = str(deliver)
+        else:
             return None
-        deliver = deliver_ms_of(name, value, now)
-        self._check_horizon(deliver, now, name)
+        if deliver - now > self.max_delay_ms:
+            self._check_horizon(deliver, now, name)
         sep = "" if not text or text.endswith(mc.PROPERTY_SEPARATOR) else mc.PROPERTY_SEPARATOR
         return (f"{text}{sep}{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02"
-                f"{mc.TIMER_OUT_MS}\x01{deliver}\x02"), deliver
+                f"{mc.TIMER_OUT_MS}\x01{out_ms}\x02"), deliver, out_ms
 
     def park_batch(self, records: RecordBatch, topic: str, queue_id: int) -> None:
         """A batch of timer messages (RocketMQ schedules no batched message; TidalMQ does): each message
@@ -301,7 +307,7 @@ class TimerRewrite:
             now = self.clock()
             fast = self.timer_properties(msg.properties_text, msg.topic, msg.queue_id, now)
             if fast is not None and fast[1] > now:  # one due already is stored as it is: the general path
-                msg.timer_parked = (fast[0], msg.topic, str(fast[1]))
+                msg.timer_parked = (fast[0], msg.topic, fast[2])
                 msg.properties_text = fast[0]
                 msg.topic = TIMER_TOPIC
                 msg.queue_id = 0

@@ -25,9 +25,7 @@ class RecallHandle:
     message_id: str  # the message's uniq key (client id)
 
     def encode(self) -> str:
-        raw = " ".join((VERSION_1, self.topic, self.broker_name, self.timestamp, self.message_id))
-        # base64.urlsafe_b64encode's result, without its two wrappers (a handle for every timer send)
-        return binascii.b2a_base64(raw.encode("utf-8"), newline=False).translate(_URLSAFE).decode("ascii")
+        return encode_recall_handle(self.topic, self.broker_name, self.timestamp, self.message_id).decode("ascii")
 
     @property
     def deliver_ms(self) -> int:
@@ -35,6 +33,14 @@ class RecallHandle:
             return int(self.timestamp)
         except ValueError:
             return -1
+
+
+def encode_recall_handle(topic: str, broker_name: str, timestamp: str, message_id: str) -> bytes:
+    """The handle's text (ASCII) of ``RecallHandle(...).encode()``, built without the object: the broker
+    answers every single timer send with one."""
+    raw = " ".join((VERSION_1, topic, broker_name, timestamp, message_id))
+    # base64.urlsafe_b64encode's result, without its two wrappers
+    return binascii.b2a_base64(raw.encode("utf-8"), newline=False).translate(_URLSAFE)
 
 
 def decode_recall_handle(handle: str) -> RecallHandle:

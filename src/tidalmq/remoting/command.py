@@ -176,19 +176,25 @@ class ExtFieldsTemplate:
     then costs a join instead of a dict and a loop (a hot response such as SEND_MESSAGE's). The result
     decodes to the same fields as ``encode_ext_fields`` of the equivalent dict."""
 
-    __slots__ = ("_prefixes", "_const")
+    __slots__ = ("_format", "_count")
 
     def __init__(self, keys: tuple[str, ...], const: Mapping[str, str] | None = None) -> None:
-        self._prefixes = tuple(_key_prefix(k) for k in keys)
-        self._const = bytes(encode_ext_fields(const or {}))
+        # The constant fields first (what a decoder's prefix cache can reuse), then per key its encoded
+        # name and two slots, the value's length and the value: one bytes %-format in C (a join of parts
+        # built key by key cost half as much again). The fixed bytes may hold a "%": escaped.
+        self._format = bytes(encode_ext_fields(const or {})).replace(b"%", b"%%") + b"".join(
+            _key_prefix(k).replace(b"%", b"%%") + b"%b%b" for k in keys)
+        self._count = len(keys)
 
     def encode(self, *values: str) -> bytes:
-        parts = [self._const]  # the constant fields first: what a decoder's prefix cache can reuse
+        if len(values) != self._count:
+            raise ValueError(f"{len(values)} values for {self._count} keys")
+        args: list[bytes] = []
         pack_int = _INT.pack
-        for kp, v in zip(self._prefixes, values, strict=True):  # one value a key
+        for v in values:
             vb = v.encode("utf-8")
-            parts.append(kp + pack_int(len(vb)) + vb)
-        return b"".join(parts)
+            args += (pack_int(len(vb)), vb)
+        return self._format % tuple(args)
 
 
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:

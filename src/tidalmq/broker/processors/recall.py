@@ -19,9 +19,14 @@ from tidalmq.broker.topic_config import PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import host_bytes
-from tidalmq.common.recall_handle import RecallHandle, RecallHandleError, decode_recall_handle
+from tidalmq.common.recall_handle import (
+    RecallHandle,
+    RecallHandleError,
+    decode_recall_handle,
+    encode_recall_handle,
+)
 from tidalmq.remoting.codes import RequestCode, ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
 
 RECALL_HANDLE = "recallHandle"  # SendMessageResponseHeader's field
+_RECALL_HANDLE_FIELD = ExtFieldsTemplate((RECALL_HANDLE,))
 RECALL_MESSAGE_TAG = "_RECALL_TAG_"
 _UNAVAILABLE = "recall failed, broker service not available"
 
@@ -58,8 +64,11 @@ def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: In
             uniq = msg.get_property(mc.UNIQ_KEY)
             if (out_ms and real_topic and uniq and not real_topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX)
                     and not cancel):
-                handle = RecallHandle(real_topic, broker.config.broker_name, out_ms, uniq)
-                resp.ext_fields[RECALL_HANDLE] = handle.encode()
+                handle = encode_recall_handle(real_topic, broker.config.broker_name, out_ms, uniq).decode("ascii")
+                if resp.ext_encoded and not resp.ext_fields:  # the send's header, encoded already: one more field
+                    resp.ext_encoded += _RECALL_HANDLE_FIELD.encode(handle)
+                else:
+                    resp.ext_fields[RECALL_HANDLE] = handle
         return reply(resp)
 
     return with_handle
