@@ -114,7 +114,8 @@ def test_client_refuses_property_injection() -> None:
     # in a batch, and in a name; a name that is empty or not a string, a value that is not a string
     fine = Message("T", b"ok", properties={"k": "v"})
     for props, why in (({"note": "x\x01y"}, "separator"), ({"n\x02": "v"}, "separator"),
-                       ({"": "v"}, "non-empty string"), ({"k": 5}, "must be a string"), ({7: "v"}, "non-empty string")):
+                       ({"": "v"}, "non-empty string"), ({"k": 5}, "must be a string"), ({7: "v"}, "non-empty string"),
+                       ({"k": "v", "": "w"}, "non-empty string"), ({"k": "v\x02", "j\x01": "w"}, "separator")):
         bad = Message("T", b"x")
         bad.properties = props  # type: ignore[assignment]  # as set after construction, unconverted
         with pytest.raises(ValidationError, match=why):

@@ -18,6 +18,7 @@ from tests.support import Standalone
 
 from bench.compare.base import ClientBase, ServerBase
 from tidalmq.client import Admin, ConsumeFromWhere, Message, Producer, PushConsumer, select_by_hash
+from tidalmq.common.message import TIMER_DELIVER_MS
 
 WINDOW = 256  # async sends in flight (keyed scheduled messages, W5, go one by one to their key's queue)
 BATCH = 512  # messages a SEND_BATCH_MESSAGE request, as the Redis peer pipelines 500; timer messages too
@@ -181,7 +182,7 @@ class Client(ClientBase):
                 for _ in range(3):
                     await asyncio.sleep(0)
                 continue
-            timed = m.deliver_time_ms is not None
+            timed = TIMER_DELIVER_MS in m.properties
             if timed != held_timed:
                 await flush()
                 held_timed = timed
