@@ -1,7 +1,8 @@
 """CPU per message of the hot paths' pure parts, without sockets (steadier than end-to-end figures on a
 shared machine): the broker's decoding of a producer's SEND_MESSAGE_V2 header, its SEND response, and the
 push consumer's concurrent consume service (work queue, process queue, offsets; a listener that does
-nothing) at a given pull size, and the schedule process's enqueue round over parked timer messages (what it
+nothing) at a given pull size, a single timer send's rewrite and its response with the recall handle,
+and the schedule process's enqueue round over parked timer messages (what it
 reads of each from the CommitLog and files: TimerMessageService._chunk_fields and _enqueue_chunk, from a
 store in a temp dir). CPU seconds of this process (``time.process_time``), best of ``--rounds``.
 
@@ -74,6 +75,51 @@ def send_response(rounds: int) -> float:
     proc = SendMessageProcessor.__new__(SendMessageProcessor)  # _response reads nothing of the broker's
     wire = (True,) if "wire_only" in inspect.signature(proc._response).parameters else ()
     return best_us(lambda: encode_frame_parts(proc._response(req, put, res, *wire)), 50_000, rounds)
+
+
+def timer_single_send(rounds: int, n: int = 1000) -> tuple[float, float]:
+    """What a single timer send costs the broker beyond a plain one: the rewrite that parks it (TimerRewrite,
+    its text fast path; the message built for it subtracted) and its response with the recall handle,
+    encoded (attach_recall_handle around SendMessageProcessor._response). µs a message."""
+    import types
+
+    from tidalmq.broker.message import InnerMessage
+    from tidalmq.broker.processors.recall import attach_recall_handle
+    from tidalmq.broker.schedule_hooks import TimerRewrite
+
+    far = int(time.time() * 1000) + 3_600_000
+    texts = [encode_properties({"UNIQ_KEY": f"{i:032X}", "WAIT": "true", "TIMER_DELIVER_MS": str(far + i)})
+             for i in range(n)]
+    rewrite = TimerRewrite(400 * 86_400_000, 10)
+
+    def message(text: str) -> InnerMessage:
+        return InnerMessage("BenchT", 3, b"body", 0, text, 0, far, b"\x7f\x00\x00\x01", 1234)
+
+    def built() -> None:
+        for t in texts:
+            message(t)
+
+    def parked() -> None:
+        for t in texts:
+            rewrite(message(t))
+
+    msgs = [message(t) for t in texts]
+    for m in msgs:
+        rewrite(m)
+    req = RemotingCommand(code=310, opaque=5, serialize_type=SerializeType.ROCKETMQ)
+    put = PutRequest(topic="BenchT", queue_id=3, records=[])
+    res = AppendResult(PutStatus.PUT_OK)
+    res.msg_id, res.queue_offset = "7F00000100002A9F0000000000000000", 123456
+    proc = SendMessageProcessor.__new__(SendMessageProcessor)
+    wire = (True,) if "wire_only" in inspect.signature(proc._response).parameters else ()
+    broker = types.SimpleNamespace(config=types.SimpleNamespace(broker_name="broker-a"))
+
+    def answered() -> None:
+        for m in msgs:
+            attach_recall_handle(broker, req, m, encode_frame_parts)(proc._response(req, put, res, *wire))  # type: ignore[arg-type]
+
+    rewrite_us = (best_us(parked, 1, rounds) - best_us(built, 1, rounds)) / n
+    return rewrite_us, best_us(answered, 1, rounds) / n
 
 
 def consume_service(pull: int, rounds: int, n: int = 96_000) -> float:
@@ -203,6 +249,9 @@ def main() -> None:
     print(f"V2 send header decode (broker):        {r['send_header_decode_us']:6.2f} µs a header")
     r["send_response_us"] = send_response(args.rounds)
     print(f"send response, built and encoded:      {r['send_response_us']:6.2f} µs a response")
+    r["timer_rewrite_us"], r["timer_send_response_us"] = timer_single_send(args.rounds)
+    print(f"timer single send, rewrite:            {r['timer_rewrite_us']:6.2f} µs a message")
+    print(f"timer single send, response + handle:  {r['timer_send_response_us']:6.2f} µs a response")
     put_us, get_us = stats_counting(args.rounds)
     r["stats_put_ns"], r["stats_get_ns"] = put_us * 1000, get_us * 1000
     print(f"stats counting, a stored send:         {put_us * 1000:6.0f} ns a request")
