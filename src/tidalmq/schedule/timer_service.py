@@ -140,6 +140,8 @@ def _field_columns(joined: bytes, n: int) -> _FieldColumns | None:
             or list(map(itemgetter(0), real)).count(_REAL_TOPIC_NAME) != n):
         return None
     return _FieldColumns(list(map(itemgetter(1), real)), list(map(itemgetter(1), uniq)))
+
+
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
 _NONE_KEY = (-(1 << 62), -1)
 
@@ -584,9 +586,9 @@ class TimerMessageService:
                       deliver: np.ndarray) -> list[_Fields | None] | _FieldColumns | None:
         """The enqueue fields of each record (REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS), read
         from one view of the CommitLog span that holds them: their layout checked column-wise with
-        numpy, then their joined properties searched. Ordinary timer messages (``_FieldColumns``: no
-        cancel, one REAL_TOPIC and one UNIQ_KEY each, a deliver time in every tag) come out as columns,
-        one regex pass a property; anything else as a tuple a record, one regex pass in all. None when
+        numpy, then their joined properties searched in one regex pass. Ordinary timer messages
+        (``_FieldColumns``: no cancel, one UNIQ_KEY then one REAL_TOPIC each, a deliver time in every tag)
+        come out as columns; anything else as a tuple a record. None when
         the span is not one view (records across a file boundary, or far apart) or a record does not
         check out: the caller reads them one by one then, with the single-record checks and their log
         lines."""
