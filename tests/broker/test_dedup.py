@@ -4,6 +4,7 @@ answered with the original's result and not stored again; the window is bounded 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,39 @@ def test_a_window_forgotten_at_promotion_is_rebuilt_with_what_was_replicated(tmp
         assert window_key("Replicated", key(1)) in w.entries
     finally:
         store.shutdown()
+
+
+def test_timer_batch_stored_as_two_puts_is_answered_once_and_stored_once(dedup_broker: Standalone) -> None:
+    """A batch of timer messages, one of them due already (stored at once in its topic, the other parked):
+    sent twice, the second is answered with the first's ids, message for message, and nothing is stored
+    again."""
+    from tests.schedule.test_timer_broker import batch_cmd
+
+    addr = dedup_broker.broker_addr
+
+    async def scenario() -> None:
+        c = RemotingClient()
+        try:
+            now = int(time.time() * 1000)
+            items = [(b"later", {"UNIQ_KEY": key(20), "TIMER_DELIVER_MS": str(now + 600_000)}),
+                     (b"due", {"UNIQ_KEY": key(21), "TIMER_DELIVER_MS": str(now - 1000)})]
+            timer_before = await max_offset(c, addr, "rmq_sys_wheel_timer")
+            first = await c.invoke(addr, batch_cmd("DedupTimer", items), 5)
+            assert first.code == ResponseCode.SUCCESS, first.remark
+            again = await c.invoke(addr, batch_cmd("DedupTimer", items), 5)
+            assert again.code == ResponseCode.SUCCESS, again.remark
+            assert again.ext_fields["msgId"] == first.ext_fields["msgId"]
+            assert len(set(first.ext_fields["msgId"].split(","))) == 2
+            # markers sent after it: once they are dispatched, a second copy would be too
+            await send(c, addr, "DedupTimer", key(22))
+            marker = await c.invoke(addr, batch_cmd("DedupTimerMarker", [
+                (b"m", {"UNIQ_KEY": key(23), "TIMER_DELIVER_MS": str(now + 600_000)})]), 5)
+            assert marker.code == ResponseCode.SUCCESS, marker.remark
+            await wait_max_offset(c, addr, "DedupTimer", 0, 2)
+            await wait_max_offset(c, addr, "rmq_sys_wheel_timer", 0, timer_before + 2)
+            assert await max_offset(c, addr, "DedupTimer") == 2
+            assert await max_offset(c, addr, "rmq_sys_wheel_timer") == timer_before + 2
+        finally:
+            await c.close()
+
+    run(scenario())

@@ -41,3 +41,37 @@ def test_send_response_header_is_the_same_in_both_serializations(shared_standalo
             await c.close()
 
     run(scenario())
+
+
+def test_joint_answer_of_a_timer_batch_stored_as_two_puts() -> None:
+    """The one answer to a batch stored as two puts (its messages due already, the rest parked): the ids
+    in the batch's order once both puts are answered, whichever comes first; a failed put's answer as it
+    is, never a success for a batch half stored."""
+    from tidalmq.broker.processors.send import _SEND_OK_HEADER, _JointAnswer
+
+    req = send_cmd("T", b"x")
+    req.serialize_type = SerializeType.ROCKETMQ
+
+    def ok(ids: str, offset: str) -> RemotingCommand:
+        r = req.make_response(ResponseCode.SUCCESS)
+        r.ext_encoded = _SEND_OK_HEADER.encode(ids, "0", offset)  # as a client's send is answered on the wire
+        return r
+
+    for parked_first in (True, False):
+        got: list[RemotingCommand] = []
+        joint = _JointAnswer(req, got.append, [1, 3], 5)
+        answers = [(joint.parked, ok("P0,P2,P4", "7")), (joint.due, ok("D1,D3", "40"))]
+        for part, resp in (answers if parked_first else answers[::-1]):
+            assert not got
+            part(resp)
+        [merged] = got
+        assert merged.code == ResponseCode.SUCCESS and merged.opaque == req.opaque
+        assert merged.ext_fields["msgId"] == "P0,D1,P2,D3,P4"
+        assert (merged.ext_fields["queueId"], merged.ext_fields["queueOffset"]) == ("0", "7")  # the parked put's
+    for failed_part in ("due", "parked"):
+        got = []
+        joint = _JointAnswer(req, got.append, [0], 2)
+        refused = req.make_response(ResponseCode.SYSTEM_ERROR, "create mapped file failed")
+        getattr(joint, failed_part)(refused)
+        getattr(joint, "parked" if failed_part == "due" else "due")(ok("X", "1"))
+        assert got == [refused]

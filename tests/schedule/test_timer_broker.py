@@ -16,6 +16,7 @@ from tests.schedule.test_timer_rewrite import batch_item
 from tests.support import ModuleTmp, Standalone
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import fastjson
+from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.common.record import StoredMessage, decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -294,7 +295,8 @@ def test_batch_of_timer_messages_each_delivered_at_its_time_never_early(broker: 
             r = await c.invoke(addr, batch_cmd("TimerBatch", [(b, {**p, "UNIQ_KEY": uid(), "u": "v"}) for b, p, _ in asks],
                                                queue_id=2), 5)
             assert r.code == ResponseCode.SUCCESS, r.remark
-            assert len(r.ext_fields["msgId"].split(",")) == len(asks)
+            ids = r.ext_fields["msgId"].split(",")
+            assert len(ids) == len(asks)
             expect = {b: d if d is not None else sent + (600 if b == b"ms-600" else 1000) for b, _, d in asks}
             got = await pull_until(c, addr, "TimerBatch", 2, len(asks), 10)
             assert sorted(m.body for m in got) == sorted(expect)
@@ -303,11 +305,20 @@ def test_batch_of_timer_messages_each_delivered_at_its_time_never_early(broker: 
                 assert lateness >= 0, f"{m.body!r} delivered {-lateness} ms early"
                 if m.body != b"past":
                     assert lateness < SLACK_MS + 100, f"{m.body!r} delivered {lateness} ms late"
-                assert m.queue_id == 2 and m.properties["REAL_TOPIC"] == "TimerBatch" and m.properties["u"] == "v"
-                assert "TIMER_OUT_MS" in m.properties  # the timer's delivery keeps it, as RocketMQ's
-            # delivered in deliver-time order, the one due already first, and promptly
+                    assert m.properties["REAL_TOPIC"] == "TimerBatch"
+                    assert "TIMER_OUT_MS" in m.properties  # the timer's delivery keeps it, as RocketMQ's
+                assert m.queue_id == 2 and m.properties["u"] == "v"
+            # the one due already was stored at once, as it was sent (RocketMQ's rule for a message whose
+            # deliver time passed), hence first; the rest in deliver-time order
             assert [m.body for m in got] == [b"past", b"ms-600", b"abs-900", b"sec-1", b"abs-1400"]
-            assert got[0].store_timestamp - sent < SLACK_MS
+            past = got[0]
+            assert "TIMER_OUT_MS" not in past.properties and "REAL_TOPIC" not in past.properties
+            assert past.properties["TIMER_DELIVER_MS"] == str(base - 5000)
+            assert past.store_timestamp - sent < SLACK_MS
+            # one answer for the two puts: each message's id in the batch's order (the others' are their
+            # parked copies', as for a batch parked whole)
+            assert ids[4] == past.msg_id and ids[:4].count(past.msg_id) == 0
+            assert all(decode_offset_msg_id(i)[2] > past.commit_log_offset for i in ids[:4])  # appended right after it
         finally:
             await c.close()
 

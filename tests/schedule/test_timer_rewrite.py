@@ -105,22 +105,60 @@ def encode(body: bytes):  # type: ignore[no-untyped-def]
 
 def test_batch_parks_each_message_at_its_own_time() -> None:
     asks = [{"TIMER_DELIVER_MS": str(NOW + 5000)}, {"TIMER_DELAY_MS": "700"}, {"TIMER_DELAY_SEC": "2"},
-            {"TIMER_DELIVER_MS": str(NOW - 1)}]
+            {"TIMER_DELAY_MS": "0"}]
     records = encode(b"".join(batch_item(f"m{i}".encode(), {**a, "UNIQ_KEY": f"U{i}"}) for i, a in enumerate(asks)))
-    rewrite().park_batch(records, "T", 3)
+    parked, due, due_at = rewrite().park_batch(records, "T", 3)
+    assert parked is records and due is None and due_at == []
     stored = [decode_record(r) for r in records.records()]
     assert [m.topic for m in stored] == [TIMER_TOPIC] * 4 and [m.queue_id for m in stored] == [0] * 4
     assert [m.body for m in stored] == [b"m0", b"m1", b"m2", b"m3"]
-    assert [int(m.properties["TIMER_OUT_MS"]) for m in stored] == [NOW + 5000, NOW + 700, NOW + 2000, NOW - 1]
+    # a relative delay of 0 is due at once, and parked: the timer delivers it at once
+    assert [int(m.properties["TIMER_OUT_MS"]) for m in stored] == [NOW + 5000, NOW + 700, NOW + 2000, NOW]
     assert all(m.properties["REAL_TOPIC"] == "T" and m.properties["REAL_QID"] == "3" for m in stored)
     assert [m.properties["UNIQ_KEY"] for m in stored] == ["U0", "U1", "U2", "U3"]
     # what the dispatch reads without reading the records back: the timer topic's tag is the deliver time
     assert [dict(p)[b"TIMER_OUT_MS"] for p in records.dispatch_properties] == [
-        str(t).encode() for t in (NOW + 5000, NOW + 700, NOW + 2000, NOW - 1)]
+        str(t).encode() for t in (NOW + 5000, NOW + 700, NOW + 2000, NOW)]
     assert records.nbytes == sum(len(r) for r in records.records()) == sum(m.store_size for m in stored)
     # ... and it is exactly what a read of the parked properties finds
     assert records.dispatch_properties == [
         DISPATCH_PROPERTIES.findall(r[at - 1 : at + n]) for r in records.records() for at, n in [properties_span(r)]]
+
+
+def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_were_sent() -> None:
+    """RocketMQ's rule for one message (HookUtils.transformTimerMessage) applied per message of a batch:
+    a TIMER_DELIVER_MS at or before now is stored in its own topic and queue, its properties as sent; the
+    others of the batch are parked as ever."""
+    asks = [NOW - 1, NOW + 5000, NOW, NOW + 1, NOW - 60_000]
+    texts = [f"UNIQ_KEY\x01U{i}\x02TIMER_DELIVER_MS\x01{d}\x02" for i, d in enumerate(asks)]
+    texts[2] = texts[2].rstrip("\x02")  # no trailing separator: parked or not, stored as the single path stores it
+    body = b"".join(struct.pack(">iiiii", 20 + 2 + 2 + len(t), 0, 0, 0, 2) + f"m{i}".encode()
+                    + struct.pack(">h", len(t)) + t.encode() for i, t in enumerate(texts))
+    records = encode(body)
+    originals = [decode_record(r) for r in records.records()]
+    parked, due, due_at = rewrite().park_batch(records, "T", 3)
+    assert parked is not None and due is not None
+    assert due_at == [0, 2, 4]
+    now_due = [decode_record(r) for r in due.records()]
+    assert [(m.topic, m.queue_id, m.body) for m in now_due] == [("T", 3, b"m0"), ("T", 3, b"m2"), ("T", 3, b"m4")]
+    assert [m.properties for m in now_due] == [originals[i].properties for i in due_at]
+    assert due.dispatch_properties == [DISPATCH_PROPERTIES.findall(r[at - 1 : at + n])
+                                       for r in due.records() for at, n in [properties_span(r)]]
+    later = [decode_record(r) for r in parked.records()]
+    assert [m.body for m in later] == [b"m1", b"m3"]
+    for m, text in zip(later, (texts[1], texts[3]), strict=True):
+        single = message(text)
+        rewrite()(single)
+        assert (m.topic, m.queue_id) == (single.topic, single.queue_id) == (TIMER_TOPIC, 0)
+        assert m.properties == decode_properties(single.properties_text)
+    assert parked.dispatch_properties == [DISPATCH_PROPERTIES.findall(r[at - 1 : at + n])
+                                          for r in parked.records() for at, n in [properties_span(r)]]
+    assert parked.nbytes == sum(map(len, parked.records())) and due.nbytes == sum(map(len, due.records()))
+    # a batch due as a whole is stored as it came
+    records = encode(b"".join(batch_item(b"x", {"TIMER_DELIVER_MS": str(NOW - k)}) for k in range(3)))
+    before = records.records()
+    parked, due, due_at = rewrite().park_batch(records, "T", 3)
+    assert parked is None and due is records and due_at == [0, 1, 2] and records.records() == before
 
 
 def test_parked_batch_is_dispatched_from_the_append_as_from_a_read_back(tmp_path) -> None:  # noqa: ANN001

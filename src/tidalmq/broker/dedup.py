@@ -96,18 +96,6 @@ def put_keys(put: PutRequest) -> list[str | None]:
     return [window_key(topic, u) if u else None for u in uniqs]
 
 
-def select_records(batch: RecordBatch, keep: list[int]) -> RecordBatch:
-    """The records of ``batch`` at the indices ``keep``, in order (bodies stay views of the request)."""
-    heads = batch.heads[keep].copy()
-    view = heads.view("u1").data
-    pieces: list[bytes | bytearray | memoryview] = []
-    for j, i in enumerate(keep):
-        p = 5 * i
-        pieces += (view[48 * j : 48 * j + 48], *batch.pieces[p + 1 : p + 5])
-    return RecordBatch(pieces, heads, batch.shared, batch.sizes[keep].copy(), batch.sysflag,
-                       [batch.dispatch_properties[i] for i in keep])
-
-
 def _record_offsets(put: PutRequest, res: AppendResult) -> list[int]:
     recs = put.records
     if isinstance(recs, RecordBatch):
@@ -257,7 +245,7 @@ class DuplicationWindow:
         if found and isinstance(put.records, RecordBatch):
             keep = [i for i, o in enumerate(known) if o is None]
             self.duplicates += found
-            put = PutRequest(put.topic, put.queue_id, select_records(put.records, keep))
+            put = PutRequest(put.topic, put.queue_id, put.records.select(keep))
             keys = [keys[i] for i in keep]
         # (The same key twice in one batch is the client's mistake: both are stored, the first is kept.)
         self.in_flight[id(put)] = keys

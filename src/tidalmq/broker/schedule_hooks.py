@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import repeat
+from typing import NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
@@ -138,6 +139,16 @@ def _delay_level_set(msg: InnerMessage) -> bool:
         return True  # DelayLevelRewrite refuses it
 
 
+class ParkedBatch(NamedTuple):
+    """A batch of timer messages as ``TimerRewrite.park_batch`` stores it: ``parked`` in the timer topic,
+    ``due`` (their deliver time passed) at once in their own topic; ``due_at``: where those were in the
+    batch."""
+
+    parked: RecordBatch | None
+    due: RecordBatch | None
+    due_at: list[int]
+
+
 class TimerRewrite:
     markers = ("TIMER_",)  # TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DEL_UNIQKEY ...
     """TIMER_DELAY_SEC / TIMER_DELAY_MS / TIMER_DELIVER_MS park a message in rmq_sys_wheel_timer queue 0 with
@@ -224,11 +235,14 @@ class TimerRewrite:
         return (f"{text}{sep}{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02"
                 f"{mc.TIMER_OUT_MS}\x01{out_ms}\x02"), deliver, out_ms
 
-    def park_batch(self, records: RecordBatch, topic: str, queue_id: int) -> None:
+    def park_batch(self, records: RecordBatch, topic: str, queue_id: int) -> ParkedBatch:
         """A batch of timer messages (RocketMQ schedules no batched message; TidalMQ does): each message
-        parked in the timer topic at its own deliver time, the batch still one append. Every message must
-        ask for exactly one deliver time (the batch path refuses DELAY and cancels before this); one due
-        already is parked too, and the timer service delivers it at once. Raises SendError, nothing stored.
+        parked in the timer topic at its own deliver time, the batch one append (two with some due). Every message must
+        ask for exactly one deliver time (the batch path refuses DELAY and cancels before this). A message
+        whose TIMER_DELIVER_MS has passed is not parked: it is stored at once in ``topic`` as it was sent,
+        RocketMQ's rule for a single message (one due by a relative delay of 0 is parked, and the timer
+        service delivers it at once). Returns the parked messages (redirected to the timer topic, queue 0)
+        and those due (unchanged), either None when it holds none. Raises SendError, nothing stored.
 
         One regex pass over the batch's joined properties finds every schedule property and where each
         message begins, which shows that each message holds exactly one (a timer request), and the parked
@@ -264,6 +278,20 @@ class TimerRewrite:
         if max(delivers) - now > self.max_delay_ms:
             i = max(range(n), key=delivers.__getitem__)
             self._check_horizon(delivers[i], now, asked[i][0].decode())
+        # each ends with a separator (counted so only where no properties hold a mark of their own)
+        all_ended = one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02")
+        due: RecordBatch | None = None
+        due_at: list[int] = []
+        if min(delivers) <= now:
+            due_at = [i for i, d in enumerate(delivers) if d <= now and asked[i][0] == _DELIVER_B]
+            if len(due_at) == n:
+                return ParkedBatch(None, records, due_at)
+            if due_at:
+                due = records.select(due_at)
+                gone = set(due_at)
+                keep = [i for i in range(n) if i not in gone]
+                records = records.select(keep)
+                props, mss = [props[i] for i in keep], [mss[i] for i in keep]
         # The parked properties: the client's (they hold no TIMER_OUT_MS or DELAY, the batch path refuses
         # those), a separator if their last lacks one, the real topic and queue, and TIMER_OUT_MS. What the
         # reput reads in them is what it read in the client's (found when the batch was encoded) and the
@@ -271,8 +299,7 @@ class TimerRewrite:
         suffix = f"{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02{mc.TIMER_OUT_MS}\x01".encode()
         grown = len(suffix) + 1  # and the deliver time's digits
         pack = _PROPERTIES_LENGTH.pack
-        # each ends with a separator (counted so only where no properties hold a mark of their own)
-        if one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02"):
+        if all_ended:
             parked = [b"".join((pack(len(pm) + grown + len(ms)), pm, suffix, ms, b"\x02"))
                       for pm, ms in zip(props, mss, strict=True)]
         else:
@@ -282,6 +309,7 @@ class TimerRewrite:
         dispatch = records.dispatch_properties  # each record's own list: TIMER_OUT_MS appended to it
         deque(map(list.append, dispatch, zip(repeat(_TIMER_OUT_MS_B), mss)), maxlen=0)
         records.redirect(TIMER_TOPIC, 0, parked, dispatch)
+        return ParkedBatch(records, due, due_at)
 
     def _asked_one_by_one(self, props: list[memoryview]) -> list[tuple[bytes, bytes]]:
         """Each message's deliver time property, found message by message, for a batch the one pass of

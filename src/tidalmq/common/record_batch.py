@@ -113,6 +113,20 @@ class RecordBatch:
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
 
+    def select(self, keep: list[int]) -> RecordBatch:
+        """The records at the indices ``keep``, in that order, as a batch of their own (bodies stay
+        views of the request; heads and the shared part are copied: appending one batch never patches
+        the other's)."""
+        heads = self.heads[keep].copy()
+        view = heads.view("u1").data
+        shared = bytearray(self.shared)
+        pieces: list[bytes | bytearray | memoryview] = []
+        for j, i in enumerate(keep):
+            p = 5 * i
+            pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
+        return RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
+                           [self.dispatch_properties[i] for i in keep])
+
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
         data = b"".join(self.pieces)

@@ -432,6 +432,13 @@ def _scan_ext_fields(x: bytes, end: int, p: int, ext: dict[str, str]) -> dict[st
     return ext
 
 
+def all_ext_fields(cmd: RemotingCommand) -> dict[str, str]:
+    """Every extField of ``cmd``: those pre-encoded in ``ext_encoded`` (decoded back), then ``ext_fields``."""
+    ext = _scan_ext_fields(cmd.ext_encoded, len(cmd.ext_encoded), 0, {}) if cmd.ext_encoded else {}
+    ext.update(cmd.ext_fields)
+    return ext
+
+
 def _decode_rocketmq_header(raw: bytes | memoryview) -> RemotingCommand:
     if type(raw) is not bytes:
         raw = bytes(raw)

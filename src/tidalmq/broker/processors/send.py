@@ -37,7 +37,7 @@ from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.ha.service import TransferStatus
 from tidalmq.remoting.codes import RequestCode, ResponseCode
-from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType
+from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType, all_ext_fields
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
@@ -261,8 +261,14 @@ class SendMessageProcessor:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
-                    b.timer_rewrite.park_batch(records, topic, queue_id)
-                    put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=records)
+                    parked, due, due_at = b.timer_rewrite.park_batch(records, topic, queue_id)
+                    if parked is not None:
+                        put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=parked)
+                        if due is not None:  # some due already: two puts, one answer
+                            joint = _JointAnswer(req, reply, due_at, len(records))
+                            self._enqueue(req, PutRequest(topic, queue_id, due), True, joint.due, conn.received_at, room=2)
+                            self._enqueue(req, put, True, joint.parked, conn.received_at)
+                            return
             except RecordError as e:
                 raise SendError(ResponseCode.MESSAGE_ILLEGAL, str(e)) from None
             self._enqueue(req, put, True, reply, conn.received_at)
@@ -322,9 +328,12 @@ class SendMessageProcessor:
             log.exception("timer cancel lookup failed")
             reply(req.make_response(ResponseCode.SYSTEM_ERROR, f"cancel: the target lookup failed: {e}"))
 
-    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond, received: float) -> None:
+    def _enqueue(self, req: RemotingCommand, put: PutRequest, wait: bool, reply: Respond, received: float,
+                 room: int = 1) -> None:
+        """Queue ``put`` for the next append round. ``room``: the puts this request is about to queue
+        (refused together, for want of room, or queued together)."""
         cfg = self.broker.config
-        if received and cfg.broker_fast_failure_enable and len(self._pending) >= cfg.send_thread_pool_queue_capacity:
+        if received and cfg.broker_fast_failure_enable and len(self._pending) + room > cfg.send_thread_pool_queue_capacity:
             # RocketMQ's send thread pool rejecting a task: its queue (sendThreadPoolQueueCapacity) is full.
             self.busy_answers += 1
             reply(req.make_response(ResponseCode.SYSTEM_BUSY, _BUSY_OVERLOAD))
@@ -499,6 +508,46 @@ class SendMessageProcessor:
             PutStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, self._not_available_remark()),
         }.get(status, (ResponseCode.SYSTEM_ERROR, f"UNKNOWN_ERROR {status}"))
         return req.make_response(code, remark)
+
+
+class _JointAnswer:
+    """The one answer to a batch of timer messages stored as two puts (``TimerRewrite.park_batch``): those
+    due already in their topic, the rest parked in the timer topic. Both are queued together, so they are
+    appended in the same round. Once both are answered: the first that failed, or the parked put's answer
+    with every message's id in the batch's order."""
+
+    __slots__ = ("req", "reply", "due_at", "n", "answers")
+
+    def __init__(self, req: RemotingCommand, reply: Respond, due_at: list[int], n: int) -> None:
+        self.req, self.reply, self.due_at, self.n = req, reply, due_at, n
+        self.answers: list[RemotingCommand | None] = [None, None]
+
+    def due(self, resp: RemotingCommand) -> None:
+        self._got(0, resp)
+
+    def parked(self, resp: RemotingCommand) -> None:
+        self._got(1, resp)
+
+    def _got(self, k: int, resp: RemotingCommand) -> None:
+        self.answers[k] = resp
+        due, parked = self.answers
+        if due is None or parked is None:
+            return
+        for r in (due, parked):
+            if r.code != ResponseCode.SUCCESS:
+                self.reply(r)
+                return
+        ids_due = all_ext_fields(due)["msgId"].split(",")
+        ext = all_ext_fields(parked)
+        ids = iter(ext["msgId"].split(","))
+        merged = [""] * self.n
+        for i, mid in zip(self.due_at, ids_due, strict=True):
+            merged[i] = mid
+        for i in range(self.n):
+            if not merged[i]:
+                merged[i] = next(ids)
+        ext["msgId"] = ",".join(merged)
+        self.reply(self.req.make_response(ResponseCode.SUCCESS, None, ext))
 
 
 _TRANSFER_CODES: dict[TransferStatus, tuple[int | None, str | None]] = {
