@@ -353,3 +353,29 @@ def test_uniq_hashes_are_uniq_hash_of_each_key() -> None:
         for k in keys if k is not None]
     assert any(h < 0 for h in got) and any(h > 0 for h in got)  # signed, as the int64 column holds them
     assert uniq_hashes([]) == []
+
+
+def test_a_batch_is_filed_grouped_by_slot_so_each_chain_is_one_run_a_batch(open_store: Open, clock: Clock) -> None:
+    """A batch whose deliver times spread over many slots is appended grouped by slot (CommitLog order within
+    each), so a slot's chain holds one contiguous run per batch: entering a slot walks runs, not records.
+    What is popped, and the cancels applied, are the same as for any order."""
+    s = open_store(slot_ms=1000)  # 1 s slots, a 20 s horizon, 64-record segments: runs cross segments
+    t = (clock.now // 1000 + 2) * 1000
+    log, _ = s._files()
+    rng = np.random.default_rng(3)
+    d = t + rng.integers(0, 3000, 600)  # three slots, interleaved in CommitLog order
+    start = log.write_pos
+    s.enqueue(make_entries(deliver_ms=d, offset=np.arange(600), size=1, uhash=np.arange(600) + 1), 600)
+    s.enqueue(make_entries(deliver_ms=d[:100], offset=np.arange(601, 701), size=1, uhash=np.arange(601, 701) + 1), 701)
+    victim = 17
+    s.enqueue(make_entries(deliver_ms=[int(d[victim])], offset=[701], uhash=[victim + 1], flags=[MAGIC_DELETE]), 702)
+    recs = log.gather(np.arange(start, start + 600))
+    assert np.all(np.diff(recs["filed_slot"]) >= 0), "the batch was not appended grouped by slot"
+    for slot in np.unique(recs["filed_slot"]):
+        mine = recs[recs["filed_slot"] == slot]
+        assert np.all(np.diff(mine["offset"]) > 0), "CommitLog order lost within a slot"
+        assert sorted(mine["offset"].tolist()) == sorted(np.flatnonzero(d // 1000 == slot).tolist())
+    got = drain(s, t + 3000)
+    # the cancel drops its target; everything else comes out once, in (deliver time, offset) order
+    expected = sorted((int(dd), o) for o, dd in [*enumerate(d), *((601 + i, d[i]) for i in range(100))] if o != victim)
+    assert [(int(x), int(o)) for x, o in zip(got["deliver_ms"], got["offset"], strict=True)] == expected

@@ -233,7 +233,15 @@ class TimerStore:
         # where recovery would restart. _advance keeps the cursor below it.
         far = self._durable_slot + self.wheel_slots - 1
         roll = target > far
-        recs["filed_slot"] = np.where(roll, far, target)
+        filed = np.where(roll, far, target)
+        # Appended grouped by slot (in their order within each): a slot's records from one batch are then a
+        # contiguous run of its chain, which TimerLog.chain walks a run at a time, not a record at a time.
+        # In CommitLog order, a batch of messages due over many slots left every chain a record per step:
+        # entering a slot that 10,000 messages fall due in took ~90 ms of Python, delaying its deliveries.
+        if len(filed) > 1 and (filed[1:] < filed[:-1]).any():
+            order = np.argsort(filed, kind="stable")
+            recs, filed, roll = recs[order], filed[order], roll[order]
+        recs["filed_slot"] = filed
         recs["magic"] = np.where(roll, recs["magic"] | MAGIC_ROLL, recs["magic"] & ~MAGIC_ROLL)
         pos = np.arange(log.write_pos, log.write_pos + len(recs), dtype=np.int64)
         recs["prev"] = wheel.link(recs["filed_slot"], pos, recs["magic"])
