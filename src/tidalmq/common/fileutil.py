@@ -42,6 +42,18 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         os.close(dfd)
 
 
+def sync_mapped(path: str | Path) -> None:
+    """Make what was stored through a shared mapping of ``path`` durable: fdatasync of the file, which on
+    Linux writes back the pages dirtied through any mapping of it, as msync would. Unlike ``mmap.flush``
+    (msync), it releases the GIL while the disk works: an msync of a mapping held every other thread of
+    the process, the broker's event loop among them, for as long as the write-back took."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def persist_config(path: str | Path, data: bytes) -> bool:
     """``atomic_write`` for a config manager whose in-memory table is what the broker serves from: a
     full disk keeps the previous file and is logged (the next persist retries), never raised into the

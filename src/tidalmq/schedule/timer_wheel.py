@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tidalmq.common.fileutil import reserve_file_space
+from tidalmq.common.fileutil import reserve_file_space, sync_mapped
 from tidalmq.schedule.timer_log import MAGIC_DELETE, MAGIC_ROLL
 
 CELL_DTYPE = np.dtype(
@@ -160,7 +160,7 @@ class TimerWheel:
         return cells[live]
 
     def flush(self) -> None:
-        self._mm.flush()
+        sync_mapped(self.path)
 
     def close(self) -> None:
         self.flush()

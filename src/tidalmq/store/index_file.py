@@ -30,7 +30,7 @@ from operator import mul
 
 import numpy as np
 
-from tidalmq.common.fileutil import reserve_file_space
+from tidalmq.common.fileutil import reserve_file_space, sync_mapped
 from tidalmq.common.taghash import java_string_hash
 
 log = logging.getLogger("tidalmq.store.index")
@@ -525,7 +525,7 @@ class IndexFile:
         if self._mm is None:
             return
         self._write_header(self._mm)
-        self._mm.flush()
+        sync_mapped(self.path)
         self.dirty = False
 
     def close(self) -> None:
