@@ -537,16 +537,10 @@ class _JointAnswer:
             if r.code != ResponseCode.SUCCESS:
                 self.reply(r)
                 return
-        ids_due = all_ext_fields(due)["msgId"].split(",")
         ext = all_ext_fields(parked)
-        ids = iter(ext["msgId"].split(","))
-        merged = [""] * self.n
-        for i, mid in zip(self.due_at, ids_due, strict=True):
-            merged[i] = mid
-        for i in range(self.n):
-            if not merged[i]:
-                merged[i] = next(ids)
-        ext["msgId"] = ",".join(merged)
+        ids_due, ids_parked = iter(all_ext_fields(due)["msgId"].split(",")), iter(ext["msgId"].split(","))
+        at = set(self.due_at)
+        ext["msgId"] = ",".join([next(ids_due) if i in at else next(ids_parked) for i in range(self.n)])
         self.reply(self.req.make_response(ResponseCode.SUCCESS, None, ext))
 
 
