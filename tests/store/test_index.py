@@ -412,6 +412,63 @@ def test_flush_records_index_msg_timestamp_of_full_files(tmp_path):
     s.close()
 
 
+def test_indexing_goes_on_while_a_flush_waits_for_the_disk(tmp_path, monkeypatch):
+    """The reput thread (and the event loop's inline dispatch) index every round under the service's
+    lock: a flush must not hold it while the disk writes back."""
+    from tidalmq.store import index_service
+
+    s = make(tmp_path, 8, 5)
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(6)])  # one full file, one not
+    in_sync, release = threading.Event(), threading.Event()
+    synced: list[str] = []
+
+    def slow_sync(path):
+        in_sync.set()
+        assert release.wait(10)
+        synced.append(path)
+
+    monkeypatch.setattr(index_service, "sync_mapped", slow_sync)
+    flusher = threading.Thread(target=s.flush)
+    flusher.start()
+    try:
+        assert in_sync.wait(10)
+        done = threading.Event()
+        indexer = threading.Thread(target=lambda: (s.build_index("T", ["k"], None, 100, T0 + 9000), done.set()))
+        indexer.start()
+        assert done.wait(5), "indexing waited for the flush's sync"
+        assert s.query_offsets("T", "k", 100, 0, 2**62)[0] == 100
+        assert s.index_msg_timestamp == 0  # nothing is called durable before its sync returned
+    finally:
+        release.set()
+        flusher.join(10)
+    assert synced == s.file_paths
+    assert s.index_msg_timestamp == T0 + 3000
+    synced.clear()
+    s.flush()  # the entry indexed during the sync made its file dirty again
+    assert synced == s.file_paths[-1:]
+    s.close()
+
+
+def test_a_flush_skips_an_index_file_deleted_while_it_synced(tmp_path, monkeypatch):
+    from tidalmq.store import index_service
+
+    s = make(tmp_path, 8, 5)
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(10)])
+    oldest = s.file_paths[0]
+    real = index_service.sync_mapped
+
+    def sync_after_retention(path):
+        if path == oldest:
+            assert s.delete_expired(10**9) >= 1
+        real(path)
+
+    monkeypatch.setattr(index_service, "sync_mapped", sync_after_retention)
+    s.flush()  # no error: the deleted file needs no sync
+    assert oldest not in s.file_paths and not os.path.exists(oldest)
+    assert s.query_offsets("T", "k", 100, 0, 2**62)[0] == 9
+    s.close()
+
+
 def test_scalar_and_vector_paths_write_identical_bytes(tmp_path):
     items = [
         (

@@ -521,6 +521,11 @@ class IndexFile:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def write_header(self) -> None:
+        """Put the header's current values into the mapping (the disk sees them at the next sync)."""
+        if self._mm is not None:
+            self._write_header(self._mm)
+
     def flush(self) -> None:
         if self._mm is None:
             return

@@ -35,6 +35,7 @@ from typing import cast
 
 import numpy as np
 
+from tidalmq.common.fileutil import sync_mapped
 from tidalmq.common.message import KEY_SEPARATOR
 from tidalmq.store.index_file import (
     IndexFile,
@@ -122,16 +123,30 @@ class IndexService:
         return True
 
     def flush(self) -> None:
-        """msync every index file written since the last flush."""
+        """Make every index file written since the last flush durable (header written, file synced).
+
+        The files are picked and their headers written under the lock; the syncs run outside it, since
+        the reput thread (and the event loop's inline dispatch) takes the lock to index every round: a
+        write-back of many MiB would hold them all that long. Entries indexed while a sync runs may or may
+        not be in it; the next flush has them (the file is dirty again). A file deleted by retention
+        meanwhile needs no sync."""
         with self._lock:
+            picked: list[tuple[IndexFile, bool, int]] = []
             for f in self._files:
-                if f.dirty:
-                    full = f.is_write_full()
-                    f.flush()
-                    if full:
-                        self._flushed_index_msg_timestamp = max(
-                            self._flushed_index_msg_timestamp, f.end_timestamp
-                        )
+                if f.dirty and not f.closed:
+                    picked.append((f, f.is_write_full(), f.end_timestamp))
+                    f.write_header()
+                    f.dirty = False
+        for f, full, end_ts in picked:
+            try:
+                sync_mapped(f.path)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                f.dirty = True  # try again on the next flush
+                raise
+            if full:
+                self._flushed_index_msg_timestamp = max(self._flushed_index_msg_timestamp, end_ts)
 
     def close(self) -> None:
         with self._lock:
