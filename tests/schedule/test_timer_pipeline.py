@@ -3,6 +3,7 @@ order and exactly once, also when the broker refuses one of them while later one
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -98,3 +99,56 @@ def test_pipelined_batches_are_stored_in_order_exactly_once(store: DefaultMessag
     assert broker.most_in_flight >= 2, "the batches were not pipelined"
     assert broker.resumed == (1 if fail_at else 0)
     assert svc.stats.snapshot()["delivered"] == N
+
+
+def test_deliveries_go_on_while_the_durable_commit_waits_for_the_disk(store: DefaultMessageStore, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The once-a-second commit (TimerLog and wheel synced, checkpoint written) runs on the TimerFlush
+    thread without the service's lock: a write-back that takes long (a busy disk) holds up no delivery,
+    and the checkpoint follows once the sync returns."""
+    from tidalmq.schedule.timer_checkpoint import TimerCheckpoint
+    from tidalmq.schedule.timer_store import TimerStore
+
+    in_sync, release = threading.Event(), threading.Event()
+    real = TimerStore.sync_point
+
+    def slow_sync(self: TimerStore, point: object) -> None:
+        if threading.current_thread().name == "TimerFlush":  # not load's, nor shutdown's
+            in_sync.set()
+            assert release.wait(30)
+        real(self, point)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TimerStore, "sync_point", slow_sync)
+
+    def put(n: int, due: int, tag: str) -> None:
+        recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=str(due).encode(), born_timestamp=1, born_port=1,
+                              store_port=10911, properties={mc.REAL_TOPIC: "Busy", mc.REAL_QID: "0",
+                                                            mc.UNIQ_KEY: f"{tag}{i}", mc.TIMER_OUT_MS: str(due)})
+                for i in range(n)]
+        assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+
+    svc = TimerMessageService(store, tmp_path / "store", precision_ms=10)
+    svc.load()
+    svc.start()
+    try:
+        put(10, int(time.time() * 1000) + 100, "A")
+        wait_for(lambda: store.queue_range("Busy", 0).max_offset >= 10, 10, what="the first messages delivered")
+        assert in_sync.wait(10), "no durable commit began"
+        put(10, int(time.time() * 1000) + 100, "B")  # due while the commit's sync is held
+        wait_for(lambda: store.queue_range("Busy", 0).max_offset >= 20, 10,
+                 what="messages delivered while the commit waited for the disk")
+        assert not release.is_set()
+        cp = TimerCheckpoint.read(tmp_path / "store" / "timercheck")
+        assert cp is not None
+        held_at = (cp.read_ms, cp.read_offset)
+        release.set()
+        # the checkpoint catches up: its read cursor passes every delivered message
+        last = int(store.read_queue(TIMER_TOPIC, 0, 19, 1).commit_log_offsets[0])
+
+        def committed() -> bool:
+            c = TimerCheckpoint.read(tmp_path / "store" / "timercheck")
+            return c is not None and (c.read_ms, c.read_offset) > held_at and c.enqueue_offset > last
+        wait_for(committed, 10, what="the checkpoint written after the sync")
+    finally:
+        release.set()
+        svc.shutdown()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tidalmq.schedule import MAGIC_DELETE, TimerStore, make_entries, uniq_hash
-from tidalmq.schedule.entries import uniq_hashes
+from tidalmq.schedule.entries import delete_key_hashes, uniq_hashes
 from tidalmq.schedule.timer_log import MAGIC_SIGNATURE, RECORD_DTYPE, TimerLog
 
 from .conftest import Clock
@@ -353,6 +353,22 @@ def test_uniq_hashes_are_uniq_hash_of_each_key() -> None:
         for k in keys if k is not None]
     assert any(h < 0 for h in got) and any(h > 0 for h in got)  # signed, as the int64 column holds them
     assert uniq_hashes([]) == []
+
+
+_UNIQS = [b"7F0000010000000000000000000000AB", "ü".encode(), b"X", b"1234"]
+
+
+@pytest.mark.parametrize(("reals", "uniqs"), [
+    ([b"Topic"] * 4, _UNIQS),  # one topic: its part hashed once
+    ([b"Topic", b"Other", b"Topic", "主题".encode()], _UNIQS),
+    ([b"Topic"] * 4, [b"A", b"", b"B", b"C"]),  # a message without a key
+], ids=["one-topic", "mixed-topics", "a-key-missing"])
+def test_delete_key_hashes_of_a_round_are_uniq_hash_of_each_delete_key(reals: list[bytes], uniqs: list[bytes]) -> None:
+    """The enqueue round's columns hashed together: the values a cancel computes one by one,
+    ``uniq_hash(realTopic + "+" + uniqKey)``, and 0 for a message without a key."""
+    got = delete_key_hashes(reals, uniqs)
+    assert got == [uniq_hash(f"{r.decode()}+{u.decode()}") if u else 0 for r, u in zip(reals, uniqs, strict=True)]
+    assert delete_key_hashes([], []) == []
 
 
 def test_a_batch_is_filed_grouped_by_slot_so_each_chain_is_one_run_a_batch(open_store: Open, clock: Clock) -> None:

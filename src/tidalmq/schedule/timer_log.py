@@ -146,6 +146,14 @@ class TimerLog:
                 self._dirty.add(seg)
             pos += n
 
+    def take_dirty(self) -> list[int]:
+        """A duplicate of the descriptor of each segment written since the last call or flush, for a sync
+        made without holding what guards the writes (the caller closes them; a segment deleted meanwhile
+        is synced harmlessly). Forgets them: the caller owns their sync."""
+        fds = [os.dup(self._fds[seg]) for seg in sorted(self._dirty) if seg in self._fds]
+        self._dirty.clear()
+        return fds
+
     def flush(self) -> None:
         for seg in sorted(self._dirty):
             fd = self._fds.get(seg)

@@ -54,11 +54,11 @@ from tidalmq.common.record import (
 )
 from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule import timer_takeover
-from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hashes
+from tidalmq.schedule.entries import ENTRY_DTYPE, delete_key_hashes, make_entries, uniq_hashes
 from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
-from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
+from tidalmq.schedule.timer_store import DAY_MS, FlushPoint, TimerStore, ms_now
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
 from tidalmq.store.results import QueueEntries
 
@@ -140,6 +140,15 @@ def _field_columns(joined: bytes, n: int) -> _FieldColumns | None:
             or list(map(itemgetter(0), real)).count(_REAL_TOPIC_NAME) != n):
         return None
     return _FieldColumns(list(map(itemgetter(1), real)), list(map(itemgetter(1), uniq)))
+
+
+@dataclass(frozen=True, slots=True)
+class _SyncPoint:
+    """A durable commit under way: the timer store's point and the per-topic counts taken with it."""
+
+    store: FlushPoint
+    metrics: bytes
+    metrics_mark: int
 
 
 _JOURNAL = struct.Struct("<qqqq")  # intent (deliver_ms, offset), done (deliver_ms, offset)
@@ -343,7 +352,10 @@ class TimerMessageService:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_sync = 0
+        # The TimerFlush thread (RocketMQ's TimerFlushService): makes the commit durable, off the loop.
+        self._flusher: threading.Thread | None = None
+        self._flush_wanted = threading.Event()
+        self._last_sync = 0  # when the last flush point was taken (the service's clock)
         self._dirty = False
         self.counters = Counter[str]()
         self._enq_rate = RateMeter()
@@ -381,13 +393,18 @@ class TimerMessageService:
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="TimerMessageService", daemon=True)
+        self._flusher = threading.Thread(target=self._flush_loop, name="TimerFlush", daemon=True)
         self._thread.start()
+        self._flusher.start()
 
     def shutdown(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._flush_wanted.set()
         if self._thread is not None:
             self._thread.join(15)
+        if self._flusher is not None:
+            self._flusher.join(15)
         if self._journal_fd < 0:
             return  # never loaded (a slave's), or already shut down
         with self._lock:
@@ -426,7 +443,8 @@ class TimerMessageService:
                         busy = True
                     self._drain()
                     if self._dirty and self.clock() - self._last_sync >= SYNC_INTERVAL_MS:
-                        self._sync()
+                        self._last_sync = self.clock()
+                        self._flush_wanted.set()
                     nxt = self.timer.next_due_ms()
                     self._changed |= busy
                     if self._view_wanted or (self._changed and time.monotonic() - self._view_at >= VIEW_INTERVAL_S):
@@ -440,14 +458,52 @@ class TimerMessageService:
             if wait > 0:
                 self._wake.wait(min(wait, IDLE_WAIT_S))
 
+    # ------------------------------------------------------------------ durable commit
+    # Once a second the commit is made durable: the TimerLog and wheel synced, then the checkpoint and the
+    # per-topic counts written. The disk's part runs on the TimerFlush thread without the service's lock,
+    # so a slow write-back (a busy disk) never holds up a delivery; the points are taken and settled under
+    # the lock, and TimerStore keeps their order (docs/scheduled-delivery.md, "The durable commit runs
+    # beside the deliveries").
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._flush_wanted.wait()
+            if self._stop.is_set():
+                return  # shutdown() makes the last one, the thread stopped
+            self._flush_wanted.clear()
+            try:
+                with self._lock:
+                    if not self._dirty or self._journal_fd < 0:
+                        continue
+                    point = self._sync_point()
+                self._sync_files(point)
+                with self._lock:
+                    self._synced(point)
+            except Exception:
+                log.exception("timer store commit failed; tried again in a second")
+                with self._lock:
+                    self._dirty = True
+
     def _sync(self) -> None:
-        self.timer.commit_delivered(self.timer.committed_cursor, sync=True)
-        atomic_write(self._metrics_path, json.dumps(
-            {"enqueueOffset": self.timer.enqueue_offset, "topics": self.topics.to_json()}).encode())
-        self._metrics_mark = self.timer.enqueue_offset
-        self._last_sync = self.clock()
+        """The three steps at once (shutdown, holding the lock)."""
+        point = self._sync_point()
+        self._sync_files(point)
+        self._synced(point)
+
+    def _sync_point(self) -> _SyncPoint:
+        self.timer.commit_delivered(self.timer.committed_cursor, sync=False)
         self._dirty = False
-        if self._takeover_upto != _NONE_KEY and self.timer.committed_cursor > self._takeover_upto:
+        metrics = json.dumps({"enqueueOffset": self.timer.enqueue_offset, "topics": self.topics.to_json()}).encode()
+        return _SyncPoint(self.timer.flush_point(), metrics, self.timer.enqueue_offset)
+
+    def _sync_files(self, point: _SyncPoint) -> None:
+        self.timer.sync_point(point.store)
+        atomic_write(self._metrics_path, point.metrics)
+
+    def _synced(self, point: _SyncPoint) -> None:
+        self.timer.flushed(point.store)
+        self._metrics_mark = max(self._metrics_mark, point.metrics_mark)
+        if self._takeover_upto != _NONE_KEY and point.store.commit > self._takeover_upto:
             timer_takeover.finish(self.root)  # durably past all the old master could have delivered
             self._takeover_upto = _NONE_KEY
 
@@ -565,7 +621,7 @@ class TimerMessageService:
         cols[0].extend(deliver.tolist())
         cols[1].extend(phys.tolist())
         cols[2].extend(sizes.tolist())
-        cols[3].extend(uniq_hashes([r + b"+" + u if u else None for r, u in zip(fields.real, fields.uniq, strict=True)]))
+        cols[3].extend(delete_key_hashes(fields.real, fields.uniq))
         cols[4].extend(repeat(0, n))
         minutes = (deliver // 60_000).tolist()
         new = phys >= self._metrics_mark  # not in the persisted per-topic counts yet

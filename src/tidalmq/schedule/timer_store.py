@@ -13,6 +13,8 @@ cursor's time), so it goes out at once and after everything already delivered.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +44,18 @@ _NO_LIMIT = 1 << 62
 
 def ms_now() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPoint:
+    """A checkpoint to write once what it claims is on disk (TimerStore.flush_point)."""
+
+    number: int
+    fds: list[int]  # a duplicate descriptor of each TimerLog segment written since the previous point
+    watermark: int
+    write_pos: int
+    commit: tuple[int, int]
+    seg_max: dict[int, int]
 
 
 @dataclass
@@ -93,6 +107,10 @@ class TimerStore:
         # entry never clears _uncommitted and the cursor wedges a revolution later).
         self._popped = (0, -1)
         self._durable_slot = 0  # slot of the commit in the checkpoint on disk
+        self._points = 0  # flush points taken
+        self._points_on_disk = 0  # the newest whose checkpoint is written
+        self._sync_lock = threading.Lock()  # one sync_point at a time
+        self._unsynced_fds: list[int] = []  # of TimerLog segments a failed sync_point left unsynced
         self._uncommitted = False  # popped entries not yet committed
 
     # ------------------------------------------------------------------ lifecycle
@@ -141,6 +159,10 @@ class TimerStore:
             self.flush()
         finally:
             assert self._wheel is not None
+            with self._sync_lock:
+                for fd in self._unsynced_fds:
+                    os.close(fd)
+                self._unsynced_fds = []
             self._log.close()
             self._wheel.close()
             self._log = self._wheel = None
@@ -148,16 +170,53 @@ class TimerStore:
     def flush(self) -> None:
         """Make the TimerLog and wheel durable, then record it in the checkpoint (that order: the checkpoint
         must never claim more than the files hold)."""
-        log, wheel = self._files()
-        log.flush()
-        wheel.flush()
-        cp = self._cp
-        cp.enqueue_offset = self._watermark
-        cp.flush_pos = log.write_pos
-        cp.read_ms, cp.read_offset = self._commit
-        cp.segment_max_slot = dict(self._seg_max)
-        cp.write(self.root / "timercheck")
-        self._durable_slot = self._commit[0] // self.slot_ms
+        point = self.flush_point()
+        self.sync_point(point)
+        self.flushed(point, delete_consumed=False)
+
+    # A flush in three steps, for a caller whose lock guards this store (the timer service): the point is
+    # taken under the lock, synced without it (the disk's write-back, which can take a long time on a
+    # busy disk, then holds up no delivery), and ``flushed`` under the lock again.
+
+    def flush_point(self) -> FlushPoint:
+        """What a checkpoint written now would claim, and the TimerLog segments to sync before it."""
+        log, _ = self._files()
+        self._points += 1
+        return FlushPoint(self._points, log.take_dirty(), self._watermark, log.write_pos, self._commit, dict(self._seg_max))
+
+    def sync_point(self, point: FlushPoint) -> None:
+        """Sync the point's TimerLog segments and the wheel, then write its checkpoint, unless one taken
+        later is on disk already (checkpoints only move forward). Needs no lock of the caller's; runs one
+        at a time (a later point's checkpoint must wait for an earlier point's segments). A failed sync
+        raises OSError and keeps those segments for the next point to sync before its checkpoint."""
+        _, wheel = self._files()
+        with self._sync_lock:
+            fds, self._unsynced_fds = self._unsynced_fds + point.fds, []
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+                wheel.flush()
+            except BaseException:
+                self._unsynced_fds = fds
+                raise
+            for fd in fds:
+                os.close(fd)
+            if point.number <= self._points_on_disk:
+                return
+            cp = self._cp
+            cp.enqueue_offset = point.watermark
+            cp.flush_pos = point.write_pos
+            cp.read_ms, cp.read_offset = point.commit
+            cp.segment_max_slot = point.seg_max
+            cp.write(self.root / "timercheck")
+            self._points_on_disk = point.number
+
+    def flushed(self, point: FlushPoint, delete_consumed: bool = True) -> None:
+        """After ``sync_point``: the durable commit moves (which moves the bound on the cursor), and the
+        TimerLog segments that checkpoint no longer needs are deleted."""
+        self._durable_slot = max(self._durable_slot, point.commit[0] // self.slot_ms)
+        if delete_consumed:
+            self._delete_consumed(point.commit[0] // self.slot_ms, point.write_pos)
 
     # ------------------------------------------------------------------ enqueue
 
@@ -357,8 +416,9 @@ class TimerStore:
             self._uncommitted = False
             self._commit = max(self._commit, self._released)
         if sync:
-            self.flush()
-            self._delete_consumed()
+            point = self.flush_point()
+            self.sync_point(point)
+            self.flushed(point)
 
     def next_due_ms(self) -> int | None:
         """When pop_due() next has work (a delivery or a roll), for the caller's timer; None if nothing pends."""
@@ -476,13 +536,13 @@ class TimerStore:
         logger.warning("timer wheel: %d cells pointed past the TimerLog's end %d (a power cut); re-filed %d "
                     "records from the log", len(cells), end, refiled)
 
-    def _delete_consumed(self) -> None:
-        """Delete TimerLog segments whose every record is filed in a slot before the committed cursor's:
-        those slots are delivered and their rolls re-filed. A record lives at most one horizon, so so does
-        a segment, however long the delays."""
+    def _delete_consumed(self, commit_slot: int, flush_pos: int) -> None:
+        """Delete TimerLog segments whose every record is filed in a slot before ``commit_slot`` (the
+        commit of the checkpoint on disk): those slots are delivered and their rolls re-filed; and none
+        from the one holding ``flush_pos`` (that checkpoint's) on. A record lives at most one horizon, so
+        so does a segment, however long the delays."""
         log, _ = self._files()
-        commit_slot = self._commit[0] // self.slot_ms
-        flush_seg = log.write_pos >> log.shift
+        flush_seg = flush_pos >> log.shift
         for seg in sorted(self._seg_max):
             if seg >= flush_seg:
                 break
