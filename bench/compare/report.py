@@ -50,14 +50,16 @@ NOTES = """\
   retrying a pull that failed). Messages are due from 0.5 s after the kill, so 0.5 s is the best possible figure
   and a broker that restarts slower finds some overdue. Duplicates are deliveries of an id already received
   (at-least-once redelivery of messages whose ack the crash lost).
-- **"Due during the enqueue burst"** (W2) is where TidalMQ is weakest. Its p99 is set mostly by messages sent
-  after their deliver time (the burst's sends take over a second, and some of its delays are 1 s): no broker
-  can deliver them before they arrive, so the figure follows how fast the client's sends go (the column "sent
+- **"Due during the enqueue burst"** (W2) is where TidalMQ is weakest. A message sent after its deliver time
+  (the burst's sends take about a second, and the shortest delays are 1 s from the first send) cannot be
+  delivered before it arrives, so some of the figure follows how fast the client's sends go (the column "sent
   after due" in the table; "from send", the lateness counted from each message's send, is what the
   broker added). TidalMQ's schedule process indexes the burst's timer messages in CommitLog order
   (docs/multicore.md), so one falling due soon after its send waits until the messages sent before it are
   indexed; a message whose deliver time has passed when it arrives is stored at once in its topic
-  (docs/scheduled-delivery.md).
+  (docs/scheduled-delivery.md). Runs before 2026-11-27 10:00 drew the delays before the consumer's process
+  had started (~0.25 s), so more messages were sent after their deliver time (hundreds, not a handful) and
+  the burst p99 was mostly that.
 - **ActiveMQ**'s scheduler, with its default synchronous journal, did not keep up with the due rates here: its
   lateness grows through the window at 10,000/s, and after the W4 restart it took tens of seconds to drain.
 
@@ -78,7 +80,8 @@ METHOD = """\
 - **W2 scheduled**: enqueue rate = 10,000 delayed messages (delays 1 min .. 1 h, 100-byte bodies) sent as fast
   as the client allows. Lateness at R = 1,000 and 10,000 messages due per second: for a window of W seconds
   (10 s and 5 s) starting at T0, R×W messages are due uniformly over [T0, T0+W] and R×W/2 background
-  messages get delays log-uniform between 1 s and 1 h from their send time; all are sent in random order before
+  messages get delays log-uniform between 1 s and 1 h from the start of the sends (the consumer is up before
+  they are drawn); all are sent in random order before
   T0 (T0 is planned from the measured enqueue rate, with 30 % to spare). So while the window is delivered the
   broker holds a mix of delays from 1 s to 1 h, and the due rate in the window is R (plus the few background
   messages that fall due in it; a uniform 1 s .. 1 h mix at R/s would need R × 3,600 messages in flight, which

@@ -11,6 +11,7 @@ import importlib
 import math
 import multiprocessing as mp
 import os
+import queue
 import random
 import time
 from collections.abc import Iterator
@@ -44,13 +45,24 @@ def client_of(peer: str, conn: dict[str, Any]) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------- consumer
-def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int, deadline: float, grace: float,
-                    ordered: bool, due_by: float, q: Any) -> None:
+def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int | None, deadline: float, grace: float,
+                    ordered: bool, due_by: float, q: Any, plan_q: Any) -> None:
     """Receive until ``expected`` distinct ids with field 2 (the deliver time) <= ``due_by`` arrived (+``grace``
-    s for duplicates) or ``deadline``; put [(id, recv ms, field 2 of the body)] on ``q``."""
+    s for duplicates) or ``deadline``; put [(id, recv ms, field 2 of the body)] on ``q``. ``expected`` None:
+    (expected, deadline, due_by) come later on ``plan_q`` (Consumer.plan), before the first message."""
     got: list[tuple[int, float, float]] = []
     seen: set[int] = set()
     done_at = [0.0]
+    plan: dict[str, float] = {} if expected is None else {"expected": expected, "deadline": deadline, "due_by": due_by}
+
+    def planned(wait: float) -> bool:
+        if not plan:
+            try:
+                plan.update(zip(("expected", "deadline", "due_by"), plan_q.get(timeout=wait), strict=True))
+            except queue.Empty:
+                return False
+        return True
+
     try:
         cl = client_of(peer, conn)
         cl.on_ready = lambda: q.put("ready")
@@ -61,14 +73,18 @@ def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int, d
             i = int(parts[0])
             f2 = float(parts[1])
             got.append((i, t, f2))
-            if f2 <= due_by:
+            if not planned(30):
+                raise RuntimeError("a message arrived, the plan did not")
+            if f2 <= plan["due_by"]:
                 seen.add(i)
-            if len(seen) >= expected and not done_at[0]:
+            if len(seen) >= plan["expected"] and not done_at[0]:
                 done_at[0] = time.time()
 
         def stop() -> bool:
             now = time.time()
-            return now > deadline or (done_at[0] > 0 and now > done_at[0] + grace)
+            if not planned(0.001):
+                return now > deadline
+            return now > plan["deadline"] or (done_at[0] > 0 and now > done_at[0] + grace)
 
         cl.consume(dest, on_body, stop, ordered)
         cl.close()
@@ -78,18 +94,27 @@ def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int, d
 
 
 class Consumer:
-    def __init__(self, peer: str, conn: dict[str, Any], dest: str, expected: int, deadline: float,
+    """A consumer in a process of its own, up and subscribed when the constructor returns. ``expected``
+    None: what to wait for is given later by ``plan`` (before anything is sent); ``deadline`` bounds the
+    wait until then."""
+
+    def __init__(self, peer: str, conn: dict[str, Any], dest: str, expected: int | None, deadline: float,
                  grace: float = 0.0, ordered: bool = False, due_by: float = float("inf")) -> None:
         ctx = mp.get_context("spawn")
         self.q = ctx.Queue()
-        self.p = ctx.Process(target=_consume_worker, args=(peer, conn, dest, expected, deadline, grace, ordered, due_by, self.q),
-                             daemon=True)
+        self.plan_q = ctx.Queue()
+        self.p = ctx.Process(target=_consume_worker, args=(peer, conn, dest, expected, deadline, grace, ordered, due_by,
+                                                           self.q, self.plan_q), daemon=True)
         self.p.start()
         self.deadline = deadline
         first = self.q.get(timeout=90)
         if first != "ready":
             self.p.join(5)
             raise RuntimeError(f"consumer failed to start: {first[1] if isinstance(first, tuple) else first}")
+
+    def plan(self, expected: int, deadline: float, due_by: float) -> None:
+        self.plan_q.put((expected, deadline, due_by))
+        self.deadline = deadline
 
     def result(self) -> list[tuple[int, float, float]]:
         wait = max(5.0, self.deadline - time.time() + 30)
@@ -213,6 +238,10 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
                 continue
             dest = f"w2r{due_rate}"
             cl.setup(dest, True)
+            grace = 10.0 if not quick else 5.0
+            # The consumer (a process of its own, ~0.25 s to start) is up before the deliver times are drawn,
+            # so that the background delays count from when the sends begin (sent_at_est), as they mean to.
+            cons = Consumer(peer, server.conn(), dest, None, time.time() + send_s + window + 120)
             t_start = int(now_ms() + send_s * 1000)
             deliver = [t_start + int(i * 1000 / due_rate) for i in range(due_rate * window)]
             sent_at_est = now_ms()
@@ -221,8 +250,7 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
             random.shuffle(deliver)
             end = t_start + window * 1000
             expected = sum(1 for d in deliver if d <= end)
-            grace = 10.0 if not quick else 5.0
-            cons = Consumer(peer, server.conn(), dest, expected, end / 1000 + grace, due_by=end)
+            cons.plan(expected, end / 1000 + grace, end)
             ts = time.time()
             cl.schedule(dest, [(d, sched_body(i, d), "") for i, d in enumerate(deliver)])
             sent_s = time.time() - ts
