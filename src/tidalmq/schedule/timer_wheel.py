@@ -155,7 +155,15 @@ class TimerWheel:
         runtime-info view cost the timer thread ~90 ms, and deliveries due meanwhile waited."""
         start = after + 1
         cells = self.cells
-        live = (cells["slot"] == start + (self._ramp - start) % self.slots) & (cells["last"] >= 0)
+        # The slot cell i may hold is (start - k) + i for i >= k = start % slots, one revolution more below
+        # k: two compares of (tag - i) with a constant, not a modulo over the whole ring (half the time).
+        k = start % self.slots
+        base = start - k
+        gap = cells["slot"] - self._ramp
+        live = np.empty(self.slots, dtype=bool)
+        np.equal(gap[k:], base, out=live[k:])
+        np.equal(gap[:k], base + self.slots, out=live[:k])
+        live &= cells["last"] >= 0
         live[after % self.slots] = False
         return cells[live]
 
