@@ -152,3 +152,52 @@ def test_deliveries_go_on_while_the_durable_commit_waits_for_the_disk(store: Def
     finally:
         release.set()
         svc.shutdown()
+
+
+def test_a_failing_commit_is_logged_once_retried_and_logged_again_when_it_succeeds(
+        store: DefaultMessageStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A disk that refuses the timer's commit (ENOSPC) gets one ERROR line, not one a second; deliveries go
+    on; the commit is retried and, once it succeeds, one line says so and the checkpoint moves."""
+    import errno
+    import logging
+
+    from tidalmq.schedule.timer_checkpoint import TimerCheckpoint
+    from tidalmq.schedule.timer_store import TimerStore
+
+    monkeypatch.setattr(timer_service, "SYNC_INTERVAL_MS", 50)
+    monkeypatch.setattr(timer_service, "IDLE_WAIT_S", 0.05)
+    failures = [0]
+    real = TimerStore.sync_point
+
+    def refusing(self: TimerStore, point: object) -> None:
+        if threading.current_thread().name == "TimerFlush" and failures[0] < 4:
+            failures[0] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, point)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TimerStore, "sync_point", refusing)
+    due = int(time.time() * 1000) + 100
+    recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=str(due).encode(), born_timestamp=1, born_port=1,
+                          store_port=10911, properties={mc.REAL_TOPIC: "Full", mc.REAL_QID: "0",
+                                                        mc.UNIQ_KEY: f"F{i}", mc.TIMER_OUT_MS: str(due)})
+            for i in range(5)]
+    assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+    svc = TimerMessageService(store, tmp_path / "store", precision_ms=10)
+    svc.load()
+    before = TimerCheckpoint.read(tmp_path / "store" / "timercheck")
+    assert before is not None
+    with caplog.at_level(logging.INFO, logger=timer_service.__name__):
+        svc.start()
+        try:
+            wait_for(lambda: store.queue_range("Full", 0).max_offset >= 5, 10, what="delivered while the commit fails")
+
+            def committed() -> bool:
+                cp = TimerCheckpoint.read(tmp_path / "store" / "timercheck")
+                return failures[0] >= 4 and cp is not None and (cp.read_ms, cp.read_offset) > (before.read_ms, before.read_offset)
+            wait_for(committed, 15, what="the commit made once the disk takes it")
+        finally:
+            svc.shutdown()
+    lines = [r for r in caplog.records if "timer store commit" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.ERROR, logging.WARNING], [r.getMessage() for r in lines]
+    assert "No space left on device" in lines[0].getMessage() and lines[0].exc_info is None

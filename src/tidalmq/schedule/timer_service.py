@@ -355,6 +355,7 @@ class TimerMessageService:
         # The TimerFlush thread (RocketMQ's TimerFlushService): makes the commit durable, off the loop.
         self._flusher: threading.Thread | None = None
         self._flush_wanted = threading.Event()
+        self._commit_failing: OSError | None = None  # the error of the last commit, until one succeeds
         self._last_sync = 0  # when the last flush point was taken (the service's clock)
         self._dirty = False
         self.counters = Counter[str]()
@@ -479,10 +480,21 @@ class TimerMessageService:
                 self._sync_files(point)
                 with self._lock:
                     self._synced(point)
+            except OSError as e:  # a full or failing disk: one line, not one a second
+                if self._commit_failing is None:
+                    log.error("timer store commit failed: %s; tried again every second while deliveries go on "
+                              "(a crash meanwhile redelivers what was delivered since the last commit)", e)
+                self._commit_failing = e
+                with self._lock:
+                    self._dirty = True
             except Exception:
                 log.exception("timer store commit failed; tried again in a second")
                 with self._lock:
                     self._dirty = True
+            else:
+                if self._commit_failing is not None:
+                    log.warning("timer store commit made again (it had failed: %s)", self._commit_failing)
+                    self._commit_failing = None
 
     def _sync(self) -> None:
         """The three steps at once (shutdown, holding the lock)."""
