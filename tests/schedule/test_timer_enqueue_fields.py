@@ -106,6 +106,7 @@ def filed(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, tags: n
     svc.topics = TopicCounts()
     cols: tuple[list[int], ...] = ([], [], [], [], [])
     enqueued = svc._enqueue_chunk(phys, sizes, tags, fields, 0, 0, cols)  # type: ignore[arg-type]
+    svc._add_column_counts()  # as the round does after its chunks
     return [list(c) for c in cols], {t: Counter(c) for t, c in svc.topics.by_topic.items()}, enqueued
 
 
