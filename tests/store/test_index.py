@@ -469,6 +469,35 @@ def test_a_flush_skips_an_index_file_deleted_while_it_synced(tmp_path, monkeypat
     s.close()
 
 
+def test_a_failed_index_sync_leaves_that_file_and_the_rest_for_the_next_flush(tmp_path, monkeypatch):
+    import errno
+
+    from tidalmq.store import index_service
+
+    s = make(tmp_path, 8, 5)
+    s.build_index_batch([("T", ["k"], None, i, T0 + i * 1000) for i in range(10)])  # three files
+    real = index_service.sync_mapped
+    synced: list[str] = []
+
+    def failing(path):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(index_service, "sync_mapped", failing)
+    with pytest.raises(OSError):
+        s.flush()
+    assert s.index_msg_timestamp == 0
+
+    def recording(path):
+        synced.append(path)
+        real(path)
+
+    monkeypatch.setattr(index_service, "sync_mapped", recording)
+    s.flush()
+    assert synced == s.file_paths  # none was taken for synced by the failed flush
+    assert s.index_msg_timestamp > 0
+    s.close()
+
+
 def test_scalar_and_vector_paths_write_identical_bytes(tmp_path):
     items = [
         (

@@ -189,16 +189,15 @@ class TimerStore:
         later is on disk already (checkpoints only move forward). Needs no lock of the caller's; runs one
         at a time (a later point's checkpoint must wait for an earlier point's segments). A failed sync
         raises OSError and keeps those segments for the next point to sync before its checkpoint."""
-        _, wheel = self._files()
         with self._sync_lock:
-            fds, self._unsynced_fds = self._unsynced_fds + point.fds, []
-            try:
-                for fd in fds:
-                    os.fsync(fd)
-                wheel.flush()
-            except BaseException:
-                self._unsynced_fds = fds
-                raise
+            # held as unsynced until every one is synced: a failure leaves them for the next point (close()
+            # closes what is left)
+            fds = self._unsynced_fds = self._unsynced_fds + point.fds
+            _, wheel = self._files()
+            for fd in fds:
+                os.fsync(fd)
+            wheel.flush()
+            self._unsynced_fds = []
             for fd in fds:
                 os.close(fd)
             if point.number <= self._points_on_disk:

@@ -529,7 +529,7 @@ class IndexFile:
     def flush(self) -> None:
         if self._mm is None:
             return
-        self._write_header(self._mm)
+        self.write_header()
         sync_mapped(self.path)
         self.dirty = False
 

@@ -137,13 +137,15 @@ class IndexService:
                     picked.append((f, f.is_write_full(), f.end_timestamp))
                     f.write_header()
                     f.dirty = False
-        for f, full, end_ts in picked:
+        for i, (f, full, end_ts) in enumerate(picked):
             try:
                 sync_mapped(f.path)
             except FileNotFoundError:
                 continue
             except OSError:
-                f.dirty = True  # try again on the next flush
+                with self._lock:  # this file and those after it: synced by the next flush
+                    for g, _, _ in picked[i:]:
+                        g.dirty = True
                 raise
             if full:
                 self._flushed_index_msg_timestamp = max(self._flushed_index_msg_timestamp, end_ts)
