@@ -2,6 +2,7 @@
 shared machine): the broker's decoding of a producer's SEND_MESSAGE_V2 header, its SEND response, and the
 push consumer's concurrent consume service (work queue, process queue, offsets; a listener that does
 nothing) at a given pull size, a single timer send's rewrite and its response with the recall handle,
+a batch of 64 encoded into records (plain and timer messages) and a timer batch's rewrite,
 the schedule process's enqueue round over parked timer messages (what it
 reads of each from the CommitLog and files: TimerMessageService._chunk_fields and _enqueue_chunk, from a
 store in a temp dir), and the timer store entering a slot many messages fall due in. CPU seconds of this process (``time.process_time``), best of ``--rounds``.
@@ -240,6 +241,51 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
             store.shutdown()
 
 
+def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tuple[float, float, float]:
+    """What a SEND_BATCH_MESSAGE of ``size`` 1 KiB messages costs the event loop before its append:
+    encode_batch_records (with its property checks and the dispatch's properties read) for messages
+    carrying a UNIQ_KEY alone, the same for timer messages (a TIMER_DELIVER_MS each), and the timer
+    batch's rewrite after it (TimerRewrite.park_batch). µs a message."""
+    import random
+    import struct
+
+    from tidalmq.broker.processors.send import BATCH_FORBIDDEN_PROPERTIES
+    from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES, TimerRewrite
+    from tidalmq.common.record_batch import encode_batch_records
+
+    far = int(time.time() * 1000) + 3_600_000
+    rnd = random.Random(7)
+    body = b"x" * 1024
+
+    def batch(timer: bool, base: int) -> bytes:
+        parts = []
+        for i in range(size):
+            props = b"UNIQ_KEY\x01%032X\x02" % (base + i)
+            if timer:
+                props += b"TIMER_DELIVER_MS\x01%d\x02" % (far + rnd.randrange(3_600_000))
+            total = 20 + len(body) + 2 + len(props)
+            parts.append(struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", len(props)) + props)
+        return b"".join(parts)
+
+    kw = {"topic": "BenchT", "queue_id": 1, "sysflag": 0, "born_timestamp": 1, "born_host": b"\x7f\0\0\1",
+          "born_port": 1, "store_host": b"\x7f\0\0\1", "store_port": 10911,
+          "forbidden_properties": BATCH_FORBIDDEN_PROPERTIES}
+    rewrite = TimerRewrite(400 * 86_400_000, 10)
+    plain = [batch(False, k * size) for k in range(batches)]
+    timer = [batch(True, k * size) for k in range(batches)]
+
+    def encoded(bodies: list[bytes], park: bool) -> None:
+        for b in bodies:
+            records = encode_batch_records(b, **kw)
+            if records.carries(TIMER_REQUEST_PROPERTIES) and park:
+                rewrite.park_batch(records, "BenchT", 1)
+
+    n = batches * size
+    plain_us = best_us(lambda: encoded(plain, False), 1, rounds) / n
+    timer_us = best_us(lambda: encoded(timer, False), 1, rounds) / n
+    return plain_us, timer_us, best_us(lambda: encoded(timer, True), 1, rounds) / n - timer_us
+
+
 def timer_slot_entry(rounds: int) -> float:
     """The timer store entering a slot (TimerStore.pop_due across a slot boundary: the slot's chain
     walked, its records gathered, sorted, cancels applied): ms a slot that ~10,000 messages fall due in,
@@ -299,6 +345,10 @@ def main() -> None:
     for pull in (32, 256):
         r[f"consume_pull{pull}_us"] = consume_service(pull, args.rounds)
         print(f"consume service, pulls of {pull:<4d}:        {r[f'consume_pull{pull}_us']:6.2f} µs a message")
+    r["batch64_encode_us"], r["timer_batch64_encode_us"], r["timer_batch64_park_us"] = batch_encode_and_park(args.rounds)
+    print(f"batch of 64 encoded (UNIQ_KEY only):   {r['batch64_encode_us']:6.2f} µs a message")
+    print(f"timer batch of 64 encoded:             {r['timer_batch64_encode_us']:6.2f} µs a message")
+    print(f"timer batch of 64, parked after that:  {r['timer_batch64_park_us']:6.2f} µs a message")
     r["timer_enqueue_fields_us"], r["timer_enqueue_filed_us"] = timer_enqueue_read(args.rounds)
     print(f"timer enqueue, fields read (a round):  {r['timer_enqueue_fields_us']:6.2f} µs a message")
     print(f"timer enqueue, read and filed (chunks):{r['timer_enqueue_filed_us']:6.2f} µs a message")

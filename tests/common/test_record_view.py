@@ -8,6 +8,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidalmq.common import sysflag as sf
 from tidalmq.common.record import (
@@ -17,6 +19,7 @@ from tidalmq.common.record import (
     MESSAGE_MAGIC_CODE_V2,
     MIN_RECORD_SIZE,
     RecordError,
+    dispatch_properties,
     encode_record,
     properties_ok,
     properties_span,
@@ -165,3 +168,28 @@ def test_damage_is_caught_by_structure_property_text_or_crc() -> None:
     (b"A\x01\xff\x02", False)])
 def test_properties_ok(raw: bytes, ok: bool) -> None:
     assert properties_ok(raw) is ok
+
+
+_DISPATCH_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TIMER_OUT_MS", b"__LITE_TOPIC")
+# Pieces properties are made of: the dispatch's names, names that begin like them, separators, values.
+_PIECES = st.sampled_from([*(n + b"\x01" for n in _DISPATCH_NAMES), b"TAGSX\x01", b"XKEYS\x01", b"WAIT\x01",
+                           b"\x01", b"\x02", b"v", b"1790000000000", b"\xff\x00"])
+
+
+def _split_reference(props: bytes) -> list[tuple[bytes, bytes]]:
+    """The dispatch's properties, read the slow way: each \\x02-separated item that starts with a name
+    and \\x01 gives (name, the rest of the item)."""
+    out = []
+    for item in props.split(b"\x02"):
+        name, sep, value = item.partition(b"\x01")
+        if sep and name in _DISPATCH_NAMES:
+            out.append((name, value))
+    return out
+
+
+@given(st.lists(_PIECES, max_size=24).map(b"".join), st.binary(max_size=3), st.binary(max_size=3))
+def test_dispatch_properties_are_each_named_item_of_the_properties_and_nothing_around_them(
+        props: bytes, before: bytes, after: bytes) -> None:
+    buf = before + props + after
+    assert dispatch_properties(buf, len(before), len(before) + len(props)) == _split_reference(props)
+    assert dispatch_properties(memoryview(buf), len(before), len(before) + len(props)) == _split_reference(props)

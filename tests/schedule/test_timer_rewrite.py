@@ -11,7 +11,7 @@ from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.broker.schedule_hooks import TimerRewrite
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.naming import TIMER_TOPIC
-from tidalmq.common.record import DISPATCH_PROPERTIES, decode_record, properties_span
+from tidalmq.common.record import decode_record, dispatch_properties, properties_span
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
@@ -122,7 +122,7 @@ def test_batch_parks_each_message_at_its_own_time() -> None:
     assert records.nbytes == sum(len(r) for r in records.records()) == sum(m.store_size for m in stored)
     # ... and it is exactly what a read of the parked properties finds
     assert records.dispatch_properties == [
-        DISPATCH_PROPERTIES.findall(r[at - 1 : at + n]) for r in records.records() for at, n in [properties_span(r)]]
+        dispatch_properties(r, at, at + n) for r in records.records() for at, n in [properties_span(r)]]
 
 
 def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_were_sent() -> None:
@@ -142,7 +142,7 @@ def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_wer
     now_due = [decode_record(r) for r in due.records()]
     assert [(m.topic, m.queue_id, m.body) for m in now_due] == [("T", 3, b"m0"), ("T", 3, b"m2"), ("T", 3, b"m4")]
     assert [m.properties for m in now_due] == [originals[i].properties for i in due_at]
-    assert due.dispatch_properties == [DISPATCH_PROPERTIES.findall(r[at - 1 : at + n])
+    assert due.dispatch_properties == [dispatch_properties(r, at, at + n)
                                        for r in due.records() for at, n in [properties_span(r)]]
     later = [decode_record(r) for r in parked.records()]
     assert [m.body for m in later] == [b"m1", b"m3"]
@@ -151,7 +151,7 @@ def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_wer
         rewrite()(single)
         assert (m.topic, m.queue_id) == (single.topic, single.queue_id) == (TIMER_TOPIC, 0)
         assert m.properties == decode_properties(single.properties_text)
-    assert parked.dispatch_properties == [DISPATCH_PROPERTIES.findall(r[at - 1 : at + n])
+    assert parked.dispatch_properties == [dispatch_properties(r, at, at + n)
                                           for r in parked.records() for at, n in [properties_span(r)]]
     assert parked.nbytes == sum(map(len, parked.records())) and due.nbytes == sum(map(len, due.records()))
     # a batch due as a whole is stored as it came
@@ -249,5 +249,5 @@ def test_batch_parks_what_the_single_path_parks(texts: list[str]) -> None:
         assert (stored.topic, stored.queue_id) == (TIMER_TOPIC, 0)
         assert stored.properties == decode_properties(single.properties_text)
         at, n = properties_span(raw)
-        assert found == DISPATCH_PROPERTIES.findall(raw[at - 1 : at + n])
+        assert found == dispatch_properties(raw, at, at + n)
     assert records.nbytes == sum(len(r) for r in records.records())

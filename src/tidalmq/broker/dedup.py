@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
-from tidalmq.common.record import DISPATCH_PROPERTIES, DispatchProperties, properties_span
+from tidalmq.common.record import DispatchProperties, dispatch_properties, properties_span
 from tidalmq.common.record_batch import RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -92,7 +92,7 @@ def put_keys(put: PutRequest) -> list[str | None]:
         for rec in recs:
             at, n = properties_span(rec)
             props = memoryview(rec)[at - 1 : at + n]
-            uniqs.append(None if _CANCEL_MARKER in props.tobytes() else _uniq_in(DISPATCH_PROPERTIES.findall(props)))
+            uniqs.append(None if _CANCEL_MARKER in props.tobytes() else _uniq_in(dispatch_properties(rec, at, at + n)))
     return [window_key(topic, u) if u else None for u in uniqs]
 
 

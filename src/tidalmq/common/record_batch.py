@@ -58,7 +58,7 @@ class RecordBatch:
     shared: bytearray  # born host+port | store timestamp | store host+port | reconsume | prepared offset
     sizes: np.ndarray  # int64: each record's length
     sysflag: int  # the same for every record (so are the host address lengths)
-    # Per record, what DISPATCH_PROPERTIES finds in its properties: read while the batch is encoded,
+    # Per record, what ``dispatch_properties`` finds in its properties: read while the batch is encoded,
     # so dispatching the batch right after its append need not read the records back.
     dispatch_properties: list[DispatchProperties]
 
@@ -83,16 +83,16 @@ class RecordBatch:
         return _first_carried(self.pieces[4::5], names) is not None
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
-                 dispatch_properties: list[DispatchProperties] | None = None) -> None:
+                 dispatch_properties: list[DispatchProperties]) -> None:
         """Store every record in ``topic`` / ``queue_id`` with new properties, one per record, each with
         its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
         with its own deliver time). Only the topic and properties pieces change; bodies stay views of the
-        request. ``dispatch_properties``: what DISPATCH_PROPERTIES finds in the new properties, when the
-        caller knows it (it saves reading them again); otherwise they are read here."""
+        request. ``dispatch_properties``: what ``record.dispatch_properties`` finds in the new properties,
+        as the caller knows them (the rewrite appends to what the encoding found: nothing is read again)."""
         n = len(self)
         if len(properties) != n:
             raise ValueError(f"{len(properties)} properties for {n} records")
-        if dispatch_properties is not None and len(dispatch_properties) != n:
+        if len(dispatch_properties) != n:
             raise ValueError(f"{len(dispatch_properties)} dispatch properties for {n} records")
         topic_b = topic.encode("utf-8")
         if len(topic_b) > 127:
@@ -107,8 +107,7 @@ class RecordBatch:
                     + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
-        self.dispatch_properties = (dispatch_properties if dispatch_properties is not None
-                                    else [DISPATCH_PROPERTIES.findall(memoryview(pm)[1:]) for pm in properties])
+        self.dispatch_properties = dispatch_properties
         self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
@@ -210,13 +209,14 @@ def encode_batch_records(
     props_add = props.append
     found: list[DispatchProperties] = []
     found_add = found.append
-    find = DISPATCH_PROPERTIES.findall
+    find = DISPATCH_PROPERTIES.findall  # dispatch_properties, inlined
+    separator = b"\x02"
     for h, a, p, e in zip(range(0, 48 * count, 48), starts, props_at.tolist(), (s + total).tolist(), strict=True):
         crc_add(crc32(mv[a + 20 : p]))
         pm = mv[p:e]
         pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
         props_add(pm)
-        found_add(find(pm[1:]))
+        found_add(find(separator + pm[2:]))
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
     if forbidden_properties:
         _refuse_properties(props, forbidden_properties)

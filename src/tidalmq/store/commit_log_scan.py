@@ -19,13 +19,13 @@ import numpy as np
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
 from tidalmq.common.record import (
     BLANK_MAGIC_CODE,
-    DISPATCH_PROPERTIES,
     MIN_RECORD_SIZE,
     POS_MAGIC,
     DispatchProperties,
     RecordError,
     RecordView,
     body_crc,
+    dispatch_properties,
     view_record,
 )
 from tidalmq.common.record_batch import RecordBatch
@@ -211,8 +211,8 @@ class CommitLogScan:
                 head["sysflag"].astype(np.int64), cols.prepared[:n], none, none)
             return Scan(batch, int(cols.end[n - 1]), verdict, int(store_ts[-1]), crc_failed)
         topic_ids = self._read_topics(u8, cols.topic_at[:n], cols.topic_len[:n])
-        find = DISPATCH_PROPERTIES.findall
-        found = [find(mm[p0 - 1 : p0 + pn]) if pn else []
+        find = dispatch_properties
+        found = [find(mm, p0, p0 + pn) if pn else []
                  for p0, pn in zip(cols.props_at[:n].tolist(), cols.props_len[:n].tolist(), strict=True)]
         tags_codes, keys, uniq, lite = self._dispatch_properties(found, topic_ids.tolist(), store_ts.tolist())
         batch = DispatchBatch(
@@ -228,7 +228,7 @@ class CommitLogScan:
         file_from = mf.file_from_offset
         cols: list[tuple[int, int, int, int, int, int, int, int]] = []  # queue id .. prepared offset, topic id
         found: list[DispatchProperties] = []
-        find = DISPATCH_PROPERTIES.findall
+        find = dispatch_properties
         end = pos
         views: list[RecordView] = []
         for p in starts:
@@ -249,7 +249,7 @@ class CommitLogScan:
             tid = self._topic_ids.get(topic)
             cols.append((queue_id, queue_offset, phys, total, store_ts, sysflag, prepared,
                          tid if tid is not None else self._topic_id(topic)))
-            found.append(find(mm[props_at - 1 : props_at + props_len]) if props_len else [])
+            found.append(find(mm, props_at, props_at + props_len) if props_len else [])
             end = p + total
         if verdict == INVALID and len(cols) < len(starts):  # (a BLANK at the end is not a fault)
             log.warning("undecodable record at %d", file_from + starts[len(cols)])
@@ -308,7 +308,7 @@ class CommitLogScan:
 
     def _dispatch_properties(self, found: list[DispatchProperties], topic_ids: list[int], store_ts: list[int]
                              ) -> tuple[list[int], list[str | None], list[str | None], list[str | None] | None]:
-        """Per record, from what DISPATCH_PROPERTIES found in its properties: the tag hash code (for
+        """Per record, from what ``dispatch_properties`` found in its properties: the tag hash code (for
         SCHEDULE_TOPIC_XXXX and the timer topic, the deliver time), KEYS, UNIQ_KEY and the lite topic
         (None for the whole column when no record has one)."""
         tags_codes: list[int] = []
