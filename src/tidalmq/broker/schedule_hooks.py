@@ -7,7 +7,7 @@ import re
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -112,6 +112,7 @@ _SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
 _SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
 _TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
 _DELIVER_B = mc.TIMER_DELIVER_MS.encode()
+_DELIVER_ONLY = frozenset((_DELIVER_B,))
 _PROPERTIES_LENGTH = struct.Struct(">H")  # a stored record's properties length (park_batch)
 # park_batch joins a batch's properties with a mark no valid properties hold (an empty name with an empty
 # value) that ends with the separator the first property name needs, and finds the marks with the schedule
@@ -122,11 +123,12 @@ _MARK_FOUND = (b"", b"")
 _ENDED_MARK = b"\x02" + _MESSAGE_MARK  # a message's properties that end with a separator, then the next's
 
 
-def _canonical_deliver_times(asked: list[tuple[bytes, bytes]], values: list[bytes]) -> bool:
-    """Whether every message asks for TIMER_DELIVER_MS with 1 to 18 digits and no leading zero: the value
-    is then its deliver time exactly as TIMER_OUT_MS writes it."""
-    return ({name for name, _ in asked} == {_DELIVER_B} and all(map(bytes.isdigit, values))
-            and max(map(len, values)) < 19 and not any(v[0] == 48 and len(v) > 1 for v in values))
+def _canonical_deliver_times(names: set[bytes], values: tuple[bytes, ...]) -> bool:
+    """Whether every message asks for TIMER_DELIVER_MS (``names``: the names asked for) with 1 to 18 digits
+    and none starting with 0: the value is then its deliver time exactly as TIMER_OUT_MS writes it. (A
+    lone "0" is left to the checks too, which read it the same.) C calls only: no per-message bytecode."""
+    return (names == _DELIVER_ONLY and all(map(bytes.isdigit, values)) and max(map(len, values)) < 19
+            and min(values)[0] != 48)  # the digit strings' least starts with "0" if any does
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -261,14 +263,19 @@ class TimerRewrite:
             # each a timer request, when they alternate (mark, property, mark, property ...).
             found = _BATCH_SCHEDULE_NAMES_B.findall(joined)
             asked = found[1::2]
-            one_each = (len(found) == 2 * n and found[0::2].count(_MARK_FOUND) == n
-                        and {name for name, _ in asked} <= _TIMER_REQUEST_B)
+            one_each = len(found) == 2 * n and found[0::2].count(_MARK_FOUND) == n
         except UnicodeDecodeError:
             one_each = False
+        if one_each:
+            names_asked, values = zip(*asked, strict=True)  # two tuples, in one C call
+            names = set(names_asked)
+            one_each = names <= _TIMER_REQUEST_B
         if not one_each:  # refused, naming the culprit; or properties that hold a mark of their own
             asked = self._asked_one_by_one(props)
-        values = [value for _, value in asked]
-        if _canonical_deliver_times(asked, values):
+            names_asked, values = zip(*asked, strict=True)
+            names = set(names_asked)
+        mss: Sequence[bytes]
+        if _canonical_deliver_times(names, values):
             delivers = list(map(int, values))
             mss = values  # TIMER_OUT_MS: the deliver time as the client wrote it
         else:  # relative or unusual: the checks
