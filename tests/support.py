@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import signal
 import socket
@@ -22,26 +23,53 @@ READY = re.compile(r"standalone ready: namesrv \S+:(\d+) broker (\S+):(\d+)")
 ModuleTmp = Callable[[str], Path]
 
 
+def _ephemeral_range_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_PICK = random.Random()  # seeded from the OS: parallel test runs pick apart
+
+
+def server_port_range() -> tuple[int, int]:
+    """Where the tests' servers listen: the ports just below the kernel's ephemeral range (free_ports)."""
+    top = _ephemeral_range_start() - 1
+    return max(10_000, top - 12_000), top
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports, none next to another (RocketMQ's brokers take listenPort+1 for HA):
-    picked with all their sockets open at once, so no two picks can be the same port."""
+    picked with all their sockets open at once, so no two picks can be the same port.
+
+    Picked below the kernel's ephemeral range, where no outgoing connection is given one: a server
+    stopped (or SIGKILLed) and started again on its ports must find them free, and a port the kernel
+    had handed out by ``bind(0)`` could meanwhile be the local end of some client's connection (a crash
+    test's restart once failed so, "Address already in use")."""
+    low, top = server_port_range()
     socks: list[socket.socket] = []
     try:
         ports: list[int] = []
-        while len(ports) < n:
+        for _ in range(10_000):
+            if len(ports) == n:
+                return ports
+            port = _PICK.randint(low, top)
+            if any(abs(port - p) <= 1 for p in ports):
+                continue
             s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            if all(abs(port - p) > 1 for p in ports):
-                ports.append(port)
-        return ports
+            ports.append(port)
+        raise RuntimeError(f"no {n} free ports in {low}..{top}")
     finally:
         for s in socks:
             s.close()

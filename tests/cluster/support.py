@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -12,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support import server_port_range
 from tidalmq.cluster import FIRST_BROKER_OFFSET, NAMESRV_COUNT, PORT_STRIDE
 
 READY = re.compile(r"cluster ready: .* namesrvAddr=(\S+)")
@@ -29,13 +31,10 @@ def _bindable(port: int) -> bool:
 
 def free_base_port(groups: int, replicas: int) -> int:
     """A base port whose every derived port (NameServers, etcd, each replica's listen and HA port) is free."""
+    low, top = server_port_range()  # below the ephemeral range: restarts find their ports free
+    span = FIRST_BROKER_OFFSET + groups * replicas * PORT_STRIDE
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        last = base + FIRST_BROKER_OFFSET + groups * replicas * PORT_STRIDE
-        if last > 65000:
-            continue
+        base = random.randint(low, top - span)
         ports = [base + i for i in range(NAMESRV_COUNT + 2)]
         ports += [base + FIRST_BROKER_OFFSET + k * PORT_STRIDE + d for k in range(groups * replicas) for d in (0, 1)]
         if all(_bindable(p) for p in ports):
