@@ -20,6 +20,9 @@ from typing import Any
 
 import psutil
 
+# Below the kernel's ephemeral range: W4 restarts a server on its port after a SIGKILL.
+from tests.support import free_port as free_port
+
 # what a workload can ask of a peer; a peer lists what it cannot do (and why) in Server.unsupported
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 
@@ -27,10 +30,6 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 SCHED_BODY = 100
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout: float, proc: subprocess.Popen[Any] | None = None, what: str = "server") -> None:
