@@ -4,10 +4,15 @@ responses, or keeps too many requests pending, stops being read from until it ca
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import socket
 import struct
+import termios
+import threading
+import time
 
 import pytest
+import uvloop
 
 from tidalmq.remoting.command import RemotingCommand, decode_frame_body, encode_frame
 from tidalmq.remoting.config import RemotingServerConfig
@@ -134,3 +139,68 @@ def test_access_validator_judges_each_request_once_in_order_across_pauses() -> N
         await server.stop()
 
     asyncio.run(asyncio.wait_for(go(), 40))
+
+
+def test_a_pipelining_client_is_answered_a_turn_at_a_time() -> None:
+    """A client's window of large requests, all waiting in the socket, is handled a share at a time
+    (about one read's worth), the answers of each share going out before the next is handled: the client
+    can refill its window while the server works. Everything is answered, in order, and reading goes on.
+    On uvloop, as the broker runs: it reads a socket again and again while data waits, so without the
+    share the whole window was handled before the first answer."""
+    async def go() -> None:
+        server = RemotingServer("127.0.0.1", 0, config=RemotingServerConfig())
+        events: list[str] = []
+
+        def group_commit(conn: Connection, req: RemotingCommand) -> None:  # answered later, as a send is
+            events.append("handled")
+
+            def answer() -> None:
+                events.append("answered")
+                conn.send(req.make_response(0))
+
+            asyncio.get_running_loop().call_soon(answer)
+
+        server.register(3, group_commit)
+        await server.start()
+        client = socket.create_connection(("127.0.0.1", server.port))
+        await wait_until(lambda: len(server.connections) == 1)
+        conn = next(iter(server.connections))
+        assert conn.transport is not None
+        inbound = conn.transport.get_extra_info("socket")
+        inbound.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)  # room for many frames
+        if inbound.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 2 << 20:
+            pytest.skip("the kernel caps socket buffers below 1 MB of data (net.core.rmem_max)")
+        n, body = 40, b"y" * 100_000
+        frames = b"".join(encode_frame(RemotingCommand(code=3, opaque=i + 1, body=body)) for i in range(n))
+        sender = threading.Thread(target=client.sendall, args=(frames,), daemon=True)
+        sender.start()
+        # The server busy meanwhile (its loop held here) until a megabyte waits in its socket.
+        deadline = time.monotonic() + 10
+        while _queued(inbound.fileno()) < 1_000_000:
+            assert time.monotonic() < deadline, "the client's frames did not arrive"
+            time.sleep(0.001)
+        got = await asyncio.get_running_loop().run_in_executor(None, _read_responses, client, n)
+        assert got == list(range(1, n + 1))
+        # Requests handled between two answers: one share, 256 KiB (the third 100 KB frame crosses it).
+        runs = [len(run) for run in "".join("h" if e == "handled" else " " for e in events).split()]
+        assert max(runs) <= 3, runs
+        assert not conn.reading_paused
+        client.close()
+        await server.stop()
+
+    uvloop.run(asyncio.wait_for(go(), 40))
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in a socket's receive queue."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def _read_responses(sock: socket.socket, n: int) -> list[int]:
+    """The opaques of ``n`` responses read from a blocking socket."""
+    stream = sock.makefile("rb")
+    out = []
+    for _ in range(n):
+        (length,) = struct.unpack(">I", stream.read(4))
+        out.append(decode_frame_body(stream.read(length)).opaque)
+    return out

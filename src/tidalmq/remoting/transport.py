@@ -42,6 +42,13 @@ Dispatcher = Callable[["Connection", RemotingCommand], Reply]
 
 _opaques = itertools.count(1)
 _FLUSH_EVERY = 64  # responses queued in one read before they are written out
+# A connection's requests handled in one turn of the event loop, in body bytes (about one read's worth;
+# uvloop reads a socket again and again in one turn while data waits): past it the rest wait for the
+# next turn, reading paused meanwhile, so the requests handled so far are stored and answered first.
+# Without it a pipelining client's whole window was handled and answered as one burst, and the client,
+# refilling its window only then, left the broker idle until the next burst (16 batches of 64 in
+# flight: the broker idle a fifth of the time; docs/benchmarks.md, "A turn's share").
+_TURN_BYTES = 256 * 1024
 # Frame parts queued by send() in one loop turn before they are written out at once: a producer that
 # pipelines thousands of sends queues them in one turn, and written only at its end, the broker idled
 # while the burst was built and the producer while the broker worked through it (single async sends of
@@ -91,6 +98,8 @@ class Connection(asyncio.Protocol):
         self._counted = 0  # this connection's share of the server's buffered bytes
         self._write_paused = False
         self._inflight_paused = False
+        self._turn_used = 0  # body bytes of the requests handled in this turn of the loop (_TURN_BYTES)
+        self._turn_paused = False  # this turn's share handled: the rest waits for the next
         self._reading_paused = False
         self._got_data = False
         self._decoder = FrameDecoder(max_frame)
@@ -155,11 +164,19 @@ class Connection(asyncio.Protocol):
                     if fut is not None and not fut.done():
                         fut.set_result(cmd)
                 else:
+                    size = len(cmd.body) if cmd.body is not None else 0
                     self._handle_request(cmd)
                     if srv is not None:
                         if len(self._out) >= _FLUSH_EVERY:  # writing now lets the transport say it is full
                             self._flush_out()
-                        if self._reading_paused:
+                        if not self._turn_used:
+                            # The turn ends after what its first request scheduled (a send's group commit)
+                            asyncio.get_running_loop().call_soon(self._end_turn)
+                        self._turn_used += size + 1
+                        if self._write_paused or self._inflight_paused:
+                            break
+                        if self._turn_used >= _TURN_BYTES:
+                            self._turn_paused = True
                             break
         except FrameError as e:
             remark = str(e)
@@ -172,6 +189,24 @@ class Connection(asyncio.Protocol):
         self._got_data = True
         if srv is not None:
             self._account_buffered(time.monotonic(), decoded)
+            if self._turn_paused:
+                self._update_reading()
+
+    def _end_turn(self) -> None:
+        """A new turn: the answers of the last one out, then the requests it left (if its share was
+        used up), reading again once those fit in a turn."""
+        self._turn_used = 0
+        if not self._turn_paused:
+            return
+        self._turn_paused = False
+        if self.transport is None:
+            return
+        if self._out:
+            self._flush_out()
+        if not (self._write_paused or self._inflight_paused) and (self._decoder.buffered >= 4 or self._ahead):
+            self._process()
+        if not self._turn_paused:
+            self._update_reading()
 
     def _validated_ahead(self, commands: Generator[RemotingCommand, None, None],
                          validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
@@ -265,7 +300,7 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing() or self._server is None:
             return
-        pause = self._write_paused or self._inflight_paused
+        pause = self._write_paused or self._inflight_paused or self._turn_paused
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:
