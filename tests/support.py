@@ -55,9 +55,11 @@ def free_ports(n: int) -> list[int]:
     socks: list[socket.socket] = []
     try:
         ports: list[int] = []
-        for _ in range(10_000):
-            if len(ports) == n:
-                return ports
+        tries = 0
+        while len(ports) < n:
+            tries += 1
+            if tries > 10_000:
+                raise RuntimeError(f"no {n} free ports in {low}..{top}")
             port = _PICK.randint(low, top)
             if any(abs(port - p) <= 1 for p in ports):
                 continue
@@ -69,7 +71,7 @@ def free_ports(n: int) -> list[int]:
                 continue
             socks.append(s)
             ports.append(port)
-        raise RuntimeError(f"no {n} free ports in {low}..{top}")
+        return ports
     finally:
         for s in socks:
             s.close()

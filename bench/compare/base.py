@@ -30,8 +30,6 @@ WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 SCHED_BODY = 100
 
 
-
-
 def wait_port(port: int, timeout: float, proc: subprocess.Popen[Any] | None = None, what: str = "server") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
