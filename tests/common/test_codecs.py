@@ -147,6 +147,17 @@ def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[s
                 for body, props, flag in items]
     assert recs.records() == expected
     assert recs.sizes.tolist() == [len(r) for r in expected]
+    # each record's properties, as the checks and the timer rewrite read them: kept by the encoder, kept
+    # by a selection, and those of the new properties once redirected
+    texts = [encode_properties(props).encode() for _, props, _ in items]
+    assert [bytes(p) for p in recs.item_properties()] == texts
+    keep = list(range(len(items)))[::-2]
+    assert [bytes(p) for p in recs.select(keep).item_properties()] == [texts[i] for i in keep]
+    moved = [t + b"REAL_TOPIC\x01TB\x02" for t in texts]
+    recs.redirect("TT", 0, [struct.pack(">H", len(m)) + m for m in moved],
+                  [list(d) for d in recs.dispatch_properties])
+    assert [bytes(p) for p in recs.item_properties()] == moved
+    assert recs.carries(("REAL_TOPIC",)) and not recs.carries(("NO_SUCH",))
 
 
 def test_malformed_batch_body_raises() -> None:

@@ -61,6 +61,9 @@ class RecordBatch:
     # Per record, what ``dispatch_properties`` finds in its properties: read while the batch is encoded,
     # so dispatching the batch right after its append need not read the records back.
     dispatch_properties: list[DispatchProperties]
+    # Per record, its properties (a view, without the 2-byte length): kept by the encoder, which slices them
+    # anyway, for the checks and the timer rewrite that read them next. None: read them from ``pieces``.
+    item_props: list[memoryview] | None = None
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -76,11 +79,13 @@ class RecordBatch:
 
     def item_properties(self) -> list[memoryview]:
         """Each record's properties (without their 2-byte length)."""
-        return [memoryview(pm)[2:] for pm in self.pieces[4::5]]
+        if self.item_props is None:
+            self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
+        return self.item_props
 
     def carries(self, names: tuple[str, ...]) -> bool:
         """Whether one of the records carries a property named in ``names``."""
-        return _first_carried(self.pieces[4::5], names) is not None
+        return _first_carried(self.item_properties(), names) is not None
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
                  dispatch_properties: list[DispatchProperties]) -> None:
@@ -107,6 +112,7 @@ class RecordBatch:
                     + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
+        self.item_props = None
         self.dispatch_properties = dispatch_properties
         self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.heads["total"] = self.sizes
@@ -123,8 +129,10 @@ class RecordBatch:
         for j, i in enumerate(keep):
             p = 5 * i
             pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
+        props = self.item_props
         return RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
-                           [self.dispatch_properties[i] for i in keep])
+                           [self.dispatch_properties[i] for i in keep],
+                           None if props is None else [props[i] for i in keep])
 
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
@@ -215,25 +223,26 @@ def encode_batch_records(
         crc_add(crc32(mv[a + 20 : p]))
         pm = mv[p:e]
         pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
-        props_add(pm)
-        found_add(find(separator + pm[2:]))
+        item = pm[2:]
+        props_add(item)
+        found_add(find(separator + item))
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
     if forbidden_properties:
         _refuse_properties(props, forbidden_properties)
-    return RecordBatch(pieces, heads, shared, sizes, sysflag, found)
+    return RecordBatch(pieces, heads, shared, sizes, sysflag, found, props)
 
 
 def _first_carried(props: Sequence[bytes | bytearray | memoryview], names: tuple[str, ...]) -> str | None:
     """The first of ``names`` that one of the messages carries, or None. ``props`` are the messages'
-    2-byte properties lengths and properties."""
+    properties (without their 2-byte lengths)."""
     pattern = _property_names_pattern(names)
-    # One search over them all first (a name then follows a separator or a length): cheap, and
-    # almost always negative; then find which message really carries one.
+    # One search over them all first: cheap, and almost always negative; then find which message
+    # really carries one.
     joined = b"\x02".join(props)
     if not any(marker in joined for marker in _name_markers(names)):
         return None
     for pm in props:
-        found = pattern.search(memoryview(pm)[2:])
+        found = pattern.search(pm)
         if found is not None:
             return found.group(1).decode()
     return None
