@@ -117,12 +117,13 @@ def test_batch_parks_each_message_at_its_own_time() -> None:
     assert all(m.properties["REAL_TOPIC"] == "T" and m.properties["REAL_QID"] == "3" for m in stored)
     assert [m.properties["UNIQ_KEY"] for m in stored] == ["U0", "U1", "U2", "U3"]
     # what the dispatch reads without reading the records back: the timer topic's tag is the deliver time
-    assert [dict(p)[b"TIMER_OUT_MS"] for p in records.dispatch_properties] == [
-        str(t).encode() for t in (NOW + 5000, NOW + 700, NOW + 2000, NOW)]
+    assert records.tag_codes == [NOW + 5000, NOW + 700, NOW + 2000, NOW]
     assert records.nbytes == sum(len(r) for r in records.records()) == sum(m.store_size for m in stored)
-    # ... and it is exactly what a read of the parked properties finds
+    # ... and the rest is exactly what a read of the parked properties finds (TIMER_OUT_MS, which the tag
+    # codes stand for, aside)
     assert records.dispatch_properties == [
-        dispatch_properties(r, at, at + n) for r in records.records() for at, n in [properties_span(r)]]
+        [(k, v) for k, v in dispatch_properties(r, at, at + n) if k != b"TIMER_OUT_MS"]
+        for r in records.records() for at, n in [properties_span(r)]]
 
 
 def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_were_sent() -> None:
@@ -151,8 +152,9 @@ def test_batch_messages_whose_deliver_time_passed_are_stored_at_once_as_they_wer
         rewrite()(single)
         assert (m.topic, m.queue_id) == (single.topic, single.queue_id) == (TIMER_TOPIC, 0)
         assert m.properties == decode_properties(single.properties_text)
-    assert parked.dispatch_properties == [dispatch_properties(r, at, at + n)
+    assert parked.dispatch_properties == [[(k, v) for k, v in dispatch_properties(r, at, at + n) if k != b"TIMER_OUT_MS"]
                                           for r in parked.records() for at, n in [properties_span(r)]]
+    assert parked.tag_codes == [int(m.properties["TIMER_OUT_MS"]) for m in later]  # what the dispatch files
     assert parked.nbytes == sum(map(len, parked.records())) and due.nbytes == sum(map(len, due.records()))
     # a batch due as a whole is stored as it came
     records = encode(b"".join(batch_item(b"x", {"TIMER_DELIVER_MS": str(NOW - k)}) for k in range(3)))
@@ -242,12 +244,15 @@ def test_batch_parks_what_the_single_path_parks(texts: list[str]) -> None:
                     for t in texts)
     records = encode(body)
     rewrite().park_batch(records, "T", 3)
-    for text, raw, found in zip(texts, records.records(), records.dispatch_properties, strict=True):
+    assert records.tag_codes is not None
+    for text, raw, found, code in zip(texts, records.records(), records.dispatch_properties, records.tag_codes,
+                                      strict=True):
         single = message(text)
         rewrite()(single)
         stored = decode_record(raw)
         assert (stored.topic, stored.queue_id) == (TIMER_TOPIC, 0)
         assert stored.properties == decode_properties(single.properties_text)
         at, n = properties_span(raw)
-        assert found == dispatch_properties(raw, at, at + n)
+        read = dispatch_properties(raw, at, at + n)  # the tag code stands for TIMER_OUT_MS
+        assert found == [(k, v) for k, v in read if k != b"TIMER_OUT_MS"] and code == int(dict(read)[b"TIMER_OUT_MS"])
     assert records.nbytes == sum(len(r) for r in records.records())

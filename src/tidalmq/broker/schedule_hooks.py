@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from itertools import repeat
 from typing import NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
@@ -66,7 +64,6 @@ TIMER_REQUEST_PROPERTIES = (mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_DELI
 # Properties only the broker writes; a client's copy is dropped so it cannot steer the timer.
 TIMER_BROKER_PROPERTIES = (mc.TIMER_OUT_MS, mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TIMES)
 _INT64_MAX = (1 << 63) - 1
-_TIMER_OUT_MS_B = mc.TIMER_OUT_MS.encode()
 
 
 def _now_ms() -> int:
@@ -299,10 +296,12 @@ class TimerRewrite:
                 keep = [i for i in range(n) if i not in gone]
                 records = records.select(keep)
                 props, mss = [props[i] for i in keep], [mss[i] for i in keep]
+                delivers = [delivers[i] for i in keep]
         # The parked properties: the client's (they hold no TIMER_OUT_MS or DELAY, the batch path refuses
         # those), a separator if their last lacks one, the real topic and queue, and TIMER_OUT_MS. What the
-        # reput reads in them is what it read in the client's (found when the batch was encoded) and the
-        # TIMER_OUT_MS appended: given to redirect, so neither it nor the reput reads them again.
+        # reput reads in them is what it read in the client's (found when the batch was encoded), and the
+        # deliver times as their tag codes (what it would make of TIMER_OUT_MS): given to redirect, so
+        # neither it nor the reput reads them again.
         suffix = f"{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02{mc.TIMER_OUT_MS}\x01".encode()
         grown = len(suffix) + 1  # and the deliver time's digits
         pack = _PROPERTIES_LENGTH.pack
@@ -313,9 +312,7 @@ class TimerRewrite:
             seps = [b"" if not pm or pm[-1] == 2 else b"\x02" for pm in props]
             parked = [b"".join((pack(len(pm) + len(sep) + grown + len(ms)), pm, sep, suffix, ms, b"\x02"))
                       for pm, sep, ms in zip(props, seps, mss, strict=True)]
-        dispatch = records.dispatch_properties  # each record's own list: TIMER_OUT_MS appended to it
-        deque(map(list.append, dispatch, zip(repeat(_TIMER_OUT_MS_B), mss)), maxlen=0)
-        records.redirect(TIMER_TOPIC, 0, parked, dispatch)
+        records.redirect(TIMER_TOPIC, 0, parked, records.dispatch_properties, delivers)
         return ParkedBatch(records, due, due_at)
 
     def _asked_one_by_one(self, props: list[memoryview]) -> list[tuple[bytes, bytes]]:

@@ -64,6 +64,9 @@ class RecordBatch:
     # Per record, its properties (a view, without the 2-byte length): kept by the encoder, which slices them
     # anyway, for the checks and the timer rewrite that read them next. None: read them from ``pieces``.
     item_props: list[memoryview] | None = None
+    # Per record, its ConsumeQueue tag code when the rewrite that made it knows it (``redirect``: a parked
+    # timer message's deliver time); None: the dispatch computes it from ``dispatch_properties``.
+    tag_codes: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -88,33 +91,39 @@ class RecordBatch:
         return _first_carried(self.item_properties(), names) is not None
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
-                 dispatch_properties: list[DispatchProperties]) -> None:
+                 dispatch_properties: list[DispatchProperties], tag_codes: list[int] | None = None) -> None:
         """Store every record in ``topic`` / ``queue_id`` with new properties, one per record, each with
         its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
         with its own deliver time). Only the topic and properties pieces change; bodies stay views of the
         request. ``dispatch_properties``: what ``record.dispatch_properties`` finds in the new properties,
-        as the caller knows them (the rewrite appends to what the encoding found: nothing is read again)."""
+        as the caller knows them (nothing is read again); ``tag_codes``: each record's ConsumeQueue tag code
+        in ``topic``, where the caller knows it: the dispatch takes it as it is, and the properties it comes
+        from (the timer topic's TIMER_OUT_MS) may be left out of ``dispatch_properties``."""
         n = len(self)
         if len(properties) != n:
             raise ValueError(f"{len(properties)} properties for {n} records")
         if len(dispatch_properties) != n:
             raise ValueError(f"{len(dispatch_properties)} dispatch properties for {n} records")
+        if tag_codes is not None and len(tag_codes) != n:
+            raise ValueError(f"{len(tag_codes)} tag codes for {n} records")
         topic_b = topic.encode("utf-8")
         if len(topic_b) > 127:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
         topic_part = bytes([len(topic_b)]) + topic_b
         new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
-        if (new_lens > 32769).any():
+        if int(new_lens.max()) > 32769:
             i = int(np.argmax(new_lens > 32769))
             raise RecordError(f"properties too long: {len(properties[i]) - 2} bytes > 32767")
         pieces = self.pieces
-        old_lens = (np.fromiter(map(len, pieces[3::5]), dtype=np.int64, count=n)
-                    + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
+        # All records of a batch share one topic piece (the encoder's, kept by select and by this).
+        grown = new_lens - np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n)
+        grown += len(topic_part) - len(pieces[3])
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
         self.item_props = None
         self.dispatch_properties = dispatch_properties
-        self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
+        self.tag_codes = tag_codes
+        self.sizes = self.sizes + grown
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
 
@@ -129,10 +138,11 @@ class RecordBatch:
         for j, i in enumerate(keep):
             p = 5 * i
             pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
-        props = self.item_props
+        props, codes = self.item_props, self.tag_codes
         return RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
                            [self.dispatch_properties[i] for i in keep],
-                           None if props is None else [props[i] for i in keep])
+                           None if props is None else [props[i] for i in keep],
+                           None if codes is None else [codes[i] for i in keep])
 
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""

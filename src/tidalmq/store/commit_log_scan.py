@@ -94,11 +94,13 @@ class CommitLogScan:
         """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
         if topic == SCHEDULE_TOPIC:
             return  # no batch goes there (a batch with DELAY is refused); left to the scan
-        # The timer topic's tag code is TIMER_OUT_MS, which TimerRewrite.park_batch put in the batch's
-        # dispatch properties: _dispatch_properties reads it from there as the scan would.
+        # The timer topic's tag code is TIMER_OUT_MS: TimerRewrite.park_batch gives the deliver times it
+        # parsed as the batch's tag codes, and the scan of the same records reads the same from TIMER_OUT_MS.
         tid = self._topic_id(topic.encode("utf-8"))
         n = len(batch.sizes)
         tags_codes, keys, uniq, lite = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
+        if batch.tag_codes is not None:  # what the rewrite knew (a parked message's deliver time)
+            tags_codes = batch.tag_codes
         heads = batch.heads
         dispatch = DispatchBatch(
             self._topic_names, np.full(n, tid, dtype=np.int64), np.full(n, queue_id, dtype=np.int64),
