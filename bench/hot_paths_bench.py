@@ -2,8 +2,8 @@
 shared machine): the broker's decoding of a producer's SEND_MESSAGE_V2 header, its SEND response, and the
 push consumer's concurrent consume service (work queue, process queue, offsets; a listener that does
 nothing) at a given pull size, a single timer send's rewrite and its response with the recall handle,
-a batch of 64 encoded into records (plain and timer messages) and a timer batch's rewrite,
-the schedule process's enqueue round over parked timer messages (what it
+a batch of 64 encoded into records (plain and timer messages) and a timer batch's rewrite, the dispatch
+columns the append builds for a batch it wrote (plain, and a timer batch parked), the schedule process's enqueue round over parked timer messages (what it
 reads of each from the CommitLog and files: TimerMessageService._chunk_fields and _enqueue_chunk, from a
 store in a temp dir), and the timer store entering a slot many messages fall due in. CPU seconds of this process (``time.process_time``), best of ``--rounds``.
 
@@ -241,23 +241,17 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
             store.shutdown()
 
 
-def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tuple[float, float, float]:
-    """What a SEND_BATCH_MESSAGE of ``size`` 1 KiB messages costs the event loop before its append:
-    encode_batch_records (with its property checks and the dispatch's properties read) for messages
-    carrying a UNIQ_KEY alone, the same for timer messages (a TIMER_DELIVER_MS each), and the timer
-    batch's rewrite after it (TimerRewrite.park_batch). µs a message."""
+def _batch_bodies(batches: int, size: int, timer: bool) -> list[bytes]:
+    """SEND_BATCH_MESSAGE bodies of ``size`` 1 KiB messages, each with a UNIQ_KEY and, with ``timer``, a
+    TIMER_DELIVER_MS one to two hours ahead."""
     import random
     import struct
-
-    from tidalmq.broker.processors.send import BATCH_FORBIDDEN_PROPERTIES
-    from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES, TimerRewrite
-    from tidalmq.common.record_batch import encode_batch_records
 
     far = int(time.time() * 1000) + 3_600_000
     rnd = random.Random(7)
     body = b"x" * 1024
 
-    def batch(timer: bool, base: int) -> bytes:
+    def batch(base: int) -> bytes:
         parts = []
         for i in range(size):
             props = b"UNIQ_KEY\x01%032X\x02" % (base + i)
@@ -267,12 +261,29 @@ def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tu
             parts.append(struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", len(props)) + props)
         return b"".join(parts)
 
-    kw = {"topic": "BenchT", "queue_id": 1, "sysflag": 0, "born_timestamp": 1, "born_host": b"\x7f\0\0\1",
-          "born_port": 1, "store_host": b"\x7f\0\0\1", "store_port": 10911,
-          "forbidden_properties": BATCH_FORBIDDEN_PROPERTIES}
+    return [batch(k * size) for k in range(batches)]
+
+
+def _encode_kw() -> dict[str, object]:
+    from tidalmq.broker.processors.send import BATCH_FORBIDDEN_PROPERTIES
+
+    return {"topic": "BenchT", "queue_id": 1, "sysflag": 0, "born_timestamp": 1, "born_host": b"\x7f\0\0\1",
+            "born_port": 1, "store_host": b"\x7f\0\0\1", "store_port": 10911,
+            "forbidden_properties": BATCH_FORBIDDEN_PROPERTIES}
+
+
+def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tuple[float, float, float]:
+    """What a SEND_BATCH_MESSAGE of ``size`` 1 KiB messages costs the event loop before its append:
+    encode_batch_records (with its property checks and the dispatch's properties read) for messages
+    carrying a UNIQ_KEY alone, the same for timer messages (a TIMER_DELIVER_MS each), and the timer
+    batch's rewrite after it (TimerRewrite.park_batch). µs a message."""
+    from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES, TimerRewrite
+    from tidalmq.common.record_batch import encode_batch_records
+
+    kw = _encode_kw()
     rewrite = TimerRewrite(400 * 86_400_000, 10)
-    plain = [batch(False, k * size) for k in range(batches)]
-    timer = [batch(True, k * size) for k in range(batches)]
+    plain = _batch_bodies(batches, size, timer=False)
+    timer = _batch_bodies(batches, size, timer=True)
 
     def encoded(bodies: list[bytes], park: bool) -> None:
         for b in bodies:
@@ -284,6 +295,37 @@ def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tu
     plain_us = best_us(lambda: encoded(plain, False), 1, rounds) / n
     timer_us = best_us(lambda: encoded(timer, False), 1, rounds) / n
     return plain_us, timer_us, best_us(lambda: encoded(timer, True), 1, rounds) / n - timer_us
+
+
+def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tuple[float, float]:
+    """The dispatch columns the append builds for a batch it just wrote (CommitLog._keep_preread: what
+    the reput files in the ConsumeQueue and the index without reading the records back), for a plain
+    batch of ``size`` and for a timer batch parked in the timer topic. µs a message."""
+    import tempfile
+
+    from tidalmq.broker.schedule_hooks import TimerRewrite
+    from tidalmq.common.naming import TIMER_TOPIC
+    from tidalmq.common.record_batch import encode_batch_records
+    from tidalmq.store.commit_log import CommitLog
+    from tidalmq.store.config import MessageStoreConfig
+
+    kw = _encode_kw()
+    rewrite = TimerRewrite(400 * 86_400_000, 10)
+    plain = [encode_batch_records(b, **kw) for b in _batch_bodies(batches, size, timer=False)]  # type: ignore[arg-type]
+    parked = [encode_batch_records(b, **kw) for b in _batch_bodies(batches, size, timer=True)]  # type: ignore[arg-type]
+    for records in parked:
+        rewrite.park_batch(records, "BenchT", 1)
+    with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
+        log = CommitLog(MessageStoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20), clock=lambda: 0)
+
+        def columns(topic: str, batch: list) -> None:  # type: ignore[type-arg]
+            for records in batch:
+                log._keep_preread(topic, 1 if topic != TIMER_TOPIC else 0, records, 0, records.nbytes, 1)
+            log._preread.clear()
+
+        n = batches * size
+        return (best_us(lambda: columns("BenchT", plain), 5, rounds) / n,
+                best_us(lambda: columns(TIMER_TOPIC, parked), 5, rounds) / n)
 
 
 def timer_slot_entry(rounds: int) -> float:
@@ -349,6 +391,9 @@ def main() -> None:
     print(f"batch of 64 encoded (UNIQ_KEY only):   {r['batch64_encode_us']:6.2f} µs a message")
     print(f"timer batch of 64 encoded:             {r['timer_batch64_encode_us']:6.2f} µs a message")
     print(f"timer batch of 64, parked after that:  {r['timer_batch64_park_us']:6.2f} µs a message")
+    r["batch64_columns_us"], r["timer_batch64_columns_us"] = batch_dispatch_columns(args.rounds)
+    print(f"batch of 64, its append's columns:     {r['batch64_columns_us']:6.2f} µs a message")
+    print(f"timer batch of 64 parked, the same:    {r['timer_batch64_columns_us']:6.2f} µs a message")
     r["timer_enqueue_fields_us"], r["timer_enqueue_filed_us"] = timer_enqueue_read(args.rounds)
     print(f"timer enqueue, fields read (a round):  {r['timer_enqueue_fields_us']:6.2f} µs a message")
     print(f"timer enqueue, read and filed (chunks):{r['timer_enqueue_filed_us']:6.2f} µs a message")
