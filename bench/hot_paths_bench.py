@@ -3,9 +3,11 @@ shared machine): the broker's decoding of a producer's SEND_MESSAGE_V2 header, i
 push consumer's concurrent consume service (work queue, process queue, offsets; a listener that does
 nothing) at a given pull size, a single timer send's rewrite and its response with the recall handle,
 a batch of 64 encoded into records (plain and timer messages) and a timer batch's rewrite, the dispatch
-columns the append builds for a batch it wrote (plain, and a timer batch parked), the schedule process's enqueue round over parked timer messages (what it
-reads of each from the CommitLog and files: TimerMessageService._chunk_fields and _enqueue_chunk, from a
-store in a temp dir), and the timer store entering a slot many messages fall due in. CPU seconds of this process (``time.process_time``), best of ``--rounds``.
+columns the append builds for a batch it wrote (plain, and a timer batch parked), the schedule process's
+enqueue round over parked timer messages (what it reads of each from the CommitLog and files:
+TimerMessageService._chunk_fields and _enqueue_chunk, from a store in a temp dir), and the timer store
+entering a slot many messages fall due in. CPU seconds of this process (``time.process_time``), best of
+``--rounds``.
 
     .venv/bin/python bench/hot_paths_bench.py [--rounds 5] [--compare bench/out/hot-paths-latest.json]
 

@@ -111,19 +111,18 @@ class RecordBatch:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
         topic_part = bytes([len(topic_b)]) + topic_b
         new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
-        if int(new_lens.max()) > 32769:
+        if (new_lens > 32769).any():
             i = int(np.argmax(new_lens > 32769))
             raise RecordError(f"properties too long: {len(properties[i]) - 2} bytes > 32767")
         pieces = self.pieces
-        # All records of a batch share one topic piece (the encoder's, kept by select and by this).
-        grown = new_lens - np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n)
-        grown += len(topic_part) - len(pieces[3])
+        old_lens = (np.fromiter(map(len, pieces[3::5]), dtype=np.int64, count=n)
+                    + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
         self.item_props = None
         self.dispatch_properties = dispatch_properties
         self.tag_codes = tag_codes
-        self.sizes = self.sizes + grown
+        self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
 
