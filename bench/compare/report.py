@@ -14,8 +14,9 @@ TITLE = {"tidalmq": "TidalMQ", "redis": "Redis (ZSET + Streams)", "rabbitmq": "R
          "activemq": "ActiveMQ (scheduler)", "beanstalkd": "beanstalkd", "nats": "NATS JetStream"}
 
 NOTES = """\
-- **Noise.** A 2-core VM shared with other engineers' test runs while this ran; the brokers, the load generator
-  and the consumer share those 2 cores. Differences under ~20 % are not meaningful; orders of magnitude are.
+- **Noise.** A 2-core VM, at times shared with other engineers' test runs (the load average above says how
+  busy it was; the harness's own processes count in it); the brokers, the load generator and the consumer
+  share those 2 cores. Differences under ~20 % are not meaningful; orders of magnitude are.
 - **The clients are Python** (redis-py, pika, stomp.py, greenstalk, nats-py and our own `tidalmq.client`),
   one producer in the harness process, one consumer in its own process. At these rates most peers are
   *client-bound*: the msgs/s say what a Python application gets from each broker, not the broker's ceiling.
@@ -390,7 +391,7 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> None:
     except Exception as e:  # noqa: BLE001
         pngs = []
         print(f"plots failed: {e}")
-    load = os.getloadavg()
+    load = results.get("loadavg_end") or os.getloadavg()  # runs before 2026-11-27 evening did not keep it
     mode = "--quick (small counts: a dry run, not the figures to quote)" if results["quick"] else "full"
     try:
         raw_s = str(raw.relative_to(out.parent.parent))
@@ -405,7 +406,7 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> None:
         "by the harness with its config and data in a temp dir, in this same run.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_mib']:,} MiB, {m['platform']}, Python {m['python']}; "
-        f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (other work was running: see Notes).",
+        f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (this run's own processes included; see Notes, Noise).",
         "",
         "## Summary",
         "",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             results["peers"][peer]["elapsed_s"] = time.time() - p0
             log(f"{peer}: done in {time.time() - p0:.0f} s")
     results["elapsed_s"] = time.time() - t0
+    results["loadavg_end"] = list(os.getloadavg())  # the report quotes it; --report-from runs later
     stripped = _strip(results)
     path = save("compare", stripped)
     # with the per-message series, for --report-from (bench/out/ is not kept in git)
