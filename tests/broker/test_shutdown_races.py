@@ -26,10 +26,31 @@ async def _registrations() -> None:
 
 def test_register_loop_ends_when_cancelled_with_register_soon() -> None:
     async def body() -> None:
-        stand_in = SimpleNamespace(_register_event=asyncio.Event(), register_all=_registrations,
+        stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=_registrations,
                                    config=SimpleNamespace(register_name_server_period=30_000))
         task = asyncio.ensure_future(BrokerController._register_loop(stand_in))  # type: ignore[arg-type]
         await _cancel_with_wakeup(task, stand_in._register_event)
+
+    asyncio.run(body())
+
+
+def test_a_wait_for_registration_ends_when_the_register_loop_is_cancelled() -> None:
+    """BrokerController.registered() (UPDATE_AND_CREATE_TOPIC's answer waits on it) asked while the loop
+    waits for its next round, and shutdown cancels the loop in that iteration: the wait ends, the
+    request is answered, nothing is left pending."""
+    async def body() -> None:
+        stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=_registrations,
+                                   config=SimpleNamespace(register_name_server_period=30_000),
+                                   namesrv_addrs=lambda: ["127.0.0.1:9"])
+        task = asyncio.ensure_future(BrokerController._register_loop(stand_in))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # the first round is done: the loop waits for the next
+        waiting = asyncio.ensure_future(BrokerController.registered(stand_in))  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # registered() has queued its waiter and set the event ...
+        assert stand_in._register_waiters and not waiting.done()
+        task.cancel()  # ... and shutdown cancels the loop before it runs its round
+        await asyncio.wait([task, waiting], timeout=5)
+        assert task.cancelled()
+        assert waiting.done() and waiting.exception() is None
 
     asyncio.run(body())
 

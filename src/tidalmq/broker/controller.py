@@ -141,6 +141,8 @@ class BrokerController:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._register_event: asyncio.Event | None = None
+        # Waiting for a registration that begins after they came (registered()): resolved when it ends
+        self._register_waiters: list[asyncio.Future[None]] = []
         self._started_ms = int(time.time() * 1000)
         # RocketMQ's BrokerStatsManager (broker/stats.py): the one source of put/get counts, read by
         # VIEW_BROKER_STATS_DATA, the consume stats, the runtime info and the Prometheus counters
@@ -429,18 +431,39 @@ class BrokerController:
         if self._register_event is not None:
             self._register_event.set()
 
+    async def registered(self) -> None:
+        """Register soon, and wait until a registration with every NameServer that began after this call has
+        ended, however it ended (a NameServer down is logged; the periodic registration tries again).
+        RocketMQ answers UPDATE_AND_CREATE_TOPIC once it registered the topic: a client that creates a topic
+        and sends to it at once finds its route, not the default topic's. At once when nothing registers."""
+        if self._register_event is None or not self.namesrv_addrs():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._register_waiters.append(waiter)
+        self._register_event.set()
+        await waiter
+
     async def _register_loop(self) -> None:
         assert self._register_event is not None
         period = self.config.register_name_server_period / 1000.0
-        while True:
-            await self.register_all()
-            try:  # not wait_for: on 3.11 it drops a cancel that meets register_soon() (CPython gh-86296),
-                # and shutdown would then wait on this loop for ever
-                async with asyncio.timeout(period):
-                    await self._register_event.wait()
-            except TimeoutError:
-                pass
-            self._register_event.clear()
+        try:
+            while True:
+                # Those who asked before this registration's request is built: it carries what they changed.
+                waiters, self._register_waiters = self._register_waiters, []
+                try:
+                    await self.register_all()
+                finally:
+                    _release(waiters)
+                try:  # not wait_for: on 3.11 it drops a cancel that meets register_soon() (CPython gh-86296),
+                    # and shutdown would then wait on this loop for ever
+                    async with asyncio.timeout(period):
+                        await self._register_event.wait()
+                except TimeoutError:
+                    pass
+                self._register_event.clear()
+        finally:  # cancelled at shutdown: nobody waits for a registration that will not come
+            _release(self._register_waiters)
+            self._register_waiters = []
 
     def _register_request(self, code: int) -> RemotingCommand:
         c = self.config
@@ -633,3 +656,9 @@ class BrokerController:
         except Exception:
             log.exception("store runtime info failed")
         return info
+
+
+def _release(waiters: list[asyncio.Future[None]]) -> None:
+    for w in waiters:
+        if not w.done():
+            w.set_result(None)

@@ -25,6 +25,8 @@ from tidalmq.remoting.command import RemotingCommand, language_name
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from tidalmq.broker.controller import BrokerController
 
 
@@ -32,7 +34,8 @@ class AdminProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def update_and_create_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(self, conn: Connection,
+                                req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         h = req.ext_fields
         topic = h.get("topic", "")
         try:
@@ -62,7 +65,11 @@ class AdminProcessor:
         tc = TopicConfig(topic, r, w, perm, h.get("topicFilterType", "SINGLE_TAG"), sys_flag, h.get("order") == "true",
                          attributes)
         self.broker.topics.update(tc)
-        self.broker.register_soon()
+        return self._answer_registered(req)
+
+    async def _answer_registered(self, req: RemotingCommand) -> RemotingCommand:
+        """SUCCESS once the NameServers were told (BrokerController.registered), as RocketMQ answers."""
+        await self.broker.registered()
         return req.make_response(ResponseCode.SUCCESS)
 
     def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
