@@ -75,6 +75,33 @@ def test_a_created_topic_is_routed_when_its_creation_is_answered(tmp_path: Path)
     asyncio.run(asyncio.wait_for(go(), 60))
 
 
+def test_a_new_broker_permission_is_routed_when_its_update_is_answered(tmp_path: Path) -> None:
+    """UPDATE_BROKER_CONFIG with brokerPermission (the routes carry it): answered once registered too."""
+    async def go() -> None:
+        ns = NameServer("127.0.0.1", 0)
+        await ns.start()
+        broker = _broker(tmp_path, f"127.0.0.1:{ns.port}")
+        c = RemotingClient()
+        try:
+            await asyncio.wait_for(broker.start(), 30)
+            addr = f"127.0.0.1:{broker.server.port}"
+            assert (await c.invoke(addr, _create_topic("PermTopic", 2), 10)).code == ResponseCode.SUCCESS
+            _slow_registrations(ns)
+            resp = await c.invoke(addr, RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG,
+                                                        body=b"brokerPermission=4\n"), 10)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            route = await c.invoke(f"127.0.0.1:{ns.port}", RemotingCommand(
+                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "PermTopic"}), 10)
+            assert route.code == ResponseCode.SUCCESS, route.remark
+            assert [q["perm"] for q in fastjson.loads(route.body_bytes())["queueDatas"]] == [4]  # read only
+        finally:
+            await c.close()
+            await asyncio.wait_for(broker.stop(), 30)
+            await ns.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
+
+
 def test_creating_a_topic_is_answered_when_no_name_server_answers(tmp_path: Path) -> None:
     """A NameServer that is down does not hold the answer back (the periodic registration tries again)."""
     async def go() -> None:

@@ -44,7 +44,7 @@ from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.stats import BrokerStats
 from tidalmq.broker.subscription_group import SubscriptionGroupManager
 from tidalmq.broker.timer_process import TimerProcess
-from tidalmq.broker.topic_config import TopicConfigManager
+from tidalmq.broker.topic_config import PERM_RW, TopicConfigManager
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
@@ -467,7 +467,13 @@ class BrokerController:
 
     def _register_request(self, code: int) -> RemotingCommand:
         c = self.config
-        body = fastjson.dumpb({"topicConfigSerializeWrapper": self.topics.wrapper(), "filterServerList": []})
+        wrapper = self.topics.wrapper()
+        if c.broker_permission & PERM_RW != PERM_RW:
+            # A broker that may not be written (or read) says so in its routes, as RocketMQ's registerBrokerAll
+            # does: every topic's perm masked with brokerPermission, so producers (or consumers) go elsewhere.
+            wrapper["topicConfigTable"] = {n: {**tc, "perm": tc["perm"] & c.broker_permission}
+                                           for n, tc in wrapper["topicConfigTable"].items()}
+        body = fastjson.dumpb({"topicConfigSerializeWrapper": wrapper, "filterServerList": []})
         ext = {
             "brokerName": c.broker_name,
             "brokerAddr": c.broker_addr,

@@ -141,7 +141,8 @@ class AdminProcessor:
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
-    def update_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def update_broker_config(self, conn: Connection,
+                             req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         """UPDATE_BROKER_CONFIG: body ``key=value`` lines (java.util.Properties, as RocketMQ's tools send);
         live keys only, all or none applied, then persisted to the config file (broker/live_config.py)."""
         b = self.broker
@@ -156,8 +157,8 @@ class AdminProcessor:
                 persist(b.config_file, props)
             except OSError as e:  # applied, but the operator must know it will not survive a restart
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {b.config_file}: {e}")
-        if "brokerPermission" in props:  # the NameServer's routes carry it (RocketMQ re-registers too)
-            b.register_soon()
+        if "brokerPermission" in props:  # the NameServer's routes carry it: answered once they do, as RocketMQ
+            return self._answer_registered(req)
         return req.make_response(ResponseCode.SUCCESS)
 
     def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
