@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark.conftest import create_topic, produce, topic_name, wait_dispatched
-from tests.support import free_port
+from tests.support import free_ports
 
 pytestmark = pytest.mark.spark
 
@@ -57,7 +57,9 @@ def _stop(p: subprocess.Popen) -> None:
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[str]:
     """``spark://127.0.0.1:<port>`` of a master with two 1-core, 512 MiB workers, all killed at the end."""
-    port, ui = free_port(), free_port()
+    # All at once: ports picked one by one may meet (or sit side by side), and a Spark daemon whose port is
+    # taken binds the next one, so a worker's web UI once answered on the master's UI port.
+    port, ui, *worker_ports = free_ports(6)
     procs = [_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                      "--webui-port", str(ui)], tmp_path / "master.log")]
     url = f"spark://127.0.0.1:{port}"
@@ -66,7 +68,8 @@ def cluster(tmp_path: Path) -> Iterator[str]:
             work = tmp_path / f"worker{i}"
             work.mkdir()
             procs.append(_start(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
-                                 "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
+                                 "--port", str(worker_ports[2 * i]), "--webui-port", str(worker_ports[2 * i + 1]),
+                                 "--cores", "1",
                                  "--memory", "512m", "--work-dir", str(work)], tmp_path / f"worker{i}.log"))
         deadline = time.monotonic() + 90
         alive = 0
@@ -74,7 +77,7 @@ def cluster(tmp_path: Path) -> Iterator[str]:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
                     alive = json.load(r).get("aliveworkers", 0)
-            except OSError:
+            except (OSError, ValueError):  # not up yet; or an HTML page, not the state (seen once in CI)
                 alive = 0
             if alive == 2:
                 break
