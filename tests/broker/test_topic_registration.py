@@ -5,8 +5,9 @@ it at once finds the topic's route, not the default topic's with more queues tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from tests.support import free_port
@@ -48,29 +49,42 @@ def _slow_registrations(ns: NameServer) -> None:
     processors[code] = late
 
 
+@contextlib.asynccontextmanager
+async def _routed_broker(tmp: Path) -> AsyncIterator[tuple[str, str, RemotingClient]]:
+    """(broker address, NameServer address, a client) of a broker registered with a NameServer that answers
+    registrations REGISTER_DELAY_S late from now on; all stopped at the end."""
+    ns = NameServer("127.0.0.1", 0)
+    await ns.start()
+    broker = _broker(tmp, f"127.0.0.1:{ns.port}")
+    c = RemotingClient()
+    try:
+        await asyncio.wait_for(broker.start(), 30)
+        _slow_registrations(ns)
+        yield f"127.0.0.1:{broker.server.port}", f"127.0.0.1:{ns.port}", c
+    finally:
+        await c.close()
+        await asyncio.wait_for(broker.stop(), 30)
+        await ns.stop()
+
+
+async def _route(c: RemotingClient, namesrv: str, topic: str) -> list[dict[str, int]]:
+    route = await c.invoke(namesrv, RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                    ext_fields={"topic": topic}), 10)
+    # not TOPIC_NOT_EXIST, on which a client would fall back to TBW102's route
+    assert route.code == ResponseCode.SUCCESS, route.remark
+    return fastjson.loads(route.body_bytes())["queueDatas"]
+
+
 def test_a_created_topic_is_routed_when_its_creation_is_answered(tmp_path: Path) -> None:
     async def go() -> None:
-        ns = NameServer("127.0.0.1", 0)
-        await ns.start()
-        broker = _broker(tmp_path, f"127.0.0.1:{ns.port}")
-        c = RemotingClient()
-        try:
-            await asyncio.wait_for(broker.start(), 30)
-            _slow_registrations(ns)
+        async with _routed_broker(tmp_path) as (broker, namesrv, c):
             t0 = time.monotonic()
-            resp = await c.invoke(f"127.0.0.1:{broker.server.port}", _create_topic("FreshTopic", 2), 10)
+            resp = await c.invoke(broker, _create_topic("FreshTopic", 2), 10)
             took = time.monotonic() - t0
             assert resp.code == ResponseCode.SUCCESS, resp.remark
-            route = await c.invoke(f"127.0.0.1:{ns.port}", RemotingCommand(
-                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "FreshTopic"}), 10)
-            assert route.code == ResponseCode.SUCCESS, route.remark  # not TOPIC_NOT_EXIST: the client would
-            queues = fastjson.loads(route.body_bytes())["queueDatas"]  # fall back to TBW102's route
+            queues = await _route(c, namesrv, "FreshTopic")
             assert [(q["readQueueNums"], q["writeQueueNums"]) for q in queues] == [(2, 2)]
             assert took >= REGISTER_DELAY_S * 0.9  # it waited for the NameServer's answer
-        finally:
-            await c.close()
-            await asyncio.wait_for(broker.stop(), 30)
-            await ns.stop()
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
@@ -78,26 +92,12 @@ def test_a_created_topic_is_routed_when_its_creation_is_answered(tmp_path: Path)
 def test_a_new_broker_permission_is_routed_when_its_update_is_answered(tmp_path: Path) -> None:
     """UPDATE_BROKER_CONFIG with brokerPermission (the routes carry it): answered once registered too."""
     async def go() -> None:
-        ns = NameServer("127.0.0.1", 0)
-        await ns.start()
-        broker = _broker(tmp_path, f"127.0.0.1:{ns.port}")
-        c = RemotingClient()
-        try:
-            await asyncio.wait_for(broker.start(), 30)
-            addr = f"127.0.0.1:{broker.server.port}"
-            assert (await c.invoke(addr, _create_topic("PermTopic", 2), 10)).code == ResponseCode.SUCCESS
-            _slow_registrations(ns)
-            resp = await c.invoke(addr, RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG,
-                                                        body=b"brokerPermission=4\n"), 10)
+        async with _routed_broker(tmp_path) as (broker, namesrv, c):
+            assert (await c.invoke(broker, _create_topic("PermTopic", 2), 10)).code == ResponseCode.SUCCESS
+            resp = await c.invoke(broker, RemotingCommand(code=RequestCode.UPDATE_BROKER_CONFIG,
+                                                          body=b"brokerPermission=4\n"), 10)
             assert resp.code == ResponseCode.SUCCESS, resp.remark
-            route = await c.invoke(f"127.0.0.1:{ns.port}", RemotingCommand(
-                code=RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "PermTopic"}), 10)
-            assert route.code == ResponseCode.SUCCESS, route.remark
-            assert [q["perm"] for q in fastjson.loads(route.body_bytes())["queueDatas"]] == [4]  # read only
-        finally:
-            await c.close()
-            await asyncio.wait_for(broker.stop(), 30)
-            await ns.stop()
+            assert [q["perm"] for q in await _route(c, namesrv, "PermTopic")] == [4]  # read only
 
     asyncio.run(asyncio.wait_for(go(), 60))
 
