@@ -39,11 +39,16 @@ def test_a_wait_for_registration_ends_when_the_register_loop_is_cancelled() -> N
     waits for its next round, and shutdown cancels the loop in that iteration: the wait ends, the
     request is answered, nothing is left pending."""
     async def body() -> None:
-        stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=_registrations,
+        round_done = asyncio.Event()
+
+        async def register_all() -> None:
+            round_done.set()
+
+        stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=register_all,
                                    config=SimpleNamespace(register_name_server_period=30_000),
                                    namesrv_addrs=lambda: ["127.0.0.1:9"])
         task = asyncio.ensure_future(BrokerController._register_loop(stand_in))  # type: ignore[arg-type]
-        await asyncio.sleep(0.05)  # the first round is done: the loop waits for the next
+        await round_done.wait()  # the first round has taken its waiters: a new one waits for the next
         waiting = asyncio.ensure_future(BrokerController.registered(stand_in))  # type: ignore[arg-type]
         await asyncio.sleep(0)  # registered() has queued its waiter and set the event ...
         assert stand_in._register_waiters and not waiting.done()

@@ -229,12 +229,15 @@ def test_ext_fields_template_decodes_to_the_fields_of_the_dict(keys: list[str], 
     cmd = RemotingCommand(code=0, flag=FLAG_RESPONSE, serialize_type=SerializeType.ROCKETMQ,
                           ext_encoded=tmpl.encode(*values))
     assert roundtrip(cmd).ext_fields == {**dict(zip(keys, values, strict=True)), **const}
+    assert tmpl.encode_bytes(*(v.encode("utf-8") for v in values)) == tmpl.encode(*values)
 
 
 def test_ext_fields_template_refuses_the_wrong_number_of_values() -> None:
     tmpl = ExtFieldsTemplate(("msgId", "queueId"))
     with pytest.raises(ValueError, match="1 values for 2 keys"):
         tmpl.encode("x")
+    with pytest.raises(ValueError, match="3 values for 2 keys"):
+        tmpl.encode_bytes(b"x", b"y", b"z")
 
 
 def test_ext_fields_template_writes_a_percent_sign_in_its_fixed_bytes_as_it_is() -> None:

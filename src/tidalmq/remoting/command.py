@@ -193,6 +193,16 @@ class ExtFieldsTemplate:
             args += (pack_int(len(vb)), vb)
         return self._format % tuple(args)
 
+    def encode_bytes(self, *values: bytes) -> bytes:
+        """``encode`` of values given as their utf-8 bytes (a recall handle is ASCII as it is made)."""
+        if len(values) != self._count:
+            raise ValueError(f"{len(values)} values for {self._count} keys")
+        args: list[bytes] = []
+        pack_int = _INT.pack
+        for vb in values:
+            args += (pack_int(len(vb)), vb)
+        return self._format % tuple(args)
+
 
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     remark = cmd.remark
