@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given
@@ -260,56 +262,118 @@ def _field(k: str, v: str) -> bytes:
     return struct.pack(">H", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
 
 
-# Headers that start alike, as a producer's do: the same first fields, then some that change.
-_shared = st.lists(st.tuples(st.sampled_from(["a", "b", "topic", "é", "k"]), st.sampled_from(["x", "yy", "", "ü", "1"])),
-                   min_size=0, max_size=6)
+# Headers of a few layouts, as a client's requests of a few kinds: the same keys, values of the same or other
+# lengths (and ASCII or not), so the decoder meets its learned shapes, headers that almost fit them, and
+# headers it cannot learn (a key sent twice, a key that is no identifier, non-ASCII text).
+_keys = st.sampled_from(["a", "b", "topic", "é", "k", "AccessKey", "x-y", "if"])
+_values = st.sampled_from(["x", "yy", "", "ü", "1", "12", "\x01\x02", "\n", "%s"])
+_layout = st.lists(st.tuples(_keys, _values), min_size=0, max_size=6)
 
 
-@given(st.lists(_shared, min_size=1, max_size=8), st.lists(st.tuples(texts, texts), max_size=3))
-def test_headers_decode_the_same_with_their_leading_fields_reused(tails: list[list[tuple[str, str]]],
-                                                                  head: list[tuple[str, str]]) -> None:
-    """The decoder reuses the leading fields of headers that start alike (docs/benchmarks.md, "Hot
-    paths"): every header still decodes to exactly its own fields, a key sent twice included."""
+@contextmanager
+def _fresh_shapes(scans_per_learn: int = 1) -> Iterator[None]:
+    """The decoder's learned layouts emptied, and a layout learnable after every ``scans_per_learn``
+    headers scanned (the module's budget restored after)."""
     from tidalmq.remoting import command
 
-    command._EXT_PREFIXES.clear()
-    command._EXT_SEEN.clear()
-    base = [("group", "PG"), ("topic", "T"), *head]
-    for _ in range(2):  # the second round meets the prefixes learned in the first
-        for tail in tails:
-            fields = base + tail
+    before = command._EXT_SCANS_PER_LEARN
+    command._EXT_SHAPES.clear()
+    command._EXT_LAST_LENS.clear()
+    command._EXT_SCANS_PER_LEARN = command._ext_scans = scans_per_learn
+    try:
+        yield
+    finally:
+        command._EXT_SCANS_PER_LEARN = before
+
+
+@given(st.lists(_layout, min_size=1, max_size=6), st.lists(st.integers(0, 5), min_size=1, max_size=30))
+def test_headers_decode_the_same_whichever_shapes_were_learned(layouts: list[list[tuple[str, str]]],
+                                                             order: list[int]) -> None:
+    """The decoder learns the layouts of headers that repeat (command._EXT_SHAPES; docs/benchmarks.md,
+    "Hot paths"): every header still decodes to exactly its own fields, a key sent twice included (the
+    last one wins, as in a Java HashMap filled in order)."""
+    with _fresh_shapes():
+        for i in order * 2:  # the second pass meets what the first learned
+            fields = layouts[i % len(layouts)]
             cmd = decode_frame_body(_rmq_header(b"".join(_field(k, v) for k, v in fields)))
             assert cmd.ext_fields == dict(fields)
 
 
-def test_a_known_prefix_followed_by_garbage_is_still_a_frame_error() -> None:
+def test_a_repeated_layout_is_learned_and_then_decodes_other_values_of_its_lengths() -> None:
     from tidalmq.remoting import command
 
-    command._EXT_PREFIXES.clear()
-    command._EXT_SEEN.clear()
-    good = _field("a", "PG") + _field("b", "T") + _field("c", "1")
-    for _ in range(3):
-        assert decode_frame_body(_rmq_header(good)).ext_fields == {"a": "PG", "b": "T", "c": "1"}
-    assert command._EXT_PREFIXES  # learned
-    with pytest.raises(FrameError, match="extField value length out of range"):
-        decode_frame_body(_rmq_header(good + b"\x00\x01d\x00\x00\x00\x09v"))
-    with pytest.raises(FrameError, match="extFields length out of range"):
-        decode_frame_body(_rmq_frame(_FIXED + struct.pack(">ii", 0, len(good) + 4) + good))
+    with _fresh_shapes(scans_per_learn=64):  # the first layout is learned at once
+
+        def header(group: str, ts: str, props: str) -> bytes:
+            return _rmq_header(_field("a", group) + _field("g", ts) + _field("i", props))
+
+        for ts in ("1700000000001", "1700000000002"):
+            decode_frame_body(header("PG", ts, "UNIQ_KEY\x01AB\x02"))
+        assert command._EXT_SHAPES  # seen twice with the same value lengths: learned
+        cmd = decode_frame_body(header("QG", "1799999999999", "TAGS\x01\n\x02\x02"))  # other bytes, same lengths
+        assert cmd.ext_fields == {"a": "QG", "g": "1799999999999", "i": "TAGS\x01\n\x02\x02"}
+        cmd = decode_frame_body(header("PG", "1700000000003", "UNIQ_KEY\x01\u00e9\x02"))  # not ASCII: scanned
+        assert cmd.ext_fields["i"] == "UNIQ_KEY\x01\u00e9\x02"
 
 
-def test_prefix_cache_is_bounded_and_skips_headers_that_never_repeat() -> None:
+def test_a_learned_layout_followed_by_garbage_is_still_a_frame_error() -> None:
     from tidalmq.remoting import command
 
-    command._EXT_PREFIXES.clear()
-    command._EXT_SEEN.clear()
-    for i in range(command._EXT_PREFIXES_MAX * 2 + 10):  # first fields that change every time
-        ext = _field("bornTimestamp", str(i)) + _field("b", "T") + _field("c", "v" * 2000)
-        assert decode_frame_body(_rmq_header(ext)).ext_fields == {"bornTimestamp": str(i), "b": "T", "c": "v" * 2000}
-    assert not command._EXT_PREFIXES  # never seen twice: nothing learned
-    assert len(command._EXT_SEEN) <= command._EXT_PREFIXES_MAX
-    for i in range(command._EXT_PREFIXES_MAX + 10):  # each seen twice, each learned
-        ext = _field("a", f"PG{i}") + _field("b", "T") + _field("c", "v" * 2000)
-        for _ in range(2):
-            decode_frame_body(_rmq_header(ext))
-    assert 0 < len(command._EXT_PREFIXES) <= command._EXT_PREFIXES_MAX
-    assert all(len(p) <= command._EXT_PREFIX_MAX_LEN for p, _ in command._EXT_PREFIXES.values())
+    with _fresh_shapes():
+        good = _field("a", "PG") + _field("b", "T") + _field("c", "1")
+        for _ in range(3):
+            assert decode_frame_body(_rmq_header(good)).ext_fields == {"a": "PG", "b": "T", "c": "1"}
+        assert command._EXT_SHAPES  # learned
+        with pytest.raises(FrameError, match="extField value length out of range"):
+            decode_frame_body(_rmq_header(good + b"\x00\x01d\x00\x00\x00\x09v"))
+        with pytest.raises(FrameError, match="extFields length out of range"):
+            decode_frame_body(_rmq_frame(_FIXED + struct.pack(">ii", 0, len(good) + 4) + good))
+
+
+def test_learned_shapes_are_bounded_and_headers_that_never_repeat_teach_nothing() -> None:
+    from tidalmq.remoting import command
+
+    with _fresh_shapes():
+        for i in range(command._EXT_SHAPES_MAX * 2 + 10):  # every header of its own length: nothing repeats
+            ext = _field("b", "T") + _field("c", "v" * i)
+            assert decode_frame_body(_rmq_header(ext)).ext_fields == {"b": "T", "c": "v" * i}
+        assert not command._EXT_SHAPES
+        assert len(command._EXT_LAST_LENS) <= command._EXT_SHAPES_MAX
+        for i in range(command._EXT_SHAPES_PER_LEN + 3):  # layouts of one length, each seen twice: each learned
+            ext = _field("a", "x" * i) + _field("b", "y" * (20 - i))
+            for _ in range(2):
+                decode_frame_body(_rmq_header(ext))
+        (shapes,) = command._EXT_SHAPES.values()
+        assert len(shapes) == command._EXT_SHAPES_PER_LEN
+        for i in range(command._EXT_SHAPES_MAX + 10):  # many lengths, each learned
+            ext = _field("a", "x" * i)
+            for _ in range(2):
+                decode_frame_body(_rmq_header(ext))
+        assert 0 < len(command._EXT_SHAPES) <= command._EXT_SHAPES_MAX
+
+
+def test_a_client_changing_its_layout_on_purpose_gets_one_shape_compiled_per_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layouts that each come twice in a row and never again (an adversary's, or a careless client's) are
+    compiled at most once per _EXT_SCANS_PER_LEARN headers scanned, and still decode right."""
+    from tidalmq.remoting import command
+
+    compiled = 0
+    compile_ = command.re.compile
+
+    def counting(*args: object, **kw: object) -> object:
+        nonlocal compiled
+        compiled += 1
+        return compile_(*args, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(command.re, "compile", counting)
+    scans = 0
+    with _fresh_shapes(scans_per_learn=64):
+        for j in range(41):
+            for m in range(21):  # 861 layouts of one length
+                fields = {"a": "x" * j, "b": "y" * (40 - j), "c": "z" * m, "d": "w" * (20 - m)}
+                ext = b"".join(_field(k, v) for k, v in fields.items())
+                for _ in range(2):
+                    assert decode_frame_body(_rmq_header(ext)).ext_fields == fields
+                    scans += 1
+    assert 1 <= compiled <= 1 + scans // 64

@@ -94,9 +94,6 @@ class SendHeaderTemplates:
                                     max_reconsume_times=max_reconsume_times, batch=batch, broker_name=broker_name,
                                     default_topic_queue_nums=default_topic_queue_nums)
             del fields["g"], fields["i"]
-            # The queue id last among the constant fields: the broker's decoder reuses the fields a
-            # producer's headers start with in common (command._decode_ext_fields), over all its queues.
-            fields["e"] = fields.pop("e")
             const = bytes(encode_ext_fields(fields))
             if len(self._cache) >= self._max:
                 self._cache.clear()

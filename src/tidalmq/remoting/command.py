@@ -17,8 +17,8 @@ remark (4-byte length + utf-8), extFields (4-byte length, then 2-byte key length
 
 from __future__ import annotations
 
-import itertools
 import json
+import re
 import struct
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -331,76 +331,68 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
     )
 
 
-# Leading extFields already decoded, keyed by the bytes of a header's first two fields: (the bytes of the
-# leading fields, those fields). A client's requests of one kind repeat their first fields byte for byte
-# (a producer's group, topic, flags; a response's constant names: both encoders here put the constant
-# fields first), so a header that starts with a known prefix takes those fields from here and decodes
-# only the rest. An entry is narrowed to the fields its headers have in common (down to the two of its
-# key). A key is learned on its second sighting, so headers whose first fields change every time cost a
-# set lookup, not a learning pass. Bounded: _EXT_PREFIXES_MAX entries of at most _EXT_PREFIX_MAX_LEN
-# bytes (cleared when full).
-_EXT_KEY_MAX_LEN = 256
-_EXT_PREFIX_MAX_LEN = 1024
-_EXT_PREFIXES_MAX = 1024
-_EXT_PREFIXES: dict[bytes, tuple[bytes, dict[str, str]]] = {}
-_EXT_SEEN: set[bytes] = set()
+# Header layouts already seen ("shapes"). A client's requests of one kind repeat their extFields' layout
+# byte for byte but for the values' bytes: the same keys in the same order, each value as long as the last
+# time (a producer's group, topic and flags; a 13-digit timestamp; properties whose names and values keep
+# their lengths). A shape is a regex over the header's latin-1 text that matches each field's framing (key
+# length, key, value length) literally and captures its value by length, named by its key: one C call checks
+# a header against it and hands its fields back as a dict (measured: 2.24 -> 0.89 us for a producer's SEND
+# header of 11 fields). ASCII headers only (a latin-1 character is then a byte, and what utf-8 decodes).
+# Kept per extFields length, at most _EXT_SHAPES_PER_LEN each, at most _EXT_SHAPES_MAX lengths (cleared when
+# full). A layout is learned when a length's headers come twice in a row with the same value lengths, and
+# at most once per _EXT_SCANS_PER_LEARN headers scanned: compiling one costs about 130 us, so headers whose
+# layout never repeats, or a client that changes its layout on purpose, cost a scan and a lookup each, and
+# never more than a few us of compiling a header.
+_EXT_SHAPES_MAX = 512
+_EXT_SHAPES_PER_LEN = 4
+_EXT_SCANS_PER_LEARN = 64
+_EXT_SHAPES: dict[int, list[re.Pattern[str]]] = {}
+_EXT_LAST_LENS: dict[int, tuple[int, ...]] = {}  # per extFields length, the value lengths last scanned
+_ext_scans = _EXT_SCANS_PER_LEARN  # headers scanned since a layout was last learned (the first one at once)
 
 
 def _decode_ext_fields(x: bytes, end: int) -> dict[str, str]:
     """The extFields in ``x[:end]`` (``x`` runs to the end of the header)."""
-    # The end of the first two fields (a malformed header is left to the full scan, which says what is wrong).
-    try:
-        e1 = 6 + ((x[0] << 8) | x[1])
-        v1 = _INT.unpack_from(x, e1 - 4)[0]
-        e1 += v1
-        e2 = e1 + 6 + ((x[e1] << 8) | x[e1 + 1]) if v1 >= 0 else 0
-        v2 = _INT.unpack_from(x, e2 - 4)[0] if e2 else -1
-        e2 += v2
-    except (IndexError, struct.error):
-        return _scan_ext_fields(x, end, 0, {})
-    if v2 < 0 or not e2 <= min(end, _EXT_KEY_MAX_LEN):
-        return _scan_ext_fields(x, end, 0, {})
-    key = x[:e2]
-    known = _EXT_PREFIXES.get(key)
-    if known is not None:
-        prefix, fields = known
-        if len(prefix) <= end and x.startswith(prefix):
-            p = len(prefix)
-            return fields.copy() if p == end else _scan_ext_fields(x, end, p, fields.copy())
+    shapes = _EXT_SHAPES.get(end)
+    if shapes is not None and x.isascii():
+        s = x.decode("latin-1")
+        for shape in shapes:
+            m = shape.fullmatch(s, 0, end)
+            if m is not None:
+                return m.groupdict()
     ext = _scan_ext_fields(x, end, 0, {})
-    if known is not None or key in _EXT_SEEN:
-        _learn_prefix(x, end, e2, ext, known)
-    else:
-        if len(_EXT_SEEN) >= _EXT_PREFIXES_MAX:
-            _EXT_SEEN.clear()
-        _EXT_SEEN.add(key)
+    _note_layout(x, end, ext)
     return ext
 
 
-def _learn_prefix(x: bytes, end: int, key_end: int, ext: dict[str, str],
-                  known: tuple[bytes, dict[str, str]] | None) -> None:
-    """Remember the leading fields of ``x`` (at least the two of the key): those the known prefix of the
-    same key shares with it, or all of them (up to _EXT_PREFIX_MAX_LEN bytes) for a new key."""
-    limit = min(end, _EXT_PREFIX_MAX_LEN)
-    if known is not None:  # the bytes the two headers have in common
-        prev = known[0]
-        limit = min(limit, len(prev))
-        c = key_end
-        while c < limit and prev[c] == x[c]:
-            c += 1
-        limit = c
-    # Field boundaries from the decoded fields' encoded lengths; a header whose fields do not account
-    # for its bytes exactly (a key sent twice) is not learned from.
-    keep = count = at = 0
-    for k, v in ext.items():
-        at += 6 + (len(k) if k.isascii() else len(k.encode("utf-8"))) + (len(v) if v.isascii() else len(v.encode("utf-8")))
-        if at <= limit:
-            keep, count = at, count + 1
-    if at != end or keep < key_end:
+def _note_layout(x: bytes, end: int, ext: dict[str, str]) -> None:
+    """A header ``x[:end]`` was scanned into ``ext``: learn its layout as a shape if it repeats (see
+    _EXT_SHAPES). Not for a header that is not ASCII, has a key that cannot name a regex group, or whose
+    fields do not account for its bytes (a key sent twice: a shape of its fields would never match it)."""
+    global _ext_scans
+    _ext_scans += 1
+    lens = tuple(map(len, ext.values()))
+    if _EXT_LAST_LENS.get(end) != lens:
+        if len(_EXT_LAST_LENS) >= _EXT_SHAPES_MAX:
+            _EXT_LAST_LENS.clear()
+        _EXT_LAST_LENS[end] = lens
         return
-    if len(_EXT_PREFIXES) >= _EXT_PREFIXES_MAX:
-        _EXT_PREFIXES.clear()
-    _EXT_PREFIXES[x[:key_end]] = (x[:keep], dict(itertools.islice(ext.items(), count)))
+    if _ext_scans < _EXT_SCANS_PER_LEARN or not x.isascii() or not all(map(str.isidentifier, ext)):
+        return
+    parts = []
+    at = 0
+    for k, v in ext.items():
+        framing = _SHORT.pack(len(k)) + k.encode("ascii") + _INT.pack(len(v))
+        parts.append(f"{re.escape(framing.decode('latin-1'))}(?P<{k}>.{{{len(v)}}})")
+        at += len(framing) + len(v)
+    if at != end:
+        return
+    _ext_scans = 0
+    shape = re.compile("".join(parts), re.DOTALL)
+    if len(_EXT_SHAPES) >= _EXT_SHAPES_MAX:
+        _EXT_SHAPES.clear()
+    # A new list, not the old one changed: a decoder on another thread may be going through that one.
+    _EXT_SHAPES[end] = [*_EXT_SHAPES.get(end, ())[-(_EXT_SHAPES_PER_LEN - 1):], shape]
 
 
 def _scan_ext_fields(x: bytes, end: int, p: int, ext: dict[str, str]) -> dict[str, str]:
