@@ -154,10 +154,41 @@ def test_batch_records_equal_one_by_one_encoding(items: list[tuple[bytes, dict[s
     keep = list(range(len(items)))[::-2]
     assert [bytes(p) for p in recs.select(keep).item_properties()] == [texts[i] for i in keep]
     moved = [t + b"REAL_TOPIC\x01TB\x02" for t in texts]
+    assert recs.carries(("REAL_TOPIC",)) == any("REAL_TOPIC" in props for _, props, _ in items)
     recs.redirect("TT", 0, [struct.pack(">H", len(m)) + m for m in moved],
                   [list(d) for d in recs.dispatch_properties])
     assert [bytes(p) for p in recs.item_properties()] == moved
     assert recs.carries(("REAL_TOPIC",)) and not recs.carries(("NO_SUCH",))
+
+
+# Names that are, contain or begin like the ones looked for, values that hold them and a name/value separator.
+_near_names = st.sampled_from(["DELAY", "MYDELAY", "DELAYX", "REAL_TOPIC", "KEYS", "TAGS", "D"])
+_near_values = st.sampled_from(["", "3", "DELAY", "x\x01DELAY", "REAL_TOPIC\x01y", "\x01"])
+
+
+@given(st.lists(st.lists(st.tuples(_near_names, _near_values), max_size=4), min_size=1, max_size=6),
+       st.booleans())
+def test_a_batch_names_the_first_property_it_carries_as_its_records_would(
+        records: list[list[tuple[str, str]]], unended: bool) -> None:
+    """``RecordBatch.first_carried`` (one search over the batch's joined properties) finds what reading the
+    records one by one finds: the first record holding one of the names as a property name, its first such
+    property; nothing for a name that only begins, ends or holds one, or a value that holds one."""
+    import struct
+
+    from tidalmq.common.record_batch import encode_batch_records
+
+    parts = []
+    for fields in records:
+        pb = "".join(f"{k}\x01{v}\x02" for k, v in fields).encode()
+        if unended and pb:
+            pb = pb[:-1]  # a client's last property without its separator
+        parts.append(struct.pack(">iiiii", 20 + 1 + 2 + len(pb), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(pb)) + pb)
+    recs = encode_batch_records(b"".join(parts), topic="TB", queue_id=3, sysflag=0, born_timestamp=5,
+                                born_host=bytes(4), born_port=7, store_host=bytes(4), store_port=10911)
+    names = ("DELAY", "REAL_TOPIC")
+    expected = next((k for fields in records for k, _ in fields if k in names), None)
+    assert recs.first_carried(names) == expected
+    assert recs.carries(names) == (expected is not None)
 
 
 def test_malformed_batch_body_raises() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
@@ -33,14 +32,11 @@ _AR20 = np.arange(20, dtype=np.int64)
 
 @functools.lru_cache(maxsize=16)
 def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
-    """Matches any of ``names`` as a property name in a stored properties string."""
+    """Matches any of ``names`` as a property name in ``RecordBatch.joined_properties()``: a name there
+    always follows a separator and precedes a name/value one. Beginning with a literal lets re jump from
+    separator to separator."""
     alternatives = b"|".join(re.escape(n.encode()) for n in names)
-    return re.compile(rb"(?:^|\x02)(" + alternatives + rb")\x01")
-
-
-@functools.lru_cache(maxsize=16)
-def _name_markers(names: tuple[str, ...]) -> tuple[bytes, ...]:
-    return tuple(n.encode() + b"\x01" for n in names)
+    return re.compile(rb"\x02(" + alternatives + rb")\x01")
 
 
 @final  # lets ``type(x) is RecordBatch`` narrow both ways (the CommitLog put loop tells it from a list)
@@ -67,6 +63,7 @@ class RecordBatch:
     # Per record, its ConsumeQueue tag code when the rewrite that made it knows it (``redirect``: a parked
     # timer message's deliver time); None: the dispatch computes it from ``dispatch_properties``.
     tag_codes: list[int] | None = None
+    joined_props: bytes | None = None  # ``joined_properties()``, once made
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -86,9 +83,21 @@ class RecordBatch:
             self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
         return self.item_props
 
+    def joined_properties(self) -> bytes:
+        """Every record's properties, each after a separator, in one buffer: searched once for the names
+        of a whole batch (a property's name always follows a separator, and values hold none)."""
+        if self.joined_props is None:
+            self.joined_props = b"\x02" + b"\x02".join(self.item_properties())
+        return self.joined_props
+
+    def first_carried(self, names: tuple[str, ...]) -> str | None:
+        """The first of ``names`` (in record order) that one of the records carries as a property, or None."""
+        found = _property_names_pattern(names).search(self.joined_properties())
+        return None if found is None else found.group(1).decode()
+
     def carries(self, names: tuple[str, ...]) -> bool:
         """Whether one of the records carries a property named in ``names``."""
-        return _first_carried(self.item_properties(), names) is not None
+        return self.first_carried(names) is not None
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
                  dispatch_properties: list[DispatchProperties], tag_codes: list[int] | None = None) -> None:
@@ -119,7 +128,7 @@ class RecordBatch:
                     + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
-        self.item_props = None
+        self.item_props = self.joined_props = None
         self.dispatch_properties = dispatch_properties
         self.tag_codes = tag_codes
         self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
@@ -236,29 +245,7 @@ def encode_batch_records(
         props_add(item)
         found_add(find(separator + item))
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
-    if forbidden_properties:
-        _refuse_properties(props, forbidden_properties)
-    return RecordBatch(pieces, heads, shared, sizes, sysflag, found, props)
-
-
-def _first_carried(props: Sequence[bytes | bytearray | memoryview], names: tuple[str, ...]) -> str | None:
-    """The first of ``names`` that one of the messages carries, or None. ``props`` are the messages'
-    properties (without their 2-byte lengths)."""
-    pattern = _property_names_pattern(names)
-    # One search over them all first: cheap, and almost always negative; then find which message
-    # really carries one.
-    joined = b"\x02".join(props)
-    if not any(marker in joined for marker in _name_markers(names)):
-        return None
-    for pm in props:
-        found = pattern.search(pm)
-        if found is not None:
-            return found.group(1).decode()
-    return None
-
-
-def _refuse_properties(props: list[memoryview], names: tuple[str, ...]) -> None:
-    """RecordError naming the first of ``names`` that one of the messages carries."""
-    found = _first_carried(props, names)
-    if found is not None:
-        raise RecordError(f"the property {found} is not supported for batched messages")
+    batch = RecordBatch(pieces, heads, shared, sizes, sysflag, found, props)
+    if forbidden_properties and (name := batch.first_carried(forbidden_properties)) is not None:
+        raise RecordError(f"the property {name} is not supported for batched messages")
+    return batch

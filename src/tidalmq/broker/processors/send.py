@@ -79,7 +79,7 @@ Respond = Callable[[RemotingCommand], object]
 # the broker writes (a client re-sends a delivered message alone). Timer deliver times are accepted
 # (TimerRewrite.park_batch).
 BATCH_FORBIDDEN_PROPERTIES = (mc.DELAY, mc.TIMER_DEL_UNIQKEY, *mc.BROKER_ONLY_PROPERTIES, *mc.BROKER_WRITTEN_PROPERTIES)
-LITE_TOPIC_BYTES = mc.LITE_TOPIC.encode()
+_LITE_TOPIC = (mc.LITE_TOPIC,)
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
 # One pass over the properties text finds any of them (a hit only means "parse and look").
 _BROKER_PROPERTY_MARKERS = re.compile("|".join(
@@ -256,7 +256,7 @@ class SendMessageProcessor:
                 if b.config.enable_topic_message_type_check and (why := check_messages(
                         topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
-                if LITE_TOPIC_BYTES in body and (why := check_lite(
+                if records.carries(_LITE_TOPIC) and (why := check_lite(
                         topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
