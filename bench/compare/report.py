@@ -78,7 +78,7 @@ METHOD = """\
   (under 0.05 cores over 0.2 s), so that work left after the last acknowledgement counts (TidalMQ's schedule
   process files timer messages into its wheel after they are acknowledged). The client's CPU is not in it.
   (Runs before 2026-11-27 counted in 10 ms ticks and missed live child processes.)
-- **W2 scheduled**: enqueue rate = 10,000 delayed messages (delays 1 min .. 1 h, 100-byte bodies) sent as fast
+- **W2 scheduled**: enqueue rate = 100,000 delayed messages (delays 1 min .. 1 h, 100-byte bodies) sent as fast
   as the client allows. Lateness at R = 1,000 and 10,000 messages due per second: for a window of W seconds
   (10 s and 5 s) starting at T0, R×W messages are due uniformly over [T0, T0+W] and R×W/2 background
   messages get delays log-uniform between 1 s and 1 h from the start of the sends (the consumer is up before

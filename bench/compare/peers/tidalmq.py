@@ -22,7 +22,7 @@ from tidalmq.common.message import TIMER_DELIVER_MS
 
 WINDOW = 256  # async sends in flight (keyed scheduled messages, W5, go one by one to their key's queue)
 BATCH = 512  # messages a SEND_BATCH_MESSAGE request, as the Redis peer pipelines 500; timer messages too
-BATCH_WINDOW = 8  # batch requests in flight: 4,096 messages (see docs/benchmarks.md, "Requests in flight")
+BATCH_WINDOW = 16  # batch requests in flight: 8,192 messages (see docs/benchmarks.md, "Requests in flight")
 # Messages a pull brings, as the Redis peer reads COUNT 256; the broker's per-pull caps raised to match
 # (RocketMQ's maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory, 32 and 256 KiB by default).
 PULL_BATCH = 256
