@@ -34,7 +34,7 @@ ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 WATCH_INTERVAL_S = 0.5
 _CONN_KEY = "acl"  # per connection: its _Peer
-_DECISIONS_MAX = 4096
+_DECISIONS_MAX = 256  # per connection
 _UNDECIDED = object()
 _REFUSALS_LOGGED_MAX = 1000
 
@@ -71,9 +71,6 @@ class PlainAccessValidator:
         self._signature: FileSignature = ()
         self.reloads = 0
         self._logged: set[tuple[str, str]] = set()
-        # (accessKey, resource_key) -> why refused, or None; for self._decided_for only (see _refusal)
-        self._decided: dict[tuple[str, tuple[int | str | None, ...]], str | None] = {}
-        self._decided_for: PlainAcl | None = None
 
     # loading ----------------------------------------------------------------------------------
     def load(self) -> None:
@@ -119,13 +116,12 @@ class PlainAccessValidator:
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if self.check_codes is not None and cmd.code not in self.check_codes:
             return None
-        acl = self.acl
         peer = conn.attributes.get(_CONN_KEY)
-        if peer is None or peer.acl is not acl:
-            peer = conn.attributes[_CONN_KEY] = _Peer(acl, parse_host(conn.remote[0]))
+        if peer is None or peer.acl is not self.acl:
+            peer = conn.attributes[_CONN_KEY] = _Peer(self.acl, parse_host(conn.remote[0]))
         if peer.white:
             return None
-        why = self._refusal(acl, peer, cmd)
+        why = self._refusal(peer, cmd)
         if why is None:
             return None
         key = (conn.remote[0], why)
@@ -134,7 +130,7 @@ class PlainAccessValidator:
             log.warning("ACL refused request code %s from %s: %s", cmd.code, conn.addr, why)
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {why}")
 
-    def _refusal(self, acl: PlainAcl, peer: _Peer, cmd: RemotingCommand) -> str | None:
+    def _refusal(self, peer: _Peer, cmd: RemotingCommand) -> str | None:
         """Why ``cmd`` may not pass (global white addresses aside), or None if it may."""
         ext = cmd.ext_fields
         ak = ext.get(ACCESS_KEY)
@@ -142,29 +138,28 @@ class PlainAccessValidator:
             return "No accessKey is configured"
         owned = peer.account
         if owned is None or ak != peer.access_key:
-            owned = acl.accounts.get(ak)
+            owned = peer.acl.accounts.get(ak)
             if owned is None:
                 return f"No acl config for {ak}"
-            peer.access_key, peer.account, peer.account_white = ak, owned, owned.white.matches(peer.ip)
+            peer.signed_as(ak, owned)
         if peer.account_white:
             return None
         sig = ext.get(SIGNATURE)
         if sig is None or not owned.mac.verify(ext, cmd.body, sig):
             return f"Check signature failed for accessKey={ak}"
         # What follows depends on the account and the request's code and resources alone (resource_key):
-        # decided once per loaded ACL, then looked up. A reload brings a new PlainAcl, hence a new table.
+        # decided once per connection, account and loaded ACL (a reload brings a new PlainAcl, hence a new
+        # _Peer), then looked up.
         rk = resource_key(cmd)
         if rk is None:
             return self._decide(owned, cmd)
-        if self._decided_for is not acl:
-            self._decided_for, self._decided = acl, {}
-        key = (ak, rk)
-        why = self._decided.get(key, _UNDECIDED)
+        decided = peer.decided
+        why = decided.get(rk, _UNDECIDED)
         if why is _UNDECIDED:
             why = self._decide(owned, cmd)
-            if len(self._decided) >= _DECISIONS_MAX:  # a client naming ever new topics gains nothing
-                self._decided.clear()
-            self._decided[key] = why
+            if len(decided) >= _DECISIONS_MAX:  # a client naming ever new topics gains nothing
+                decided.clear()
+            decided[rk] = why
         return why  # type: ignore[return-value]
 
     def _decide(self, owned: Account, cmd: RemotingCommand) -> str | None:
@@ -228,9 +223,10 @@ def _lacking(owned: Account, needed: Mapping[str, int]) -> str | None:
 
 class _Peer:
     """What the validator knows of one connection under one loaded ACL: its address, whether that is
-    globally white, and the last account it signed as (clients sign every request with one)."""
+    globally white, the last account it signed as (clients sign every request with one), and what that
+    account may do (resource_key -> why refused, or None)."""
 
-    __slots__ = ("acl", "ip", "white", "access_key", "account", "account_white")
+    __slots__ = ("acl", "ip", "white", "access_key", "account", "account_white", "decided")
 
     def __init__(self, acl: PlainAcl, ip: IP | None) -> None:
         self.acl = acl
@@ -239,6 +235,11 @@ class _Peer:
         self.access_key: str | None = None
         self.account: Account | None = None
         self.account_white = False
+        self.decided: dict[tuple[int | str | None, ...], str | None] = {}
+
+    def signed_as(self, access_key: str, account: Account) -> None:
+        self.access_key, self.account, self.account_white = access_key, account, account.white.matches(self.ip)
+        self.decided = {}
 
 
 def _print(resource: str, is_group: bool) -> str:
