@@ -5,6 +5,7 @@ enablePropertyFilter)."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,28 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
+
+
+def test_the_writers_name_server_check_rides_out_a_name_server_still_starting(tmp_path: Path) -> None:
+    """Spark makes a streaming query's writer anew for every micro-batch, and the writer first checks that
+    the NameServer answers: one that is (re)starting at that moment is waited for, as a send waits
+    (until sendTimeoutMs); one that never answers is still an option error."""
+    from tidalmq.spark.options import TidalMQOptionError, parse_write_options
+    from tidalmq.spark.sink import _check_nameserver
+
+    s = Standalone(tmp_path / "data", SETTINGS)
+    starting = threading.Thread(target=s.start)
+    starting.start()  # a Python process's start-up: the check's first try finds no NameServer listening
+    try:
+        began = time.monotonic()
+        _check_nameserver(parse_write_options({"nameserver": s.namesrv_addr, "topic": "T"}, streaming=True))
+        assert time.monotonic() - began < 10.0
+    finally:
+        starting.join(60)
+        s.stop()
+    with pytest.raises(TidalMQOptionError, match="no TidalMQ NameServer answers at .* failed after"):
+        _check_nameserver(parse_write_options({"nameserver": s.namesrv_addr, "topic": "T", "sendTimeoutMs": "1000"},
+                                              streaming=True))
 
 
 def test_stream_rides_out_broker_restart_and_writes_exactly_once(spark, dedup_broker, tmp_path) -> None:

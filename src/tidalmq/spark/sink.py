@@ -123,10 +123,15 @@ def check_sink_schema(schema: StructType, opts: WriteOptions) -> dict[str, str]:
 
 
 def _check_nameserver(opts: WriteOptions) -> None:
+    """Fail with a clear message when no NameServer answers, once a blip is ridden out as a send rides it out
+    (tried again with backoff from 0.1 s to 2 s until ``sendTimeoutMs``): Spark makes a streaming query's
+    writer anew for every micro-batch, so a broker restarting at that moment must not end the query."""
     from tidalmq.client.errors import MQClientError
     from tidalmq.client.instance import ClientInstance
     from tidalmq.client.sync import run
     from tidalmq.remoting.codes import RequestCode as RC
+    from tidalmq.spark.options import RetryPolicy
+    from tidalmq.spark.retry import RetriesExhausted, retry_sync
 
     async def ping() -> None:
         inst = ClientInstance(opts.nameserver, request_timeout=opts.request_timeout_s)
@@ -135,9 +140,11 @@ def _check_nameserver(opts: WriteOptions) -> None:
         finally:
             await inst.remoting.close()
 
+    # The deadline bounds the tries, not a count.
+    policy = RetryPolicy(num_retries=1_000_000, interval_s=0.1, deadline_s=opts.send_timeout_s)
     try:
-        run(ping(), timeout=opts.request_timeout_s * 4 + 5)
-    except (MQClientError, TimeoutError) as e:
+        retry_sync(lambda: run(ping(), timeout=opts.request_timeout_s * 4 + 5), policy, "asking it for its topics")
+    except (RetriesExhausted, MQClientError, TimeoutError) as e:
         raise TidalMQOptionError(f"option 'nameserver': no TidalMQ NameServer answers at {opts.nameserver}: {e}") \
             from None
 
