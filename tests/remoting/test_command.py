@@ -352,6 +352,20 @@ def test_learned_shapes_are_bounded_and_headers_that_never_repeat_teach_nothing(
         assert 0 < len(command._EXT_SHAPES) <= command._EXT_SHAPES_MAX
 
 
+def test_a_header_of_too_many_fields_is_decoded_but_never_learned() -> None:
+    """A layout's compile grows with its fields (150 ms for 10,000): a client repeating a header of more than
+    _EXT_SHAPE_FIELDS_MAX fields is decoded field by field every time, never compiled on the event loop."""
+    from tidalmq.remoting import command
+
+    with _fresh_shapes():
+        for n in (command._EXT_SHAPE_FIELDS_MAX, command._EXT_SHAPE_FIELDS_MAX + 1):
+            fields = {f"k{i}": "v" for i in range(n)}
+            ext = b"".join(_field(k, v) for k, v in fields.items())
+            for _ in range(3):
+                assert decode_frame_body(_rmq_header(ext)).ext_fields == fields
+            assert (len(ext) in command._EXT_SHAPES) == (n <= command._EXT_SHAPE_FIELDS_MAX)
+
+
 def test_a_client_changing_its_layout_on_purpose_gets_one_shape_compiled_per_budget(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Layouts that each come twice in a row and never again (an adversary's, or a careless client's) are
