@@ -63,7 +63,7 @@ def test_the_writers_name_server_check_rides_out_a_name_server_still_starting(tm
     finally:
         starting.join(60)
         s.stop()
-    with pytest.raises(TidalMQOptionError, match="no TidalMQ NameServer answers at .* failed after"):
+    with pytest.raises(TidalMQOptionError, match="no TidalMQ NameServer answers at .* within sendTimeoutMs=1000: client-side error"):
         _check_nameserver(parse_write_options({"nameserver": s.namesrv_addr, "topic": "T", "sendTimeoutMs": "1000"},
                                               streaming=True))
 

@@ -101,6 +101,11 @@ def test_retries_stop_at_the_count_or_deadline_and_name_the_cause() -> None:
         retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.001, deadline_s=10), "reading offsets")
     assert len(calls) == 3
 
+    calls.clear()  # uncounted: only the deadline ends the tries (the sink's NameServer check)
+    with pytest.raises(RetriesExhausted, match=r"checking failed after \d+ tries"):
+        retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.001, deadline_s=0.05), "checking", counted=False)
+    assert len(calls) > 3
+
     def no() -> None:  # a broker's "no" is not retried
         calls.append(1)
         raise MQBrokerError(1, "The broker does not support consumer to filter message by SQL92")

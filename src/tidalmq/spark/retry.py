@@ -71,8 +71,8 @@ async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, wha
         await asyncio.sleep(pause)
 
 
-def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str) -> T:
-    """``call()`` (a blocking call) with the same rules as ``retry_async`` (counted)."""
+def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str, *, counted: bool = True) -> T:
+    """``call()`` (a blocking call) with the same rules as ``retry_async``."""
     began = time.monotonic()
     tries = 0
     while True:
@@ -83,6 +83,6 @@ def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str) -> T:
             if not transient(e):
                 raise
             pause = policy.pause(tries)
-            if tries > policy.num_retries or time.monotonic() + pause - began > policy.deadline_s:
+            if (counted and tries > policy.num_retries) or time.monotonic() + pause - began > policy.deadline_s:
                 raise _exhausted(what, tries, began, policy, e) from e
         time.sleep(pause)

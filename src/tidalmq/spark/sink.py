@@ -131,7 +131,7 @@ def _check_nameserver(opts: WriteOptions) -> None:
     from tidalmq.client.sync import run
     from tidalmq.remoting.codes import RequestCode as RC
     from tidalmq.spark.options import RetryPolicy
-    from tidalmq.spark.retry import RetriesExhausted, retry_sync
+    from tidalmq.spark.retry import RetriesExhausted, describe, retry_sync
 
     async def ping() -> None:
         inst = ClientInstance(opts.nameserver, request_timeout=opts.request_timeout_s)
@@ -140,13 +140,15 @@ def _check_nameserver(opts: WriteOptions) -> None:
         finally:
             await inst.remoting.close()
 
-    # The deadline bounds the tries, not a count.
-    policy = RetryPolicy(num_retries=1_000_000, interval_s=0.1, deadline_s=opts.send_timeout_s)
+    no_answer = f"option 'nameserver': no TidalMQ NameServer answers at {opts.nameserver}"
     try:
-        retry_sync(lambda: run(ping(), timeout=opts.request_timeout_s * 4 + 5), policy, "asking it for its topics")
-    except (RetriesExhausted, MQClientError, TimeoutError) as e:
-        raise TidalMQOptionError(f"option 'nameserver': no TidalMQ NameServer answers at {opts.nameserver}: {e}") \
-            from None
+        retry_sync(lambda: run(ping(), timeout=opts.request_timeout_s * 4 + 5),
+                   RetryPolicy(interval_s=0.1, deadline_s=opts.send_timeout_s), "asking it for its topics", counted=False)
+    except RetriesExhausted as e:
+        raise TidalMQOptionError(f"{no_answer} within sendTimeoutMs={int(opts.send_timeout_s * 1000)}: "
+                                 f"{describe(e.__cause__ or e)}") from None
+    except (MQClientError, TimeoutError) as e:  # an answer that is not "not now"
+        raise TidalMQOptionError(f"{no_answer}: {e}") from None
 
 
 @dataclass
