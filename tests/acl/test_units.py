@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidalmq.acl import acl_files, load_acl
 from tidalmq.acl.address import AddressPatternError, parse_host, parse_pattern
@@ -83,9 +86,9 @@ def test_signer_covers_security_token_and_wire_form_of_values() -> None:
 
 
 def test_signature_survives_both_header_encodings() -> None:
-    for st in (SerializeType.JSON, SerializeType.ROCKETMQ):
+    for ser in (SerializeType.JSON, SerializeType.ROCKETMQ):
         cmd = RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields={"b": "TopicA", "a": "group", "u": "é"},
-                              body=VECTOR_BODY, serialize_type=st)
+                              body=VECTOR_BODY, serialize_type=ser)
         RequestSigner(SessionCredentials("RocketMQ", "12345678")).sign(cmd.ext_fields, cmd.body)
         got = decode_frame_body(encode_frame(cmd)[4:])
         assert calc_signature(signed_content(got.ext_fields, got.body), "12345678") == got.ext_fields["Signature"]
@@ -358,6 +361,70 @@ def test_decisions_follow_the_account_and_a_reload_on_one_connection(tmp_path: P
     unsigned["AccessKey"] = "RocketMQ"
     assert _remark(v(white, RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields=unsigned))) == \
         "Check signature failed for accessKey=RocketMQ"
+
+
+# Requests a connection may send, for judge_many against one check at a time: each account, right and
+# wrong secrets, unsigned, allowed and refused topics, an admin code, a heartbeat (resources in its body),
+# a response.
+_HB = fastjson.dumpb({"clientID": "c", "consumerDataSet": [{"groupName": "groupB", "subscriptionDataSet": []}]})
+_MIX: list[tuple[str, object]] = [
+    ("send topicB", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, body=b"x")),
+    ("send topicB, other body", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB", "e": "3"}, body=b"yy")),
+    ("send topicA (DENY)", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicA"})),
+    ("send topicC (SUB only)", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicC"})),
+    ("wrong secret", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, sk="wrong-secret")),
+    ("admin account", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicA"}, ak="rocketmq2")),
+    ("unknown account", lambda: _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, ak="nobody12")),
+    ("unsigned", lambda: RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields={"a": "pg", "b": "topicB"})),
+    ("admin code", lambda: _signed(RC.UPDATE_AND_CREATE_TOPIC, {"topic": "topicB"})),
+    ("pull groupB", lambda: _signed(RC.PULL_MESSAGE, {"consumerGroup": "groupB", "topic": "topicB"})),
+    ("heartbeat", lambda: _signed(RC.HEART_BEAT, {}, body=_HB)),
+    ("a field added after signing", lambda: _tampered()),
+    ("response", lambda: RemotingCommand(code=0, flag=1)),
+]
+
+
+def _tampered() -> RemotingCommand:
+    cmd = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
+    cmd.ext_fields["f"] = "0"
+    return cmd
+
+
+def _verdicts(got: list[tuple[RemotingCommand, RemotingCommand | None] | None],
+              cmds: list[RemotingCommand]) -> list[str | None]:
+    out: list[str | None] = []
+    for cmd, v in zip(cmds, got, strict=True):
+        if cmd.is_response:
+            assert v is None
+            out.append("response")
+        else:
+            assert v is not None and v[0] is cmd
+            out.append(_remark(v[1]))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_MIX) - 1), max_size=40), split=st.integers(1, 41),
+       host=st.sampled_from(["127.0.0.1", "192.168.1.3", "192.168.0.7"]), reload_at=st.integers(0, 41))
+def test_a_chunk_is_judged_as_its_requests_one_at_a_time(tmp_path_factory: pytest.TempPathFactory, picks: list[int],
+                                                         split: int, host: str, reload_at: int) -> None:
+    """judge_many (the connection's requests read together) gives each request the verdict of checking it
+    alone, in any order of accounts, refusals and decisions, from any address (globally white, white for
+    one account, neither), in chunks of any size, with the ACL file changed between two chunks."""
+    tmp = tmp_path_factory.mktemp("acl")
+    alone, many = _validator(tmp), _validator(tmp)
+    c1, c2 = _conn(host), _conn(host)
+    cmds = [_MIX[i][1]() for i in picks]  # type: ignore[operator]
+    expected, got = [], []
+    for start in range(0, len(cmds), split):
+        if start >= reload_at > start - split:  # the same file change seen by both
+            (tmp / "plain_acl.yml").write_text(SAMPLE.replace("topicB=PUB|SUB", "topicB=SUB").replace("topicC=SUB", "topicC=PUB"))
+            os.utime(tmp / "plain_acl.yml", ns=(1, 1))
+            assert alone.reload_if_changed() and many.reload_if_changed()
+        chunk = cmds[start:start + split]
+        expected += ["response" if c.is_response else _remark(alone(c1, c)) for c in chunk]
+        got += _verdicts(many.judge_many(c2, chunk), chunk)
+    assert got == expected, [_MIX[i][0] for i in picks]
 
 
 def test_signatures_that_are_not_text_are_refused(tmp_path: Path) -> None:

@@ -116,9 +116,7 @@ class PlainAccessValidator:
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if self.check_codes is not None and cmd.code not in self.check_codes:
             return None
-        peer = conn.attributes.get(_CONN_KEY)
-        if peer is None or peer.acl is not self.acl:
-            peer = conn.attributes[_CONN_KEY] = _Peer(self.acl, parse_host(conn.remote[0]))
+        peer = self._peer(conn)
         if peer.white:
             return None
         why = self._refusal(peer, cmd)
@@ -129,6 +127,50 @@ class PlainAccessValidator:
             self._logged.add(key)
             log.warning("ACL refused request code %s from %s: %s", cmd.code, conn.addr, why)
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {why}")
+
+    def judge_many(self, conn: Connection, cmds: list[RemotingCommand],
+                   ) -> list[tuple[RemotingCommand, RemotingCommand | None] | None]:
+        """``self(conn, cmd)`` for each of a connection's requests read together, in order: (request,
+        refusal or None), or None for a response and where the check failed (the server asks again at
+        dispatch). A request signed by the account the connection last signed as, touching what that
+        account was already let touch (a client's steady stream), is checked inline: its signature,
+        then its resources among the connection's decisions; anything else takes ``self(conn, cmd)``.
+        Same verdicts, ~0.1 us a request less than one call each (docs/benchmarks.md#security)."""
+        codes = self.check_codes
+        peer = self._peer(conn)
+        if peer.white:
+            return [None if c.is_response else (c, None) for c in cmds]
+        ak, account, decided = peer.access_key, peer.account, peer.decided
+        verify = account.mac.verify if account is not None and not peer.account_white else None
+        out: list[tuple[RemotingCommand, RemotingCommand | None] | None] = []
+        append = out.append
+        for cmd in cmds:
+            if cmd.is_response:
+                append(None)
+                continue
+            try:
+                ext = cmd.ext_fields
+                if verify is not None and ext.get(ACCESS_KEY) == ak and (codes is None or cmd.code in codes):
+                    sig = ext.get(SIGNATURE)
+                    if sig is not None and verify(ext, cmd.body, sig):
+                        rk = resource_key(cmd)
+                        if rk is not None and decided.get(rk, _UNDECIDED) is None:
+                            append((cmd, None))
+                            continue
+                append((cmd, self(conn, cmd)))
+            except Exception:
+                append(None)
+            # the full check may have met another account, a new decision or a reloaded ACL
+            peer = self._peer(conn)
+            ak, account, decided = peer.access_key, peer.account, peer.decided
+            verify = account.mac.verify if account is not None and not peer.account_white else None
+        return out
+
+    def _peer(self, conn: Connection) -> _Peer:
+        peer: _Peer | None = conn.attributes.get(_CONN_KEY)
+        if peer is None or peer.acl is not self.acl:
+            peer = conn.attributes[_CONN_KEY] = _Peer(self.acl, parse_host(conn.remote[0]))
+        return peer
 
     def _refusal(self, peer: _Peer, cmd: RemotingCommand) -> str | None:
         """Why ``cmd`` may not pass (global white addresses aside), or None if it may."""

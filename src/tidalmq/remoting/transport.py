@@ -232,7 +232,7 @@ class Connection(asyncio.Protocol):
                             done = True
                     except FrameError as e:
                         error = e
-                    ahead.extend((c, None if c.is_response else self._judge(validator, c)) for c in chunk)
+                    ahead.extend(zip(chunk, self._judged(validator, chunk), strict=True))
                 while ahead:
                     cmd, self.verdict = ahead.popleft()
                     yield cmd
@@ -244,12 +244,25 @@ class Connection(asyncio.Protocol):
             self.verdict = None
             commands.close()
 
-    def _judge(self, validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
-               cmd: RemotingCommand) -> tuple[RemotingCommand, RemotingCommand | None] | None:
-        try:
-            return cmd, validator(self, cmd)
-        except Exception:  # judged again at dispatch, where a failing check is answered SYSTEM_ERROR
-            return None
+    def _judged(self, validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
+                chunk: list[RemotingCommand]) -> list[tuple[RemotingCommand, RemotingCommand | None] | None]:
+        """The verdict on each request of ``chunk``: (request, refusal or None), or None where the
+        validator failed (judged again at dispatch, where a failing check is answered SYSTEM_ERROR) and
+        for responses. A validator with ``judge_many`` judges the chunk at once (the ACL: what holds for
+        the whole connection is looked up once, not per request)."""
+        many = getattr(validator, "judge_many", None)
+        if many is not None:
+            try:
+                return many(self, chunk)
+            except Exception:
+                return [None] * len(chunk)
+        out: list[tuple[RemotingCommand, RemotingCommand | None] | None] = []
+        for cmd in chunk:
+            try:
+                out.append(None if cmd.is_response else (cmd, validator(self, cmd)))
+            except Exception:
+                out.append(None)
+        return out
 
     def _resume_buffered(self) -> None:
         if self.transport is not None and not self._reading_paused and (self._decoder.buffered >= 4 or self._ahead):
