@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 from collections import Counter
@@ -19,7 +20,7 @@ from tests.schedule.test_timer_broker import decode_all
 from tests.support import Standalone, wait_for
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn, start_early
-from tidalmq.broker.timer_process import TimerProcess
+from tidalmq.broker.timer_process import STATE_PAUSE_S, TimerProcess
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, encode_record
@@ -29,6 +30,7 @@ from tidalmq.schedule.channel import (
     ChannelError,
     FrameReader,
     Kind,
+    decode_json,
     decode_puts,
     decode_records,
     decode_statuses,
@@ -379,3 +381,44 @@ def test_no_early_child_where_the_broker_starts_none(tmp_path: Path) -> None:
     assert start_early(BrokerConfig(enable_controller_mode=True), cfg) is None
     cfg.timer_process_enable = False
     assert start_early(BrokerConfig(), cfg) is None
+
+
+def test_a_burst_of_arrivals_is_told_to_the_child_in_few_states_the_last_one_current(tmp_path: Path) -> None:
+    """Arrivals in the timer topic back to back (a burst of timer sends, the broker dispatching after each
+    group commit) reach the schedule process as at most one STATE frame per STATE_PAUSE_S, not one each,
+    and the last one names the CommitLog's end and the timer queue after the last arrival: nothing
+    written is left untold."""
+    store, cfg = _timer_store(tmp_path / "store")
+    assert store.load()
+    store.start()
+    timer = TimerProcess(store, cfg)
+    states: list[dict[str, object]] = []
+    reader = FrameReader()
+
+    def sent(data: bytes) -> None:
+        states.extend(decode_json(payload) for kind, payload in reader.feed(data) if kind == Kind.STATE)
+
+    timer._send = sent  # type: ignore[method-assign]  # the publisher alone, no child
+    publisher = threading.Thread(target=timer._publish_loop, daemon=True)
+    publisher.start()
+    try:
+        arrivals = 200
+        began = time.monotonic()
+        for i in range(arrivals):
+            rec = encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"%d" % i, born_timestamp=1, born_port=1,
+                                store_port=10911, properties={mc.REAL_TOPIC: "T", mc.REAL_QID: "0",
+                                                              mc.TIMER_OUT_MS: str(now_ms() + 60_000)})
+            assert store.put_messages([PutRequest(TIMER_TOPIC, 0, [rec])])[0].status == PutStatus.PUT_OK
+            store.dispatch()  # as the broker's loop does after a group commit; then the reput tells arrivals
+            timer.on_arrival({(TIMER_TOPIC, 0): 1})
+            time.sleep(0.0002)  # paced: the publisher gets the interpreter between two arrivals
+        told = time.monotonic() - began
+        end = store.max_phy_offset
+        wait_for(lambda: states and states[-1]["maxPhy"] == end, 10, what="a STATE naming the last write")
+        assert len(states) <= told / STATE_PAUSE_S + 2, (len(states), told)
+        assert states[-1]["queues"] == [[TIMER_TOPIC, 0, 0, arrivals]]
+    finally:
+        timer._stopping.set()
+        timer._state_wanted.set()
+        publisher.join(10)
+        store.shutdown()
