@@ -363,7 +363,7 @@ def _decode_ext_fields(x: bytes, end: int) -> dict[str, str]:
             m = shape.fullmatch(s, 0, end)
             if m is not None:
                 return m.groupdict()
-    ext = _scan_ext_fields(x, end, 0, {})
+    ext = _scan_ext_fields(x, end)
     _note_layout(x, end, ext)
     return ext
 
@@ -401,12 +401,14 @@ def _note_layout(x: bytes, end: int, ext: dict[str, str]) -> None:
     _EXT_SHAPES[end] = [*_EXT_SHAPES.get(end, ())[-(_EXT_SHAPES_PER_LEN - 1):], shape]
 
 
-def _scan_ext_fields(x: bytes, end: int, p: int, ext: dict[str, str]) -> dict[str, str]:
-    """The extFields of ``x[p:end]`` added to ``ext``. Lengths are read from x and strings are sliced out
+def _scan_ext_fields(x: bytes, end: int) -> dict[str, str]:
+    """The extFields of ``x[:end]``. Lengths are read from x and strings are sliced out
     of its latin-1 decoding s, where byte and character offsets agree: an ASCII slice of s is what utf-8
     would have decoded; anything else is decoded again as utf-8."""
     s = x.decode("latin-1")
     unpack_int = _INT.unpack_from
+    ext: dict[str, str] = {}
+    p = 0
     try:
         if s.isascii():
             while p < end:
@@ -441,7 +443,7 @@ def _scan_ext_fields(x: bytes, end: int, p: int, ext: dict[str, str]) -> dict[st
 
 def all_ext_fields(cmd: RemotingCommand) -> dict[str, str]:
     """Every extField of ``cmd``: those pre-encoded in ``ext_encoded`` (decoded back), then ``ext_fields``."""
-    ext = _scan_ext_fields(cmd.ext_encoded, len(cmd.ext_encoded), 0, {}) if cmd.ext_encoded else {}
+    ext = _scan_ext_fields(cmd.ext_encoded, len(cmd.ext_encoded)) if cmd.ext_encoded else {}
     ext.update(cmd.ext_fields)
     return ext
 
