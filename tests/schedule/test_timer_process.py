@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 import uuid
@@ -421,4 +422,120 @@ def test_a_burst_of_arrivals_is_told_to_the_child_in_few_states_the_last_one_cur
         timer._stopping.set()
         timer._state_wanted.set()
         publisher.join(10)
+        store.shutdown()
+
+
+def _put_timer_record(store: DefaultMessageStore, i: int) -> None:
+    rec = encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"%d" % i, born_timestamp=1, born_port=1,
+                        store_port=10911, properties={mc.REAL_TOPIC: "T", mc.REAL_QID: "0",
+                                                      mc.TIMER_OUT_MS: str(now_ms() + 60_000)})
+    assert store.put_messages([PutRequest(TIMER_TOPIC, 0, [rec])])[0].status == PutStatus.PUT_OK
+    store.dispatch()
+
+
+def test_arrivals_are_told_to_the_child_from_the_event_loop_in_few_whole_states(tmp_path: Path) -> None:
+    """With the broker's event loop attached, arrivals dispatched on the loop and on another thread (the
+    reput's) reach the child with no publisher thread running: at most one STATE per STATE_PAUSE_S, the
+    last naming the CommitLog's end and the timer queue after the last arrival."""
+    store, cfg = _timer_store(tmp_path / "store")
+    assert store.load()
+    store.start()
+    timer = TimerProcess(store, cfg)  # not started: the publisher thread does not run
+    ours, childs = socket.socketpair()
+    timer._sock = ours
+    states: list[dict[str, object]] = []
+
+    def read() -> None:
+        reader = FrameReader()
+        while data := childs.recv(1 << 16):
+            states.extend(decode_json(payload) for kind, payload in reader.feed(data) if kind == Kind.STATE)
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    arrivals = 200
+
+    def dispatched_elsewhere(i: int) -> None:  # as by the reput thread
+        _put_timer_record(store, i)
+        timer.on_arrival({(TIMER_TOPIC, 0): 1})
+
+    async def burst() -> float:
+        timer.attach_loop(asyncio.get_running_loop())
+        began = time.monotonic()
+        for i in range(arrivals):
+            if i % 4:
+                _put_timer_record(store, i)
+                timer.on_arrival({(TIMER_TOPIC, 0): 1})  # dispatched on the loop
+            else:
+                await asyncio.to_thread(dispatched_elsewhere, i)
+            await asyncio.sleep(0.0002)
+        told = time.monotonic() - began
+        end = store.max_phy_offset
+        deadline = time.monotonic() + 10
+        while not (states and states[-1]["maxPhy"] == end):
+            assert time.monotonic() < deadline, "no STATE named the last write"
+            await asyncio.sleep(0.01)
+        return told
+
+    try:
+        told = asyncio.run(burst())
+        assert 2 <= len(states) <= told / STATE_PAUSE_S + 2, (len(states), told)
+        assert states[-1]["queues"] == [[TIMER_TOPIC, 0, 0, arrivals]]
+        assert not timer._state_wanted.is_set()  # nothing was left to the publisher thread
+    finally:
+        ours.close()
+        reading.join(10)
+        childs.close()
+        store.shutdown()
+
+
+def test_a_child_that_reads_nothing_never_blocks_the_event_loop_and_its_frames_stay_whole(tmp_path: Path) -> None:
+    """The loop's STATE never waits for room in the child's socket: when the child stops reading, the
+    loop goes on (the publisher thread is asked instead, and completes a frame the loop began first),
+    and once the child reads again it gets whole frames, the last one current."""
+    store, cfg = _timer_store(tmp_path / "store")
+    assert store.load()
+    store.start()
+    timer = TimerProcess(store, cfg)
+    ours, childs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    timer._sock = ours
+    # Larger than the socket holds: the loop's send of it stops part way, and the rest must go first.
+    filler = frame(Kind.VIEW_WANTED, b"x" * 300_000)
+
+    async def stuck() -> tuple[float, int]:
+        timer.attach_loop(asyncio.get_running_loop())
+        began = time.monotonic()
+        sent = 0
+        while timer._send_without_waiting(filler):
+            sent += 1
+            assert sent < 100, "the socket never filled"
+        for i in range(50):  # arrivals while the child reads nothing: each STATE is left to the publisher
+            _put_timer_record(store, i)
+            timer.on_arrival({(TIMER_TOPIC, 0): 1})
+            await asyncio.sleep(STATE_PAUSE_S * 1.5)
+        return time.monotonic() - began, sent
+
+    try:
+        took, fillers = asyncio.run(stuck())
+        assert took < 5, took  # 50 pauses of 3 ms: the loop never waited for the socket
+        assert timer._state_wanted.is_set()
+        publisher = threading.Thread(target=timer._publish_loop, daemon=True)
+        publisher.start()
+        reader = FrameReader()
+        frames: list[tuple[Kind, bytes]] = []
+        end = store.max_phy_offset
+        childs.settimeout(10)
+        deadline = time.monotonic() + 10
+        while not any(k == Kind.STATE and decode_json(p)["maxPhy"] == end for k, p in frames[-1:]):
+            assert time.monotonic() < deadline, f"no whole STATE naming the last write: {[k for k, _ in frames]}"
+            frames += reader.feed(childs.recv(1 << 16))  # a torn frame raises ChannelError or stays unread
+        assert [k for k, _ in frames[:fillers + 1]] == [Kind.VIEW_WANTED] * (fillers + 1)  # the one begun too
+        assert all(p == filler[5:] for _, p in frames[:fillers + 1])
+        assert all(k == Kind.STATE for k, _ in frames[fillers + 1:])
+        assert decode_json(frames[-1][1])["queues"] == [[TIMER_TOPIC, 0, 0, 50]]
+    finally:
+        timer._stopping.set()
+        timer._state_wanted.set()
+        ours.close()
+        childs.close()
         store.shutdown()

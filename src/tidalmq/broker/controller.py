@@ -263,6 +263,8 @@ class BrokerController:
     # lifecycle --------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if isinstance(self.timer, TimerProcess):
+            self.timer.attach_loop(self._loop)  # arrivals told to the schedule process from the loop
         if self.replicas is not None:
             await self.replicas.prepare()  # the group's history, to cut a divergent tail at load
         # Loading recovers the store after a crash (a CommitLog scan, queues re-dispatched): seconds on a

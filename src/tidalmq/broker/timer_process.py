@@ -8,13 +8,16 @@ when it dies, stops it on shutdown, and serves its requests on a thread of its o
 - QUERY / WAIT_REPUT: the index lookups and the reput wait of the timer's post-crash check;
 - VIEW: the timer's snapshot, kept for runtime info and GET_TIMER_METRICS.
 
-It publishes (STATE) how far the child may read: the timer queue's range, the CommitLog's offsets.
+It publishes (STATE) how far the child may read: the timer queue's range, the CommitLog's offsets. The
+broker's event loop sends the STATE that follows arrivals (attach_loop); a publisher thread sends the
+periodic one, and what the loop could not send without waiting.
 To the rest of the broker it shows the face of TimerMessageService that runtime info, metrics and the
 lifecycle use (load, start, shutdown, on_arrival, snapshot, topic_minutes, fresh_view).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import subprocess
@@ -88,6 +91,11 @@ class TimerProcess:
         self._view_cond = threading.Condition()
         self._supervisor: threading.Thread | None = None
         self._publisher: threading.Thread | None = None
+        # The broker's event loop (attach_loop), which tells the child of arrivals itself: see on_arrival.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._state_armed = False  # a STATE is due on the loop after the pause (loop thread only)
+        self._backlog = b""  # the unsent end of a frame the loop began (sent first under _send_lock)
 
     # ------------------------------------------------------------------ lifecycle
     def load(self) -> None:
@@ -103,6 +111,11 @@ class TimerProcess:
             # PR_SET_PDEATHSIG fires when the *thread* that started the child ends.
             self._supervisor = threading.Thread(target=self._supervise, name="TimerProcessSupervisor", daemon=True)
             self._supervisor.start()
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called on the broker's event loop: from then on arrivals are told to the child from it."""
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
 
     def start(self) -> None:
         self.prestart()
@@ -178,7 +191,9 @@ class TimerProcess:
             sock.close()
             proc.wait()
             return
-        self._sock = sock
+        with self._send_lock:
+            self._sock = sock
+            self._backlog = b""  # a frame's end meant for the child before
         self._refusing = False  # a new child starts from its journal
         self._send(self._state_frame())
         if self._stopping.is_set():  # shutdown() began while the child was being started
@@ -200,9 +215,37 @@ class TimerProcess:
             if sock is None:
                 return
             try:
+                if self._backlog:
+                    sock.sendall(self._backlog)
+                    self._backlog = b""
                 sock.sendall(data)
             except OSError:
                 pass  # the child died: the supervisor restarts it, and the new one is sent STATE first
+
+    def _send_without_waiting(self, data: bytes) -> bool:
+        """The event loop's send: never waits, for the lock or for room in the socket. False when the
+        frame was not sent whole (the lock was held, the socket full, a backlog waiting): what was sent
+        of it is the backlog, which the next ``_send`` completes before anything else."""
+        if not self._send_lock.acquire(blocking=False):
+            return False
+        try:
+            sock = self._sock
+            if sock is None:
+                return True  # no child: the next one is sent STATE first
+            if self._backlog:
+                return False
+            try:
+                sent = sock.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True  # the child died, as in _send
+            if sent < len(data):
+                self._backlog = data[sent:]
+                return False
+            return True
+        finally:
+            self._send_lock.release()
 
     def _serve(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         reader = FrameReader()
@@ -276,9 +319,32 @@ class TimerProcess:
                 self._send(frame(Kind.VIEW_WANTED))
 
     def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
-        """Store arrival listener (reput thread): never blocks on the socket, the publisher sends."""
-        if any(topic == TIMER_TOPIC for topic, _ in arrivals):
+        """Store arrival listener (the event loop or the reput thread, whichever dispatched): never
+        blocks on the socket. With the broker's event loop attached, the loop tells the child itself,
+        a pause after the arrival; else the publisher thread does."""
+        if not any(topic == TIMER_TOPIC for topic, _ in arrivals):
+            return
+        loop = self._loop
+        if loop is None:
             self._state_wanted.set()
+        elif threading.get_ident() == self._loop_thread:
+            self._arm_state()
+        elif not self._state_armed:  # a stale True: the armed STATE is built after it is cleared
+            try:
+                loop.call_soon_threadsafe(self._arm_state)
+            except RuntimeError:  # the loop is closed: the broker is stopping
+                self._state_wanted.set()
+
+    def _arm_state(self) -> None:
+        if not self._state_armed:
+            self._state_armed = True
+            assert self._loop is not None
+            self._loop.call_later(STATE_PAUSE_S, self._publish_on_loop)
+
+    def _publish_on_loop(self) -> None:
+        self._state_armed = False  # before the state is read: an arrival after this arms another
+        if not self._send_without_waiting(self._state_frame()):
+            self._state_wanted.set()  # the publisher thread sends one, after the backlog
 
     # ------------------------------------------------------------------ observability
     def request_view(self) -> None:
