@@ -1,0 +1,119 @@
+"""Enqueue rounds that wait for more (ENQUEUE_GATHER_MS): arrivals due well ahead are filed in one round
+instead of one round per arrival; the wait is bounded, a full round does not wait, and an entry due soon
+ends the wait at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support import wait_for
+from tidalmq.common import message as mc
+from tidalmq.common.naming import TIMER_TOPIC
+from tidalmq.common.record import encode_record
+from tidalmq.schedule import timer_service
+from tidalmq.schedule.timer_service import TimerMessageService
+from tidalmq.schedule.timer_store import TimerStore
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
+
+TOPIC = "Gather"
+GATHER_MS = 3000  # far longer than the test's own steps take: a round that waits shows it
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=8 << 20)
+    s = DefaultMessageStore(cfg)
+    assert s.load()
+    s.start()
+    yield s
+    s.shutdown()
+
+
+@pytest.fixture
+def rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each enqueue round the timer store is given."""
+    sizes: list[int] = []
+    real = TimerStore.enqueue
+
+    def enqueue(self: TimerStore, entries: np.ndarray, enqueue_commit_offset: int):  # type: ignore[no-untyped-def]
+        if len(entries):
+            sizes.append(len(entries))
+        return real(self, entries, enqueue_commit_offset)
+
+    monkeypatch.setattr(TimerStore, "enqueue", enqueue)
+    monkeypatch.setattr(timer_service, "ENQUEUE_GATHER_MS", GATHER_MS)
+    return sizes
+
+
+def park(store: DefaultMessageStore, svc: TimerMessageService, deliver_ms: list[int], tag: str) -> None:
+    """Timer messages as the send path parks them, then the arrival as reput tells it."""
+    recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b", born_timestamp=1, born_port=1, store_port=10911,
+                          properties={mc.REAL_TOPIC: TOPIC, mc.REAL_QID: "0", mc.UNIQ_KEY: f"{tag}{i}",
+                                      mc.TIMER_OUT_MS: str(d)})
+            for i, d in enumerate(deliver_ms)]
+    assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+    assert store.wait_reput(store.max_phy_offset, 10)
+    svc.on_arrival({(TIMER_TOPIC, 0): len(recs)})
+
+
+def service(store: DefaultMessageStore, tmp_path: Path) -> TimerMessageService:
+    svc = TimerMessageService(store, tmp_path / "store", precision_ms=10)
+    svc.load()
+    svc.start()
+    return svc
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_arrivals_due_well_ahead_are_filed_in_one_round_within_the_bound(
+        store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
+    svc = service(store, tmp_path)
+    try:
+        began = time.monotonic()
+        far = now_ms() + 3_600_000
+        for g in range(10):  # ten arrivals, as ten STATEs of a burst would tell them
+            park(store, svc, [far + 50 * g + i for i in range(50)], f"G{g}-")
+        wait_for(lambda: svc.stats.snapshot()["enqueued"] == 500, GATHER_MS / 1000 + 10,
+                 what="the gathered entries filed once the wait ran out")
+        assert rounds == [500], rounds
+        assert time.monotonic() - began >= GATHER_MS / 1000 * 0.9  # they waited for more, as long as allowed
+    finally:
+        svc.shutdown()
+
+
+def test_a_full_round_is_filed_without_waiting(store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
+    svc = service(store, tmp_path)
+    try:
+        far = now_ms() + 3_600_000
+        began = time.monotonic()
+        park(store, svc, [far + i for i in range(timer_service.ENQUEUE_BATCH)], "F")
+        wait_for(lambda: svc.stats.snapshot()["enqueued"] == timer_service.ENQUEUE_BATCH, 10, what="a full round")
+        assert time.monotonic() - began < GATHER_MS / 1000 / 2
+        assert rounds == [timer_service.ENQUEUE_BATCH]
+    finally:
+        svc.shutdown()
+
+
+def test_an_entry_due_soon_ends_the_wait_and_is_delivered_on_time(
+        store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
+    svc = service(store, tmp_path)
+    try:
+        far = now_ms() + 3_600_000
+        park(store, svc, [far + i for i in range(50)], "W")  # these wait for more
+        soon = now_ms() + 300  # due within the margin the wait keeps: ends it
+        park(store, svc, [soon], "S")
+        wait_for(lambda: store.queue_range(TOPIC, 0).max_offset == 1, GATHER_MS / 1000 / 2,
+                 what="the message due soon delivered before the wait could run out")
+        assert svc.stats.snapshot()["enqueued"] == 51  # filed together with those that waited
+        assert now_ms() - soon < 200, "delivered late"
+        assert sum(rounds) == 51
+    finally:
+        svc.shutdown()
