@@ -60,7 +60,7 @@ from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
 from tidalmq.schedule.timer_store import DAY_MS, FlushPoint, TimerStore, ms_now
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
-from tidalmq.store.results import QueueEntries
+from tidalmq.store.results import QueueEntries, QueueRange
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,8 @@ class TimerStoreAccess(Protocol):
     def has_index(self) -> bool: ...
 
     def has_queue(self, topic: str, queue_id: int) -> bool: ...
+
+    def queue_range(self, topic: str, queue_id: int) -> QueueRange: ...
 
     def queue_offset_at_or_after(self, topic: str, queue_id: int, commit_log_offset: int) -> int: ...
 
@@ -352,6 +354,7 @@ class TimerMessageService:
         self._retry = np.empty(0, ENTRY_DTYPE)  # popped, the store refused them: re-stored first next round
         self._cq_offset = -1
         self._gather_since: float | None = None  # when a round first left entries for a fuller one (monotonic)
+        self._gather_seen = 0  # the queue offset up to which those entries' deliver times were looked at
         self._load_watermark = 0  # everything delivered before a crash lies below this CommitLog offset
         self._lock = threading.Lock()  # the TimerStore is single-owner: the thread, load and shutdown
         self.view: TimerView | None = None  # published by the thread; readers never take the lock
@@ -543,6 +546,9 @@ class TimerMessageService:
             # The first entry not yet counted: CommitLog offset at or past the marks.
             mark = min(self.timer.enqueue_offset, self._metrics_mark)
             self._cq_offset = store.queue_offset_at_or_after(TIMER_TOPIC, 0, mark)
+        gathered = self._gather_since is not None  # entries have waited for a fuller round
+        if gathered and self._still_gathering():
+            return False
         got = store.read_queue(TIMER_TOPIC, 0, self._cq_offset, ENQUEUE_BATCH)
         if len(got) == 0:
             if got.next_offset != got.start:  # a missing ConsumeQueue file: go on at the next one
@@ -552,7 +558,8 @@ class TimerMessageService:
         phys = got.commit_log_offsets
         sizes = got.sizes.astype(np.int32)
         deliver = got.tags_codes
-        if self._gathering(len(got), deliver):
+        if not gathered and self._gathering(len(got), deliver):
+            self._gather_seen = got.start + len(got)
             return False
         watermark = self.timer.enqueue_offset
         low = min(watermark, self._metrics_mark)
@@ -586,16 +593,32 @@ class TimerMessageService:
         self._wake.set()  # an enqueued message may be due before the current wait ends
         return True
 
-    def _gathering(self, n: int, deliver: np.ndarray) -> bool:
-        """Whether the ``n`` entries read, due at ``deliver``, wait for a fuller round (ENQUEUE_GATHER_MS)."""
-        if n < ENQUEUE_BATCH:
-            now = time.monotonic()
-            if self._gather_since is None:
-                self._gather_since = now
-            soonest = self.clock() + ENQUEUE_GATHER_MS + ENQUEUE_GATHER_MARGIN_MS + self.precision_ms
-            if now - self._gather_since < ENQUEUE_GATHER_MS / 1000.0 and int(deliver.min()) > soonest:
+    def _still_gathering(self) -> bool:
+        """While entries wait for a fuller round: whether they still may, reading only the deliver times
+        of the arrivals since the last look (not the whole round again at every arrival)."""
+        assert self._gather_since is not None
+        end = self.store.queue_range(TIMER_TOPIC, 0).max_offset
+        if (time.monotonic() - self._gather_since < ENQUEUE_GATHER_MS / 1000.0
+                and end - self._cq_offset < ENQUEUE_BATCH):
+            if end <= self._gather_seen:
                 return True
-        self._gather_since = None
+            new = self.store.read_queue(TIMER_TOPIC, 0, self._gather_seen, end - self._gather_seen)
+            if new.start + len(new) == end and int(new.tags_codes.min()) > self._gather_soonest():
+                self._gather_seen = end
+                return True
+        self._gather_since = None  # the round reads them all now
+        return False
+
+    def _gather_soonest(self) -> int:
+        """Entries due later than this may wait for a fuller round."""
+        return self.clock() + ENQUEUE_GATHER_MS + ENQUEUE_GATHER_MARGIN_MS + self.precision_ms
+
+    def _gathering(self, n: int, deliver: np.ndarray) -> bool:
+        """Whether the ``n`` entries a round first sees, due at ``deliver``, wait for a fuller round
+        (ENQUEUE_GATHER_MS)."""
+        if n < ENQUEUE_BATCH and int(deliver.min()) > self._gather_soonest():
+            self._gather_since = time.monotonic()
+            return True
         return False
 
     def _enqueue_chunk(self, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray,
