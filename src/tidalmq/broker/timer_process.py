@@ -50,8 +50,8 @@ log = logging.getLogger(__name__)
 STATE_INTERVAL_S = 1.0  # STATE also goes out unasked this often (retention moves the CommitLog's head)
 # After an arrival in the timer topic, wait this long before telling the child (as the reput waits before
 # a round, store/reput.py): the broker's event loop dispatches after every group commit, so under a burst
-# of timer sends arrivals come every few hundred microseconds, and a STATE for each woke this thread (the
-# GIL taken from the loop) and the child (a round of a few hundred entries) each time. Batches of 64 timer
+# of timer sends arrivals come every few hundred microseconds, and a STATE for each woke the publisher
+# thread (the GIL taken from the loop; the loop now sends it itself) and the child each time. Batches of 64 timer
 # messages, bench/schedule_bench.py --enqueue-only alternated twice: 68-70 % of plain batches without the
 # pause, 74-75 % with it; the schedule process's CPU 3.3-3.4 -> 2.6-3.1 us a message.
 STATE_PAUSE_S = 0.002
