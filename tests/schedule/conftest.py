@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from tidalmq.schedule import TimerStore
+from tidalmq.store.config import MessageStoreConfig
+from tidalmq.store.message_store import DefaultMessageStore
 
 
 class Clock:
@@ -37,3 +39,14 @@ def open_store(tmp_path: Path, clock: Clock) -> Iterator[Callable[..., TimerStor
     yield make
     for s in opened:
         s.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
+    """A started message store under the test's temp dir (4 MiB CommitLog files), for a timer service."""
+    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 << 20)
+    s = DefaultMessageStore(cfg)
+    assert s.load()
+    s.start()
+    yield s
+    s.shutdown()

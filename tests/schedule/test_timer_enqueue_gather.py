@@ -5,7 +5,6 @@ ends the wait at once."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,21 +17,10 @@ from tidalmq.common.record import encode_record
 from tidalmq.schedule import timer_service
 from tidalmq.schedule.timer_service import TimerMessageService
 from tidalmq.schedule.timer_store import TimerStore
-from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
 TOPIC = "Gather"
 GATHER_MS = 3000  # far longer than the test's own steps take: a round that waits shows it
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
-    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=8 << 20)
-    s = DefaultMessageStore(cfg)
-    assert s.load()
-    s.start()
-    yield s
-    s.shutdown()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,6 @@ from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, encode_record
 from tidalmq.schedule import timer_service
 from tidalmq.schedule.timer_service import TimerMessageService
-from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
 
 N = 1200
@@ -52,16 +51,6 @@ class BrokerSide:
     def resume(self) -> None:
         self.refusing = False
         self.resumed += 1
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[DefaultMessageStore]:
-    cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 << 20)
-    s = DefaultMessageStore(cfg)
-    assert s.load()
-    s.start()
-    yield s
-    s.shutdown()
 
 
 @pytest.mark.parametrize("fail_at", [0, 3], ids=["all-accepted", "third-refused"])
