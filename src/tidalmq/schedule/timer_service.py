@@ -603,7 +603,7 @@ class TimerMessageService:
             if end <= self._gather_seen:
                 return True
             new = self.store.read_queue(TIMER_TOPIC, 0, self._gather_seen, end - self._gather_seen)
-            if new.start + len(new) == end and int(new.tags_codes.min()) > self._gather_soonest():
+            if len(new) and new.start + len(new) == end and int(new.tags_codes.min()) > self._gather_soonest():
                 self._gather_seen = end
                 return True
         self._gather_since = None  # the round reads them all now
