@@ -105,3 +105,16 @@ def test_an_entry_due_soon_ends_the_wait_and_is_delivered_on_time(
         assert sum(rounds) == 51
     finally:
         svc.shutdown()
+
+
+def test_a_first_arrival_due_soon_is_filed_at_once(store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
+    svc = service(store, tmp_path)
+    try:
+        soon = now_ms() + 300
+        park(store, svc, [soon, now_ms() + 3_600_000], "E")  # one of them due within the margin: no wait
+        wait_for(lambda: store.queue_range(TOPIC, 0).max_offset == 1, GATHER_MS / 1000 / 2,
+                 what="the message due soon delivered before a wait could run out")
+        assert now_ms() - soon < 200, "delivered late"
+        assert rounds == [2]
+    finally:
+        svc.shutdown()
