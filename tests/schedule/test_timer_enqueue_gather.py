@@ -5,6 +5,7 @@ ends the wait at once."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +51,21 @@ def park(store: DefaultMessageStore, svc: TimerMessageService, deliver_ms: list[
     svc.on_arrival({(TIMER_TOPIC, 0): len(recs)})
 
 
-def service(store: DefaultMessageStore, tmp_path: Path) -> TimerMessageService:
-    svc = TimerMessageService(store, tmp_path / "store", precision_ms=10)
-    svc.load()
-    svc.start()
-    return svc
+@pytest.fixture
+def svc(store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> Iterator[TimerMessageService]:
+    """A started timer service over ``store``, its rounds counted (``rounds``)."""
+    s = TimerMessageService(store, tmp_path / "store", precision_ms=10)
+    s.load()
+    s.start()
+    yield s
+    s.shutdown()
+
+
+def delivered_on_time(store: DefaultMessageStore, due_ms: int) -> None:
+    """The one message due at ``due_ms`` is in its topic well before a wait could run out, not late."""
+    wait_for(lambda: store.queue_range(TOPIC, 0).max_offset == 1, GATHER_MS / 1000 / 2,
+             what="the message due soon delivered before a wait could run out")
+    assert now_ms() - due_ms < 200, "delivered late"
 
 
 def now_ms() -> int:
@@ -62,59 +73,39 @@ def now_ms() -> int:
 
 
 def test_arrivals_due_well_ahead_are_filed_in_one_round_within_the_bound(
-        store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
-    svc = service(store, tmp_path)
-    try:
-        began = time.monotonic()
-        far = now_ms() + 3_600_000
-        for g in range(10):  # ten arrivals, as ten STATEs of a burst would tell them
-            park(store, svc, [far + 50 * g + i for i in range(50)], f"G{g}-")
-        wait_for(lambda: svc.stats.snapshot()["enqueued"] == 500, GATHER_MS / 1000 + 10,
-                 what="the gathered entries filed once the wait ran out")
-        assert rounds == [500], rounds
-        assert time.monotonic() - began >= GATHER_MS / 1000 * 0.9  # they waited for more, as long as allowed
-    finally:
-        svc.shutdown()
+        store: DefaultMessageStore, svc: TimerMessageService, rounds: list[int]) -> None:
+    began = time.monotonic()
+    far = now_ms() + 3_600_000
+    for g in range(10):  # ten arrivals, as ten STATEs of a burst would tell them
+        park(store, svc, [far + 50 * g + i for i in range(50)], f"G{g}-")
+    wait_for(lambda: svc.stats.snapshot()["enqueued"] == 500, GATHER_MS / 1000 + 10,
+             what="the gathered entries filed once the wait ran out")
+    assert rounds == [500], rounds
+    assert time.monotonic() - began >= GATHER_MS / 1000 * 0.9  # they waited for more, as long as allowed
 
 
-def test_a_full_round_is_filed_without_waiting(store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
-    svc = service(store, tmp_path)
-    try:
-        far = now_ms() + 3_600_000
-        began = time.monotonic()
-        park(store, svc, [far + i for i in range(timer_service.ENQUEUE_BATCH)], "F")
-        wait_for(lambda: svc.stats.snapshot()["enqueued"] == timer_service.ENQUEUE_BATCH, 10, what="a full round")
-        assert time.monotonic() - began < GATHER_MS / 1000 / 2
-        assert rounds == [timer_service.ENQUEUE_BATCH]
-    finally:
-        svc.shutdown()
+def test_a_full_round_is_filed_without_waiting(store: DefaultMessageStore, svc: TimerMessageService, rounds: list[int]) -> None:
+    far = now_ms() + 3_600_000
+    began = time.monotonic()
+    park(store, svc, [far + i for i in range(timer_service.ENQUEUE_BATCH)], "F")
+    wait_for(lambda: svc.stats.snapshot()["enqueued"] == timer_service.ENQUEUE_BATCH, 10, what="a full round")
+    assert time.monotonic() - began < GATHER_MS / 1000 / 2
+    assert rounds == [timer_service.ENQUEUE_BATCH]
 
 
 def test_an_entry_due_soon_ends_the_wait_and_is_delivered_on_time(
-        store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
-    svc = service(store, tmp_path)
-    try:
-        far = now_ms() + 3_600_000
-        park(store, svc, [far + i for i in range(50)], "W")  # these wait for more
-        soon = now_ms() + 300  # due within the margin the wait keeps: ends it
-        park(store, svc, [soon], "S")
-        wait_for(lambda: store.queue_range(TOPIC, 0).max_offset == 1, GATHER_MS / 1000 / 2,
-                 what="the message due soon delivered before the wait could run out")
-        assert svc.stats.snapshot()["enqueued"] == 51  # filed together with those that waited
-        assert now_ms() - soon < 200, "delivered late"
-        assert sum(rounds) == 51
-    finally:
-        svc.shutdown()
+        store: DefaultMessageStore, svc: TimerMessageService, rounds: list[int]) -> None:
+    far = now_ms() + 3_600_000
+    park(store, svc, [far + i for i in range(50)], "W")  # these wait for more
+    soon = now_ms() + 300  # due within the margin the wait keeps: ends it
+    park(store, svc, [soon], "S")
+    delivered_on_time(store, soon)
+    assert svc.stats.snapshot()["enqueued"] == 51  # filed together with those that waited
+    assert sum(rounds) == 51
 
 
-def test_a_first_arrival_due_soon_is_filed_at_once(store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
-    svc = service(store, tmp_path)
-    try:
-        soon = now_ms() + 300
-        park(store, svc, [soon, now_ms() + 3_600_000], "E")  # one of them due within the margin: no wait
-        wait_for(lambda: store.queue_range(TOPIC, 0).max_offset == 1, GATHER_MS / 1000 / 2,
-                 what="the message due soon delivered before a wait could run out")
-        assert now_ms() - soon < 200, "delivered late"
-        assert rounds == [2]
-    finally:
-        svc.shutdown()
+def test_a_first_arrival_due_soon_is_filed_at_once(store: DefaultMessageStore, svc: TimerMessageService, rounds: list[int]) -> None:
+    soon = now_ms() + 300
+    park(store, svc, [soon, now_ms() + 3_600_000], "E")  # one of them due within the margin: no wait
+    delivered_on_time(store, soon)
+    assert rounds == [2]
