@@ -25,7 +25,7 @@ from tidalmq.acl.resources import ResourceError, request_resources, resource_key
 from tidalmq.acl.signature import ACCESS_KEY, SIGNATURE
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from tidalmq.remoting.codes import ResponseCode
-from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.command import FLAG_RESPONSE, RemotingCommand
 from tidalmq.remoting.transport import Connection
 
 log = logging.getLogger(__name__)
@@ -145,18 +145,17 @@ class PlainAccessValidator:
         out: list[tuple[RemotingCommand, RemotingCommand | None] | None] = []
         append = out.append
         for cmd in cmds:
-            if cmd.is_response:
+            if cmd.flag & FLAG_RESPONSE:
                 append(None)
                 continue
             try:
                 ext = cmd.ext_fields
-                if verify is not None and ext.get(ACCESS_KEY) == ak and (codes is None or cmd.code in codes):
-                    sig = ext.get(SIGNATURE)
-                    if sig is not None and verify(ext, cmd.body, sig):
-                        rk = resource_key(cmd)
-                        if rk is not None and decided.get(rk, _UNDECIDED) is None:
-                            append((cmd, None))
-                            continue
+                if (verify is not None and ext.get(ACCESS_KEY) == ak and (codes is None or cmd.code in codes)
+                        and (sig := ext.get(SIGNATURE)) is not None and verify(ext, cmd.body, sig)):
+                    rk = resource_key(cmd)
+                    if rk is not None and decided.get(rk, _UNDECIDED) is None:
+                        append((cmd, None))
+                        continue
                 append((cmd, self(conn, cmd)))
             except Exception:
                 append(None)
