@@ -103,9 +103,10 @@ def requested_deliver_ms(msg: InnerMessage, now: int) -> tuple[int, str] | None:
 # (TimerRewrite.timer_properties) handles a message carrying exactly one of them, a timer request.
 # Searched in the properties with a \x02 put in front: a pattern that begins with a literal lets re jump
 # from separator to separator (3x faster than "(?:^|\x02)", which tries the names at every position).
-_SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
-    *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID,
-)) + ")\x01([^\x02]*)")
+_SCHEDULE_NAME_LIST = (*TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY,
+                       mc.REAL_TOPIC, mc.REAL_QID)
+_SCHEDULE_NAMES = re.compile("\x02(" + "|".join(map(re.escape, _SCHEDULE_NAME_LIST)) + ")\x01([^\x02]*)")
+_SCHEDULE_NAME_SET_B = frozenset(n.encode() for n in _SCHEDULE_NAME_LIST)
 _SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
 _TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
 _DELIVER_B = mc.TIMER_DELIVER_MS.encode()
@@ -113,9 +114,10 @@ _DELIVER_ONLY = frozenset((_DELIVER_B,))
 _PROPERTIES_LENGTH = struct.Struct(">H")  # a stored record's properties length (park_batch)
 # park_batch joins a batch's properties with a mark no valid properties hold (an empty name with an empty
 # value) that ends with the separator the first property name needs, and finds the marks with the schedule
-# properties in one pass; a mark found has no groups.
+# properties in one pass; a mark found has no groups. The pattern begins with the separator itself, not
+# with an alternation, so that re jumps from separator to separator (0.46 -> 0.31 us a message).
 _MESSAGE_MARK = b"\x02\x01\x01\x02"
-_BATCH_SCHEDULE_NAMES_B = re.compile(b"\x02\x01\x01|" + _SCHEDULE_NAMES_B.pattern)
+_BATCH_SCHEDULE_NAMES_B = re.compile(b"\x02(?:\x01\x01|" + _SCHEDULE_NAMES_B.pattern[1:] + b")")
 _MARK_FOUND = (b"", b"")
 _ENDED_MARK = b"\x02" + _MESSAGE_MARK  # a message's properties that end with a separator, then the next's
 

@@ -91,10 +91,10 @@ _ENQUEUE_NAMES = b"|".join(n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.T
 _ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
 # The same in a round's properties joined with a mark before each record's (_chunk_fields): a mark no valid
 # properties hold (an empty name with an empty value), found with no groups, that ends with the separator the
-# first property name needs. A pattern that begins with a literal lets re skip from separator to separator
-# instead of trying the names at every byte (several times faster).
+# first property name needs. A pattern that begins with a literal (the separator, not an alternation) lets re
+# skip from separator to separator instead of trying the names at every byte (several times faster).
 _RECORD_MARK = b"\x02\x01\x01\x02"
-_ENQUEUE_PROPERTIES_MARKED = re.compile(rb"\x02\x01\x01|\x02(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*)")
+_ENQUEUE_PROPERTIES_MARKED = re.compile(rb"\x02(?:\x01\x01|(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*))")
 _REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B = (n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY))
 # The columnar reading of a round (_FieldColumns): one pass over the joined properties finds the marks, as
 # (b"\x01\x01", b""), and each UNIQ_KEY and REAL_TOPIC, as (name + b"\x01", value); it begins with the
