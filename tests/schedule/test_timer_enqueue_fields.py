@@ -1,6 +1,7 @@
 """The enqueue round's reading of parked records: the whole-chunk path (one CommitLog view, columns, one
 regex pass) reads what the record-by-record path reads, and hands back to it what it cannot check; for
-ordinary timer messages it reads columns, and files them as the tuple path files them."""
+ordinary timer messages it reads columns, and files them as the tuple path files them (their delete keys'
+hashes left to a cancel, which finds the same)."""
 
 from __future__ import annotations
 
@@ -115,37 +116,45 @@ def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: P
         columns = svc._chunk_fields(phys, sizes, tags)
         assert isinstance(columns, _FieldColumns), "ordinary timer messages were not read as columns"
         assert [r.decode() for r in columns.real] == [p[mc.REAL_TOPIC] for p in ORDINARY]
-        assert [u.decode() for u in columns.uniq] == [p[mc.UNIQ_KEY] for p in ORDINARY]
         tuples = one_by_one(svc, phys, sizes)
-        assert filed(svc, phys, sizes, tags, columns) == filed(svc, phys, sizes, tags, tuples)
-        cols, counts, enqueued = filed(svc, phys, sizes, tags, columns)
+        by_columns, by_tuples = filed(svc, phys, sizes, tags, columns), filed(svc, phys, sizes, tags, tuples)
+        cols, counts, enqueued = by_columns
+        # Filed alike but for the delete keys' hashes, which the columns leave to a cancel (TimerStore.key_hashes)
+        # and which the store then finds as the tuple path does.
+        hashes = by_tuples[0].pop(3)
+        assert by_columns[0].pop(3) == [0] * len(ORDINARY) and 0 not in hashes
+        assert by_columns == by_tuples
+        assert svc._key_hashes(phys, sizes).tolist() == hashes
         assert cols[0] == [int(p[mc.TIMER_OUT_MS]) for p in ORDINARY] and enqueued == len(ORDINARY)
         assert sum(counts["T"].values()) == 4 and sum(counts["Tü"].values()) == 3
-        assert 0 not in cols[3], "a message with a uniq key filed without its hash"
         # a part of the round, and what is left once some were filed before a restart
-        assert filed(svc, phys[2:5], sizes[2:5], tags[2:5], columns[2:5]) == filed(svc, phys[2:5], sizes[2:5], tags[2:5], tuples[2:5])
+        part_c, part_t = (filed(svc, phys[2:5], sizes[2:5], tags[2:5], f[2:5]) for f in (columns, tuples))
+        part_t[0][3] = [0] * 3
+        assert part_c == part_t
         low = int(phys[3])
         kept: tuple[list[int], ...] = ([], [], [], [], [])
         svc._enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)  # type: ignore[arg-type]
         assert kept[1] == phys[3:].tolist()
 
 
-@pytest.mark.parametrize("case", ["a second uniq key", "a cancel", "a tag without a deliver time", "no real topic",
-                                  "the uniq key after the real topic"])
+@pytest.mark.parametrize("case", ["a second real topic", "a cancel", "a tag without a deliver time", "no real topic",
+                                  "properties after the broker's", "the real topic first"])
 def test_what_is_not_an_ordinary_timer_message_is_read_a_record_at_a_time(tmp_path: Path, case: str) -> None:
-    """Columns pair the n-th REAL_TOPIC with the n-th UNIQ_KEY: a record with two of one and another with
-    none would shift every key after them onto the wrong message (and its cancel onto another)."""
+    """The column holds the n-th record's REAL_TOPIC in the n-th place: a record with two and another with
+    none would shift every topic after them onto the wrong message (and their pending counts)."""
     parked = [dict(p) for p in ORDINARY]
-    if case == "a second uniq key":
-        parked[1] = {**parked[1], mc.UNIQ_KEY + "\x01twice\x02Z": "v"}  # a second UNIQ_KEY in one record
-        del parked[4][mc.UNIQ_KEY]
+    if case == "a second real topic":
+        parked[1] = {"K\x01v\x02" + mc.REAL_TOPIC: "Again", **parked[1]}  # a second REAL_TOPIC in one record
+        del parked[4][mc.REAL_TOPIC]
+    elif case == "the real topic first":
+        parked[3] = {mc.REAL_TOPIC: parked[3].pop(mc.REAL_TOPIC), **parked[3]}
     elif case == "a cancel":
         parked[2] = {**parked[2], mc.TIMER_DEL_UNIQKEY: "T+U0"}
     elif case == "a tag without a deliver time":
         del parked[5][mc.TIMER_OUT_MS]
     elif case == "no real topic":
         del parked[3][mc.REAL_TOPIC]
-    else:  # not as a client sends it; the columns cannot tell then which key goes with which topic
+    else:  # not as the broker parks a message: its tail (REAL_TOPIC, REAL_QID, TIMER_OUT_MS) ends the properties
         parked[6] = {k: v for k, v in parked[6].items() if k != mc.UNIQ_KEY} | {mc.UNIQ_KEY: "U6"}
     for svc, phys, sizes, tags in _parked_store(tmp_path, parked):
         fields = svc._chunk_fields(phys, sizes, tags)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tidalmq.schedule import MAGIC_DELETE, TimerStore, make_entries, uniq_hash
-from tidalmq.schedule.entries import delete_key_hashes, uniq_hashes
+from tidalmq.schedule.entries import uniq_hashes
 from tidalmq.schedule.timer_log import MAGIC_SIGNATURE, RECORD_DTYPE, TimerLog
 
 from .conftest import Clock
@@ -101,6 +101,32 @@ def test_cancel(open_store: Open, clock: Clock) -> None:
     assert not s.cancel(t + 200, h2)  # the cursor is past it
     assert len(s.pop_due(t + 6_000)) == 0
     assert s.pending_count() == 0
+
+
+def test_entries_filed_without_a_hash_are_hashed_when_a_cancel_meets_them(open_store: Open, clock: Clock) -> None:
+    """uhash 0: the store asks ``key_hashes`` for the hashes of the entries a delete marker of their
+    millisecond meets, and of no others."""
+    t = clock.now
+    asked: list[int] = []
+
+    def key_hashes(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        asked.extend(offsets.tolist())
+        return np.array([uniq_hash(f"T+{o}") for o in offsets.tolist()], dtype=np.int64)
+
+    s = open_store(key_hashes=key_hashes)
+    s.enqueue(make_entries(deliver_ms=[t + 300, t + 300, t + 600, t + 300], offset=[1, 2, 3, 4], size=1), 5)
+    assert s.cancel(t + 300, uniq_hash("T+2"))
+    assert offsets(s.pop_due(t + 300)) == [1, 4]
+    assert offsets(s.pop_due(t + 600)) == [3]
+    assert sorted(asked) == [1, 2, 4]
+
+
+def test_without_key_hashes_entries_filed_without_a_hash_are_never_cancelled(open_store: Open, clock: Clock) -> None:
+    t = clock.now
+    s = open_store()
+    s.enqueue(make_entries(deliver_ms=[t + 300, t + 300], offset=[1, 2], size=1), 3)
+    assert s.cancel(t + 300, uniq_hash("T+1"))
+    assert offsets(s.pop_due(t + 300)) == [1, 2]
 
 
 def test_cancel_in_the_current_slot(open_store: Open, clock: Clock) -> None:
@@ -355,20 +381,6 @@ def test_uniq_hashes_are_uniq_hash_of_each_key() -> None:
     assert uniq_hashes([]) == []
 
 
-_UNIQS = [b"7F0000010000000000000000000000AB", "ü".encode(), b"X", b"1234"]
-
-
-@pytest.mark.parametrize(("reals", "uniqs"), [
-    ([b"Topic"] * 4, _UNIQS),  # one topic: its part hashed once
-    ([b"Topic", b"Other", b"Topic", "主题".encode()], _UNIQS),
-    ([b"Topic"] * 4, [b"A", b"", b"B", b"C"]),  # a message without a key
-], ids=["one-topic", "mixed-topics", "a-key-missing"])
-def test_delete_key_hashes_of_a_round_are_uniq_hash_of_each_delete_key(reals: list[bytes], uniqs: list[bytes]) -> None:
-    """The enqueue round's columns hashed together: the values a cancel computes one by one,
-    ``uniq_hash(realTopic + "+" + uniqKey)``, and 0 for a message without a key."""
-    got = delete_key_hashes(reals, uniqs)
-    assert got == [uniq_hash(f"{r.decode()}+{u.decode()}") if u else 0 for r, u in zip(reals, uniqs, strict=True)]
-    assert delete_key_hashes([], []) == []
 
 
 def test_a_batch_is_filed_grouped_by_slot_so_each_chain_is_one_run_a_batch(open_store: Open, clock: Clock) -> None:

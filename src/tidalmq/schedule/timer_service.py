@@ -33,7 +33,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,7 +53,7 @@ from tidalmq.common.record import (
 )
 from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule import timer_takeover
-from tidalmq.schedule.entries import ENTRY_DTYPE, delete_key_hashes, make_entries, uniq_hashes
+from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hashes
 from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
@@ -96,15 +95,15 @@ _ENQUEUE_PROPERTIES = re.compile(rb"(?:\A|\x02)(" + _ENQUEUE_NAMES + rb")\x01([^
 _RECORD_MARK = b"\x02\x01\x01\x02"
 _ENQUEUE_PROPERTIES_MARKED = re.compile(rb"\x02(?:\x01\x01|(" + _ENQUEUE_NAMES + rb")\x01([^\x02]*))")
 _REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B = (n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY))
-# The columnar reading of a round (_FieldColumns): one pass over the joined properties finds the marks, as
-# (b"\x01\x01", b""), and each UNIQ_KEY and REAL_TOPIC, as (name + b"\x01", value); it begins with the
-# separator literal (see above). A parked message's REAL_TOPIC follows the client's properties, its UNIQ_KEY
-# among them, so an ordinary round reads mark, UNIQ_KEY, REAL_TOPIC, mark ... A cancel marker anywhere sends
-# the round to the per-property loop.
-_MARK_FOUND = (b"\x01\x01", b"")
+# The columnar reading of a round (_FieldColumns): the parked properties end with what the broker appends,
+# REAL_TOPIC, REAL_QID and TIMER_OUT_MS (TimerRewrite.timer_properties and park_batch), so one pass finds each
+# record's real topic as that tail, right before the next record's mark or the end. As many tails as
+# records and as many REAL_TOPIC names: one each, in record order. A cancel marker anywhere sends the round
+# to the per-property loop.
 _MARK_BYTES = _RECORD_MARK[:3]
-_UNIQ_KEY_NAME, _REAL_TOPIC_NAME = _UNIQ_KEY_B + b"\x01", _REAL_TOPIC_B + b"\x01"
-_TIMER_FIELDS_MARKED = re.compile(rb"\x02(\x01\x01|" + _UNIQ_KEY_NAME + rb"|" + _REAL_TOPIC_NAME + rb")([^\x02]*)")
+_REAL_TOPIC_NAMED = b"\x02" + _REAL_TOPIC_B + b"\x01"
+_PARKED_TAIL = re.compile(rb"\x02" + _REAL_TOPIC_B + rb"\x01([^\x02]*)\x02" + mc.REAL_QID.encode() + rb"\x01[^\x02]*\x02"
+                          + mc.TIMER_OUT_MS.encode() + rb"\x01[^\x02]*\x02(?=\x02\x01\x01\x02|\Z)")
 _CANCEL_FOUND = b"\x02" + _TIMER_DEL_UNIQKEY_B + b"\x01"
 # The most of the CommitLog the enqueue round reads as one view for a chunk of ENQUEUE_MIN records
 # (farther apart, they are read one by one).
@@ -116,39 +115,34 @@ _Fields = tuple[str, str | None, str | None, int]
 @dataclass(frozen=True, slots=True)
 class _FieldColumns:
     """What the enqueue round reads of records that are all ordinary timer messages (no cancel among them,
-    each with exactly one REAL_TOPIC and one UNIQ_KEY, each deliver time in its ConsumeQueue tag), as
-    columns of the properties' bytes: filed without a Python step per record (``_enqueue_columns``)."""
+    each ending with the tail the broker appends, one REAL_TOPIC, each deliver time in its ConsumeQueue
+    tag): their real topics, as a column of the properties' bytes, filed without a Python step per record
+    (``_enqueue_columns``). Their delete keys are not read: the TimerStore hashes one when a cancel for its
+    millisecond comes (``TimerStore.key_hashes``)."""
 
     real: list[bytes]
-    uniq: list[bytes]
 
     def __len__(self) -> int:
         return len(self.real)
 
     def __getitem__(self, part: slice) -> _FieldColumns:
-        return _FieldColumns(self.real[part], self.uniq[part])
+        return _FieldColumns(self.real[part])
 
 
 def _field_columns(joined: bytes, n: int) -> _FieldColumns | None:
-    """The REAL_TOPIC and UNIQ_KEY columns of the ``n`` records whose properties ``joined`` holds, each
-    after a _RECORD_MARK; None unless they are all ordinary timer messages (see _FieldColumns), or when
-    the properties are not UTF-8. A record with two of a property and another with none would pair the
-    wrong values: what is found must be (mark, UNIQ_KEY, REAL_TOPIC) n times over, and the marks the n
-    joined in (no properties of a record hold one)."""
-    if _CANCEL_FOUND in joined or joined.count(_MARK_BYTES) != n:
+    """The REAL_TOPIC column of the ``n`` records whose properties ``joined`` holds, each after a
+    _RECORD_MARK; None unless they are all ordinary timer messages (see _FieldColumns), or when the
+    properties are not UTF-8. A record with two REAL_TOPICs and another with none would pair the wrong
+    values: n marks (no properties of a record hold one), n REAL_TOPIC names and n tails, each ending a
+    record, leave one each."""
+    if _CANCEL_FOUND in joined or joined.count(_MARK_BYTES) != n or joined.count(_REAL_TOPIC_NAMED) != n:
         return None
     try:
         joined.decode("utf-8")  # one check for all (an ASCII mark cannot complete a sequence)
     except UnicodeDecodeError:
         return None
-    found = _TIMER_FIELDS_MARKED.findall(joined)
-    if len(found) != 3 * n or found[0::3].count(_MARK_FOUND) != n:
-        return None
-    uniq, real = found[1::3], found[2::3]
-    if (list(map(itemgetter(0), uniq)).count(_UNIQ_KEY_NAME) != n
-            or list(map(itemgetter(0), real)).count(_REAL_TOPIC_NAME) != n):
-        return None
-    return _FieldColumns(list(map(itemgetter(1), real)), list(map(itemgetter(1), uniq)))
+    real = _PARKED_TAIL.findall(joined)
+    return _FieldColumns(real) if len(real) == n else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +332,7 @@ class TimerMessageService:
         self.root = Path(root_dir)
         self.precision_ms = check_precision(precision_ms)
         self.timer = TimerStore(str(self.root), precision_ms=precision_ms, slot_ms=SLOT_MS, wheel_slots=wheel_slots,
-                                max_delay_ms=max_delay_ms, clock=clock)
+                                max_delay_ms=max_delay_ms, clock=clock, key_hashes=self._key_hashes)
         self.stats = stats or ScheduleStats()
         self.clock = clock
         self.topics = TopicCounts()
@@ -631,8 +625,7 @@ class TimerMessageService:
         if low > int(phys[0]):  # some were counted and filed before a restart
             keep = phys >= low
             if isinstance(fields, _FieldColumns):
-                kept = keep.tolist()
-                fields = _FieldColumns(list(compress(fields.real, kept)), list(compress(fields.uniq, kept)))
+                fields = _FieldColumns(list(compress(fields.real, keep.tolist())))
             elif fields is not None:
                 fields = [f for f, k in zip(fields, keep.tolist(), strict=True) if k]
             phys, sizes, deliver = phys[keep], sizes[keep], deliver[keep]
@@ -687,7 +680,7 @@ class TimerMessageService:
         cols[0].extend(deliver.tolist())
         cols[1].extend(phys.tolist())
         cols[2].extend(sizes.tolist())
-        cols[3].extend(delete_key_hashes(fields.real, fields.uniq))
+        cols[3].extend(repeat(0, n))  # the delete key's hash: found when a cancel needs it (_key_hashes)
         cols[4].extend(repeat(0, n))
         minutes = (deliver // 60_000).tolist()
         new = phys >= self._metrics_mark  # not in the persisted per-topic counts yet
@@ -702,6 +695,15 @@ class TimerMessageService:
             self.topics.add(real.decode("utf-8"), minute * 60_000, c)
         self._column_counts.clear()
 
+    def _key_hashes(self, phys: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """``uniq_hash`` of the delete key (``realTopic + "+" + uniqKey``) of each parked record, 0 for one
+        without a UNIQ_KEY or unreadable: what the enqueue round leaves to a cancel (TimerStore.key_hashes)."""
+        keys: list[str | None] = []
+        for p, s in zip(phys.tolist(), sizes.tolist(), strict=True):
+            f = self._fields_of(self._properties(p, s))
+            keys.append(f"{f[0]}+{f[1]}" if f is not None and f[1] else None)
+        return np.array(uniq_hashes(keys), dtype=np.int64)
+
     @staticmethod
     def _fields_of(props: dict[str, str] | None) -> _Fields | None:
         if props is None:
@@ -714,8 +716,8 @@ class TimerMessageService:
         """The enqueue fields of each record (REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS), read
         from one view of the CommitLog span that holds them: their layout checked column-wise with
         numpy, then their joined properties searched in one regex pass. Ordinary timer messages
-        (``_FieldColumns``: no cancel, one UNIQ_KEY then one REAL_TOPIC each, a deliver time in every tag)
-        come out as columns; anything else as a tuple a record. None when
+        (``_FieldColumns``: no cancel, each ending with the broker's REAL_TOPIC tail, a deliver time in
+        every tag) come out as a column of real topics; anything else as a tuple a record. None when
         the span is not one view (records across a file boundary, or far apart) or a record does not
         check out: the caller reads them one by one then, with the single-record checks and their log
         lines."""

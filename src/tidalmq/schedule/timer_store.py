@@ -79,6 +79,7 @@ class TimerStore:
         max_delay_ms: int = 400 * DAY_MS,
         clock: Callable[[], int] = ms_now,
         records_per_segment: int = 1 << 20,
+        key_hashes: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if precision_ms < 1 or slot_ms % precision_ms:
             raise ValueError("precision_ms must be >= 1 and divide slot_ms")
@@ -92,6 +93,11 @@ class TimerStore:
         self.max_delay_ms = max_delay_ms
         self.clock = clock
         self.records_per_segment = records_per_segment
+        # An entry filed with uhash 0 has its delete key's hash found only when a delete marker for its
+        # millisecond meets it (_merge_current): key_hashes(offsets, sizes) reads them from the CommitLog.
+        # Cancels are rare, so an enqueue round need not hash every message's key. None: such entries
+        # are never cancelled.
+        self.key_hashes = key_hashes
         self._log: TimerLog | None = None
         self._wheel: TimerWheel | None = None
         # Records appended but not yet linked from their cells: cells move only once the batch is closed.
@@ -467,7 +473,13 @@ class TimerStore:
         rest = self._buf[self._bi :]
         new = _entries(recs[~is_del])
         merged = np.concatenate([rest, new]) if len(new) else rest
-        merged = drop_cancelled(merged, self._cancels["deliver_ms"], self._cancels["uhash"])
+        cancels = self._cancels
+        if len(cancels) and len(merged) and self.key_hashes is not None:
+            unknown = (merged["uhash"] == 0) & np.isin(merged["deliver_ms"], cancels["deliver_ms"])
+            if unknown.any():
+                merged = merged.copy()
+                merged["uhash"][unknown] = self.key_hashes(merged["offset"][unknown], merged["size"][unknown])
+        merged = drop_cancelled(merged, cancels["deliver_ms"], cancels["uhash"])
         self._buf = sort_dedup(merged)
         self._bi = 0
 
