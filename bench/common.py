@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,12 +37,28 @@ def machine() -> dict[str, Any]:
         "cpu": cpu,
         "cores": os.cpu_count(),
         "mem_mib": mem,
+        "code": measured_code(),
     }
+
+
+def measured_code() -> str:
+    """Which tidalmq this process runs (and, through tests.support.Standalone, the brokers it starts):
+    its source directory and that checkout's commit, "+changes" when it has uncommitted ones."""
+    import tidalmq
+
+    src = Path(tidalmq.__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "-C", str(src), "describe", "--always", "--dirty=+changes"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"tidalmq from {src}" + (f" at {rev}" if rev else "")
 
 
 def print_machine() -> None:
     m = machine()
     print(f"machine: {m['cpu']} x{m['cores']} cores, {m['mem_mib']} MiB, {m['platform']}, Python {m['python']}")
+    print(f"code: {m['code']}")
 
 
 def save(name: str, results: dict[str, Any]) -> Path:

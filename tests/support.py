@@ -83,6 +83,17 @@ def free_port_pair() -> tuple[int, int]:
     return a, b
 
 
+def _same_code_path() -> str:
+    """PYTHONPATH for a broker this process starts: the source tree of the tidalmq it imported first, so
+    that the broker runs the code of the caller (a bench run from another checkout measures that checkout,
+    not the one the virtual environment installed)."""
+    import tidalmq
+
+    src = str(Path(tidalmq.__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH")
+    return src if not rest else os.pathsep.join((src, rest))
+
+
 class Standalone:
     """A ``tidalmq standalone`` subprocess on free loopback ports in a temporary data dir."""
 
@@ -162,7 +173,7 @@ class Standalone:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _same_code_path()})
         log.close()
         deadline = time.monotonic() + timeout
         ready = threading.Event()
