@@ -476,8 +476,7 @@ class TimerStore:
         cancels = self._cancels
         if len(cancels) and len(merged) and self.key_hashes is not None:
             unknown = (merged["uhash"] == 0) & np.isin(merged["deliver_ms"], cancels["deliver_ms"])
-            if unknown.any():
-                merged = merged.copy()
+            if unknown.any():  # written in place: a view of _buf at most, which merged replaces below
                 merged["uhash"][unknown] = self.key_hashes(merged["offset"][unknown], merged["size"][unknown])
         merged = drop_cancelled(merged, cancels["deliver_ms"], cancels["uhash"])
         self._buf = sort_dedup(merged)
