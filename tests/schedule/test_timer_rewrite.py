@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.broker.schedule_hooks import TimerRewrite
@@ -256,3 +258,33 @@ def test_batch_parks_what_the_single_path_parks(texts: list[str]) -> None:
         read = dispatch_properties(raw, at, at + n)  # the tag code stands for TIMER_OUT_MS
         assert found == [(k, v) for k, v in read if k != b"TIMER_OUT_MS"] and code == int(dict(read)[b"TIMER_OUT_MS"])
     assert records.nbytes == sum(len(r) for r in records.records())
+
+
+_ASK_VALUES = {"TIMER_DELIVER_MS": ["1700000004000", str(NOW - 5), "01700000009000", " 1700000004000", "x", str(NOW + MAX_DELAY_MS * 2)],
+               "TIMER_DELAY_MS": ["0", "250", "soon"], "TIMER_DELAY_SEC": ["3", "-1"]}
+
+
+@given(st.sampled_from(sorted(_ASK_VALUES)), st.lists(st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "WAIT"]), unique=True),
+       st.integers(0, 3), st.data())
+def test_a_batch_sharing_one_layout_parks_what_reading_it_message_by_message_parks(
+        ask: str, others: list[str], at: int, data: st.DataObject) -> None:
+    """A timer batch whose messages share one property layout is parked from its columns (no search of its
+    properties): the same records, tag codes, dispatch properties and refusals as the path that searches them."""
+    names = others[:at] + [ask] + others[at:]
+    n = data.draw(st.integers(1, 5))
+    props = [{k: data.draw(st.sampled_from(_ASK_VALUES[k])) if k == ask else f"{k.lower()}{i}" for k in names}
+             for i in range(n)]
+    body = b"".join(batch_item(f"m{i}".encode(), p) for i, p in enumerate(props))
+    columns, searched = encode(body), encode(body)
+    assert columns.layout is not None
+    searched.found = searched.dispatch_properties
+    searched.layout = None  # as a batch without one layout is read
+
+    def park(records):  # type: ignore[no-untyped-def]
+        try:
+            parked, due, due_at = rewrite().park_batch(records, "T", 3)
+        except SendError as e:
+            return e.code, e.remark
+        return ([None if b is None else (b.records(), b.tag_codes, b.dispatch_properties) for b in (parked, due)], due_at)
+
+    assert park(columns) == park(searched)

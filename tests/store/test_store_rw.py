@@ -451,6 +451,27 @@ def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
     assert from_append.rows() == read_back.rows()
 
 
+@pytest.mark.parametrize("props", [
+    [{"UNIQ_KEY": f"U{i}", "TAGS": f"t{i % 2}", "KEYS": f"k{i} x"} for i in range(6)],
+    [{"KEYS": "a b", "TAGS": "", "WAIT": "true", "UNIQ_KEY": "é"} for _ in range(4)],
+    [{"__LITE_TOPIC": f"lite{i}", "UNIQ_KEY": f"L{i}"} for i in range(3)],
+    [{"DELAY": "3", "TAGS": "d"} for _ in range(3)],  # a tag code that depends on the topic: read record by record
+    [{"WAIT": "false"} for _ in range(2)],
+], ids=["tags-keys-uniq", "empty-tag", "lite", "delay", "none-dispatched"])
+def test_dispatch_columns_of_a_batch_sharing_one_layout_equal_a_read_back(make_store, props) -> None:
+    """A batch whose messages share one property layout is dispatched from its columns
+    (CommitLogScan._layout_columns): the ConsumeQueue and index fields are those a read back finds."""
+    store = make_store(start=False)
+    batch = _batch("PL", 0, [b"m%d" % i for i in range(len(props))], props)
+    assert batch.layout is not None and batch.found is None
+    store.put_messages([PutRequest("PL", 0, batch)])
+    cl = store.commit_log
+    from_append, end, _ = cl.read_dispatch_requests(0, 1 << 30)
+    read_back, end2, _ = cl.read_dispatch_requests(0, 1 << 30)
+    assert end2 == end and len(read_back) == len(props)
+    assert from_append.rows() == read_back.rows()
+
+
 @pytest.mark.parametrize("few", [0, 1000], ids=["column-wise", "one-by-one"])
 def test_scan_reads_dispatch_fields_and_stops_at_faults(make_store, monkeypatch, few) -> None:
     """scan_records (numpy for many records, RecordView for a few) over IPv4/IPv6 hosts and both magics:

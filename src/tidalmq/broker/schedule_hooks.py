@@ -7,13 +7,14 @@ import re
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
-from tidalmq.common.record_batch import RecordBatch
+from tidalmq.common.record_batch import PROPERTIES_MARK, RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.schedule.timer_service import CancelTarget
 
@@ -108,17 +109,18 @@ _SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
 )) + ")\x01([^\x02]*)")
 _SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
 _TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
+_SCHEDULE_NAMES_SET_B = frozenset(n.encode() for n in (
+    *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID))
 _DELIVER_B = mc.TIMER_DELIVER_MS.encode()
 _DELIVER_ONLY = frozenset((_DELIVER_B,))
 _PROPERTIES_LENGTH = struct.Struct(">H")  # a stored record's properties length (park_batch)
-# park_batch joins a batch's properties with a mark no valid properties hold (an empty name with an empty
-# value) that ends with the separator the first property name needs, and finds the marks with the schedule
-# properties in one pass; a mark found has no groups. The pattern begins with the separator itself, not
-# with an alternation, so that re jumps from separator to separator (0.46 -> 0.31 us a message).
-_MESSAGE_MARK = b"\x02\x01\x01\x02"
+# Without a layout, park_batch finds the marks of a batch's joined properties (PROPERTIES_MARK, an empty name
+# with an empty value) with the schedule properties in one pass; a mark found has no groups. The pattern
+# begins with the separator itself, not with an alternation, so that re jumps from separator to separator
+# (0.46 -> 0.31 us a message).
 _BATCH_SCHEDULE_NAMES_B = re.compile(b"\x02(?:\x01\x01|" + _SCHEDULE_NAMES_B.pattern[1:] + b")")
 _MARK_FOUND = (b"", b"")
-_ENDED_MARK = b"\x02" + _MESSAGE_MARK  # a message's properties that end with a separator, then the next's
+_ENDED_MARK = b"\x02" + PROPERTIES_MARK  # a message's properties that end with a separator, then the next's
 
 
 def _canonical_deliver_times(names: set[bytes], values: tuple[bytes, ...]) -> bool:
@@ -254,24 +256,40 @@ class TimerRewrite:
         now = self.clock()
         props = records.item_properties()
         n = len(props)
-        joined = _MESSAGE_MARK + _MESSAGE_MARK.join(props)
+        joined = records.joined_properties()  # each message's properties after a mark (PROPERTIES_MARK)
+        layout = records.layout if records.layout_is_all else None
         try:
             joined.decode("utf-8")  # one check for all (an ASCII separator cannot complete a sequence)
+            utf8 = True
+        except UnicodeDecodeError:
+            utf8 = one_each = False
+        if utf8 and layout is not None:
+            # The messages share one layout (RecordBatch.layout): its names say it for all of them, and the
+            # deliver times are its column; every pair ends with a separator.
+            scheduled = [name for name in layout.names if name in _SCHEDULE_NAMES_SET_B]
+            one_each = len(scheduled) == 1 and scheduled[0] in _TIMER_REQUEST_B
+            if one_each:
+                values = layout.column(scheduled[0]) or ()
+                asked = list(zip(repeat(scheduled[0], n), values, strict=True))
+                names = {scheduled[0]}
+            all_ended = one_each
+        elif utf8:
             # The marks and the schedule properties, in order: exactly one schedule property per message,
             # each a timer request, when they alternate (mark, property, mark, property ...).
             found = _BATCH_SCHEDULE_NAMES_B.findall(joined)
             asked = found[1::2]
             one_each = len(found) == 2 * n and found[0::2].count(_MARK_FOUND) == n
-        except UnicodeDecodeError:
-            one_each = False
-        if one_each:
-            names_asked, values = zip(*asked, strict=True)  # two tuples, in one C call
-            names = set(names_asked)
-            one_each = names <= _TIMER_REQUEST_B
+            if one_each:
+                names_asked, values = zip(*asked, strict=True)  # two tuples, in one C call
+                names = set(names_asked)
+                one_each = names <= _TIMER_REQUEST_B
+            # each ends with a separator (counted so only where no properties hold a mark of their own)
+            all_ended = one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02")
         if not one_each:  # refused, naming the culprit; or properties that hold a mark of their own
             asked = self._asked_one_by_one(props)
             names_asked, values = zip(*asked, strict=True)
             names = set(names_asked)
+            all_ended = False
         mss: Sequence[bytes]
         if _canonical_deliver_times(names, values):
             delivers = list(map(int, values))
@@ -283,8 +301,6 @@ class TimerRewrite:
         if max(delivers) - now > self.max_delay_ms:
             i = max(range(n), key=delivers.__getitem__)
             self._check_horizon(delivers[i], now, asked[i][0].decode())
-        # each ends with a separator (counted so only where no properties hold a mark of their own)
-        all_ended = one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02")
         due: RecordBatch | None = None
         due_at: list[int] = []
         if min(delivers) <= now:
@@ -313,7 +329,8 @@ class TimerRewrite:
             seps = [b"" if not pm or pm[-1] == 2 else b"\x02" for pm in props]
             parked = [b"".join((pack(len(pm) + len(sep) + grown + len(ms)), pm, sep, suffix, ms, b"\x02"))
                       for pm, sep, ms in zip(props, seps, mss, strict=True)]
-        records.redirect(TIMER_TOPIC, 0, parked, records.dispatch_properties, delivers)
+        # The dispatch reads the client's properties (a layout's columns, or the per-record lists as they are)
+        records.redirect(TIMER_TOPIC, 0, parked, records.found, delivers)
         return ParkedBatch(records, due, due_at)
 
     def _asked_one_by_one(self, props: list[memoryview]) -> list[tuple[bytes, bytes]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from itertools import repeat
 from typing import final
 
 import numpy as np
@@ -28,6 +29,74 @@ from tidalmq.common.record import (
 # a 2-byte properties length and the properties.
 _BATCH_ITEM_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4"), ("flag", ">i4"), ("body_len", ">i4")])
 _AR20 = np.arange(20, dtype=np.int64)
+# A batch's properties joined with this mark in front of each message's (``RecordBatch.joined_properties``): an
+# empty name with an empty value, which no valid properties hold, ending with the separator the first name needs.
+PROPERTIES_MARK = b"\x02\x01\x01\x02"
+_DISPATCH_NAMES = frozenset((b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TIMER_OUT_MS", b"__LITE_TOPIC"))
+_LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by message
+
+
+@dataclass(frozen=True, slots=True)
+class PropertyLayout:
+    """A batch whose messages all carry the same property names in the same order, each name once and every
+    pair ending with a separator (what one client's batch nearly always is): the names, and per name the
+    column of its values, one a message. Found by one regex match a message (``batch_layout``); every
+    check that reads names (the forbidden ones, the lite topic, the timer's) then reads them once a batch."""
+
+    names: tuple[bytes, ...]
+    columns: tuple[tuple[bytes, ...], ...]  # one per name, in ``names`` order
+
+    def column(self, name: bytes) -> tuple[bytes, ...] | None:
+        try:
+            return self.columns[self.names.index(name)]
+        except ValueError:
+            return None
+
+    def dispatch_found(self) -> list[DispatchProperties]:
+        """Per message, what ``record.dispatch_properties`` finds in its properties."""
+        named = [(name, col) for name, col in zip(self.names, self.columns, strict=True) if name in _DISPATCH_NAMES]
+        n = len(self.columns[0])
+        if not named:
+            return [[] for _ in range(n)]
+        return [list(pairs) for pairs in zip(*(zip(repeat(name, n), col, strict=True) for name, col in named), strict=True)]
+
+    def select(self, keep: list[int]) -> PropertyLayout:
+        return PropertyLayout(self.names, tuple(tuple(col[i] for i in keep) for col in self.columns))
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_pattern(names: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """One message's properties of the layout ``names``, after its mark; a group a value."""
+    return re.compile(re.escape(PROPERTIES_MARK) + b"".join(re.escape(n) + rb"\x01([^\x02]*)\x02" for n in names))
+
+
+def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLayout | None:
+    """The layout of the ``n`` messages whose properties ``joined`` holds (each after a PROPERTIES_MARK),
+    taken from the first message's (``first``); None unless every message has it.
+
+    The matches are checked to tile ``joined`` (their lengths, from the values, add up to it) and the
+    \x01 bytes to be exactly the marks' and the names': then no value holds a \x01 and no message's
+    properties hold a mark of their own, so the n matches are the n messages, one each."""
+    parts = bytes(first).split(b"\x02")
+    if parts[-1] or len(parts) - 1 > _LAYOUT_NAMES_MAX:
+        return None  # the last pair lacks its separator (or there are too many to compile)
+    names = tuple(p.split(b"\x01", 1)[0] for p in parts[:-1])
+    k = len(names)
+    if not k or not all(names) or len(set(names)) != k or joined.count(b"\x01") != n * (2 + k):
+        return None
+    found = _layout_pattern(names).findall(joined)
+    if len(found) != n:
+        return None
+    columns: tuple[tuple[bytes, ...], ...] = tuple(zip(*found, strict=True)) if k > 1 else (tuple(found),)
+    fixed = len(PROPERTIES_MARK) + sum(map(len, names)) + 2 * k
+    if n * fixed + sum(len(b"".join(col)) for col in columns) != len(joined):
+        return None
+    return PropertyLayout(names, columns)
+
+
+@functools.lru_cache(maxsize=16)
+def _encoded_names(names: tuple[str, ...]) -> frozenset[bytes]:
+    return frozenset(n.encode() for n in names)
 
 
 @functools.lru_cache(maxsize=16)
@@ -55,8 +124,9 @@ class RecordBatch:
     sizes: np.ndarray  # int64: each record's length
     sysflag: int  # the same for every record (so are the host address lengths)
     # Per record, what ``dispatch_properties`` finds in its properties: read while the batch is encoded,
-    # so dispatching the batch right after its append need not read the records back.
-    dispatch_properties: list[DispatchProperties]
+    # so dispatching the batch right after its append need not read the records back. None: made from
+    # ``layout`` when asked (``dispatch_properties``); the reput reads the layout's columns instead.
+    found: list[DispatchProperties] | None
     # Per record, its properties (a view, without the 2-byte length): kept by the encoder, which slices them
     # anyway, for the checks and the timer rewrite that read them next. None: read them from ``pieces``.
     item_props: list[memoryview] | None = None
@@ -64,6 +134,10 @@ class RecordBatch:
     # timer message's deliver time); None: the dispatch computes it from ``dispatch_properties``.
     tag_codes: list[int] | None = None
     joined_props: bytes | None = None  # ``joined_properties()``, once made
+    # The client's properties as columns when every record has the same names (``batch_layout``); kept by
+    # ``redirect``, which appends the same names to every record (they describe the client's part).
+    layout: PropertyLayout | None = None
+    layout_is_all: bool = True  # False after ``redirect``: the records' properties hold more names
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -77,6 +151,13 @@ class RecordBatch:
         """Where each record begins, relative to the first."""
         return np.cumsum(self.sizes) - self.sizes
 
+    @property
+    def dispatch_properties(self) -> list[DispatchProperties]:
+        if self.found is None:
+            assert self.layout is not None
+            self.found = self.layout.dispatch_found()
+        return self.found
+
     def item_properties(self) -> list[memoryview]:
         """Each record's properties (without their 2-byte length)."""
         if self.item_props is None:
@@ -84,14 +165,17 @@ class RecordBatch:
         return self.item_props
 
     def joined_properties(self) -> bytes:
-        """Every record's properties, each after a separator, in one buffer: searched once for the names
-        of a whole batch (a property's name always follows a separator, and values hold none)."""
+        """Every record's properties, each after a PROPERTIES_MARK, in one buffer: searched once for the
+        names of a whole batch (a property's name always follows a separator, and values hold none)."""
         if self.joined_props is None:
-            self.joined_props = b"\x02" + b"\x02".join(self.item_properties())
+            self.joined_props = PROPERTIES_MARK + PROPERTIES_MARK.join(self.item_properties())
         return self.joined_props
 
     def first_carried(self, names: tuple[str, ...]) -> str | None:
         """The first of ``names`` (in record order) that one of the records carries as a property, or None."""
+        if self.layout is not None and self.layout_is_all:
+            wanted = _encoded_names(names)
+            return next((n.decode() for n in self.layout.names if n in wanted), None)
         found = _property_names_pattern(names).search(self.joined_properties())
         return None if found is None else found.group(1).decode()
 
@@ -100,18 +184,22 @@ class RecordBatch:
         return self.first_carried(names) is not None
 
     def redirect(self, topic: str, queue_id: int, properties: list[bytes],
-                 dispatch_properties: list[DispatchProperties], tag_codes: list[int] | None = None) -> None:
+                 dispatch_properties: list[DispatchProperties] | None, tag_codes: list[int] | None = None) -> None:
         """Store every record in ``topic`` / ``queue_id`` with new properties, one per record, each with
         its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
         with its own deliver time). Only the topic and properties pieces change; bodies stay views of the
         request. ``dispatch_properties``: what ``record.dispatch_properties`` finds in the new properties,
-        as the caller knows them (nothing is read again); ``tag_codes``: each record's ConsumeQueue tag code
+        as the caller knows them (nothing is read again; None: the client's, as ``layout`` holds them, when the
+        new properties append only names the dispatch reads from ``tag_codes``); ``tag_codes``: each record's ConsumeQueue tag code
         in ``topic``, where the caller knows it: the dispatch takes it as it is, and the properties it comes
         from (the timer topic's TIMER_OUT_MS) may be left out of ``dispatch_properties``."""
         n = len(self)
         if len(properties) != n:
             raise ValueError(f"{len(properties)} properties for {n} records")
-        if len(dispatch_properties) != n:
+        if dispatch_properties is None:
+            if self.layout is None:
+                raise ValueError("no dispatch properties given and no layout to take them from")
+        elif len(dispatch_properties) != n:
             raise ValueError(f"{len(dispatch_properties)} dispatch properties for {n} records")
         if tag_codes is not None and len(tag_codes) != n:
             raise ValueError(f"{len(tag_codes)} tag codes for {n} records")
@@ -129,7 +217,10 @@ class RecordBatch:
         pieces[3::5] = [topic_part] * n
         pieces[4::5] = properties
         self.item_props = self.joined_props = None
-        self.dispatch_properties = dispatch_properties
+        self.layout_is_all = False
+        if dispatch_properties is not None:
+            self.found = dispatch_properties
+            self.layout = None
         self.tag_codes = tag_codes
         self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.heads["total"] = self.sizes
@@ -146,11 +237,12 @@ class RecordBatch:
         for j, i in enumerate(keep):
             p = 5 * i
             pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
-        props, codes = self.item_props, self.tag_codes
+        props, codes, found, layout = self.item_props, self.tag_codes, self.found, self.layout
         return RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
-                           [self.dispatch_properties[i] for i in keep],
+                           None if found is None else [found[i] for i in keep],
                            None if props is None else [props[i] for i in keep],
-                           None if codes is None else [codes[i] for i in keep])
+                           None if codes is None else [codes[i] for i in keep],
+                           layout=None if layout is None else layout.select(keep), layout_is_all=self.layout_is_all)
 
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
@@ -233,19 +325,22 @@ def encode_batch_records(
     pieces: list[bytes | bytearray | memoryview] = []
     props: list[memoryview] = []
     props_add = props.append
-    found: list[DispatchProperties] = []
-    found_add = found.append
-    find = DISPATCH_PROPERTIES.findall  # dispatch_properties, inlined
-    separator = b"\x02"
     for h, a, p, e in zip(range(0, 48 * count, 48), starts, props_at.tolist(), (s + total).tolist(), strict=True):
         crc_add(crc32(mv[a + 20 : p]))
         pm = mv[p:e]
         pieces += (head_view[h : h + 48], shared, mv[a + 16 : p], topic_part, pm)
-        item = pm[2:]
-        props_add(item)
-        found_add(find(separator + item))
+        props_add(pm[2:])
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
-    batch = RecordBatch(pieces, heads, shared, sizes, sysflag, found, props)
+    # The properties read once for the batch: one match a message when they share a layout, else a search
+    # a message for what the dispatch reads (record.dispatch_properties, inlined).
+    joined = PROPERTIES_MARK + PROPERTIES_MARK.join(props)
+    layout = batch_layout(joined, props[0], count) if count else None
+    found: list[DispatchProperties] | None = None
+    if layout is None:
+        find = DISPATCH_PROPERTIES.findall
+        separator = b"\x02"
+        found = [find(separator + item) for item in props]
+    batch = RecordBatch(pieces, heads, shared, sizes, sysflag, found, props, joined_props=joined, layout=layout)
     if forbidden_properties and (name := batch.first_carried(forbidden_properties)) is not None:
         raise RecordError(f"the property {name} is not supported for batched messages")
     return batch

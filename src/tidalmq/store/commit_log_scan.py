@@ -12,6 +12,7 @@ import collections
 import logging
 import struct
 import threading
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -28,7 +29,7 @@ from tidalmq.common.record import (
     dispatch_properties,
     view_record,
 )
-from tidalmq.common.record_batch import RecordBatch
+from tidalmq.common.record_batch import PropertyLayout, RecordBatch
 from tidalmq.common.record_columns import record_columns
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
@@ -37,6 +38,14 @@ from tidalmq.store.results import DispatchBatch
 log = logging.getLogger("tidalmq.store")
 
 _I = struct.Struct(">i")
+_SPECIAL_TAG_NAMES = frozenset((b"DELAY", b"TIMER_OUT_MS"))  # tag codes that depend on the topic
+
+
+def _decoded(column: tuple[bytes, ...] | None, n: int) -> list[str | None]:
+    """A layout column's values as text (as ``_dispatch_properties`` decodes them); None a record without."""
+    if column is None:
+        return [None] * n
+    return list(map(str, column, repeat("utf-8", n), repeat("replace", n)))
 
 # How a scan of records ended: at its limit or budget, at a BLANK record (end of file), at a bad record.
 END = 1
@@ -98,7 +107,11 @@ class CommitLogScan:
         # parsed as the batch's tag codes, and the scan of the same records reads the same from TIMER_OUT_MS.
         tid = self._topic_id(topic.encode("utf-8"))
         n = len(batch.sizes)
-        tags_codes, keys, uniq, lite = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
+        columns = self._layout_columns(batch.layout, n) if batch.found is None else None
+        if columns is not None:
+            tags_codes, keys, uniq, lite = columns
+        else:
+            tags_codes, keys, uniq, lite = self._dispatch_properties(batch.dispatch_properties, [tid] * n, [ts] * n)
         if batch.tag_codes is not None:  # what the rewrite knew (a parked message's deliver time)
             tags_codes = batch.tag_codes
         heads = batch.heads
@@ -111,6 +124,22 @@ class CommitLogScan:
         preread.append(Preread(first_phys, first_phys + nbytes, dispatch))
         if len(preread) > PREREAD_MAX:
             preread.popleft()
+
+    def _layout_columns(self, layout: PropertyLayout | None, n: int
+                        ) -> tuple[list[int], list[str | None], list[str | None], list[str | None] | None] | None:
+        """``_dispatch_properties`` of a batch whose properties share a layout, column by column (no step
+        a record in Python); None when the layout holds DELAY or TIMER_OUT_MS, whose tag codes depend on
+        the topic: the per-record path then."""
+        if layout is None or _SPECIAL_TAG_NAMES.intersection(layout.names):
+            return None
+        tags = layout.column(b"TAGS")
+        if tags is None:
+            tags_codes = [0] * n
+        else:
+            codes = {t: (self.tags_code_of(t) if t else 0) for t in set(tags)}
+            tags_codes = list(map(codes.__getitem__, tags))
+        return (tags_codes, _decoded(layout.column(b"KEYS"), n), _decoded(layout.column(b"UNIQ_KEY"), n),
+                None if (lite := layout.column(b"__LITE_TOPIC")) is None else _decoded(lite, n))
 
     def _take_preread(self, offset: int) -> Preread | None:
         """The pre-read batch starting at ``offset`` (dropping those the dispatch is already past)."""
