@@ -63,7 +63,7 @@ def test_a_batch_read_as_columns_finds_what_its_records_hold(case: tuple[list[li
         assert recs.first_carried(names) == first
     layout = [k for k, _ in records[0]]
     uniform = (change != "unended" and all([k for k, _ in fields] == layout for fields in records)
-               and len(set(layout)) == len(layout) and all(layout)
+               and len(set(layout)) == len(layout) and bool(layout) and all(layout)
                and not any("\x01" in v for fields in records for _, v in fields))
     assert (recs.layout is not None) == uniform  # the columns are read exactly when they can be
     if recs.layout is not None:

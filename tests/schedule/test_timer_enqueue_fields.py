@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tidalmq.common import message as mc
+from tidalmq.common.message import encode_properties
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record
 from tidalmq.schedule.timer_service import TimerMessageService, TopicCounts, _FieldColumns
@@ -160,4 +161,56 @@ def test_what_is_not_an_ordinary_timer_message_is_read_a_record_at_a_time(tmp_pa
         fields = svc._chunk_fields(phys, sizes, tags)
         assert not isinstance(fields, _FieldColumns)
         if fields is not None:
+            assert fields == one_by_one(svc, phys, sizes)
+
+
+def _tail_case(case: str) -> list[dict[str, str]]:
+    parked = [{mc.UNIQ_KEY: f"U{i}", mc.REAL_TOPIC: f"T{i % 3}", mc.REAL_QID: str(10 ** (i % 4)),
+               mc.TIMER_OUT_MS: str(1700000000000 + 70_000 * i)} for i in range(12)]
+    if case == "nine real topics":
+        for i, p in enumerate(parked):
+            p[mc.REAL_TOPIC] = f"T{i}"
+    elif case == "a five-digit queue":
+        parked[4][mc.REAL_QID] = "12345"
+    elif case == "a cancel's name in a body":
+        parked[0] = {"A": mc.TIMER_DEL_UNIQKEY + "\x01", **parked[0]}  # in a value: no cancel, still the regex pass
+    elif case == "a deliver time written otherwise":
+        parked[5][mc.TIMER_OUT_MS] = "0" + parked[5][mc.TIMER_OUT_MS]
+    elif case == "the real topic first":
+        # first, so no separator before its name; a properties length whose low byte is \x02 stands there
+        first = {mc.REAL_TOPIC: parked[7].pop(mc.REAL_TOPIC), **parked[7]}
+        pad = next(k for k in range(256) if len(encode_properties({**first, "F": "x" * k}).encode()) % 256 == 2)
+        parked[7] = {**first, "F": "x" * pad}
+        for name in (mc.REAL_QID, mc.TIMER_OUT_MS):  # the tail's last two where the broker puts them
+            parked[7][name] = parked[7].pop(name)
+    return parked
+
+
+@pytest.mark.parametrize(("case", "in_place"), [
+    ("three topics, queues of 1 to 4 digits", True), ("nine real topics", False), ("a five-digit queue", False),
+    ("a cancel's name in a body", False), ("a deliver time written otherwise", False),
+    ("the real topic first", False)])
+def test_the_tails_read_in_place_name_each_records_real_topic(tmp_path: Path, case: str, in_place: bool) -> None:
+    """An ordinary round's real topics are read from the tails the broker appends (_tail_columns: numpy
+    windows at each record's end, no search of its properties): the same topics as reading each record;
+    what the windows cannot vouch for is left to the regex pass, which reads the same or declines."""
+    from tidalmq.schedule.timer_service import _tail_columns
+
+    parked = _tail_case(case)
+    for svc, phys, sizes, tags in _parked_store(tmp_path, parked):
+        first = int(phys[0])
+        span_len = int(phys[-1] + sizes[-1]) - first
+        span = svc.store.select_one_message_by_offset(first, span_len)
+        assert span is not None
+        starts = (phys - first).astype(np.int64)
+        got = _tail_columns(span, np.frombuffer(span, dtype=np.uint8), starts, starts + sizes, tags)
+        assert (got is not None) == in_place
+        fields = svc._chunk_fields(phys, sizes, tags)
+        reference = [f[0] for f in one_by_one(svc, phys, sizes)]  # type: ignore[index]
+        if got is not None:
+            assert [t.decode() for t in got.real] == reference == [p[mc.REAL_TOPIC] for p in parked]
+            assert fields == got
+        elif isinstance(fields, _FieldColumns):
+            assert [t.decode() for t in fields.real] == reference
+        elif fields is not None:
             assert fields == one_by_one(svc, phys, sizes)

@@ -145,6 +145,72 @@ def _field_columns(joined: bytes, n: int) -> _FieldColumns | None:
     return _FieldColumns(real) if len(real) == n else None
 
 
+# The tail read in place (_tail_columns): what ends every ordinary parked record's properties, right to left:
+# TIMER_OUT_MS (its value the deliver time's digits, as the ConsumeQueue tag holds it), REAL_QID (a few
+# digits), REAL_TOPIC (a validated topic name).
+_OUT_NAMED = np.frombuffer(b"\x02" + mc.TIMER_OUT_MS.encode() + b"\x01", dtype=np.uint8)
+_QID_NAMED = np.frombuffer(b"\x02" + mc.REAL_QID.encode() + b"\x01", dtype=np.uint8)
+_TOPIC_NAMED = b"\x02" + mc.REAL_TOPIC.encode() + b"\x01"
+_AR_OUT, _AR_QID = np.arange(len(_OUT_NAMED)), np.arange(len(_QID_NAMED))
+_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)  # a positive int64's digit count: searchsorted + 1
+_QID_DIGITS_MAX = 4
+_TAIL_TOPICS_MAX = 8  # more real topics than this in one round: the regex pass
+# Anywhere in a round's span (a record's first property has no separator before it): a cancel may be among
+# them, and the round takes the regex pass, which tells. A body holding these bytes only costs that pass.
+_CANCEL_NAMED = mc.TIMER_DEL_UNIQKEY.encode() + b"\x01"
+
+
+def _tail_columns(span: memoryview, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  deliver: np.ndarray) -> _FieldColumns | None:
+    """The real topics of the records at ``starts`` .. ``ends`` of ``span`` read from the tails their
+    properties end with, checked column-wise with numpy (no search of their properties, no copy of them):
+    None unless every record ends with TIMER_OUT_MS = its deliver time (``deliver``, all positive),
+    after REAL_QID, after REAL_TOPIC, the round holds no cancel, and it names few real topics."""
+    if _CANCEL_NAMED in bytes(span):  # a copy searches faster than re over the view (0.2 vs 0.3 ms a MiB)
+        return None
+    digits = np.searchsorted(_POW10, deliver, side="right") + 1
+    out_at = ends - 1 - digits - len(_OUT_NAMED)  # where "\x02TIMER_OUT_MS\x01" begins
+    if (out_at - len(_QID_NAMED) - 2 < starts).any() or (u8[ends - 1] != 2).any():
+        return None
+    if not (u8[out_at[:, None] + _AR_OUT] == _OUT_NAMED).all():
+        return None
+    # REAL_QID's value: its digits run back from TIMER_OUT_MS to the name's \x01 (one byte a width to look at)
+    width = np.zeros_like(out_at)
+    for w in range(1, _QID_DIGITS_MAX + 1):
+        width[(width == 0) & (u8[np.maximum(out_at - 1 - w, 0)] == 1)] = w
+    qid_at = out_at - width - len(_QID_NAMED)  # where "\x02REAL_QID\x01" begins
+    if (width == 0).any() or (qid_at - 2 < starts).any() or not (u8[qid_at[:, None] + _AR_QID] == _QID_NAMED).all():
+        return None
+    # The real topics: the first record's read in place, every record checked against it; those that differ
+    # read and checked next, a few topics at most.
+    which = np.full(len(starts), -1, dtype=np.int64)
+    topics: list[bytes] = []
+    while (left := np.flatnonzero(which < 0)).size:
+        if len(topics) == _TAIL_TOPICS_MAX:
+            return None
+        i = int(left[0])
+        a, q = int(starts[i]), int(qid_at[i])
+        record = bytes(span[a:q])
+        named = record.rfind(_TOPIC_NAMED)
+        if named < 0:
+            return None
+        if b"\x01" in record[named + len(_TOPIC_NAMED):] or b"\x02" in record[named + len(_TOPIC_NAMED):]:
+            return None  # not a topic name: the name was found in something else (a length byte, say)
+        tail = np.frombuffer(record[named:], dtype=np.uint8)
+        at = np.maximum(qid_at[left] - len(tail), starts[left])
+        same = (u8[at[:, None] + np.arange(len(tail))] == tail).all(axis=1) & (qid_at[left] - len(tail) >= starts[left])
+        if not same[0]:
+            return None
+        which[left[same]] = len(topics)
+        topics.append(bytes(tail[len(_TOPIC_NAMED):]))
+    try:
+        for t in topics:
+            t.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return _FieldColumns(list(map(topics.__getitem__, which.tolist())))
+
+
 @dataclass(frozen=True, slots=True)
 class _SyncPoint:
     """A durable commit under way: the timer store's point and the per-topic counts taken with it."""
@@ -733,6 +799,8 @@ class TimerMessageService:
         ends = starts + sizes
         if (ends > span_len).any() or (gather_be(u8, starts, 4) != sizes).any():
             return None
+        if (deliver > 0).all() and (columns := _tail_columns(span, u8, starts, ends, deliver)) is not None:
+            return columns
         rc = record_columns(u8, starts)
         props_end = rc.props_at + rc.props_len
         if not rc.ok.all() or (props_end != ends).any():
