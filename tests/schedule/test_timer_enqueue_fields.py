@@ -106,10 +106,12 @@ def filed(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, tags: n
     """What _enqueue_chunk files from ``fields``: its entry columns, the per-topic counts (from zero), and
     how many it counts as new."""
     svc.topics = TopicCounts()
-    cols: tuple[list[int], ...] = ([], [], [], [], [])
-    enqueued = svc._enqueue_chunk(phys, sizes, tags, fields, 0, 0, cols)  # type: ignore[arg-type]
+    entries: list[np.ndarray] = []
+    enqueued = svc._enqueue_chunk(phys, sizes, tags, fields, 0, 0, entries)  # type: ignore[arg-type]
     svc._add_column_counts()  # as the round does after its chunks
-    return [list(c) for c in cols], {t: Counter(c) for t, c in svc.topics.by_topic.items()}, enqueued
+    e = np.concatenate(entries)
+    cols = [e[name].tolist() for name in ("deliver_ms", "offset", "size", "uhash", "flags")]
+    return cols, {t: Counter(c) for t, c in svc.topics.by_topic.items()}, enqueued
 
 
 def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: Path) -> None:
@@ -133,9 +135,9 @@ def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: P
         part_t[0][3] = [0] * 3
         assert part_c == part_t
         low = int(phys[3])
-        kept: tuple[list[int], ...] = ([], [], [], [], [])
+        kept: list[np.ndarray] = []
         svc._enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)  # type: ignore[arg-type]
-        assert kept[1] == phys[3:].tolist()
+        assert np.concatenate(kept)["offset"].tolist() == phys[3:].tolist()
 
 
 @pytest.mark.parametrize("case", ["a second real topic", "a cancel", "a tag without a deliver time", "no real topic",

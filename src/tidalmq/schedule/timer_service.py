@@ -671,7 +671,7 @@ class TimerMessageService:
         # backlog of due messages slows enqueueing down without stopping it) and the deliver rounds run.
         due_at = self.timer.next_due_ms()
         n = len(got)
-        cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
+        filed: list[np.ndarray] = []  # ENTRY_DTYPE, a chunk each
         enqueued = 0
         taken = 0
         # The whole round's fields in one pass (cheaper a record than chunk by chunk); None: read per chunk
@@ -682,11 +682,11 @@ class TimerMessageService:
                 break
             chunk = slice(taken, min(n, taken + ENQUEUE_MIN))
             enqueued += self._enqueue_chunk(phys[chunk], sizes[chunk], deliver[chunk],
-                                            None if fields is None else fields[chunk], low, watermark, cols)
+                                            None if fields is None else fields[chunk], low, watermark, filed)
             taken = chunk.stop
         self._add_column_counts()
         self._cq_offset = got.start + taken
-        entries = make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4])
+        entries = filed[0] if len(filed) == 1 else np.concatenate(filed) if filed else np.empty(0, ENTRY_DTYPE)
         end = int(phys[taken - 1]) + int(sizes[taken - 1])
         res = self.timer.enqueue(entries, max(end, watermark))
         self._dirty = True
@@ -727,9 +727,9 @@ class TimerMessageService:
 
     def _enqueue_chunk(self, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray,
                        fields: list[_Fields | None] | _FieldColumns | None, low: int, watermark: int,
-                       cols: tuple[list[int], list[int], list[int], list[int], list[int]]) -> int:
-        """Files up to ENQUEUE_MIN parked records into ``cols`` (deliver, offset, size, hash, flags) and the
-        per-topic counts; returns how many new timer messages (not cancels) they hold. ``fields``: what
+                       filed: list[np.ndarray]) -> int:
+        """Files up to ENQUEUE_MIN parked records as timer entries (ENTRY_DTYPE, appended to ``filed``) and
+        the per-topic counts; returns how many new timer messages (not cancels) they hold. ``fields``: what
         ``_chunk_fields`` read of them; None: read here, from one view of the chunk's CommitLog span when
         the records check out, else record by record."""
         if low > int(phys[0]):  # some were counted and filed before a restart
@@ -744,8 +744,9 @@ class TimerMessageService:
         if fields is None:
             fields = self._chunk_fields(phys, sizes, deliver)
         if isinstance(fields, _FieldColumns):
-            return self._enqueue_columns(phys, sizes, deliver, fields, watermark, cols)
+            return self._enqueue_columns(phys, sizes, deliver, fields, watermark, filed)
         p_l, s_l = phys.tolist(), sizes.tolist()
+        cols: tuple[list[int], list[int], list[int], list[int], list[int]] = ([], [], [], [], [])
         if fields is None:
             fields = [self._fields_of(self._properties(p, s)) for p, s in zip(p_l, s_l, strict=True)]
         metrics_mark = self._metrics_mark
@@ -777,21 +778,17 @@ class TimerMessageService:
             if p >= watermark and del_key is None:
                 enqueued += 1
         cols[3].extend(uniq_hashes(keys))
+        filed.append(make_entries(deliver_ms=cols[0], offset=cols[1], size=cols[2], uhash=cols[3], flags=cols[4]))
         for (real, minute), c in counts.items():
             if c:
                 self.topics.add(real, minute * 60_000, c)
         return enqueued
 
     def _enqueue_columns(self, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray, fields: _FieldColumns,
-                         watermark: int, cols: tuple[list[int], list[int], list[int], list[int], list[int]]) -> int:
-        """``_enqueue_chunk`` for records read as columns: the same columns and counts, with no Python
-        step per record."""
-        n = len(fields)
-        cols[0].extend(deliver.tolist())
-        cols[1].extend(phys.tolist())
-        cols[2].extend(sizes.tolist())
-        cols[3].extend(repeat(0, n))  # the delete key's hash: found when a cancel needs it (_key_hashes)
-        cols[4].extend(repeat(0, n))
+                         watermark: int, filed: list[np.ndarray]) -> int:
+        """``_enqueue_chunk`` for records read as columns: the same entries and counts, with no Python
+        step per record. The delete keys' hashes are left 0: found when a cancel needs them (_key_hashes)."""
+        filed.append(make_entries(deliver_ms=deliver, offset=phys, size=sizes))
         minutes = (deliver // 60_000).tolist()
         new = phys >= self._metrics_mark  # not in the persisted per-topic counts yet
         topics = fields.topics
