@@ -41,7 +41,25 @@ _IOV_MAX = 1024
 
 def pwrite_all(fd: int, buffers: list[bytes | bytearray | memoryview], offset: int, nbytes: int) -> None:
     """Write ``buffers`` (``nbytes`` in all) back to back at ``offset``: pwritev, IOV_MAX buffers a call,
-    looping over short writes (which regular files only do on errors such as a full disk)."""
+    looping over short writes (which regular files only do on errors such as a full disk).
+
+    The calls are made one after the other without counting each call's bytes (a len a buffer, ~0.1 us a
+    record); when what they wrote adds up to ``nbytes`` none was short. Else the run is written again from
+    the start, call by call, resuming short writes: the same bytes at the same offsets, and any a short call
+    displaced lie inside the run, which the second pass writes whole."""
+    if len(buffers) > _IOV_MAX:
+        at = offset
+        for i in range(0, len(buffers), _IOV_MAX):
+            n = os.pwritev(fd, buffers[i : i + _IOV_MAX], at)
+            if n <= 0:
+                break
+            at += n
+        if at - offset == nbytes:
+            return
+    _pwrite_checked(fd, buffers, offset, nbytes)
+
+
+def _pwrite_checked(fd: int, buffers: list[bytes | bytearray | memoryview], offset: int, nbytes: int) -> None:
     i = 0
     while i < len(buffers):
         chunk = buffers[i : i + _IOV_MAX]
