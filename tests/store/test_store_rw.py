@@ -435,6 +435,34 @@ def test_pwrite_all_resumes_short_writes(tmp_path, monkeypatch) -> None:
     assert max(calls) <= 3
 
 
+def test_pwrite_all_rewrites_a_run_one_of_whose_calls_was_short(tmp_path, monkeypatch) -> None:
+    """The calls of a long run are made without counting each one's bytes: one short call in the middle
+    (its successors written at the wrong offsets) shows in the total, and the run is written again whole."""
+    from tidalmq.store import mapped_file
+
+    real = os.pwritev
+    calls = []
+
+    def second_short(fd, bufs, offset):  # noqa: ANN001, ANN202 - the second call writes 3 bytes only
+        calls.append(offset)
+        if len(calls) == 2:
+            return real(fd, [b"".join(bytes(b) for b in bufs)[:3]], offset)
+        return real(fd, bufs, offset)
+
+    monkeypatch.setattr(mapped_file, "_IOV_MAX", 2)
+    monkeypatch.setattr(mapped_file.os, "pwritev", second_short)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        bufs = [b"ab", b"cde", b"fghi", b"jk", b"lmnop", b"q"]
+        mapped_file.pwrite_all(fd, bufs, 2, sum(map(len, bufs)))
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0" * 2 + b"abcdefghijklmnopq"
+    assert calls[2] == 2 + 5 + 3  # the third call of the first pass went where the short one stopped
+    assert len(calls) > 3  # and the run was written again
+
+
 def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
     store = make_store(start=False)
     props = [{"UNIQ_KEY": f"P{i}", "TAGS": f"t{i % 3}", **({"KEYS": f"k{i} x"} if i % 2 else {})} for i in range(5)]
