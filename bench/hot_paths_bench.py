@@ -232,9 +232,9 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
 
             def filed() -> None:
                 for k in range(0, n, ENQUEUE_MIN):
-                    filed: list[np.ndarray] = []
+                    entries: list[np.ndarray] = []
                     svc._enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
-                                       deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, filed)
+                                       deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, entries)
                     if (k + ENQUEUE_MIN) % ENQUEUE_BATCH == 0:
                         svc._add_column_counts()  # the round's per-topic counts, as _enqueue_round adds them
 
