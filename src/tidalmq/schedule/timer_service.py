@@ -199,8 +199,8 @@ def _stands_at(w8: np.ndarray, at: np.ndarray, words: list[tuple[int, int]]) -> 
 def _tail_columns(span: memoryview, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   deliver: np.ndarray) -> _FieldColumns | None:
     """The real topics of the records at ``starts`` .. ``ends`` of ``span`` read from the tails their
-    properties end with, checked column-wise with numpy (no search of their properties, no copy of them):
-    None unless every record ends with TIMER_OUT_MS = its deliver time (``deliver``, all positive),
+    properties end with, checked column-wise with numpy (no regex over their properties; one search of the
+    span, copied, for a cancel's name): None unless every record ends with TIMER_OUT_MS = its deliver time (``deliver``, all positive),
     after REAL_QID, after REAL_TOPIC, the round holds no cancel, and it names few real topics.
 
     The names are compared as unaligned 8-byte words, gathered one a record through a view of the span that
