@@ -104,13 +104,12 @@ def requested_deliver_ms(msg: InnerMessage, now: int) -> tuple[int, str] | None:
 # (TimerRewrite.timer_properties) handles a message carrying exactly one of them, a timer request.
 # Searched in the properties with a \x02 put in front: a pattern that begins with a literal lets re jump
 # from separator to separator (3x faster than "(?:^|\x02)", which tries the names at every position).
-_SCHEDULE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
-    *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID,
-)) + ")\x01([^\x02]*)")
+_SCHEDULE_NAME_LIST = (*TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY,
+                       mc.REAL_TOPIC, mc.REAL_QID)
+_SCHEDULE_NAMES = re.compile("\x02(" + "|".join(map(re.escape, _SCHEDULE_NAME_LIST)) + ")\x01([^\x02]*)")
 _SCHEDULE_NAMES_B = re.compile(_SCHEDULE_NAMES.pattern.encode())  # the same over bytes (park_batch)
 _TIMER_REQUEST_B = frozenset(n.encode() for n in TIMER_REQUEST_PROPERTIES)
-_SCHEDULE_NAMES_SET_B = frozenset(n.encode() for n in (
-    *TIMER_REQUEST_PROPERTIES, *TIMER_BROKER_PROPERTIES, mc.TIMER_DEL_UNIQKEY, mc.DELAY, mc.REAL_TOPIC, mc.REAL_QID))
+_SCHEDULE_NAMES_SET_B = frozenset(n.encode() for n in _SCHEDULE_NAME_LIST)  # a batch layout's (park_batch)
 _DELIVER_B = mc.TIMER_DELIVER_MS.encode()
 _DELIVER_ONLY = frozenset((_DELIVER_B,))
 _PROPERTIES_LENGTH = struct.Struct(">H")  # a stored record's properties length (park_batch)

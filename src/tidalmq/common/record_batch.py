@@ -17,6 +17,7 @@ from tidalmq.common.columns import gather_be
 from tidalmq.common.record import (
     _I,
     _Q,
+    DISPATCH_NAMES,
     DISPATCH_PROPERTIES,
     HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
@@ -32,7 +33,7 @@ _AR20 = np.arange(20, dtype=np.int64)
 # A batch's properties joined with this mark in front of each message's (``RecordBatch.joined_properties``): an
 # empty name with an empty value, which no valid properties hold, ending with the separator the first name needs.
 PROPERTIES_MARK = b"\x02\x01\x01\x02"
-_DISPATCH_NAMES = frozenset((b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TIMER_OUT_MS", b"__LITE_TOPIC"))
+_DISPATCH_NAMES = frozenset(DISPATCH_NAMES)
 _LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by message
 
 
@@ -189,10 +190,11 @@ class RecordBatch:
         its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
         with its own deliver time). Only the topic and properties pieces change; bodies stay views of the
         request. ``dispatch_properties``: what ``record.dispatch_properties`` finds in the new properties,
-        as the caller knows them (nothing is read again; None: the client's, as ``layout`` holds them, when the
-        new properties append only names the dispatch reads from ``tag_codes``); ``tag_codes``: each record's ConsumeQueue tag code
-        in ``topic``, where the caller knows it: the dispatch takes it as it is, and the properties it comes
-        from (the timer topic's TIMER_OUT_MS) may be left out of ``dispatch_properties``."""
+        as the caller knows them (nothing is read again; None: the client's, as ``layout`` holds them, when
+        the new properties append only names the dispatch reads from ``tag_codes``); ``tag_codes``: each
+        record's ConsumeQueue tag code in ``topic``, where the caller knows it: the dispatch takes it as it
+        is, and the properties it comes from (the timer topic's TIMER_OUT_MS) may be left out of
+        ``dispatch_properties``."""
         n = len(self)
         if len(properties) != n:
             raise ValueError(f"{len(properties)} properties for {n} records")
