@@ -236,9 +236,9 @@ def test_ext_fields_template_decodes_to_the_fields_of_the_dict(keys: list[str], 
 
 def test_ext_fields_template_refuses_the_wrong_number_of_values() -> None:
     tmpl = ExtFieldsTemplate(("msgId", "queueId"))
-    with pytest.raises(ValueError, match="1 values for 2 keys"):
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
         tmpl.encode("x")
-    with pytest.raises(ValueError, match="3 values for 2 keys"):
+    with pytest.raises(TypeError, match="2 positional arguments but 3 were given"):
         tmpl.encode_bytes(b"x", b"y", b"z")
 
 

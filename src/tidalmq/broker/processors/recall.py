@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 RECALL_HANDLE = "recallHandle"  # SendMessageResponseHeader's field
 # Every single timer send's answer carries one: encoded from the handle's ASCII bytes, no text round trip.
 _RECALL_HANDLE_FIELD = ExtFieldsTemplate((RECALL_HANDLE,))
+_SEND_BATCH, _SUCCESS = int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS)  # compared on every timer send
 RECALL_MESSAGE_TAG = "_RECALL_TAG_"
 _UNAVAILABLE = "recall failed, broker service not available"
 
@@ -46,26 +47,13 @@ def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: In
     """SendMessageProcessor.attachRecallHandle: ``reply`` adding the recall handle to a successful send's
     response when ``msg`` turned out (after the rewrites, which run later) to be parked in the timer topic.
     Not for batches, cancels, retry topics nor messages without a uniq key. ``reply`` itself for most sends."""
-    if req.code == RequestCode.SEND_BATCH_MESSAGE or "TIMER_" not in msg.properties_text:
+    if req.code == _SEND_BATCH or "TIMER_" not in msg.properties_text:
         return reply
 
     def with_handle(resp: RemotingCommand) -> object:
-        if resp.code == ResponseCode.SUCCESS and msg.topic == nm.TIMER_TOPIC:
-            parked = msg.timer_parked
-            out_ms: str | None
-            real_topic: str | None
-            if parked is not None and parked[0] is msg.properties_text and not msg.is_parsed:
-                # the timer rewrite's fast path wrote these properties: one timer request, no cancel
-                _, real_topic, out_ms = parked
-                cancel = False
-            else:
-                out_ms = msg.get_property(mc.TIMER_OUT_MS)
-                real_topic = msg.get_property(mc.REAL_TOPIC)
-                cancel = msg.has_property(mc.TIMER_DEL_UNIQKEY)
-            uniq = msg.get_property(mc.UNIQ_KEY)
-            if (out_ms and real_topic and uniq and not real_topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX)
-                    and not cancel):
-                handle = encode_recall_handle(real_topic, broker.config.broker_name, out_ms, uniq)
+        if resp.code == _SUCCESS and msg.topic == nm.TIMER_TOPIC:
+            handle = _recall_handle_of(msg, broker.config.broker_name)
+            if handle is not None:
                 if resp.ext_encoded and not resp.ext_fields:  # the send's header, encoded already: one more field
                     resp.ext_encoded += _RECALL_HANDLE_FIELD.encode_bytes(handle)
                 else:
@@ -73,6 +61,27 @@ def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: In
         return reply(resp)
 
     return with_handle
+
+
+def _recall_handle_of(msg: InnerMessage, broker_name: str) -> bytes | None:
+    """The recall handle of ``msg`` as parked in the timer topic, or None where it gets none."""
+    parked = msg.timer_parked
+    real_topic: str | None
+    out_ms: str | None
+    if parked is not None and parked[0] is msg.properties_text and not msg.is_parsed:
+        # the timer rewrite's fast path wrote these properties: one timer request, no cancel
+        _, real_topic, out_ms = parked
+    else:
+        if msg.has_property(mc.TIMER_DEL_UNIQKEY):
+            return None
+        out_ms = msg.get_property(mc.TIMER_OUT_MS)
+        real_topic = msg.get_property(mc.REAL_TOPIC)
+        if not out_ms or not real_topic:
+            return None
+    uniq = msg.get_property(mc.UNIQ_KEY)
+    if not uniq or real_topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
+        return None
+    return encode_recall_handle(real_topic, broker_name, out_ms, uniq)
 
 
 @dataclass(frozen=True, slots=True)
