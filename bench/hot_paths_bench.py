@@ -243,15 +243,15 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
             store.shutdown()
 
 
-def _batch_bodies(batches: int, size: int, timer: bool) -> list[bytes]:
-    """SEND_BATCH_MESSAGE bodies of ``size`` 1 KiB messages, each with a UNIQ_KEY and, with ``timer``, a
-    TIMER_DELIVER_MS one to two hours ahead."""
+def _batch_bodies(batches: int, size: int, timer: bool, body_size: int = 1024) -> list[bytes]:
+    """SEND_BATCH_MESSAGE bodies of ``size`` messages of ``body_size`` bytes, each with a UNIQ_KEY and, with
+    ``timer``, a TIMER_DELIVER_MS one to two hours ahead."""
     import random
     import struct
 
     far = int(time.time() * 1000) + 3_600_000
     rnd = random.Random(7)
-    body = b"x" * 1024
+    body = b"x" * body_size
 
     def batch(base: int) -> bytes:
         parts = []
@@ -330,6 +330,41 @@ def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tu
                 best_us(lambda: columns(TIMER_TOPIC, parked), 5, rounds) / n)
 
 
+def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, float]:
+    """The CommitLog's append of parked timer batches (CommitLog.put: patched, written, their ids; the
+    dispatch columns it keeps dropped after each round): W2's batches of 512 messages with 100-byte bodies,
+    and batches of 64 with 1 KiB ones. µs a message."""
+    import tempfile
+
+    from tidalmq.broker.schedule_hooks import TimerRewrite
+    from tidalmq.common.naming import TIMER_TOPIC
+    from tidalmq.common.record_batch import encode_batch_records
+    from tidalmq.store.commit_log import CommitLog
+    from tidalmq.store.config import MessageStoreConfig
+
+    kw = _encode_kw()
+    rewrite = TimerRewrite(400 * 86_400_000, 10)
+    out = []
+    for size, body_size in ((512, 100), (64, 1024)):
+        parked = [encode_batch_records(b, **kw) for b in _batch_bodies(messages // size, size, True, body_size)]  # type: ignore[arg-type]
+        for records in parked:
+            rewrite.park_batch(records, "BenchT", 1)
+        with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
+            cfg = MessageStoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 30)
+            log = CommitLog(cfg, clock=lambda: 0)
+
+            def appended(log: CommitLog = log, parked: list = parked) -> None:  # type: ignore[type-arg]
+                for records in parked:
+                    log.put([PutRequest(TIMER_TOPIC, 0, records)], wake_reput=False)
+                log._preread.clear()
+
+            try:
+                out.append(best_us(appended, 1, rounds) / messages)
+            finally:
+                log.close()
+    return out[0], out[1]
+
+
 def timer_slot_entry(rounds: int) -> float:
     """The timer store entering a slot (TimerStore.pop_due across a slot boundary: the slot's chain
     walked, its records gathered, sorted, cancels applied): ms a slot that ~10,000 messages fall due in,
@@ -396,6 +431,9 @@ def main() -> None:
     r["batch64_columns_us"], r["timer_batch64_columns_us"] = batch_dispatch_columns(args.rounds)
     print(f"batch of 64, its append's columns:     {r['batch64_columns_us']:6.2f} µs a message")
     print(f"timer batch of 64 parked, the same:    {r['timer_batch64_columns_us']:6.2f} µs a message")
+    r["timer_batch512_append_us"], r["timer_batch64_append_us"] = timer_batch_append(args.rounds)
+    print(f"timer batch of 512 (100 B) appended:   {r['timer_batch512_append_us']:6.2f} µs a message")
+    print(f"timer batch of 64 (1 KiB) appended:    {r['timer_batch64_append_us']:6.2f} µs a message")
     r["timer_enqueue_fields_us"], r["timer_enqueue_filed_us"] = timer_enqueue_read(args.rounds)
     print(f"timer enqueue, fields read (a round):  {r['timer_enqueue_fields_us']:6.2f} µs a message")
     print(f"timer enqueue, read and filed (chunks):{r['timer_enqueue_filed_us']:6.2f} µs a message")
