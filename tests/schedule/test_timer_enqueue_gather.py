@@ -109,3 +109,24 @@ def test_a_first_arrival_due_soon_is_filed_at_once(store: DefaultMessageStore, s
     park(store, svc, [soon, now_ms() + 3_600_000], "E")  # one of them due within the margin: no wait
     delivered_on_time(store, soon)
     assert rounds == [2]
+
+
+def test_a_round_stops_after_a_chunk_once_a_delivery_is_due_and_is_whole_otherwise(
+        store: DefaultMessageStore, tmp_path: Path, rounds: list[int]) -> None:
+    """Deliveries come first: a round that reads a full batch while a filed message is due files
+    ENQUEUE_MIN entries and stops (the deliver rounds run next); with nothing due it files all it read."""
+    clock = [now_ms()]
+    s = TimerMessageService(store, tmp_path / "store", precision_ms=10, clock=lambda: clock[0])
+    s.load()
+    try:
+        due = clock[0] + 1000
+        park(store, s, [due], "D")
+        assert s._enqueue_round() and rounds == [1]
+        park(store, s, [clock[0] + 3_600_000 + i for i in range(2 * timer_service.ENQUEUE_BATCH)], "F")
+        assert s._enqueue_round()  # the due one a second away: the whole round
+        assert rounds == [1, timer_service.ENQUEUE_BATCH]
+        clock[0] = due  # now it is due: a chunk, then the round gives way
+        assert s._enqueue_round()
+        assert rounds == [1, timer_service.ENQUEUE_BATCH, timer_service.ENQUEUE_MIN]
+    finally:
+        s.shutdown()
