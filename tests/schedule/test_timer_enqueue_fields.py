@@ -35,18 +35,19 @@ PARKED = [
 Parked = tuple[TimerMessageService, np.ndarray, np.ndarray, np.ndarray]
 
 
-def _parked_store(tmp_path: Path, parked: list[dict[str, str]]) -> Iterator[Parked]:
-    """A store holding ``parked`` in the timer topic: the service, and the records' CommitLog offsets,
-    sizes and ConsumeQueue tags (their deliver times) as the enqueue round reads them."""
+def _parked_store(tmp_path: Path, parked: list[dict[str, str]], body_step: int = 97) -> Iterator[Parked]:
+    """A store holding ``parked`` in the timer topic (record i's body 1 + ``body_step`` * i bytes): the
+    service, and the records' CommitLog offsets, sizes and ConsumeQueue tags (their deliver times) as the
+    enqueue round reads them."""
     cfg = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=4 << 20)
     store = DefaultMessageStore(cfg)
     assert store.load()
     store.start()
-    recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * (1 + 97 * i), properties=props,
+    recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * (1 + body_step * i), properties=props,
                           born_timestamp=1, born_port=1, store_port=10911) for i, props in enumerate(parked)]
     assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
     assert store.wait_reput(store.max_phy_offset, 10)
-    got = store.read_queue(TIMER_TOPIC, 0, 0, 100)
+    got = store.read_queue(TIMER_TOPIC, 0, 0, max(100, len(parked)))
     assert len(got) == len(parked)
     try:
         yield (TimerMessageService(store, tmp_path / "store", precision_ms=10), got.commit_log_offsets, got.sizes,
@@ -225,3 +226,25 @@ def test_the_tails_read_in_place_name_each_records_real_topic(tmp_path: Path, ca
         elif fields is not None:
             assert fields == one_by_one(svc, phys, sizes)
 
+
+
+@pytest.mark.parametrize("counted_before", [0, 100], ids=["all-new", "some-counted-before"])
+def test_a_large_round_of_one_topic_is_counted_a_minute_at_a_time_alike(tmp_path: Path, counted_before: int) -> None:
+    """A round of one real topic large enough to be counted with np.unique (_COUNT_UNIQUE_MIN) files and
+    counts what reading each record files and counts; records already in the persisted counts (below the
+    metrics mark) are left out either way."""
+    from tidalmq.schedule import timer_service
+
+    n = timer_service._COUNT_UNIQUE_MIN + 88
+    parked = [{mc.UNIQ_KEY: f"L{i}", mc.REAL_TOPIC: "Big", mc.REAL_QID: str(i % 4),
+               mc.TIMER_OUT_MS: str(1700000000000 + 7_919 * i * i % 5_400_000)} for i in range(n)]
+    for svc, phys, sizes, tags in _parked_store(tmp_path, parked, body_step=3):
+        svc._metrics_mark = int(phys[counted_before])
+        columns = svc._chunk_fields(phys, sizes, tags)
+        assert isinstance(columns, _FieldColumns)
+        by_columns = filed(svc, phys, sizes, tags, columns)
+        by_tuples = filed(svc, phys, sizes, tags, one_by_one(svc, phys, sizes))
+        by_columns[0].pop(3), by_tuples[0].pop(3)  # the delete keys' hashes: see above
+        assert by_columns == by_tuples
+        minutes = Counter(int(p[mc.TIMER_OUT_MS]) // 60_000 for p in parked[counted_before:])
+        assert by_columns[1] == {"Big": minutes}
