@@ -365,6 +365,52 @@ def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, floa
     return out[0], out[1]
 
 
+def timer_enqueue_rounds(rounds: int, n: int = 32_768) -> float:
+    """The schedule process's enqueue rounds (TimerMessageService._enqueue_round: read, filed into the
+    timer store, counted) over ``n`` parked timer messages shaped as W2's (100-byte bodies, deliver times
+    one minute to one hour ahead, one real topic), from a fresh timer store each time. µs a message."""
+    import random
+    import tempfile
+
+    from tidalmq.common import message as mc
+    from tidalmq.common.naming import TIMER_TOPIC
+    from tidalmq.common.record import encode_record
+    from tidalmq.schedule.timer_service import TimerMessageService
+    from tidalmq.store.config import MessageStoreConfig
+    from tidalmq.store.message_store import DefaultMessageStore
+
+    rnd = random.Random(11)
+    now = int(time.time() * 1000)
+    with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
+        store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=f"{tmp}/store",
+                                                       mapped_file_size_commit_log=64 << 20))
+        assert store.load()
+        store.start()
+        try:
+            for k in range(0, n, 512):
+                recs = []
+                for i in range(k, min(n, k + 512)):
+                    d = str(now + rnd.randrange(60_000, 3_600_000))
+                    recs.append(encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 100, properties={
+                        mc.TIMER_DELIVER_MS: d, mc.UNIQ_KEY: f"{i:032X}", mc.REAL_TOPIC: "BenchW2",
+                        mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: d}, born_timestamp=1, born_port=1, store_port=10911))
+                assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+            assert store.wait_reput(store.max_phy_offset, 30)
+            best = float("inf")
+            for r in range(rounds):
+                svc = TimerMessageService(store, Path(tmp) / f"timer-{r}", precision_ms=10)
+                svc.load()
+                t0 = time.process_time()
+                while svc._enqueue_round():
+                    pass
+                best = min(best, time.process_time() - t0)
+                assert svc.timer.pending_count() == n
+                svc.shutdown()
+            return best / n * 1e6
+        finally:
+            store.shutdown()
+
+
 def timer_slot_entry(rounds: int) -> float:
     """The timer store entering a slot (TimerStore.pop_due across a slot boundary: the slot's chain
     walked, its records gathered, sorted, cancels applied): ms a slot that ~10,000 messages fall due in,
@@ -437,6 +483,8 @@ def main() -> None:
     r["timer_enqueue_fields_us"], r["timer_enqueue_filed_us"] = timer_enqueue_read(args.rounds)
     print(f"timer enqueue, fields read (a round):  {r['timer_enqueue_fields_us']:6.2f} µs a message")
     print(f"timer enqueue, read and filed (chunks):{r['timer_enqueue_filed_us']:6.2f} µs a message")
+    r["timer_enqueue_rounds_us"] = timer_enqueue_rounds(args.rounds)
+    print(f"timer enqueue rounds (W2-shaped):      {r['timer_enqueue_rounds_us']:6.2f} µs a message")
     r["timer_slot_entry_ms"] = timer_slot_entry(args.rounds)
     print(f"timer slot entry, ~10,000 due in it:   {r['timer_slot_entry_ms']:6.2f} ms a slot (median of 10)")
     print(f"saved {save('hot-paths', r)}")
