@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import sys
 import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -190,18 +192,11 @@ def stats_counting(rounds: int) -> tuple[float, float]:
     return put_us, get_us
 
 
-def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
-    """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
-    park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
-    as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
+@contextlib.contextmanager
+def _temp_store() -> Iterator[tuple[str, Any]]:
+    """A started DefaultMessageStore in a temp dir (64 MiB CommitLog files), and the dir; shut down after."""
     import tempfile
 
-    import numpy as np
-
-    from tidalmq.common import message as mc
-    from tidalmq.common.naming import TIMER_TOPIC
-    from tidalmq.common.record import encode_record
-    from tidalmq.schedule.timer_service import ENQUEUE_BATCH, ENQUEUE_MIN, TimerMessageService
     from tidalmq.store.config import MessageStoreConfig
     from tidalmq.store.message_store import DefaultMessageStore
 
@@ -211,36 +206,52 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
         assert store.load()
         store.start()
         try:
-            far = int(time.time() * 1000) + 3_600_000
-            recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 1024, properties={
-                "WAIT": "true", mc.TIMER_DELIVER_MS: str(far + i), mc.UNIQ_KEY: f"{i:032X}",
-                mc.REAL_TOPIC: "BenchEnq", mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: str(far + i)},
-                born_timestamp=1, born_port=1, store_port=10911) for i in range(n)]
-            for k in range(0, n, 64):
-                res = store.put_messages([PutRequest(TIMER_TOPIC, 0, recs[k:k + 64])])
-                assert all(r.status == PutStatus.PUT_OK for r in res)
-            assert store.wait_reput(store.max_phy_offset, 30)
-            got = store.read_queue(TIMER_TOPIC, 0, 0, n)
-            phys, sizes = np.asarray(got.commit_log_offsets), np.asarray(got.sizes).astype(np.int32)
-            deliver = np.asarray(got.tags_codes)  # each message's deliver time, as the round reads it
-            svc = TimerMessageService(store, Path(tmp) / "store", precision_ms=10)
-
-            def fields() -> None:
-                for k in range(0, n, ENQUEUE_BATCH):
-                    part = slice(k, k + ENQUEUE_BATCH)
-                    svc._chunk_fields(phys[part], sizes[part], deliver[part])
-
-            def filed() -> None:
-                for k in range(0, n, ENQUEUE_MIN):
-                    entries: list[np.ndarray] = []
-                    svc._enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
-                                       deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, entries)
-                    if (k + ENQUEUE_MIN) % ENQUEUE_BATCH == 0:
-                        svc._add_column_counts()  # the round's per-topic counts, as _enqueue_round adds them
-
-            return best_us(fields, 1, rounds) / n, best_us(filed, 1, rounds) / n
+            yield tmp, store
         finally:
             store.shutdown()
+
+
+def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
+    """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
+    park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
+    as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
+
+    import numpy as np
+
+    from tidalmq.common import message as mc
+    from tidalmq.common.naming import TIMER_TOPIC
+    from tidalmq.common.record import encode_record
+    from tidalmq.schedule.timer_service import ENQUEUE_BATCH, ENQUEUE_MIN, TimerMessageService
+
+    with _temp_store() as (tmp, store):
+        far = int(time.time() * 1000) + 3_600_000
+        recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 1024, properties={
+            "WAIT": "true", mc.TIMER_DELIVER_MS: str(far + i), mc.UNIQ_KEY: f"{i:032X}",
+            mc.REAL_TOPIC: "BenchEnq", mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: str(far + i)},
+            born_timestamp=1, born_port=1, store_port=10911) for i in range(n)]
+        for k in range(0, n, 64):
+            res = store.put_messages([PutRequest(TIMER_TOPIC, 0, recs[k:k + 64])])
+            assert all(r.status == PutStatus.PUT_OK for r in res)
+        assert store.wait_reput(store.max_phy_offset, 30)
+        got = store.read_queue(TIMER_TOPIC, 0, 0, n)
+        phys, sizes = np.asarray(got.commit_log_offsets), np.asarray(got.sizes).astype(np.int32)
+        deliver = np.asarray(got.tags_codes)  # each message's deliver time, as the round reads it
+        svc = TimerMessageService(store, Path(tmp) / "store", precision_ms=10)
+
+        def fields() -> None:
+            for k in range(0, n, ENQUEUE_BATCH):
+                part = slice(k, k + ENQUEUE_BATCH)
+                svc._chunk_fields(phys[part], sizes[part], deliver[part])
+
+        def filed() -> None:
+            for k in range(0, n, ENQUEUE_MIN):
+                entries: list[np.ndarray] = []
+                svc._enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
+                                   deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, entries)
+                if (k + ENQUEUE_MIN) % ENQUEUE_BATCH == 0:
+                    svc._add_column_counts()  # the round's per-topic counts, as _enqueue_round adds them
+
+        return best_us(fields, 1, rounds) / n, best_us(filed, 1, rounds) / n
 
 
 def _batch_bodies(batches: int, size: int, timer: bool, body_size: int = 1024) -> list[bytes]:
@@ -370,45 +381,35 @@ def timer_enqueue_rounds(rounds: int, n: int = 32_768) -> float:
     timer store, counted) over ``n`` parked timer messages shaped as W2's (100-byte bodies, deliver times
     one minute to one hour ahead, one real topic), from a fresh timer store each time. µs a message."""
     import random
-    import tempfile
 
     from tidalmq.common import message as mc
     from tidalmq.common.naming import TIMER_TOPIC
     from tidalmq.common.record import encode_record
     from tidalmq.schedule.timer_service import TimerMessageService
-    from tidalmq.store.config import MessageStoreConfig
-    from tidalmq.store.message_store import DefaultMessageStore
 
     rnd = random.Random(11)
     now = int(time.time() * 1000)
-    with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
-        store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=f"{tmp}/store",
-                                                       mapped_file_size_commit_log=64 << 20))
-        assert store.load()
-        store.start()
-        try:
-            for k in range(0, n, 512):
-                recs = []
-                for i in range(k, min(n, k + 512)):
-                    d = str(now + rnd.randrange(60_000, 3_600_000))
-                    recs.append(encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 100, properties={
-                        mc.TIMER_DELIVER_MS: d, mc.UNIQ_KEY: f"{i:032X}", mc.REAL_TOPIC: "BenchW2",
-                        mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: d}, born_timestamp=1, born_port=1, store_port=10911))
-                assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
-            assert store.wait_reput(store.max_phy_offset, 30)
-            best = float("inf")
-            for r in range(rounds):
-                svc = TimerMessageService(store, Path(tmp) / f"timer-{r}", precision_ms=10)
-                svc.load()
-                t0 = time.process_time()
-                while svc._enqueue_round():
-                    pass
-                best = min(best, time.process_time() - t0)
-                assert svc.timer.pending_count() == n
-                svc.shutdown()
-            return best / n * 1e6
-        finally:
-            store.shutdown()
+    with _temp_store() as (tmp, store):
+        for k in range(0, n, 512):
+            recs = []
+            for i in range(k, min(n, k + 512)):
+                d = str(now + rnd.randrange(60_000, 3_600_000))
+                recs.append(encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 100, properties={
+                    mc.TIMER_DELIVER_MS: d, mc.UNIQ_KEY: f"{i:032X}", mc.REAL_TOPIC: "BenchW2",
+                    mc.REAL_QID: str(i % 4), mc.TIMER_OUT_MS: d}, born_timestamp=1, born_port=1, store_port=10911))
+            assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+        assert store.wait_reput(store.max_phy_offset, 30)
+        best = float("inf")
+        for r in range(rounds):
+            svc = TimerMessageService(store, Path(tmp) / f"timer-{r}", precision_ms=10)
+            svc.load()
+            t0 = time.process_time()
+            while svc._enqueue_round():
+                pass
+            best = min(best, time.process_time() - t0)
+            assert svc.timer.pending_count() == n
+            svc.shutdown()
+        return best / n * 1e6
 
 
 def timer_slot_entry(rounds: int) -> float:
