@@ -215,7 +215,6 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
     """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
     park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
     as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
-
     import numpy as np
 
     from tidalmq.common import message as mc

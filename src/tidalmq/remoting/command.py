@@ -179,7 +179,7 @@ class ExtFieldsTemplate:
     and a one-field template 0.27 against 0.10 (docs/benchmarks.md). A wrong number of values raises
     TypeError, as any call with the wrong number of arguments does."""
 
-    __slots__ = ("_format", "_count", "encode", "encode_bytes")
+    __slots__ = ("_format", "encode", "encode_bytes")
 
     def __init__(self, keys: tuple[str, ...], const: Mapping[str, str] | None = None) -> None:
         # The constant fields first (what a decoder's prefix cache can reuse), then per key its encoded
@@ -187,9 +187,8 @@ class ExtFieldsTemplate:
         # built key by key cost half as much again). The fixed bytes may hold a "%": escaped.
         self._format = bytes(encode_ext_fields(const or {})).replace(b"%", b"%%") + b"".join(
             _key_prefix(k).replace(b"%", b"%%") + b"%b%b" for k in keys)
-        self._count = len(keys)
-        self.encode: Callable[..., bytes] = _unrolled(self._format, self._count, utf8=True)
-        self.encode_bytes: Callable[..., bytes] = _unrolled(self._format, self._count, utf8=False)
+        self.encode: Callable[..., bytes] = _unrolled(self._format, len(keys), utf8=True)
+        self.encode_bytes: Callable[..., bytes] = _unrolled(self._format, len(keys), utf8=False)
 
 
 def _unrolled(fmt: bytes, count: int, *, utf8: bool) -> Callable[..., bytes]:

@@ -69,10 +69,10 @@ ENQUEUE_BATCH = 1024
 ENQUEUE_MIN = 128
 # A round files what it read in one chunk when nothing falls due within this many ms, which a round of
 # ENQUEUE_BATCH entries takes a fraction of (~0.7 ms here); in chunks of ENQUEUE_MIN, checking the clock
-# between them, otherwise. One chunk: 0.77 -> 0.65 us a W2-shaped message (docs/benchmarks.md).
+# between them, otherwise. One chunk: 0.72-0.78 -> 0.63 us a W2-shaped message (docs/benchmarks.md).
 ENQUEUE_WHOLE_MS = 50
-# From this many records of one topic on, a chunk's per-minute counts come from np.unique (fixed ~15 us)
-# rather than a Counter of every record (~55 ns each).
+# From this many records of one topic on, a chunk's per-minute counts come from np.unique (a fixed cost)
+# rather than a Counter of every record (a cost a record): a W2-shaped round 0.63 -> 0.57-0.60 us a message.
 _COUNT_UNIQUE_MIN = 512
 # Under a burst of timer sends a round comes after every arrival the broker tells (one STATE every few
 # milliseconds) with a few hundred entries, and what a round costs whatever its size (filing in the
