@@ -130,3 +130,39 @@ def test_a_round_stops_after_a_chunk_once_a_delivery_is_due_and_is_whole_otherwi
         assert rounds == [1, timer_service.ENQUEUE_BATCH, timer_service.ENQUEUE_MIN]
     finally:
         s.shutdown()
+
+
+def test_a_round_of_large_records_stops_where_its_span_would_exceed_one_view(
+        store: DefaultMessageStore, tmp_path: Path, rounds: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round reads its records' fields from one view of the CommitLog, at most _SPAN_MAX bytes: a full
+    batch of large records is filed over several rounds, each one view, none record by record."""
+    monkeypatch.setattr(timer_service, "_SPAN_MAX", 64 * 1024)
+    s = TimerMessageService(store, tmp_path / "store", precision_ms=10)
+    s.load()
+    views: list[bool] = []
+    real = TimerMessageService._chunk_fields
+
+    def chunk_fields(self: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):  # type: ignore[no-untyped-def]
+        got = real(self, phys, sizes, deliver)
+        views.append(got is not None)
+        return got
+
+    monkeypatch.setattr(TimerMessageService, "_chunk_fields", chunk_fields)
+    monkeypatch.setattr(TimerMessageService, "_gathering", lambda self, n, deliver: False)  # rounds at once
+    try:
+        far = now_ms() + 3_600_000
+        recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 3000, born_timestamp=1, born_port=1,
+                              store_port=10911, properties={mc.REAL_TOPIC: TOPIC, mc.REAL_QID: "0",
+                                                            mc.UNIQ_KEY: f"L{i}", mc.TIMER_OUT_MS: str(far + i)})
+                for i in range(50)]
+        size = len(recs[0])
+        assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
+        assert store.wait_reput(store.max_phy_offset, 10)
+        while s._enqueue_round():
+            pass
+        fit = 64 * 1024 // size
+        assert rounds == [fit] * (50 // fit) + ([50 % fit] if 50 % fit else [])
+        assert views and all(views), "a round read record by record"
+        assert s.stats.snapshot()["enqueued"] == 50
+    finally:
+        s.shutdown()

@@ -64,11 +64,14 @@ from tidalmq.store.results import QueueEntries, QueueRange
 log = logging.getLogger(__name__)
 
 # Enqueue in modest batches and drain what is due between them, so a burst of sends does not keep due
-# messages waiting behind the indexing of newer ones.
-ENQUEUE_BATCH = 1024
+# messages waiting behind the indexing of newer ones. A round's fixed cost (~170 us: the field pass, filing in
+# the TimerLog and the wheel) is spread over up to this many entries: W2-shaped rounds of 1,024 cost 0.59 us a
+# message, of 4,096 0.41 (docs/benchmarks.md); a whole round of 4,096 takes ~1.7 ms, and runs whole only with
+# nothing due within ENQUEUE_WHOLE_MS. A round also stops where its records would span more than _SPAN_MAX.
+ENQUEUE_BATCH = 4096
 ENQUEUE_MIN = 128
 # A round files what it read in one chunk when nothing falls due within this many ms, which a round of
-# ENQUEUE_BATCH entries takes a fraction of (~0.7 ms here); in chunks of ENQUEUE_MIN, checking the clock
+# ENQUEUE_BATCH entries takes a fraction of (~1.7 ms here); in chunks of ENQUEUE_MIN, checking the clock
 # between them, otherwise. One chunk: 0.72-0.78 -> 0.63 us a W2-shaped message (docs/benchmarks.md).
 ENQUEUE_WHOLE_MS = 50
 # From this many records of one topic on, a chunk's per-minute counts come from np.unique (a fixed cost)
@@ -669,12 +672,16 @@ class TimerMessageService:
         if not gathered and self._gathering(len(got), deliver):
             self._gather_seen = got.start + len(got)
             return False
+        over = phys + sizes - phys[0] > _SPAN_MAX
+        if over.any():  # large records: fewer of them, so that the round is read in one view (_chunk_fields)
+            fit = max(1, int(np.argmax(over)))
+            phys, sizes, deliver = phys[:fit], sizes[:fit], deliver[:fit]
         watermark = self.timer.enqueue_offset
         low = min(watermark, self._metrics_mark)
         # Deliveries come first: once something falls due, the round stops (after ENQUEUE_MIN entries, so a
         # backlog of due messages slows enqueueing down without stopping it) and the deliver rounds run.
         due_at = self.timer.next_due_ms()
-        n = len(got)
+        n = len(phys)
         filed: list[np.ndarray] = []  # ENTRY_DTYPE, a chunk each
         enqueued = 0
         taken = 0
