@@ -67,12 +67,16 @@ class StalledWriter:
         self.inside = threading.Event()
         self._go = threading.Event()
         self.result: list[PutStatus] = []
+        self.stalled_at = 0.0
         mfq = self.store.commit_log.mfq
         real = mfq.get_last_mapped_file
         me: list[threading.Thread] = []
 
         def stalled(*args: object) -> object:
             if me and threading.current_thread() is me[0] and not self._go.is_set():
+                # when the lock was taken, give or take the lines between: not when the test thread, which
+                # a loaded machine may run later, saw it
+                self.stalled_at = time.monotonic()
                 self.inside.set()
                 self._go.wait(30)
             return real(*args)  # type: ignore[arg-type]
@@ -88,7 +92,6 @@ class StalledWriter:
     def start(self) -> StalledWriter:
         self._thread.start()
         assert self.inside.wait(10), "the writer never reached the put lock"
-        self.stalled_at = time.monotonic()
         return self
 
     def release(self) -> None:
@@ -183,7 +186,9 @@ def test_a_store_stalled_past_os_page_cache_busy_sheds_every_queued_send(make_br
                 assert took < 2.0
             # Not before the lock had been held for osPageCacheBusyTimeOutMills, though every send waited
             # far less than waitTimeMillsInSendQueue.
-            assert answered_at - writer.stalled_at >= 0.3
+            # (the writer's hook runs just after the broker notes the lock taken: a preempted writer thread
+            # could note it a little later, hence the margin)
+            assert answered_at - writer.stalled_at >= 0.25
         finally:
             await c.close()
 
