@@ -4,10 +4,12 @@ the checks, the dispatch and the timer rewrite read from it must be what reading
 from __future__ import annotations
 
 import struct
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidalmq.common import record_batch
 from tidalmq.common.record import dispatch_properties, properties_span
 from tidalmq.common.record_batch import RecordBatch, encode_batch_records
 
@@ -28,10 +30,18 @@ def _batch(records: list[list[tuple[str, str]]], unended_last: bool = False) -> 
 
 
 @st.composite
-def _layout_batches(draw: st.DrawFn) -> tuple[list[list[tuple[str, str]]], str, int]:
+def _layout_batches(draw: st.DrawFn, fixed_width: bool = False) -> tuple[list[list[tuple[str, str]]], str, int]:
+    """Records sharing a layout, one of them changed (or none). ``fixed_width``: each name's values as many
+    characters long in every record (the same number of bytes unless one holds a two-byte character), as
+    a client's unique keys and deliver times are: what ``batch_layout`` reads as a byte matrix."""
     names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=5, unique=True))
     n = draw(st.integers(1, 6))
-    records = [[(k, draw(_VALUES)) for k in names] for _ in range(n)]
+    if fixed_width:
+        widths = {k: draw(st.integers(0, 4)) for k in names}
+        records = [[(k, draw(st.text("ab\x01\xe9", min_size=widths[k], max_size=widths[k]))) for k in names]
+                   for _ in range(n)]
+    else:
+        records = [[(k, draw(_VALUES)) for k in names] for _ in range(n)]
     change = draw(_CHANGES)
     at = draw(st.integers(0, n - 1))
     fields = records[at]
@@ -50,6 +60,17 @@ def _layout_batches(draw: st.DrawFn) -> tuple[list[list[tuple[str, str]]], str, 
 
 @given(_layout_batches())
 def test_a_batch_read_as_columns_finds_what_its_records_hold(case: tuple[list[list[tuple[str, str]]], str, int]) -> None:
+    _columns_are_what_records_hold(case)
+
+
+@given(_layout_batches(fixed_width=True))
+def test_a_batch_of_fixed_width_values_read_as_columns_finds_what_its_records_hold(
+        case: tuple[list[list[tuple[str, str]]], str, int]) -> None:
+    with patch.object(record_batch, "_FIXED_WIDTH_MIN", 1):  # read as a byte matrix however few they are
+        _columns_are_what_records_hold(case)
+
+
+def _columns_are_what_records_hold(case: tuple[list[list[tuple[str, str]]], str, int]) -> None:
     records, change, _ = case
     recs = _batch(records, unended_last=change == "unended")
     stored = recs.records()
@@ -92,3 +113,19 @@ def test_a_batch_whose_properties_move_keeps_its_dispatch_properties_and_stops_a
     recs.redirect("TT", 0, [struct.pack(">H", len(m)) + m for m in moved], None)
     assert recs.dispatch_properties == before  # the client's, which redirect was told to keep
     assert recs.carries(("REAL_TOPIC",))  # read from the new properties, not from the layout
+
+
+def test_fixed_width_records_whose_names_trade_places_are_not_read_as_one_layout() -> None:
+    """Records as long as each other with the names in another order in one of them: every separator is
+    where the first record has one, but not every name: the batch has no one layout."""
+    n = record_batch._FIXED_WIDTH_MIN
+    same = [[("UNIQ_KEY", f"{i:032X}"), ("TIMER_DELIVER_MS", f"{1_800_000_000_000 + i}")] for i in range(n)]
+    recs = _batch(same)
+    assert recs.layout is not None
+    assert recs.layout.column(b"UNIQ_KEY") == tuple(f"{i:032X}".encode() for i in range(n))
+    assert recs.layout.column(b"TIMER_DELIVER_MS") == tuple(str(1_800_000_000_000 + i).encode() for i in range(n))
+    swapped = [[("KEYS", "ab"), ("TAGS", "cd")], [("TAGS", "ab"), ("KEYS", "cd")]]
+    with patch.object(record_batch, "_FIXED_WIDTH_MIN", 1):
+        recs = _batch(swapped)
+    assert recs.layout is None
+    assert recs.dispatch_properties == [[(b"KEYS", b"ab"), (b"TAGS", b"cd")], [(b"TAGS", b"ab"), (b"KEYS", b"cd")]]

@@ -35,13 +35,19 @@ _AR20 = np.arange(20, dtype=np.int64)
 PROPERTIES_MARK = b"\x02\x01\x01\x02"
 _DISPATCH_NAMES = frozenset(DISPATCH_NAMES)
 _LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by message
+# From this many messages on, a batch whose properties are all as long as each other is read as a byte matrix
+# (``_fixed_width_columns``: ~8 us a batch, then a few ns a message) rather than by the regex (~0.2 us a
+# message): for two fixed-length properties, 64 messages 0.23 vs 0.24 us a message, 128 0.15 vs 0.21, 512
+# 0.09 vs 0.20.
+_FIXED_WIDTH_MIN = 128
 
 
 @dataclass(frozen=True, slots=True)
 class PropertyLayout:
     """A batch whose messages all carry the same property names in the same order, each name once and every
     pair ending with a separator (what one client's batch nearly always is): the names, and per name the
-    column of its values, one a message. Found by one regex match a message (``batch_layout``); every
+    column of its values, one a message. Found by one regex match a message, or where every message's
+    properties are as long, as slices of a byte matrix (``batch_layout``); every
     check that reads names (the forbidden ones, the lite topic, the timer's) then reads them once a batch."""
 
     names: tuple[bytes, ...]
@@ -77,7 +83,9 @@ def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLa
 
     The matches are checked to tile ``joined`` (their lengths, from the values, add up to it) and the
     \x01 bytes to be exactly the marks' and the names': then no value holds a \x01 and no message's
-    properties hold a mark of their own, so the n matches are the n messages, one each."""
+    properties hold a mark of their own, so the n matches are the n messages, one each. Messages whose
+    properties are all as long as the first's are read without the regex (``_fixed_width_columns``: 0.17 ->
+    0.10 us a message for a W2-shaped batch of 512)."""
     parts = bytes(first).split(b"\x02")
     if parts[-1] or len(parts) - 1 > _LAYOUT_NAMES_MAX:
         return None  # the last pair lacks its separator (or there are too many to compile)
@@ -85,6 +93,11 @@ def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLa
     k = len(names)
     if not k or not all(names) or len(set(names)) != k or joined.count(b"\x01") != n * (2 + k):
         return None
+    width = len(PROPERTIES_MARK) + len(first)
+    if n >= _FIXED_WIDTH_MIN and width * n == len(joined) and joined.count(b"\x02") == n * (2 + k):
+        by_width = _fixed_width_columns(joined, n, width, parts[:-1], names)
+        if by_width is not None:
+            return PropertyLayout(names, by_width)
     found = _layout_pattern(names).findall(joined)
     if len(found) != n:
         return None
@@ -93,6 +106,34 @@ def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLa
     if n * fixed + sum(len(b"".join(col)) for col in columns) != len(joined):
         return None
     return PropertyLayout(names, columns)
+
+
+def _fixed_width_columns(joined: bytes, n: int, width: int, pairs: list[bytes],
+                         names: tuple[bytes, ...]) -> tuple[tuple[bytes, ...], ...] | None:
+    """``batch_layout``'s columns when every message's properties are as long as the first's (a client's
+    batch of fixed-length values: unique keys, deliver times): ``joined`` as an (n, width) byte matrix, each
+    row checked against the first where it holds the mark, a name, or a separator, and each name's values
+    read as one slice of columns. None when a row differs there.
+
+    The caller has checked that \x01 and \x02 occur exactly as often as n copies of the first message's
+    layout hold them: with every row holding them where the first does, no value holds either, and the
+    rows are the messages (each mark's \x01\x01 begins a row), so each value is where the first's is."""
+    rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
+    fixed_at: list[int] = list(range(len(PROPERTIES_MARK)))
+    spans: list[tuple[int, int]] = []
+    at = len(PROPERTIES_MARK)
+    for pair, name in zip(pairs, names, strict=True):
+        value_at = at + len(name) + 1
+        fixed_at += range(at, value_at)  # the name and its \x01
+        spans.append((value_at, at + len(pair)))
+        at += len(pair)
+        fixed_at.append(at)  # the \x02 that ends the pair
+        at += 1
+    cols = np.array(fixed_at, dtype=np.intp)
+    if n > 1 and (rows[1:, cols] != rows[0, cols]).any():
+        return None
+    return tuple(tuple(np.ascontiguousarray(rows[:, a:b]).view(f"V{b - a}").ravel().tolist()) if b > a
+                 else (b"",) * n for a, b in spans)
 
 
 @functools.lru_cache(maxsize=16)
