@@ -4,6 +4,7 @@ stores, and the batch rewrite parks each message of a batch at its own deliver t
 from __future__ import annotations
 
 import struct
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.broker.schedule_hooks import TimerRewrite
+from tidalmq.common import record_batch
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, dispatch_properties, properties_span
@@ -269,13 +271,16 @@ _ASK_VALUES = {"TIMER_DELIVER_MS": ["1700000004000", str(NOW - 5), "017000000090
 def test_a_batch_sharing_one_layout_parks_what_reading_it_message_by_message_parks(
         ask: str, others: list[str], at: int, data: st.DataObject) -> None:
     """A timer batch whose messages share one property layout is parked from its columns (no search of its
-    properties): the same records, tag codes, dispatch properties and refusals as the path that searches them."""
+    properties), or, its properties all as long as each other, from their byte matrix: the same records, tag
+    codes, dispatch properties and refusals as the path that searches them."""
     names = others[:at] + [ask] + others[at:]
     n = data.draw(st.integers(1, 5))
     props = [{k: data.draw(st.sampled_from(_ASK_VALUES[k])) if k == ask else f"{k.lower()}{i}" for k in names}
              for i in range(n)]
     body = b"".join(batch_item(f"m{i}".encode(), p) for i, p in enumerate(props))
-    columns, searched = encode(body), encode(body)
+    with patch.object(record_batch, "_FIXED_WIDTH_MIN", 1 if data.draw(st.booleans()) else 1 << 30):
+        columns = encode(body)
+    searched = encode(body)
     assert columns.layout is not None
     searched.found = searched.dispatch_properties
     searched.layout = None  # as a batch without one layout is read
@@ -288,3 +293,23 @@ def test_a_batch_sharing_one_layout_parks_what_reading_it_message_by_message_par
         return ([None if b is None else (b.records(), b.tag_codes, b.dispatch_properties) for b in (parked, due)], due_at)
 
     assert park(columns) == park(searched)
+
+
+def test_a_large_fixed_width_batch_is_parked_from_its_byte_matrix_as_by_search() -> None:
+    """A client's batch of fixed-length unique keys and deliver times, as many as read as a byte matrix: its
+    parked records built a column at a time are those the search path builds, deliver times and all."""
+    n = record_batch._FIXED_WIDTH_MIN
+    body = b"".join(batch_item(f"m{i}".encode(), {"TIMER_DELIVER_MS": str(NOW + 60_000 + 7 * i), "UNIQ_KEY": f"{i:032X}"})
+                    for i in range(n))
+    by_rows, searched = encode(body), encode(body)
+    assert by_rows.layout is not None and by_rows.layout.rows is not None
+    searched.found = searched.dispatch_properties
+    searched.layout = None
+    for records in (by_rows, searched):
+        parked, due, _ = rewrite().park_batch(records, "T", 3)
+        assert parked is records and due is None
+    assert by_rows.records() == searched.records()
+    assert by_rows.tag_codes == searched.tag_codes == [NOW + 60_000 + 7 * i for i in range(n)]
+    assert by_rows.dispatch_properties == searched.dispatch_properties
+    assert [decode_record(r).properties["TIMER_OUT_MS"] for r in by_rows.records()] == [
+        str(NOW + 60_000 + 7 * i) for i in range(n)]

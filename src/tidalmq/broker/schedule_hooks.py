@@ -10,11 +10,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from itertools import repeat
 from typing import NamedTuple
 
+import numpy as np
+
 from tidalmq.broker.message import InnerMessage, SendError
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.naming import SCHEDULE_TOPIC, TIMER_TOPIC
-from tidalmq.common.record_batch import PROPERTIES_MARK, RecordBatch
+from tidalmq.common.record_batch import PROPERTIES_MARK, PropertyLayout, RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.schedule.timer_service import CancelTarget
 
@@ -128,6 +130,30 @@ def _canonical_deliver_times(names: set[bytes], values: tuple[bytes, ...]) -> bo
     lone "0" is left to the checks too, which read it the same.) C calls only: no per-message bytecode."""
     return (names == _DELIVER_ONLY and all(map(bytes.isdigit, values)) and max(map(len, values)) < 19
             and min(values)[0] != 48)  # the digit strings' least starts with "0" if any does
+
+
+def _parked_rows(layout: PropertyLayout, suffix: bytes) -> list[bytes]:
+    """``park_batch``'s parked properties (length, the client's properties, ``suffix``, the deliver time as
+    written, a separator) for a batch whose layout was read as a byte matrix and whose every message asks
+    for TIMER_DELIVER_MS in canonical digits: all as long as each other, so built as one matrix, a column
+    block at a time, then cut a row each."""
+    rows, spans = layout.rows, layout.spans
+    assert rows is not None and spans is not None
+    a, b = spans[layout.names.index(_DELIVER_B)]
+    n, width = rows.shape
+    client = width - len(PROPERTIES_MARK)  # each message's own properties, after its mark
+    size = client + len(suffix) + (b - a) + 1
+    out = np.empty((n, 2 + size), dtype=np.uint8)
+    out[:, :2] = np.frombuffer(_PROPERTIES_LENGTH.pack(size), dtype=np.uint8)
+    at = 2 + client
+    out[:, 2:at] = rows[:, len(PROPERTIES_MARK):]
+    out[:, at : at + len(suffix)] = np.frombuffer(suffix, dtype=np.uint8)
+    at += len(suffix)
+    out[:, at : at + b - a] = rows[:, a:b]
+    out[:, -1] = 2
+    data = out.tobytes()
+    step = 2 + size
+    return [data[i : i + step] for i in range(0, n * step, step)]
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -290,8 +316,11 @@ class TimerRewrite:
             names = set(names_asked)
             all_ended = False
         mss: Sequence[bytes]
-        if _canonical_deliver_times(names, values):
-            delivers = list(map(int, values))
+        canonical = _canonical_deliver_times(names, values)
+        if canonical:
+            # a layout read as a byte matrix has its digits as a column (``digit_column``); else one int() each
+            by_rows = layout.digit_column(_DELIVER_B) if layout is not None and one_each else None
+            delivers = by_rows if by_rows is not None else list(map(int, values))
             mss = values  # TIMER_OUT_MS: the deliver time as the client wrote it
         else:  # relative or unusual: the checks
             delivers = [int(value) if name == _DELIVER_B and value.isdigit() and len(value) < 19
@@ -321,7 +350,9 @@ class TimerRewrite:
         suffix = f"{mc.REAL_TOPIC}\x01{topic}\x02{mc.REAL_QID}\x01{queue_id}\x02{mc.TIMER_OUT_MS}\x01".encode()
         grown = len(suffix) + 1  # and the deliver time's digits
         pack = _PROPERTIES_LENGTH.pack
-        if all_ended:
+        if canonical and due is None and layout is not None and layout.rows is not None and one_each:
+            parked = _parked_rows(layout, suffix)  # the same bytes, built a column at a time
+        elif all_ended:
             parked = [b"".join((pack(len(pm) + grown + len(ms)), pm, suffix, ms, b"\x02"))
                       for pm, ms in zip(props, mss, strict=True)]
         else:
