@@ -99,8 +99,10 @@ class Standalone:
 
     ready_line = READY  # what the process prints once it serves
 
-    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None, log_path: Path | None = None,
+                 new_session: bool = False) -> None:
         self.data_dir = Path(data_dir)
+        self.new_session = new_session  # a process group of its own, as a shell's job has: os.killpg reaches it
         # 64 MiB CommitLog files unless a test asks otherwise: every broker holds two preallocated files
         # (the current one and the next, made ahead), and at the 1 GiB default a suite run left ~15 GB on disk.
         self.settings = {"mappedFileSizeCommitLog": str(64 << 20), **(settings or {})}
@@ -173,7 +175,8 @@ class Standalone:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _same_code_path()})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _same_code_path()},
+                                     start_new_session=self.new_session)
         log.close()
         deadline = time.monotonic() + timeout
         ready = threading.Event()

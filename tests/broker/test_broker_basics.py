@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from tests.broker.rawclient import pull_cmd, records, run, runtime_info, send_cmd, wait_max_offset
@@ -176,6 +179,25 @@ def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:  # type: ign
     # would fail the command for another reason.
     out = subprocess.run(Standalone(tmp_path / "d").command() + [flag, arg], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "listenPort" in out.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_process_group_is_one_clean_stop(tmp_path, sig: signal.Signals) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C in a terminal, or ``timeout``, signals every process of the job, the schedule process too: the
+    broker alone answers it and stops that process in order, which is not taken for a crash (no "exited ...
+    restarting it" error) and leaves no process behind."""
+    s = Standalone(tmp_path / "data", new_session=True)
+    s.start()
+    assert s.proc is not None
+    children = psutil.Process(s.proc.pid).children(recursive=True)
+    assert any("timer_host" in " ".join(c.cmdline()) for c in children), "no schedule process to signal"
+    os.killpg(s.proc.pid, sig)
+    assert s.proc.wait(30) == 0, s.log_tail()
+    log = s.log_path.read_text()
+    assert "TidalMQ stopped" in "".join(s._lines)
+    assert "restarting it" not in log and "ERROR" not in log, s.log_tail()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
 
 
 def test_sigterm_right_after_ready_is_a_clean_stop(tmp_path) -> None:  # type: ignore[no-untyped-def]

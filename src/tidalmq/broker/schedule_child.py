@@ -44,12 +44,14 @@ def child_config(config: MessageStoreConfig) -> dict[str, Any]:
 def spawn(config: dict[str, Any]) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """``python -m tidalmq.schedule.timer_host`` with one end of a socket pair; the other is returned.
     The child dies with the *thread* that started it (PR_SET_PDEATHSIG): start it from one that lives
-    as long as the broker."""
+    as long as the broker. It has a session of its own: a signal to the broker's process group (Ctrl-C in
+    a terminal, ``timeout``) reaches the broker alone, which stops the child in order (STOP: it commits),
+    instead of the child dying first and its exit being taken for a crash."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         cmd = [sys.executable, "-m", "tidalmq.schedule.timer_host", "--fd", str(theirs.fileno()),
                "--config", json.dumps(config)]
-        proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
     except BaseException:
         mine.close()
         raise
