@@ -73,7 +73,7 @@ def _batch_ack(body: Any) -> dict[str, int]:
 # codes not listed touch no resource. A code given resources in request_resources must be listed here
 # (or in _BODY_READS), or one decision would stand for all its requests:
 # tests/acl/test_units.py::test_resource_key_changes_with_every_field_the_resources_come_from.
-_READS: dict[int, tuple[str, ...]] = {
+RESOURCE_FIELDS: dict[int, tuple[str, ...]] = {
     _SEND_V2: ("b",), _SEND_BATCH: ("b",), _SEND: ("topic",), int(RC.RECALL_MESSAGE): ("topic",),
     _PULL: ("consumerGroup", "topic"),
     int(RC.CONSUMER_SEND_MSG_BACK): ("group",), int(RC.QUERY_MESSAGE): ("topic",),
@@ -90,7 +90,7 @@ def resource_key(cmd: RemotingCommand) -> tuple[int | str | None, ...] | None:
     resources the same way, so a decision about one holds for the other. None for a heartbeat or a batch
     ack (their resources are in their bodies)."""
     code = cmd.code
-    fields = _READS.get(code)
+    fields = RESOURCE_FIELDS.get(code)
     if fields is None:
         return None if code in _BODY_READS else (code,)
     ext = cmd.ext_fields
