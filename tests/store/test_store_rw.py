@@ -329,8 +329,12 @@ def _batch(topic: str, queue_id: int, bodies: list[bytes], props: list[dict[str,
                                 store_port=10911)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["pieces", "packed"])
 @pytest.mark.parametrize("born_host", [bytes([10, 0, 0, 7]), bytes(range(16))], ids=["ipv4", "ipv6"])
-def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born_host) -> None:
+def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born_host, packed, monkeypatch) -> None:
+    from tidalmq.common import record_batch
+
+    monkeypatch.setattr(record_batch, "_PACKED_MIN", 1 if packed else 1 << 30)  # one matrix of records, or pieces
     idx = FakeIndex()
     store = make_store(index=idx)
     put_one(store, "EB", 2)
@@ -338,6 +342,7 @@ def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born
     batch = _batch("EB", 2, [b"body-%d" % i for i in range(n)],
                    [{"UNIQ_KEY": f"U{i}", "TAGS": f"t{i % 2}", "KEYS": f"k{i} shared"} for i in range(n)],
                    born_host=born_host)
+    assert (batch.packed is not None) == packed
     res = store.put_messages([PutRequest("EB", 2, batch), PutRequest("EB", 3, [rec("EB", 3)])])
     assert [r.status for r in res] == [PutStatus.PUT_OK] * 2
     assert (res[0].queue_offset, res[0].msg_num, res[0].wrote_bytes) == (1, n, sum(map(len, batch.pieces)))
@@ -359,7 +364,11 @@ def test_encoded_batch_is_patched_dispatched_and_indexed(make_store, clock, born
     assert store.get_max_offset_in_queue("EB", 3) == 1
 
 
-def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_path) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["pieces", "packed"])
+def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_path, packed, monkeypatch) -> None:
+    from tidalmq.common import record_batch
+
+    monkeypatch.setattr(record_batch, "_PACKED_MIN", 1 if packed else 1 << 30)
     store = make_store()
     size = store.config.mapped_file_size_commit_log
     results = [store.put_messages([PutRequest("ER", 0, _batch("ER", 0, [b"%d" % k * 700] * 4, [{"UNIQ_KEY": f"{k}"}] * 4))])[0]
@@ -383,7 +392,11 @@ def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_
     assert got == [b"%d" % k * 700 for k in range(12) for _ in range(4)]
 
 
-def test_tampered_encoded_batch_is_refused_and_nothing_written(make_store) -> None:
+@pytest.mark.parametrize("packed", [False, True], ids=["pieces", "packed"])
+def test_tampered_encoded_batch_is_refused_and_nothing_written(make_store, packed, monkeypatch) -> None:
+    from tidalmq.common import record_batch
+
+    monkeypatch.setattr(record_batch, "_PACKED_MIN", 1 if packed else 1 << 30)
     store = make_store()
     batch = _batch("ET", 0, [b"a", b"b"], [{}, {}])
     batch.sizes[0] += 1  # a size that is not the record's TOTALSIZE

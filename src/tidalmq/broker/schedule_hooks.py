@@ -132,11 +132,11 @@ def _canonical_deliver_times(names: set[bytes], values: tuple[bytes, ...]) -> bo
             and min(values)[0] != 48)  # the digit strings' least starts with "0" if any does
 
 
-def _parked_rows(layout: PropertyLayout, suffix: bytes) -> list[bytes]:
+def _parked_rows(layout: PropertyLayout, suffix: bytes) -> np.ndarray:
     """``park_batch``'s parked properties (length, the client's properties, ``suffix``, the deliver time as
     written, a separator) for a batch whose layout was read as a byte matrix and whose every message asks
-    for TIMER_DELIVER_MS in canonical digits: all as long as each other, so built as one matrix, a column
-    block at a time, then cut a row each."""
+    for TIMER_DELIVER_MS in canonical digits: all as long as each other, so built as one matrix (a row a
+    message), a column block at a time; ``RecordBatch.redirect`` takes it as it is."""
     rows, spans = layout.rows, layout.spans
     assert rows is not None and spans is not None
     a, b = spans[layout.names.index(_DELIVER_B)]
@@ -151,9 +151,7 @@ def _parked_rows(layout: PropertyLayout, suffix: bytes) -> list[bytes]:
     at += len(suffix)
     out[:, at : at + b - a] = rows[:, a:b]
     out[:, -1] = 2
-    data = out.tobytes()
-    step = 2 + size
-    return [data[i : i + step] for i in range(0, n * step, step)]
+    return out
 
 
 def _delay_level_set(msg: InnerMessage) -> bool:
@@ -316,6 +314,7 @@ class TimerRewrite:
             names = set(names_asked)
             all_ended = False
         mss: Sequence[bytes]
+        parked: list[bytes] | np.ndarray
         canonical = _canonical_deliver_times(names, values)
         if canonical:
             # a layout read as a byte matrix has its digits as a column (``digit_column``); else one int() each

@@ -21,6 +21,7 @@ from tidalmq.common.record import (
     DISPATCH_PROPERTIES,
     HEAD_DTYPE,
     MESSAGE_MAGIC_CODE,
+    POS_BORNHOST,
     DispatchProperties,
     RecordError,
     _crc32,
@@ -40,6 +41,14 @@ _LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by m
 # message): for two fixed-length properties, 64 messages 0.23 vs 0.24 us a message, 128 0.15 vs 0.21, 512
 # 0.09 vs 0.20.
 _FIXED_WIDTH_MIN = 128
+# From this many messages on, a batch whose items are all as long as each other, with bodies all as long, is
+# encoded as one matrix of whole records, a row each (``_packed_batch``: a numpy store a column block, no step
+# a message but the body CRC), and written as one buffer; else as five pieces a record.
+_PACKED_MIN = 64
+# ... and whose items are at most this long: the matrix is a copy of the request's bodies, which the CommitLog
+# makes anyway for a batch of small pieces (it joins them: _JOIN_BELOW in the store's CommitLog), but not for large
+# bodies, which it writes from the request with pwritev.
+_PACKED_ITEM_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # eq=False: ``rows`` is an array
@@ -195,6 +204,13 @@ class RecordBatch:
     # ``redirect``, which appends the same names to every record (they describe the client's part).
     layout: PropertyLayout | None = None
     layout_is_all: bool = True  # False after ``redirect``: the records' properties hold more names
+    # Every record whole, a row each, when all are as long (``_packed_batch``): ``pieces`` is then its one
+    # buffer, ``heads`` a view of its first 48 columns, and each row holds a copy of ``shared`` (patched
+    # with it: ``patch_shared``). ``topic_at`` / ``props_at``: the columns where a row's topic (its length
+    # byte) and its properties (their 2-byte length) begin. None: five pieces a record.
+    packed: np.ndarray | None = None
+    topic_at: int = 0
+    props_at: int = 0
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -218,8 +234,38 @@ class RecordBatch:
     def item_properties(self) -> list[memoryview]:
         """Each record's properties (without their 2-byte length)."""
         if self.item_props is None:
-            self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
+            if self.packed is not None:
+                data, size, at = memoryview(self.pieces[0]), self.packed.shape[1], self.props_at + 2
+                self.item_props = [data[a + at : a + size] for a in range(0, len(data), size)]
+            else:
+                self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
         return self.item_props
+
+    def patch_shared(self, at: int, data: bytes) -> None:
+        """Write ``data`` at ``at`` in the part every record shares (the CommitLog's STORETIMESTAMP), in
+        every row too when the batch is packed."""
+        self.shared[at : at + len(data)] = data
+        if self.packed is not None:
+            self.packed[:, POS_BORNHOST + at : POS_BORNHOST + at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+    def _pack(self, rows: np.ndarray, topic_at: int, props_at: int) -> None:
+        """Hold ``rows`` (a record each, all as long) as the batch's records."""
+        self.packed, self.topic_at, self.props_at = rows, topic_at, props_at
+        self.pieces = [rows.reshape(-1).data]
+        self.heads = rows[:, :POS_BORNHOST].view(HEAD_DTYPE).reshape(len(rows))
+
+    def _unpack(self) -> None:
+        """Five pieces a record again (views of the rows; the shared part is ``shared`` itself), for a
+        change that leaves the records of different lengths."""
+        rows = self.packed
+        assert rows is not None
+        data, size = memoryview(self.pieces[0]), rows.shape[1]
+        ta, pa, shared = self.topic_at, self.props_at, self.shared
+        pieces: list[bytes | bytearray | memoryview] = []
+        for a in range(0, len(data), size):
+            pieces += (data[a : a + POS_BORNHOST], shared, data[a + POS_BORNHOST + len(shared) : a + ta],
+                       data[a + ta : a + pa], data[a + pa : a + size])
+        self.pieces, self.packed = pieces, None
 
     def joined_properties(self) -> bytes:
         """Every record's properties, each after a PROPERTIES_MARK, in one buffer: searched once for the
@@ -240,7 +286,7 @@ class RecordBatch:
         """Whether one of the records carries a property named in ``names``."""
         return self.first_carried(names) is not None
 
-    def redirect(self, topic: str, queue_id: int, properties: list[bytes],
+    def redirect(self, topic: str, queue_id: int, properties: list[bytes] | np.ndarray,
                  dispatch_properties: list[DispatchProperties] | None, tag_codes: list[int] | None = None) -> None:
         """Store every record in ``topic`` / ``queue_id`` with new properties, one per record, each with
         its 2-byte length in front (the timer rewrite of a batch: each message parked in the timer topic
@@ -250,7 +296,8 @@ class RecordBatch:
         the new properties append only names the dispatch reads from ``tag_codes``); ``tag_codes``: each
         record's ConsumeQueue tag code in ``topic``, where the caller knows it: the dispatch takes it as it
         is, and the properties it comes from (the timer topic's TIMER_OUT_MS) may be left out of
-        ``dispatch_properties``."""
+        ``dispatch_properties``. ``properties`` may be a uint8 matrix, a record's properties a row (all as
+        long): a packed batch then stays packed."""
         n = len(self)
         if len(properties) != n:
             raise ValueError(f"{len(properties)} properties for {n} records")
@@ -265,22 +312,39 @@ class RecordBatch:
         if len(topic_b) > 127:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
         topic_part = bytes([len(topic_b)]) + topic_b
-        new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
-        if (new_lens > 32769).any():
-            i = int(np.argmax(new_lens > 32769))
-            raise RecordError(f"properties too long: {len(properties[i]) - 2} bytes > 32767")
-        pieces = self.pieces
-        old_lens = (np.fromiter(map(len, pieces[3::5]), dtype=np.int64, count=n)
-                    + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
-        pieces[3::5] = [topic_part] * n
-        pieces[4::5] = properties
+        if isinstance(properties, np.ndarray) and properties.shape[1] > 32769:
+            raise RecordError(f"properties too long: {properties.shape[1] - 2} bytes > 32767")
+        if isinstance(properties, np.ndarray) and self.packed is not None:
+            rows, ta = self.packed, self.topic_at
+            out = np.empty((n, ta + len(topic_part) + properties.shape[1]), dtype=np.uint8)
+            out[:, :ta] = rows[:, :ta]
+            out[:, ta : ta + len(topic_part)] = np.frombuffer(topic_part, dtype=np.uint8)
+            out[:, ta + len(topic_part) :] = properties
+            self._pack(out, ta, ta + len(topic_part))
+            new_sizes = np.full(n, out.shape[1], dtype=np.int64)
+        else:
+            if isinstance(properties, np.ndarray):
+                data, step = properties.tobytes(), properties.shape[1]
+                properties = [data[a : a + step] for a in range(0, len(data), step)]
+            if self.packed is not None:
+                self._unpack()
+            new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
+            if (new_lens > 32769).any():
+                i = int(np.argmax(new_lens > 32769))
+                raise RecordError(f"properties too long: {len(properties[i]) - 2} bytes > 32767")
+            pieces = self.pieces
+            old_lens = (np.fromiter(map(len, pieces[3::5]), dtype=np.int64, count=n)
+                        + np.fromiter(map(len, pieces[4::5]), dtype=np.int64, count=n))
+            pieces[3::5] = [topic_part] * n
+            pieces[4::5] = properties
+            new_sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
         self.item_props = self.joined_props = None
         self.layout_is_all = False
         if dispatch_properties is not None:
             self.found = dispatch_properties
             self.layout = None
         self.tag_codes = tag_codes
-        self.sizes = self.sizes + (new_lens + len(topic_part) - old_lens)
+        self.sizes = new_sizes
         self.heads["total"] = self.sizes
         self.heads["queue_id"] = queue_id
 
@@ -288,19 +352,27 @@ class RecordBatch:
         """The records at the indices ``keep``, in that order, as a batch of their own (bodies stay
         views of the request; heads and the shared part are copied: appending one batch never patches
         the other's)."""
-        heads = self.heads[keep].copy()
-        view = heads.view("u1").data
         shared = bytearray(self.shared)
         pieces: list[bytes | bytearray | memoryview] = []
-        for j, i in enumerate(keep):
-            p = 5 * i
-            pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
+        if self.packed is not None:
+            rows = self.packed[keep]
+            heads = rows[:, :POS_BORNHOST].view(HEAD_DTYPE).reshape(len(keep))
+        else:
+            rows = None
+            heads = self.heads[keep].copy()
+            view = heads.view("u1").data
+            for j, i in enumerate(keep):
+                p = 5 * i
+                pieces += (view[48 * j : 48 * j + 48], shared, *self.pieces[p + 2 : p + 5])
         props, codes, found, layout = self.item_props, self.tag_codes, self.found, self.layout
-        return RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
-                           None if found is None else [found[i] for i in keep],
-                           None if props is None else [props[i] for i in keep],
-                           None if codes is None else [codes[i] for i in keep],
-                           layout=None if layout is None else layout.select(keep), layout_is_all=self.layout_is_all)
+        batch = RecordBatch(pieces, heads, shared, self.sizes[keep].copy(), self.sysflag,
+                            None if found is None else [found[i] for i in keep],
+                            None if props is None else [props[i] for i in keep],
+                            None if codes is None else [codes[i] for i in keep],
+                            layout=None if layout is None else layout.select(keep), layout_is_all=self.layout_is_all)
+        if rows is not None:
+            batch._pack(rows, self.topic_at, self.props_at)
+        return batch
 
     def records(self) -> list[bytes]:
         """One buffer per record (copies; for tools and tests)."""
@@ -341,6 +413,79 @@ def encode_batch_records(
                        + _I.pack(reconsume_times) + _Q.pack(0))
     topic_part = bytes([len(topic_b)]) + topic_b
     mv = memoryview(batch_body).cast("B")
+    n = len(mv)
+    batch = None
+    if n >= 22 * _PACKED_MIN:
+        (first_total,) = _I.unpack_from(mv, 0)
+        if 22 <= first_total <= _PACKED_ITEM_MAX and n % first_total == 0 and n // first_total >= _PACKED_MIN:
+            batch = _packed_batch(mv, first_total, shared, topic_part, queue_id, sysflag, born_timestamp)
+    if batch is None:
+        batch = _pieces_batch(mv, shared, topic_part, queue_id, sysflag, born_timestamp)
+    if forbidden_properties and (name := batch.first_carried(forbidden_properties)) is not None:
+        raise RecordError(f"the property {name} is not supported for batched messages")
+    return batch
+
+
+def _dispatch_found(props: list[memoryview]) -> list[DispatchProperties]:
+    """What the dispatch reads in each message's properties, for a batch whose properties share no layout:
+    a search a message (record.dispatch_properties, inlined)."""
+    find = DISPATCH_PROPERTIES.findall
+    separator = b"\x02"
+    return [find(separator + item) for item in props]
+
+
+def _packed_batch(mv: memoryview, item_size: int, shared: bytearray, topic_part: bytes, queue_id: int,
+                  sysflag: int, born_timestamp: int) -> RecordBatch | None:
+    """The batch as one matrix of records (``RecordBatch.packed``) when its items are all ``item_size``
+    long with bodies all as long as each other; None when they are not (or are malformed: the piece by
+    piece encoder then says how). A numpy store a column block; one step a message, its body's CRC."""
+    n = len(mv)
+    count = n // item_size
+    m = np.frombuffer(mv, dtype=np.uint8).reshape(count, item_size)
+    items = m[:, :20].view(_BATCH_ITEM_DTYPE).reshape(count)
+    body_len = int(items["body_len"][0])
+    p = 20 + body_len  # where an item's 2-byte properties length is
+    if not (0 <= body_len and p + 2 <= item_size and (items["total"] == item_size).all()
+            and (items["body_len"] == body_len).all()
+            and (((m[:, p].astype(np.int64) << 8) | m[:, p + 1]) == item_size - p - 2).all()):
+        return None
+    topic_at = POS_BORNHOST + len(shared) + 4 + body_len
+    props_at = topic_at + len(topic_part)
+    size = props_at + item_size - p
+    crc32 = _crc32
+    crcs = np.array([crc32(mv[a : a + body_len]) for a in range(20, n, item_size)], dtype=np.int64) & 0x7FFFFFFF
+    heads = np.zeros(count, dtype=HEAD_DTYPE)
+    heads["total"] = size
+    heads["magic"] = MESSAGE_MAGIC_CODE
+    heads["crc"] = crcs
+    heads["queue_id"] = queue_id
+    heads["flag"] = items["flag"]
+    heads["sysflag"] = sysflag
+    heads["born"] = born_timestamp
+    rows = np.empty((count, size), dtype=np.uint8)
+    rows[:, :POS_BORNHOST] = heads.view(np.uint8).reshape(count, POS_BORNHOST)
+    rows[:, POS_BORNHOST : POS_BORNHOST + len(shared)] = np.frombuffer(shared, dtype=np.uint8)
+    rows[:, POS_BORNHOST + len(shared) : topic_at] = m[:, 16:p]  # BODYLEN, BODY
+    rows[:, topic_at:props_at] = np.frombuffer(topic_part, dtype=np.uint8)
+    rows[:, props_at:] = m[:, p:]  # PROPLEN, PROPERTIES
+    marked = np.empty((count, len(PROPERTIES_MARK) + item_size - p - 2), dtype=np.uint8)
+    marked[:, : len(PROPERTIES_MARK)] = np.frombuffer(PROPERTIES_MARK, dtype=np.uint8)
+    marked[:, len(PROPERTIES_MARK) :] = m[:, p + 2 :]
+    joined = marked.tobytes()
+    batch = RecordBatch([], heads, shared, np.full(count, size, dtype=np.int64), sysflag, None, None,
+                        joined_props=joined)
+    batch._pack(rows, topic_at, props_at)
+    batch.layout = batch_layout(joined, mv[p + 2 : item_size], count)
+    if batch.layout is None:
+        batch.found = _dispatch_found(batch.item_properties())
+    return batch
+
+
+def _pieces_batch(mv: memoryview, shared: bytearray, topic_part: bytes, queue_id: int, sysflag: int,
+                  born_timestamp: int) -> RecordBatch:
+    """The batch as five pieces a record: a walk along the items' TOTALSIZE chain, their fixed fields read
+    and checked with numpy, the heads built column by column, then a pass that computes each body's CRC and
+    lists the pieces."""
     n = len(mv)
     starts: list[int] = []
     add = starts.append
@@ -390,15 +535,8 @@ def encode_batch_records(
         props_add(pm[2:])
     heads["crc"] = np.array(crcs, dtype=np.int64) & 0x7FFFFFFF
     # The properties read once for the batch: one match a message when they share a layout, else a search
-    # a message for what the dispatch reads (record.dispatch_properties, inlined).
+    # a message for what the dispatch reads.
     joined = PROPERTIES_MARK + PROPERTIES_MARK.join(props)
     layout = batch_layout(joined, props[0], count) if count else None
-    found: list[DispatchProperties] | None = None
-    if layout is None:
-        find = DISPATCH_PROPERTIES.findall
-        separator = b"\x02"
-        found = [find(separator + item) for item in props]
-    batch = RecordBatch(pieces, heads, shared, sizes, sysflag, found, props, joined_props=joined, layout=layout)
-    if forbidden_properties and (name := batch.first_carried(forbidden_properties)) is not None:
-        raise RecordError(f"the property {name} is not supported for batched messages")
-    return batch
+    found = _dispatch_found(props) if layout is None else None
+    return RecordBatch(pieces, heads, shared, sizes, sysflag, found, props, joined_props=joined, layout=layout)

@@ -303,7 +303,7 @@ class CommitLog(CommitLogRecovery):
         else:  # prepared / rolled-back half messages take no queue offset (RocketMQ stores 0)
             heads["queue_offset"] = 0
         heads["phys"] = phys
-        _Q.pack_into(batch.shared, store_timestamp_pos(batch.sysflag) - POS_BORNHOST, ts)
+        batch.patch_shared(store_timestamp_pos(batch.sysflag) - POS_BORNHOST, _Q.pack(ts))
         return qoff, joined_offset_msg_ids(self._msg_id_prefix, phys)
 
     @staticmethod
