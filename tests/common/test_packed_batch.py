@@ -101,21 +101,24 @@ def test_a_packed_batch_holds_the_records_of_five_pieces_each(case: tuple[bytes,
 
 
 @settings(max_examples=100, deadline=None)
-@given(_bodies(), st.integers(0, 9), st.booleans())
+@given(_bodies(), st.integers(0, 9), st.sampled_from(["matrix", "list", "ragged list"]))
 def test_a_packed_batch_redirected_holds_what_a_redirected_batch_of_pieces_holds(case: tuple[bytes, bool],
-                                                                                width: int, as_matrix: bool) -> None:
-    """The timer rewrite's redirect: new properties as a matrix (a packed batch stays packed) or a list (it
-    turns into pieces); and a batch that stays packed takes further patches in every row."""
+                                                                                width: int, given_as: str) -> None:
+    """The timer rewrite's redirect: new properties as a matrix or a list of equal lengths (a packed batch
+    stays packed), or of different lengths (it turns into pieces); and a batch that stays packed takes
+    further patches in every row."""
     body, uniform = case
     packed, pieces = _encode(body, True), _encode(body, False)
     n = len(packed)
     rows = np.array([[i % 250] * width for i in range(n)], dtype=np.uint8).reshape(n, width)
     rows = np.concatenate([np.tile(np.frombuffer(struct.pack(">h", width), dtype=np.uint8), (n, 1)), rows], axis=1)
     as_list = [r.tobytes() for r in rows]
+    if given_as == "ragged list":
+        as_list[-1] = struct.pack(">h", width + 1) + as_list[-1][2:] + b"r"
     codes = list(range(n))
-    packed.redirect("rmq_sys_wheel_timer", 0, rows if as_matrix else as_list, packed.found, codes)
+    packed.redirect("rmq_sys_wheel_timer", 0, rows if given_as == "matrix" else as_list, packed.found, codes)
     pieces.redirect("rmq_sys_wheel_timer", 0, as_list, pieces.found, codes)
-    assert (packed.packed is not None) == (as_matrix and uniform)
+    assert (packed.packed is not None) == (uniform and (given_as != "ragged list" or n == 1))
     _same(packed, pieces)
     for b in (packed, pieces):
         b.patch_shared(8, struct.pack(">q", 77))

@@ -312,6 +312,9 @@ class RecordBatch:
         if len(topic_b) > 127:
             raise RecordError(f"topic too long for the v1 record: {len(topic_b)} bytes")
         topic_part = bytes([len(topic_b)]) + topic_b
+        if self.packed is not None and not isinstance(properties, np.ndarray) and n \
+                and len(set(map(len, properties))) == 1:  # all as long (parked ones whose deliver times are)
+            properties = np.frombuffer(b"".join(properties), dtype=np.uint8).reshape(n, len(properties[0]))
         if isinstance(properties, np.ndarray) and properties.shape[1] > 32769:
             raise RecordError(f"properties too long: {properties.shape[1] - 2} bytes > 32767")
         if isinstance(properties, np.ndarray) and self.packed is not None:
