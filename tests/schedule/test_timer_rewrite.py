@@ -272,15 +272,19 @@ def test_a_batch_sharing_one_layout_parks_what_reading_it_message_by_message_par
         ask: str, others: list[str], at: int, data: st.DataObject) -> None:
     """A timer batch whose messages share one property layout is parked from its columns (no search of its
     properties), or, its properties all as long as each other, from their byte matrix: the same records, tag
-    codes, dispatch properties and refusals as the path that searches them."""
+    codes, dispatch properties and refusals as the path that searches them. Either batch may be packed (its
+    items all as long: ``RecordBatch.packed``), its parked properties then built as a matrix."""
     names = others[:at] + [ask] + others[at:]
     n = data.draw(st.integers(1, 5))
     props = [{k: data.draw(st.sampled_from(_ASK_VALUES[k])) if k == ask else f"{k.lower()}{i}" for k in names}
              for i in range(n)]
     body = b"".join(batch_item(f"m{i}".encode(), p) for i, p in enumerate(props))
-    with patch.object(record_batch, "_FIXED_WIDTH_MIN", 1 if data.draw(st.booleans()) else 1 << 30):
+    packing = [1 if data.draw(st.booleans()) else 1 << 30 for _ in range(2)]
+    with patch.object(record_batch, "_FIXED_WIDTH_MIN", 1 if data.draw(st.booleans()) else 1 << 30), \
+            patch.object(record_batch, "_PACKED_MIN", packing[0]):
         columns = encode(body)
-    searched = encode(body)
+    with patch.object(record_batch, "_PACKED_MIN", packing[1]):
+        searched = encode(body)
     assert columns.layout is not None
     searched.found = searched.dispatch_properties
     searched.layout = None  # as a batch without one layout is read
@@ -299,16 +303,21 @@ def test_a_large_fixed_width_batch_is_parked_from_its_byte_matrix_as_by_search()
     """A client's batch of fixed-length unique keys and deliver times, as many as read as a byte matrix: its
     parked records built a column at a time are those the search path builds, deliver times and all."""
     n = record_batch._FIXED_WIDTH_MIN
-    body = b"".join(batch_item(f"m{i}".encode(), {"TIMER_DELIVER_MS": str(NOW + 60_000 + 7 * i), "UNIQ_KEY": f"{i:032X}"})
-                    for i in range(n))
+    body = b"".join(batch_item(f"m{i:04d}".encode(), {"TIMER_DELIVER_MS": str(NOW + 60_000 + 7 * i),
+                                                      "UNIQ_KEY": f"{i:032X}"}) for i in range(n))
     by_rows, searched = encode(body), encode(body)
     assert by_rows.layout is not None and by_rows.layout.rows is not None
     searched.found = searched.dispatch_properties
     searched.layout = None
-    for records in (by_rows, searched):
+    assert by_rows.packed is not None and searched.packed is not None  # their parked properties a matrix either way
+    with patch.object(record_batch, "_PACKED_MIN", 1 << 30):
+        pieces = encode(body)  # five pieces a record, parked properties a list
+    for records in (by_rows, searched, pieces):
         parked, due, _ = rewrite().park_batch(records, "T", 3)
         assert parked is records and due is None
-    assert by_rows.records() == searched.records()
+    assert by_rows.packed is not None and searched.packed is not None and pieces.packed is None
+    assert by_rows.records() == searched.records() == pieces.records()
+    assert by_rows.tag_codes == pieces.tag_codes and by_rows.dispatch_properties == pieces.dispatch_properties
     assert by_rows.tag_codes == searched.tag_codes == [NOW + 60_000 + 7 * i for i in range(n)]
     assert by_rows.dispatch_properties == searched.dispatch_properties
     assert [decode_record(r).properties["TIMER_OUT_MS"] for r in by_rows.records()] == [

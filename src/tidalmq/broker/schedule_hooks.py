@@ -133,23 +133,29 @@ def _canonical_deliver_times(names: set[bytes], values: tuple[bytes, ...]) -> bo
 
 
 def _parked_rows(layout: PropertyLayout, suffix: bytes) -> np.ndarray:
-    """``park_batch``'s parked properties (length, the client's properties, ``suffix``, the deliver time as
-    written, a separator) for a batch whose layout was read as a byte matrix and whose every message asks
-    for TIMER_DELIVER_MS in canonical digits: all as long as each other, so built as one matrix (a row a
-    message), a column block at a time; ``RecordBatch.redirect`` takes it as it is."""
+    """``_parked_matrix`` for a batch whose layout was read as a byte matrix and whose every message asks
+    for TIMER_DELIVER_MS in canonical digits: the client's properties and the deliver times as written are
+    both columns of the layout's rows."""
     rows, spans = layout.rows, layout.spans
     assert rows is not None and spans is not None
     a, b = spans[layout.names.index(_DELIVER_B)]
-    n, width = rows.shape
-    client = width - len(PROPERTIES_MARK)  # each message's own properties, after its mark
-    size = client + len(suffix) + (b - a) + 1
+    return _parked_matrix(rows[:, len(PROPERTIES_MARK) :], suffix, rows[:, a:b])
+
+
+def _parked_matrix(client: np.ndarray, suffix: bytes, times: np.ndarray) -> np.ndarray:
+    """``park_batch``'s parked properties (length, the client's properties, ``suffix``, the deliver time as
+    written, a separator), from the client's properties (a row a message, all as long, each ending with a
+    separator) and the deliver times (a row of digits each, all as long): all as long as each other, so
+    built as one matrix, a column block at a time; ``RecordBatch.redirect`` takes it as it is."""
+    n, width = client.shape
+    size = width + len(suffix) + times.shape[1] + 1
     out = np.empty((n, 2 + size), dtype=np.uint8)
     out[:, :2] = np.frombuffer(_PROPERTIES_LENGTH.pack(size), dtype=np.uint8)
-    at = 2 + client
-    out[:, 2:at] = rows[:, len(PROPERTIES_MARK):]
+    out[:, 2 : 2 + width] = client
+    at = 2 + width
     out[:, at : at + len(suffix)] = np.frombuffer(suffix, dtype=np.uint8)
     at += len(suffix)
-    out[:, at : at + b - a] = rows[:, a:b]
+    out[:, at : at + times.shape[1]] = times
     out[:, -1] = 2
     return out
 
@@ -351,6 +357,10 @@ class TimerRewrite:
         pack = _PROPERTIES_LENGTH.pack
         if canonical and due is None and layout is not None and layout.rows is not None and one_each:
             parked = _parked_rows(layout, suffix)  # the same bytes, built a column at a time
+        elif all_ended and (client := records.packed_properties()) is not None and len(set(map(len, mss))) == 1:
+            # a packed batch (its properties a matrix) whose deliver times are as long: the same, by columns
+            times = np.frombuffer(b"".join(mss), dtype=np.uint8).reshape(len(mss), len(mss[0]))
+            parked = _parked_matrix(client, suffix, times)
         elif all_ended:
             parked = [b"".join((pack(len(pm) + grown + len(ms)), pm, suffix, ms, b"\x02"))
                       for pm, ms in zip(props, mss, strict=True)]

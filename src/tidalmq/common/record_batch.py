@@ -241,6 +241,10 @@ class RecordBatch:
                 self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
         return self.item_props
 
+    def packed_properties(self) -> np.ndarray | None:
+        """Each record's properties (without their 2-byte length), a row each, when the batch is packed."""
+        return None if self.packed is None else self.packed[:, self.props_at + 2 :]
+
     def patch_shared(self, at: int, data: bytes) -> None:
         """Write ``data`` at ``at`` in the part every record shares (the CommitLog's STORETIMESTAMP), in
         every row too when the batch is packed."""
