@@ -283,8 +283,7 @@ class TimerRewrite:
         if not self.enabled:
             raise SendError(ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         now = self.clock()
-        props = records.item_properties()
-        n = len(props)
+        n = len(records)  # each message's properties (``records.item_properties()``) taken only where needed
         joined = records.joined_properties()  # each message's properties after a mark (PROPERTIES_MARK)
         layout = records.layout if records.layout_is_all else None
         try:
@@ -315,7 +314,7 @@ class TimerRewrite:
             # each ends with a separator (counted so only where no properties hold a mark of their own)
             all_ended = one_each and joined.count(_ENDED_MARK) == n - 1 and joined.endswith(b"\x02")
         if not one_each:  # refused, naming the culprit; or properties that hold a mark of their own
-            asked = self._asked_one_by_one(props)
+            asked = self._asked_one_by_one(records.item_properties())
             names_asked, values = zip(*asked, strict=True)
             names = set(names_asked)
             all_ended = False
@@ -345,7 +344,7 @@ class TimerRewrite:
                 gone = set(due_at)
                 keep = [i for i in range(n) if i not in gone]
                 records = records.select(keep)
-                props, mss = [props[i] for i in keep], [mss[i] for i in keep]
+                mss = [mss[i] for i in keep]
                 delivers = [delivers[i] for i in keep]
         # The parked properties: the client's (they hold no TIMER_OUT_MS or DELAY, the batch path refuses
         # those), a separator if their last lacks one, the real topic and queue, and TIMER_OUT_MS. What the
@@ -362,9 +361,11 @@ class TimerRewrite:
             times = np.frombuffer(b"".join(mss), dtype=np.uint8).reshape(len(mss), len(mss[0]))
             parked = _parked_matrix(client, suffix, times)
         elif all_ended:
+            props = records.item_properties()
             parked = [b"".join((pack(len(pm) + grown + len(ms)), pm, suffix, ms, b"\x02"))
                       for pm, ms in zip(props, mss, strict=True)]
         else:
+            props = records.item_properties()
             seps = [b"" if not pm or pm[-1] == 2 else b"\x02" for pm in props]
             parked = [b"".join((pack(len(pm) + len(sep) + grown + len(ms)), pm, sep, suffix, ms, b"\x02"))
                       for pm, sep, ms in zip(props, seps, mss, strict=True)]
