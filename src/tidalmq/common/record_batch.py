@@ -433,6 +433,20 @@ def encode_batch_records(
     return batch
 
 
+def _heads(count: int, sizes: int | np.ndarray, flags: np.ndarray, queue_id: int, sysflag: int,
+           born_timestamp: int) -> np.ndarray:
+    """The batch's 48-byte record heads as columns: what the items and the request give (the body CRC is
+    the caller's to fill; QUEUEOFFSET and PHYSICALOFFSET the CommitLog's, at append)."""
+    heads = np.zeros(count, dtype=HEAD_DTYPE)
+    heads["total"] = sizes
+    heads["magic"] = MESSAGE_MAGIC_CODE
+    heads["queue_id"] = queue_id
+    heads["flag"] = flags
+    heads["sysflag"] = sysflag
+    heads["born"] = born_timestamp
+    return heads
+
+
 def _dispatch_found(props: list[memoryview]) -> list[DispatchProperties]:
     """What the dispatch reads in each message's properties, for a batch whose properties share no layout:
     a search a message (record.dispatch_properties, inlined)."""
@@ -461,14 +475,8 @@ def _packed_batch(mv: memoryview, item_size: int, shared: bytearray, topic_part:
     size = props_at + item_size - p
     crc32 = _crc32
     crcs = np.array([crc32(mv[a : a + body_len]) for a in range(20, n, item_size)], dtype=np.int64) & 0x7FFFFFFF
-    heads = np.zeros(count, dtype=HEAD_DTYPE)
-    heads["total"] = size
-    heads["magic"] = MESSAGE_MAGIC_CODE
+    heads = _heads(count, size, items["flag"], queue_id, sysflag, born_timestamp)
     heads["crc"] = crcs
-    heads["queue_id"] = queue_id
-    heads["flag"] = items["flag"]
-    heads["sysflag"] = sysflag
-    heads["born"] = born_timestamp
     rows = np.empty((count, size), dtype=np.uint8)
     rows[:, :POS_BORNHOST] = heads.view(np.uint8).reshape(count, POS_BORNHOST)
     rows[:, POS_BORNHOST : POS_BORNHOST + len(shared)] = np.frombuffer(shared, dtype=np.uint8)
@@ -521,13 +529,7 @@ def _pieces_batch(mv: memoryview, shared: bytearray, topic_part: bytes, queue_id
         raise RecordError(f"batch message at {starts[int(np.argmax(bad))]} has an illegal properties length")
     # A record takes the item from BODYLEN on, with the topic inserted before PROPLEN.
     sizes = total + (48 + len(shared) + len(topic_part) - 16)
-    heads = np.zeros(count, dtype=HEAD_DTYPE)
-    heads["total"] = sizes
-    heads["magic"] = MESSAGE_MAGIC_CODE
-    heads["queue_id"] = queue_id
-    heads["flag"] = items["flag"]
-    heads["sysflag"] = sysflag
-    heads["born"] = born_timestamp
+    heads = _heads(count, sizes, items["flag"], queue_id, sysflag, born_timestamp)
     head_view = heads.view(np.uint8).data  # the bytes' memoryview (numpy's stubs give 3.12+ only __buffer__)
     crcs: list[int] = []
     crc_add = crcs.append
