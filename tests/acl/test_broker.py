@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.acl.conftest import ADMIN, USER, acl_text
@@ -96,6 +98,24 @@ def test_unknown_key_and_wrong_secret_are_refused(acl_standalone: Standalone) ->
     run(go())
 
 
+async def _interleaved_large_sends(addr: str, topic: str, body: bytes, wrong: SessionCredentials,
+                                   busy_ok: bool = False) -> None:
+    """24 sends of ``body`` in flight on one connection, every third signed with ``wrong``: each answered
+    by its own verdict (``busy_ok``: a right one may be refused as waiting too long, SYSTEM_BUSY)."""
+    c = RemotingClient()
+    try:
+        cmds = [_request(RC.SEND_MESSAGE_V2, send_cmd(topic, body + bytes([i])).ext_fields,
+                         wrong if i % 3 == 1 else USER, body + bytes([i])) for i in range(24)]
+        replies = await asyncio.gather(*(c.invoke(addr, cmd, 15.0) for cmd in cmds))
+        for i, r in enumerate(replies):
+            if i % 3 == 1:
+                assert _refused(r) == f"Check signature failed for accessKey={USER.access_key}"
+            elif not (busy_ok and r.code == ResponseCode.SYSTEM_BUSY):
+                assert r.code == ResponseCode.SUCCESS, (i, r.code, r.remark)
+    finally:
+        await c.close()
+
+
 def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standalone) -> None:
     """Many large signed sends in flight on one connection (judged ahead together, docs/acl.md), right and
     wrong signatures interleaved: each is answered by its own verdict and only the right ones are stored."""
@@ -105,18 +125,7 @@ def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standa
 
     async def go() -> None:
         await create_topic(ns, "bulk", 1, credentials=ADMIN)
-        c = RemotingClient()
-        try:
-            cmds = [_request(RC.SEND_MESSAGE_V2, send_cmd("bulk", body + bytes([i])).ext_fields,
-                             wrong if i % 3 == 1 else USER, body + bytes([i])) for i in range(24)]
-            replies = await asyncio.gather(*(c.invoke(addr, cmd, 10.0) for cmd in cmds))
-            for i, r in enumerate(replies):
-                if i % 3 == 1:
-                    assert _refused(r) == f"Check signature failed for accessKey={USER.access_key}"
-                else:
-                    assert r.code == ResponseCode.SUCCESS, (i, r.code, r.remark)
-        finally:
-            await c.close()
+        await _interleaved_large_sends(addr, "bulk", body, wrong)
         async with PullConsumer("readers", ns, credentials=USER) as consumer:
             mq = MessageQueue("bulk", (await consumer.fetch_queues("bulk"))[0].broker_name, 0)
             stored: list[int] = []
@@ -128,6 +137,41 @@ def test_pipelined_large_sends_each_get_their_own_verdict(acl_standalone: Standa
                 offset = got.next_begin_offset
             assert sorted(stored) == [i for i in range(24) if i % 3 != 1]
             assert (await consumer.pull(mq, offset)).status.name == "NO_NEW_MSG"
+
+    run(go(), 90)
+
+
+def test_large_sends_are_checked_by_the_signature_worker_and_without_it(acl_standalone: Standalone) -> None:
+    """Large signed requests have their signatures checked in the broker's signature worker (docs/acl.md,
+    "Cost"). A worker that stops answering is replaced: meanwhile every request is still judged by its own
+    verdict, on the event loop, and a new worker takes over."""
+    ns, addr = acl_standalone.namesrv_addr, acl_standalone.broker_addr
+    body = os.urandom(32 * 1024)
+    wrong = SessionCredentials(USER.access_key, "notTheSecret")
+    assert acl_standalone.proc is not None
+    broker = psutil.Process(acl_standalone.proc.pid)
+
+    def workers() -> list[int]:
+        return [p.pid for p in broker.children() if "signature_worker" in " ".join(p.cmdline())]
+
+    async def go() -> None:
+        await create_topic(ns, "bulk", 1, credentials=ADMIN)
+        deadline = time.monotonic() + 30
+        while len(workers()) != 1:
+            assert time.monotonic() < deadline, "no signature worker"
+            await asyncio.sleep(0.05)
+        (stuck,) = workers()
+        await _interleaved_large_sends(addr, "bulk", body, wrong)
+        os.kill(stuck, signal.SIGSTOP)  # its answers stop: the broker replaces it (ANSWER_TIMEOUT_S)
+        try:  # the requests waiting for its answers may wait longer than a send may (waitTimeMillsInSendQueue)
+            await _interleaved_large_sends(addr, "bulk", body, wrong, busy_ok=True)
+            assert stuck not in workers()  # it was in the path: killed for not answering
+            while not workers():  # a new one once RESTART_AFTER_S has passed and large requests come
+                assert time.monotonic() < deadline, "no new signature worker"
+                await _interleaved_large_sends(addr, "bulk", body, wrong)
+        finally:
+            if psutil.pid_exists(stuck):
+                os.kill(stuck, signal.SIGKILL)
 
     run(go(), 90)
 

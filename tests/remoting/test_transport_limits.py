@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import random
 import socket
 import struct
 import termios
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import uvloop
@@ -135,6 +137,78 @@ def test_access_validator_judges_each_request_once_in_order_across_pauses() -> N
         assert got[n].remark is not None and "too short" in got[n].remark
         # each once, in order (one that failed is asked again when its request is dispatched)
         assert [o for o in judged if o % 50] == [o for o in range(1, n + 1) if o % 50]
+        writer.close()
+        await server.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 40))
+
+
+class _LaterValidator:
+    """A validator that takes some chunks to judge later (as the ACL's signature worker does), answering
+    them after a while, the later ones sometimes first; the others it judges at once."""
+
+    def __init__(self, frames_of: dict[int, bytes]) -> None:
+        self.frames_of = frames_of
+        self.judged: list[int] = []
+        self.taken = 0
+        self.rng = random.Random(7)
+        self.held: list[Callable[[], None]] | None = None  # a list: take every chunk, answer when told
+
+    def __call__(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        self.judged.append(req.opaque)
+        return req.make_response(17, "refused") if req.opaque % 7 == 0 else None
+
+    def judge_later(self, conn: Connection, chunk: list[RemotingCommand], frames: memoryview,
+                    deliver: Callable[[list[tuple[RemotingCommand, RemotingCommand | None] | None]], None]) -> bool:
+        # the chunk's frames, byte for byte as the client wrote them
+        assert bytes(frames) == b"".join(self.frames_of[c.opaque] for c in chunk)
+        if self.held is None and self.rng.random() < 0.3:
+            return False
+        self.taken += 1
+        verdicts = [(c, self(conn, c)) for c in chunk]
+        if self.held is not None:
+            self.held.append(lambda: deliver(verdicts))
+            return True
+        asyncio.get_running_loop().call_later(self.rng.random() * 0.005, deliver, verdicts)
+        return True
+
+
+def test_chunks_judged_later_are_handled_in_order_across_pauses() -> None:
+    """Verdicts that come later (validator.judge_later), in any order: every request is answered by its
+    own verdict, in the order sent, reading pausing meanwhile, and a broken frame at the end is answered
+    after them all."""
+    async def go() -> None:
+        cfg = RemotingServerConfig(write_buffer_high_water_mark=256 * 1024, write_buffer_low_water_mark=64 * 1024)
+        server, _ = await start(cfg)
+        n = 600
+        frames = {i + 1: encode_frame(RemotingCommand(code=1, opaque=i + 1, body=b"b" * (i % 300))) for i in range(n)}
+        validator = _LaterValidator(frames)
+        server.access_validator = validator
+        reader, writer = await small_client(server.port)
+        writer.write(b"".join(frames.values()) + struct.pack(">I", 2))  # a frame too short to be one: closed after
+        got = await read_frames(reader, n + 1)
+        assert [c.opaque for c in got[:n]] == list(range(1, n + 1))
+        assert [c.code for c in got[:n]] == [17 if (i + 1) % 7 == 0 else 0 for i in range(n)]
+        assert got[n].remark is not None and "too short" in got[n].remark
+        assert sorted(validator.judged) == list(range(1, n + 1))  # each once
+        assert validator.taken >= 3
+        writer.close()
+        # A client gone while its verdicts are awaited (reading paused meanwhile): they come, the server
+        # finds the connection closed and serves on.
+        held: list[Callable[[], None]] = []
+        validator.held = held
+        reader, writer = await small_client(server.port)
+        writer.write(b"".join(frames[i] for i in range(1, 400)))
+        await wait_until(lambda: len(held) >= 2)
+        writer.close()
+        while held:
+            held.pop(0)()
+            await asyncio.sleep(0)
+        await wait_until(lambda: not server.connections)
+        validator.held = None
+        reader, writer = await small_client(server.port)
+        writer.write(frames[1])
+        assert [c.opaque for c in await read_frames(reader, 1)] == [1]
         writer.close()
         await server.stop()
 

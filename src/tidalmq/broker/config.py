@@ -102,6 +102,9 @@ class BrokerConfig:
     # (broker.conf key rocketmq.acl.plain.file, relative to $ROCKETMQ_HOME or the data directory).
     acl_enable: bool = False
     acl_plain_file: str = ""
+    # With ACL on, large chunks of signed requests have their signatures (HMAC-SHA1 over the whole body)
+    # checked in a child process beside the event loop (docs/acl.md, "Cost"); false: all on the loop.
+    acl_signature_worker_enable: bool = True
     # The account this broker signs its NameServer requests with (REGISTER_BROKER ...).
     # Prometheus endpoints (RocketMQ 5's keys, docs/metrics.md). DISABLE binds nothing; the standalone turns
     # PROM on unless told otherwise. An empty host is 127.0.0.1: metrics are not exposed beyond the machine

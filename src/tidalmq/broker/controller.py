@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
+from tidalmq.acl.signature_worker import SignatureWorker
 from tidalmq.acl.validator import PlainAccessValidator
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.consumed import consumed_commit_log_offset
@@ -131,6 +132,7 @@ class BrokerController:
         self.namesrv_client = RemotingClient(ssl_context=client_context_from(tls))
         # ACL 1.0 (docs/acl.md): every request checked before its processor; a broken file stops start-up.
         self.acl: PlainAccessValidator | None = None
+        self.acl_worker: SignatureWorker | None = None
         if config.acl_enable:
             self.acl = broker_validator(acl_home(self.home), config.acl_plain_file or None)
             self.server.access_validator = self.acl
@@ -284,6 +286,10 @@ class BrokerController:
         self.pop.start(self._loop)
         if self.acl is not None:
             self._tasks.append(self._loop.create_task(self.acl.watch()))
+            if self.config.acl_signature_worker_enable:
+                self.acl_worker = SignatureWorker()
+                self.acl_worker.start(self._loop)
+                self.acl.use_worker(self.acl_worker)
         if self.replicas is not None:
             self._tasks.append(self._loop.create_task(self.replicas.run()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
@@ -404,6 +410,8 @@ class BrokerController:
             await self.ha_service.stop()
         await self._unregister_all()
         await self.server.stop()
+        if self.acl_worker is not None:
+            self.acl_worker.close()
         self.pull_hold.cancel_all()
         await self.namesrv_client.close()
         self.offsets.persist(force=True)

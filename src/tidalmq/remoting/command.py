@@ -516,21 +516,53 @@ def decode_frame_body(frame: bytes | memoryview) -> RemotingCommand:
     return _decode_frame(frame, 0, len(frame))
 
 
+def frames_in(buf: bytes | bytearray | memoryview, start: int, end: int) -> Generator[RemotingCommand, None, None]:
+    """The whole frames laid end to end in ``buf[start:end]``, each with its 4-byte length, decoded
+    (FrameError for one that does not fit or decode)."""
+    pos = start
+    while pos < end:
+        if end - pos < 4:
+            raise FrameError("a frame's length cut off")
+        (length,) = _LEN.unpack_from(buf, pos)
+        first = pos + 4
+        pos = first + length
+        if pos > end:
+            raise FrameError(f"frame length {length} runs past the frames")
+        yield _decode_frame(buf, first, pos)
+
+
 class FrameDecoder:
     """Incremental decoder: ``feed(data)`` then iterate ``commands()``."""
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._buf = bytearray()
         self._max = max_frame
+        # The frames the last commands() yielded stay in the buffer, up to _consumed, until the next feed
+        # or commands(): until then frames_view can show them (decoded_to marks where they end).
+        self._consumed = 0
+        self.decoded_to = 0
+
+    def _drop_consumed(self) -> None:
+        if self._consumed:
+            del self._buf[:self._consumed]
+            self._consumed = self.decoded_to = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._drop_consumed()
         self._buf += data
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._buf) - self._consumed
 
     def commands(self) -> Generator[RemotingCommand, None, None]:
+        """The whole frames buffered, decoded one by one; stop early with ``close()``. The bytes of the
+        frames yielded are dropped by the next ``feed`` or ``commands()`` (here, before the first frame is
+        decoded: ``decoded_to`` is where the first one starts)."""
+        self._drop_consumed()
+        return self._commands()
+
+    def _commands(self) -> Generator[RemotingCommand, None, None]:
         buf = self._buf
         pos = 0
         try:
@@ -545,7 +577,13 @@ class FrameDecoder:
                 start = pos + 4
                 pos = start + length
                 # Straight out of the buffer: no view of it outlives the call, so it can still grow.
-                yield _decode_frame(buf, start, pos)
+                cmd = _decode_frame(buf, start, pos)
+                self.decoded_to = pos
+                yield cmd
         finally:
-            if pos:
-                del buf[:pos]
+            self._consumed = pos
+
+    def frames_view(self, start: int, end: int) -> memoryview:
+        """The raw frames between two ``decoded_to`` marks of the last ``commands()``. Release the view
+        before the next ``feed`` or ``commands()`` (they trim the buffer, which a view would forbid)."""
+        return memoryview(self._buf)[start:end]

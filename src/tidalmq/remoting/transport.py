@@ -57,6 +57,11 @@ _FLUSH_PARTS = 192
 # Requests decoded and judged by the server's access validator (ACL) together, before any of them is
 # handled: back to back, the validator's code and tables stay warm (see Connection._validated_ahead).
 _VALIDATE_AHEAD = 128
+# Chunks of a connection whose verdicts the validator gives later (judge_later) at a time: while one is
+# checked the next is read and handed over; past this, reading pauses until a verdict comes.
+_AWAITED_CHUNKS = 2
+_AHEAD_HELD_MAX = 2 * _VALIDATE_AHEAD  # requests decoded while a verdict is awaited, at most (about)
+_AWAITED = object()  # the verdict of a request in such a chunk, until it comes
 
 
 def next_opaque() -> int:
@@ -125,7 +130,11 @@ class Connection(asyncio.Protocol):
         # Requests judged by the access validator but not handled yet (reading paused in between), and
         # the verdict on the request being dispatched (the server's _dispatch takes it instead of asking
         # the validator again).
-        self._ahead: deque[tuple[RemotingCommand, tuple[RemotingCommand, RemotingCommand | None] | None]] = deque()
+        # Entries are [request, verdict]; a chunk the validator judges later (judge_later) waits as
+        # _AWAITED entries, _awaited chunks of them, and a frame error met meanwhile waits behind them.
+        self._ahead: deque[list[Any]] = deque()
+        self._awaited = 0
+        self._frame_error: FrameError | None = None
         self.verdict: tuple[RemotingCommand, RemotingCommand | None] | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
@@ -189,7 +198,7 @@ class Connection(asyncio.Protocol):
         self._got_data = True
         if srv is not None:
             self._account_buffered(time.monotonic(), decoded)
-            if self._turn_paused:
+            if self._turn_paused or self._awaited:
                 self._update_reading()
 
     def _end_turn(self) -> None:
@@ -213,36 +222,74 @@ class Connection(asyncio.Protocol):
                          ) -> Generator[RemotingCommand, None, None]:
         """``commands``, judged by ``validator`` up to _VALIDATE_AHEAD at a time before they are handled.
         Interleaved with the send path, whose working set evicts it, the ACL check cost the broker about
-        twice what it costs back to back (docs/benchmarks.md#security). Judged requests left when the
-        caller stops (reading paused) wait in self._ahead; a frame error comes after the requests
-        decoded before it, as it would unbatched."""
+        twice what it costs back to back (docs/benchmarks.md#security). A validator with ``judge_later``
+        may take a chunk and give its verdicts later (the ACL's signature worker): the requests wait in
+        order, up to _AWAITED_CHUNKS chunks of a connection at a time, and handling resumes when they
+        come. Judged requests left when the caller stops (reading paused, a verdict awaited) wait in
+        self._ahead; a frame error comes after the requests decoded before it, as it would unbatched."""
         ahead = self._ahead
+        later = getattr(validator, "judge_later", None)
+        decoder = self._decoder
+        exhausted = False
         try:
             while True:
-                error: FrameError | None = None
-                done = False
-                if not ahead:
-                    chunk = []
-                    try:
-                        for cmd in commands:
-                            chunk.append(cmd)
-                            if len(chunk) == _VALIDATE_AHEAD:
-                                break
-                        else:
-                            done = True
-                    except FrameError as e:
-                        error = e
-                    ahead.extend(zip(chunk, self._judged(validator, chunk), strict=True))
-                while ahead:
+                while ahead and ahead[0][1] is not _AWAITED:
                     cmd, self.verdict = ahead.popleft()
                     yield cmd
-                if error is not None:
+                if self._frame_error is not None:
+                    if ahead:
+                        return  # raised once the requests before it are handled
+                    error, self._frame_error = self._frame_error, None
                     raise error
-                if done:
+                if exhausted or self._waiting_full:
                     return
+                chunk: list[RemotingCommand] = []
+                first = decoder.decoded_to
+                try:
+                    for cmd in commands:
+                        chunk.append(cmd)
+                        if len(chunk) == _VALIDATE_AHEAD:
+                            break
+                    else:
+                        exhausted = True
+                except FrameError as e:
+                    self._frame_error = e
+                if not chunk:
+                    continue
+                if later is not None and self._frame_error is None:
+                    entries = [[cmd, _AWAITED] for cmd in chunk]
+                    try:
+                        with decoder.frames_view(first, decoder.decoded_to) as frames:
+                            taken = later(self, chunk, frames,
+                                          lambda verdicts, e=entries: self._verdicts_in(e, verdicts))
+                    except Exception:
+                        log.exception("the access validator could not take a chunk: judged now")
+                        taken = False
+                    if taken:
+                        self._awaited += 1
+                        ahead.extend(entries)
+                        continue
+                ahead.extend([cmd, verdict] for cmd, verdict in
+                             zip(chunk, self._judged(validator, chunk), strict=True))
         finally:
             self.verdict = None
             commands.close()
+
+    @property
+    def _waiting_full(self) -> bool:
+        """Enough requests wait behind a verdict to come: decode no more, read no more, until it comes."""
+        return self._awaited >= _AWAITED_CHUNKS or (self._awaited > 0 and len(self._ahead) >= _AHEAD_HELD_MAX)
+
+    def _verdicts_in(self, entries: list[list[Any]],
+                     verdicts: list[tuple[RemotingCommand, RemotingCommand | None] | None]) -> None:
+        """The verdicts on a chunk ``judge_later`` took: its requests are handled, in order."""
+        for entry, verdict in zip(entries, verdicts, strict=True):
+            entry[1] = verdict
+        self._awaited -= 1
+        if self.transport is None:
+            return
+        self._update_reading()
+        self._resume_buffered()
 
     def _judged(self, validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
                 chunk: list[RemotingCommand]) -> list[tuple[RemotingCommand, RemotingCommand | None] | None]:
@@ -313,7 +360,7 @@ class Connection(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing() or self._server is None:
             return
-        pause = self._write_paused or self._inflight_paused or self._turn_paused
+        pause = self._write_paused or self._inflight_paused or self._turn_paused or self._waiting_full
         if pause != self._reading_paused:
             self._reading_paused = pause
             if pause:
