@@ -130,9 +130,10 @@ class Connection(asyncio.Protocol):
         # Requests judged by the access validator but not handled yet (reading paused in between), and
         # the verdict on the request being dispatched (the server's _dispatch takes it instead of asking
         # the validator again).
-        # Entries are [request, verdict]; a chunk the validator judges later (judge_later) waits as
-        # _AWAITED entries, _awaited chunks of them, and a frame error met meanwhile waits behind them.
-        self._ahead: deque[list[Any]] = deque()
+        # Entries are (request, verdict); a chunk the validator judges later (judge_later) waits as
+        # [request, _AWAITED] lists, filled in when its verdicts come, _awaited chunks of them, and a frame
+        # error met meanwhile waits behind them.
+        self._ahead: deque[Any] = deque()
         self._awaited = 0
         self._frame_error: FrameError | None = None
         self.verdict: tuple[RemotingCommand, RemotingCommand | None] | None = None
@@ -269,8 +270,7 @@ class Connection(asyncio.Protocol):
                         self._awaited += 1
                         ahead.extend(entries)
                         continue
-                ahead.extend([cmd, verdict] for cmd, verdict in
-                             zip(chunk, self._judged(validator, chunk), strict=True))
+                ahead.extend(zip(chunk, self._judged(validator, chunk), strict=True))
         finally:
             self.verdict = None
             commands.close()
