@@ -21,6 +21,7 @@ from tidalmq.remoting.command import (
     SerializeType,
     decode_frame_body,
     encode_frame,
+    frames_in,
 )
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -391,3 +392,28 @@ def test_a_client_changing_its_layout_on_purpose_gets_one_shape_compiled_per_bud
                     assert decode_frame_body(_rmq_header(ext)).ext_fields == fields
                     scans += 1
     assert 1 <= compiled <= 1 + scans // 64
+
+
+def test_decoded_frames_stay_addressable_until_the_next_read() -> None:
+    """FrameDecoder.decoded_to marks where the frames yielded end; frames_view shows their bytes, as they
+    came, until the next feed (what the ACL's signature worker is handed), and frames_in decodes them."""
+    frames = [encode_frame(RemotingCommand(code=i, opaque=i, body=bytes(i * 10))) for i in range(1, 6)]
+    dec = FrameDecoder()
+    dec.feed(frames[0] + frames[1][:7])
+    assert [c.opaque for c in dec.commands()] == [1]
+    dec.feed(frames[1][7:] + b"".join(frames[2:]) + frames[0][:3])  # the first frame's bytes dropped here
+    marks = [dec.decoded_to]
+    got = []
+    for cmd in dec.commands():
+        got.append(cmd.opaque)
+        marks.append(dec.decoded_to)
+    assert got == [2, 3, 4, 5] and dec.buffered == 3
+    for i, (a, b) in enumerate(zip(marks, marks[1:], strict=False)):
+        with dec.frames_view(a, b) as view:
+            assert bytes(view) == frames[i + 1]
+    with dec.frames_view(marks[0], marks[-1]) as view:
+        assert [c.opaque for c in frames_in(view, 0, len(view))] == [2, 3, 4, 5]
+    with pytest.raises(FrameError, match="runs past"):
+        list(frames_in(frames[1][:-1], 0, len(frames[1]) - 1))
+    dec.feed(frames[0][3:])
+    assert [c.opaque for c in dec.commands()] == [1] and dec.buffered == 0

@@ -542,13 +542,14 @@ class FrameDecoder:
         self._consumed = 0
         self.decoded_to = 0
 
-    def _drop_consumed(self) -> None:
+    def drop_consumed(self) -> None:
+        """Drop the frames the last ``commands()`` yielded now (the caller is done with their bytes)."""
         if self._consumed:
             del self._buf[:self._consumed]
             self._consumed = self.decoded_to = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._drop_consumed()
+        self.drop_consumed()
         self._buf += data
 
     @property
@@ -559,7 +560,7 @@ class FrameDecoder:
         """The whole frames buffered, decoded one by one; stop early with ``close()``. The bytes of the
         frames yielded are dropped by the next ``feed`` or ``commands()`` (here, before the first frame is
         decoded: ``decoded_to`` is where the first one starts)."""
-        self._drop_consumed()
+        self.drop_consumed()
         return self._commands()
 
     def _commands(self) -> Generator[RemotingCommand, None, None]:

@@ -195,7 +195,8 @@ class Connection(asyncio.Protocol):
             log.warning("closing %s:%s: %s", *self.remote, remark)
             self._reply_error_and_close(remark)
         finally:
-            commands.close()  # drops the decoded frames from the buffer
+            commands.close()
+            self._decoder.drop_consumed()  # the decoded frames' bytes (judge_later has copied what it keeps)
         self._got_data = True
         if srv is not None:
             self._account_buffered(time.monotonic(), decoded)
