@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,10 +16,11 @@ from hypothesis import strategies as st
 
 import tidalmq.acl.signature_worker as sw
 import tidalmq.acl.validator as validator_module
-from tests.acl.test_units import _MIX, _conn, _remark, _validator, _verdicts
+from tests.acl.test_units import _MIX, _conn, _remark, _signed, _validator, _verdicts
 from tidalmq.acl.signature import Hmac, RequestSigner, SessionCredentials
 from tidalmq.acl.signature_worker import SignatureWorker, check_frames
 from tidalmq.acl.validator import PlainAccessValidator
+from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand, encode_frame, frames_in
 from tidalmq.remoting.transport import Connection
 
@@ -121,10 +123,15 @@ def test_a_dead_child_answers_none_and_a_new_one_starts_later(monkeypatch: pytes
                             fut.set_result)
             os.kill(first, signal.SIGKILL)
             assert await asyncio.wait_for(fut, 10) is None  # the caller judges the chunk itself
-            assert w.failures == 1 and not w.ready
-            assert not w.submit(object(), lambda: dict(KEYS), "ak1", memoryview(b""), fut.set_result)
-            await asyncio.sleep(0.3)
-            assert not w.submit(object(), lambda: dict(KEYS), "ak1", memoryview(b""), fut.set_result)  # starts one
+            failed_at = time.monotonic()
+            assert w.failures == 1 and not w.ready and w.pid is None
+            # Checked inline meanwhile; a submit after RESTART_AFTER_S starts a new child (and is declined).
+            deadline = failed_at + 10
+            while w.pid is None:
+                assert not w.submit(object(), lambda: dict(KEYS), "ak1", memoryview(b""), fut.set_result)
+                assert time.monotonic() < deadline, "no new child"
+                await asyncio.sleep(0.01)
+            assert time.monotonic() - failed_at >= sw.RESTART_AFTER_S
             await _ready(w)
             assert w.pid != first
             assert await _submit(w, object(), "ak1", [_signed_send("ak1", b"x")]) == bytes([1])
@@ -215,9 +222,6 @@ def test_only_a_steady_connection_and_large_requests_go_to_the_worker(tmp_path: 
     worker = _LaterWorker()
     v.use_worker(worker)  # type: ignore[arg-type]
     conn: Connection = _conn("127.0.0.1")
-    from tests.acl.test_units import _signed
-    from tidalmq.remoting.codes import RequestCode as RC
-
     big = [_signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, body=os.urandom(20_000)) for _ in range(3)]
     small = [_signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, body=b"x") for _ in range(3)]
 

@@ -84,7 +84,6 @@ class SignatureWorker:
         self._timer: asyncio.TimerHandle | None = None
         self._retry_at = 0.0
         self.failures = 0
-        self.jobs_done = 0
 
     # lifecycle --------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -260,7 +259,6 @@ class SignatureWorker:
                 return
             if not self._jobs:
                 self._tail = 0
-            self.jobs_done += 1
             if job.deliver is not None:
                 try:
                     job.deliver(msg[_ANSWER.size:])
