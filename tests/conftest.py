@@ -16,6 +16,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run the heavier suites (crash loops, soak)")
     parser.addoption("--run-spark", action="store_true",
                      help="also run the PySpark connector suite (needs the 'spark' extra and Java 17)")
+    parser.addoption("--run-reference", action="store_true",
+                     help="also run tests/reference: Apache RocketMQ and the official Java/Go clients (Java 17, Maven)")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -32,7 +34,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip_spark = pytest.mark.skip(reason="PySpark suite: run with --run-spark (pip install -e '.[spark]')")
     run_slow = config.getoption("--run-slow")
     run_spark = config.getoption("--run-spark")
+    skip_reference = pytest.mark.skip(reason="reference suite (Apache RocketMQ, Java and Go clients): run with --run-reference")
+    run_reference = config.getoption("--run-reference")
+    reference_dir = Path(__file__).parent / "reference"
     for item in items:
+        if reference_dir in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.reference)
+            if not run_reference:
+                item.add_marker(skip_reference)
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
         if item.get_closest_marker("spark") is not None and not run_spark:

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fetches the reference parts from Maven Central (and the Go module proxy) into a cache outside the
+# repository, pinned: Apache RocketMQ's NameServer/Broker/Proxy/mqadmin jars (rocketmq/pom.xml) and, once
+# built, the official Java and Go client programs of tests/reference/. Prints the cache's path.
+# Idempotent: a part whose stamp is newer than its recipe is left as it is.
+#   TIDALMQ_REFERENCE_CACHE  where the parts go (default ~/.cache/tidalmq/reference)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${TIDALMQ_REFERENCE_CACHE:-$HOME/.cache/tidalmq/reference}"
+mkdir -p "$cache"
+for tool in java mvn; do
+  command -v "$tool" >/dev/null || { echo "reference: $tool not found (Java 17 and Maven are needed)" >&2; exit 3; }
+done
+mvn_q() { mvn -q -B -ntp -Dstyle.color=never "$@"; }
+
+# Apache RocketMQ: its jars and their dependencies, one directory (java -cp 'lib/*').
+version="$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' "$here/rocketmq/pom.xml")"
+dist="$cache/rocketmq-$version"
+if [ ! -f "$dist/.fetched" ] || [ "$here/rocketmq/pom.xml" -nt "$dist/.fetched" ]; then
+  rm -rf "$dist.tmp"
+  mvn_q -f "$here/rocketmq/pom.xml" dependency:copy-dependencies -DoutputDirectory="$dist.tmp/lib" >&2
+  rm -rf "$dist"
+  mv "$dist.tmp" "$dist"
+  touch "$dist/.fetched"
+fi
+
+# The official Java clients' programs, one Maven project a client (tests/reference/jvm/NAME/pom.xml: their
+# dependencies clash, e.g. rocketmq-client 4.9 and the Spring starter's 5.x): built into the cache, not the
+# work tree, each as cache/jvm/NAME/{classes,lib}.
+for pom in "$repo"/tests/reference/jvm/*/pom.xml; do
+  [ -f "$pom" ] || continue
+  src="$(dirname "$pom")"
+  out="$cache/jvm/$(basename "$src")"
+  newest="$(find "$src" -type f -newer "$out/.built" 2>/dev/null | head -1 || true)"
+  if [ ! -f "$out/.built" ] || [ -n "$newest" ]; then
+    rm -rf "$out"
+    mkdir -p "$out"
+    mvn_q -f "$pom" -DbuildDir="$out/target" package dependency:copy-dependencies \
+      -DoutputDirectory="$out/lib" -DincludeScope=runtime -DskipTests >&2
+    touch "$out/.built"
+  fi
+done
+
+# The official Go client's programs (tests/reference/go), built with the module cache of the machine.
+go_src="$repo/tests/reference/go"
+if [ -f "$go_src/go.mod" ] && command -v go >/dev/null; then
+  out="$cache/go-clients"
+  newest="$(find "$go_src" -type f -newer "$out/.built" 2>/dev/null | head -1 || true)"
+  if [ ! -f "$out/.built" ] || [ -n "$newest" ]; then
+    mkdir -p "$out/bin"
+    (cd "$go_src" && GOFLAGS=-mod=mod go build -o "$out/bin/" ./...) >&2
+    touch "$out/.built"
+  fi
+fi
+echo "$cache"
