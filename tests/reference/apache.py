@@ -9,6 +9,7 @@ The jars come from Maven Central through ``scripts/reference/fetch.sh`` (pinned 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -170,10 +171,10 @@ class ApacheRocketMQ:
         self._wait_registered()
         if self.with_proxy:
             proxy_conf = self.home / "rmq-proxy.json"
-            proxy_conf.write_text(
-                '{"rocketMQClusterName": "%s", "namesrvAddr": "%s", "grpcServerPort": %d,'
-                ' "remotingListenPort": %d, "proxyMode": "cluster"}'
-                % (self.cluster, self.namesrv_addr, self.proxy_grpc_port, self.proxy_remoting_port))
+            proxy_conf.write_text(json.dumps({
+                "rocketMQClusterName": self.cluster, "namesrvAddr": self.namesrv_addr,
+                "grpcServerPort": self.proxy_grpc_port, "remotingListenPort": self.proxy_remoting_port,
+                "proxyMode": "cluster"}))
             log = self.home / "proxy.out"
             proc = self._java("org.apache.rocketmq.proxy.ProxyStartup", ["-Xms128m", "-Xmx384m"],
                               ["-pc", str(proxy_conf)], log)
