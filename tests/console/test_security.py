@@ -329,3 +329,32 @@ def test_malformed_requests_get_400_and_no_traceback(shared_standalone: Standalo
         f.seek(logged_before)
         assert b"console page failed" not in f.read()
     assert http(s.console_url + "/")[0] == 200
+
+
+def test_a_failing_page_answers_500_and_logs_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A bug a request can reach, asked for in a loop, writes one line without a traceback, not one a request."""
+    from tidalmq.console.server import ConsoleServer
+
+    async def broken(_req: object) -> object:
+        raise KeyError("a bug")
+
+    async def scenario() -> list[bytes]:
+        console = ConsoleServer("127.0.0.1", 0, f"127.0.0.1:{free_port()}")
+        console.gets["/"] = broken  # type: ignore[assignment]
+        await console.start()
+        try:
+            answers = []
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", console.port)
+                writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                answers.append(await reader.read())
+                writer.close()
+            return answers
+        finally:
+            await console.stop()
+
+    with caplog.at_level("WARNING", logger="tidalmq.console"):
+        answers = run(scenario())
+    assert all(a.startswith(b"HTTP/1.1 500 ") and b"a bug" not in a for a in answers)
+    lines = [r for r in caplog.records if r.name == "tidalmq.console"]
+    assert len(lines) == 1 and lines[0].exc_info is None and "KeyError" in lines[0].getMessage()
