@@ -358,3 +358,20 @@ def test_a_failing_page_answers_500_and_logs_one_short_line(caplog: pytest.LogCa
     assert all(a.startswith(b"HTTP/1.1 500 ") and b"a bug" not in a for a in answers)
     lines = [r for r in caplog.records if r.name == "tidalmq.console"]
     assert len(lines) == 1 and lines[0].exc_info is None and "KeyError" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize("form, reason", [
+    pytest.param({"topic": "BadQueues", "queues": "many"}, "queues must be a whole number", id="word"),
+    pytest.param({"topic": "BadQueues", "queues": "9" * 5000}, "queues must be a whole number", id="5000-digits"),
+    pytest.param({"topic": "a/b", "queues": "2"}, "contains illegal characters", id="illegal-topic"),
+])
+def test_a_form_with_bad_values_gets_400_and_changes_nothing(shared_standalone: Standalone, form: dict[str, str],
+                                                             reason: str) -> None:
+    s = shared_standalone
+    token = CSRF.search(http(s.console_url + "/topics")[1])
+    assert token is not None
+    before = run(admin_call(s, "topic_list"))
+    status, page = http(s.console_url + "/topics/create", {"csrf": token.group(1), **form})
+    assert status == 400 and 'class="error"' in page and reason in page
+    assert len(page) < 20_000  # the value is not echoed in full
+    assert run(admin_call(s, "topic_list")) == before

@@ -119,13 +119,17 @@ class ConsoleServer:
                 raise HttpError(404, "no such action")
             if not hmac.compare_digest(req.arg("csrf").encode(), self.csrf.encode()):
                 raise HttpError(403, "missing or wrong CSRF token: reload the page and try again")
+            bad_input = False
             try:
                 notice, error, page = await action(req)
-            except (RemotingError, NameError_, ValueError) as e:
+            except (RemotingError, ValueError) as e:  # ValueError: the form's own values (names, numbers)
+                bad_input = not isinstance(e, RemotingError)
                 notice, error, page = "", _error_text(e), self.gets.get(req.path.rsplit("/", 1)[0], self.cluster)
             resp = await page(req)
             # the page after the action, with what it did above (the page's own error, if any, stays below)
             resp.body = resp.body.replace("</h2>", "</h2>" + P.flash(notice, error), 1)
+            if bad_input:
+                resp.status = 400
             return resp
         raise HttpError(405, "GET or POST only", {"Allow": "GET, POST"})
 
@@ -316,7 +320,7 @@ def _int(text: str, what: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{what} must be a whole number, not {text!r}") from None
+        raise ValueError(f"{what} must be a whole number, not {_shown(text)}") from None
 
 
 def _time_ms(text: str, what: str) -> int:
@@ -324,4 +328,9 @@ def _time_ms(text: str, what: str) -> int:
     try:
         return int(datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
-        raise ValueError(f"{what} must be a date and time like 2026-11-21T10:00:00, not {text!r}") from None
+        raise ValueError(f"{what} must be a date and time like 2026-11-21T10:00:00, not {_shown(text)}") from None
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A value the visitor sent, quoted and cut short for an error line."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
