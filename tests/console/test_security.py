@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 from tests.acl.conftest import ADMIN, acl_text
 from tests.console.support import admin_call, http, run
 from tests.support import ModuleTmp, Standalone, free_port
-from tidalmq.client import Admin
+from tidalmq.client import Admin, Message, Producer
+from tidalmq.common.msgid import encode_offset_msg_id, host_bytes
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -203,3 +205,173 @@ def test_a_request_never_finished_is_dropped(monkeypatch: pytest.MonkeyPatch) ->
 
     answer, waited = run(scenario())
     assert answer == b"" and waited < 5  # closed without an answer, once the time ran out
+
+
+# --- the console only talks to the cluster's own brokers ------------------------------------------------
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A loopback port nobody serves but the test: what connects lands in its accept queue."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as srv:
+        srv.setblocking(False)
+        yield srv
+
+
+def nothing_connected(srv: socket.socket) -> bool:
+    """No connection waits to be accepted. Called once the console has answered: a connect it made before
+    answering has completed its handshake by then, so the queue holds it without any waiting."""
+    readable, _, _ = select.select([srv], [], [], 0)
+    return not readable
+
+
+def pointing_at(srv: socket.socket, offset: int = 0) -> str:
+    """An offset msgId whose store host and port are the listener's."""
+    return encode_offset_msg_id(host_bytes("127.0.0.1"), srv.getsockname()[1], offset)
+
+
+def test_a_message_id_pointing_at_an_unlisted_address_is_refused_unconnected(
+        shared_standalone: Standalone, listener: socket.socket) -> None:
+    s = shared_standalone
+    msg_id = pointing_at(listener, 4096)
+    status, page = http(s.console_url + f"/messages?id={msg_id}")
+    assert nothing_connected(listener)
+    assert status == 404 and f"127.0.0.1:{listener.getsockname()[1]}" in page
+    assert "not a broker of this cluster" in page
+    # with a topic it is looked up as a client id in that topic's index instead: still no connection
+    status, page = http(s.console_url + f"/messages?id={msg_id}&topic=TBW102")
+    assert status == 404 and f"no message with id {msg_id}" in page
+    assert nothing_connected(listener)
+    # the console itself still works for the next visitor, and its broker is where it always was
+    assert http(s.console_url + "/")[0] == 200
+
+
+def test_a_message_id_of_a_listed_broker_is_shown(shared_standalone: Standalone) -> None:
+    s = shared_standalone
+
+    async def send() -> str:
+        async with Admin(s.namesrv_addr) as admin:
+            await admin.create_topic("ConsoleById", 2)
+        async with Producer("console-by-id", s.namesrv_addr) as p:
+            return (await p.send(Message("ConsoleById", "found by its offset id"))).offset_msg_id
+
+    offset_id = run(send())
+    status, page = http(s.console_url + f"/messages?id={offset_id}")
+    assert status == 200 and "found by its offset id" in page
+
+
+def test_with_acl_nothing_signed_goes_to_an_unlisted_address(acl_console: Standalone,
+                                                              listener: socket.socket) -> None:
+    s = acl_console
+    login = (ADMIN.access_key, ADMIN.secret_key)
+    status, page = http(s.console_url + f"/messages?id={pointing_at(listener)}", auth=login)
+    assert nothing_connected(listener)  # no request, hence no signature to capture and replay
+    assert status == 404 and "not a broker of this cluster" in page
+    status, page = http(s.console_url + f"/messages?id={pointing_at(listener)}&topic=TBW102", auth=login)
+    assert status == 404 and nothing_connected(listener)
+
+
+def test_an_address_the_cluster_does_not_list_gets_no_request(shared_standalone: Standalone,
+                                                             listener: socket.socket) -> None:
+    """The check is the console's admin client's, under every page: a broker address the NameServer
+    lists is asked, any other is refused before a connection is made."""
+    from tidalmq.console.cluster_admin import ClusterAdmin, UnlistedAddress
+
+    async def scenario() -> None:
+        async with ClusterAdmin(shared_standalone.namesrv_addr) as admin:
+            assert (await admin.broker_runtime_info(shared_standalone.broker_addr))["brokerRole"]
+            with pytest.raises(UnlistedAddress, match="not a broker the NameServer lists"):
+                await admin.broker_config(f"127.0.0.1:{listener.getsockname()[1]}")
+
+    run(scenario())
+    assert nothing_connected(listener)
+
+
+def test_get_pages_change_nothing(shared_standalone: Standalone) -> None:
+    """Every page the console serves by GET, with every parameter it reads, leaves the cluster's topics
+    and groups as they were: state changes are the POST actions' only."""
+    s = shared_standalone
+    before = run(admin_call(s, "topic_list")), run(admin_call(s, "group_list"))
+    for path in ("/", "/topics", "/groups", "/messages?topic=GetTopic", "/messages?topic=GetTopic&key=k",
+                 "/messages?id=0A0B0C0D00002A9F0000000000000000&topic=GetTopic",
+                 "/messages?topic=GetTopic&begin=2026-01-01T00:00:00&end=2026-01-02T00:00:00",
+                 "/dlq?group=GetGroup", "/schedule", "/schedule?topic=GetTopic&key=k",
+                 "/topics/create?topic=GetTopic&queues=2", "/topics/delete?topic=TBW102",
+                 "/dlq/resend?group=GetGroup&all=1", "/schedule/cancel?topic=GetTopic&uniq_key=k"):
+        status, _ = http(s.console_url + path)
+        assert status in (200, 404), path
+    assert (run(admin_call(s, "topic_list")), run(admin_call(s, "group_list"))) == before
+
+
+# --- malformed requests: 400, never 500 ------------------------------------------------------------------
+
+@pytest.mark.parametrize("request_bytes", [
+    pytest.param(b"GET /dlq?group=a/b HTTP/1.1\r\n", id="illegal-group"),
+    pytest.param(b"GET /dlq?group=%FF%FE HTTP/1.1\r\n", id="non-utf8-group"),
+    pytest.param(b"POST /topics/create HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n", id="5000-digit-length"),
+    pytest.param(b"POST /topics/create HTTP/1.1\r\nContent-Length: \xb2\r\n", id="superscript-length"),
+    pytest.param(b"POST /topics/create HTTP/1.1\r\nContent-Length: -1\r\n", id="negative-length"),
+    pytest.param(b"GET /[ HTTP/1.1\r\n", id="bracket"),
+    pytest.param(b"GET //[ HTTP/1.1\r\n", id="double-slash-bracket"),
+    pytest.param(b"GET http://[/ HTTP/1.1\r\n", id="absolute-url"),
+    pytest.param(b"GET * HTTP/1.1\r\n", id="asterisk"),
+    pytest.param(b"GET /messages?topic=\xff\xfe HTTP/1.1\r\n", id="raw-non-ascii"),
+    pytest.param(b"GET /messages?topic=T&begin=yesterday HTTP/1.1\r\n", id="bad-begin"),
+    pytest.param(b"GET /messages?topic=T&end=2026-13-45T99:00:00 HTTP/1.1\r\n", id="bad-end"),
+])
+def test_malformed_requests_get_400_and_no_traceback(shared_standalone: Standalone, request_bytes: bytes) -> None:
+    s = shared_standalone
+    logged_before = s.log_path.stat().st_size
+    answer = raw(s, request_bytes + b"Host: 127.0.0.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"Traceback" not in answer and b"internal error" not in answer
+    # a failed page logs before it answers: by now the line would be in the file
+    with open(s.log_path, "rb") as f:
+        f.seek(logged_before)
+        assert b"console page failed" not in f.read()
+    assert http(s.console_url + "/")[0] == 200
+
+
+def test_a_failing_page_answers_500_and_logs_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A bug a request can reach, asked for in a loop, writes one line without a traceback, not one a request."""
+    from tidalmq.console.server import ConsoleServer
+
+    async def broken(_req: object) -> object:
+        raise KeyError("a bug")
+
+    async def scenario() -> list[bytes]:
+        console = ConsoleServer("127.0.0.1", 0, f"127.0.0.1:{free_port()}")
+        console.gets["/"] = broken  # type: ignore[assignment]
+        await console.start()
+        try:
+            answers = []
+            for _ in range(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", console.port)
+                writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                answers.append(await reader.read())
+                writer.close()
+            return answers
+        finally:
+            await console.stop()
+
+    with caplog.at_level("WARNING", logger="tidalmq.console"):
+        answers = run(scenario())
+    assert all(a.startswith(b"HTTP/1.1 500 ") and b"a bug" not in a for a in answers)
+    lines = [r for r in caplog.records if r.name == "tidalmq.console"]
+    assert len(lines) == 1 and lines[0].exc_info is None and "KeyError" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize("form, reason", [
+    pytest.param({"topic": "BadQueues", "queues": "many"}, "queues must be a whole number", id="word"),
+    pytest.param({"topic": "BadQueues", "queues": "9" * 5000}, "queues must be a whole number", id="5000-digits"),
+    pytest.param({"topic": "a/b", "queues": "2"}, "contains illegal characters", id="illegal-topic"),
+])
+def test_a_form_with_bad_values_gets_400_and_changes_nothing(shared_standalone: Standalone, form: dict[str, str],
+                                                             reason: str) -> None:
+    s = shared_standalone
+    token = CSRF.search(http(s.console_url + "/topics")[1])
+    assert token is not None
+    before = run(admin_call(s, "topic_list"))
+    status, page = http(s.console_url + "/topics/create", {"csrf": token.group(1), **form})
+    assert status == 400 and 'class="error"' in page and reason in page
+    assert len(page) < 20_000  # the value is not echoed in full
+    assert run(admin_call(s, "topic_list")) == before

@@ -71,6 +71,9 @@ class BrokerConfig:
     # rule), 0 any free port; the NameServer tells slaves the address (brokerIP2, else brokerIP1).
     ha_listen_port: int = -1
     broker_ip2: str = ""
+    # haListenHost (TidalMQ's key; RocketMQ binds the HA port on every interface): the address the HA port
+    # binds; empty: the one slaves are told (brokerIP2, else brokerIP1), not every interface.
+    ha_listen_host: str = ""
     # A slave's master, "host:haPort"; empty: the one the NameServer names (updateMasterHAServerAddrPeriodically).
     ha_master_address: str = ""
     ha_send_heartbeat_interval: int = 5000

@@ -196,7 +196,7 @@ class BrokerController:
             self.ha_client = HAClient(config, self.store)
             self.slave_sync = SlaveSynchronize(self)
         else:
-            self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout, host)
+            self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout)
         # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
         self.pop = PopService(self)
         self.pop_revive = PopReviveService(self, self.pop)
@@ -334,7 +334,7 @@ class BrokerController:
             self.send_processor.dedup.forget()  # rebuilt from the replicated CommitLog at the first put
         c.broker_role = self.master_role
         c.broker_id = 0
-        self.ha_service = HAService(c, self.store, self.store_config.sync_flush_timeout, self._host)
+        self.ha_service = HAService(c, self.store, self.store_config.sync_flush_timeout)
         await self.ha_service.start(c.listen_port + 1 if c.ha_listen_port < 0 else c.ha_listen_port)
         self._tasks.append(self._loop.create_task(self.transaction_check.run()))
         self._tasks.append(self._loop.create_task(self.pop_revive.run()))

@@ -9,16 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
+
+from tidalmq.common.log_limit import LogLimiter, short_error
 
 log = logging.getLogger("tidalmq.console")
+# a page that fails on what a request sent must not write a traceback per request (common/log_limit.py)
+_limited = LogLimiter(log)
 
 MAX_HEAD = 16 * 1024
 MAX_BODY = 256 * 1024
 READ_TIMEOUT_S = 10.0
+# Content-Length as ASCII digits only (str.isdigit admits '²', which int() refuses), and few enough of them
+# that int() never meets Python's limit on long numbers: anything longer is far above MAX_BODY anyway.
+CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+# RFC 3986: a path's characters (unreserved, sub-delims, ':', '@', '/', and %XX); the query may have any
+# visible ASCII character (browsers send some of RFC 3986's gen-delims unencoded there).
+PATH = re.compile(r"/[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*")
+VISIBLE = re.compile(r"[\x21-\x7e]+")
 
 
 class HttpError(Exception):
@@ -73,9 +85,13 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], dict[str, str]]:
         if not sep:
             raise HttpError(400, "malformed header")
         headers[name.strip().lower()] = value.strip()
-    url = urlsplit(target)
-    query = {k: v[0] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-    return method.upper(), url.path or "/", query, headers
+    # Only a path and a query (origin-form): the console is no proxy, so an absolute URL or '*' is no page.
+    # Split here rather than by urlsplit, which raises on a '[' it takes for an IPv6 host ('//[').
+    path, _, query_text = target.partition("?")
+    if not PATH.fullmatch(path) or not VISIBLE.fullmatch(target):
+        raise HttpError(400, "the request target must be a path (/...) of RFC 3986's characters")
+    query = {k: v[0] for k, v in parse_qs(query_text.partition("#")[0], keep_blank_values=True).items()}
+    return method.upper(), path, query, headers
 
 
 async def read_request(reader: asyncio.StreamReader) -> Request:
@@ -86,8 +102,8 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
     method, path, query, headers = _parse_head(head[:-4])
     form: dict[str, list[str]] = {}
     length = headers.get("content-length", "0")
-    if not length.isdigit():
-        raise HttpError(400, "bad Content-Length")
+    if not CONTENT_LENGTH.fullmatch(length):
+        raise HttpError(400, "bad Content-Length: a decimal number of at most 18 digits")
     n = int(length)
     if n > MAX_BODY:
         raise HttpError(413, "request body too large")
@@ -149,8 +165,9 @@ class HttpServer:
                 resp = Response(e.text, e.status, "text/plain; charset=utf-8", e.headers)
             except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
                 return
-            except Exception:  # a bug in a page must not take the console down
-                log.exception("console page failed")
+            except Exception as e:  # a bug in a page must not take the console down
+                _limited.warning(("page failed", type(e).__name__), "console page failed: %s", short_error(e))
+                log.debug("console page failed", exc_info=True)
                 resp = Response("internal error (see the broker's log)", 500, "text/plain; charset=utf-8")
             writer.write(encode_response(resp))
             await writer.drain()

@@ -22,11 +22,12 @@ from datetime import datetime
 from urllib.parse import quote
 
 from tidalmq.acl.signature import SessionCredentials
-from tidalmq.client.admin import Admin
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_, is_system_topic
 from tidalmq.console import pages as P
+from tidalmq.console.cluster_admin import ClusterAdmin, UnlistedAddress
 from tidalmq.console.http import HttpError, HttpServer, Request, Response
+from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.tls import TlsOption
 from tidalmq.remoting.transport import RemotingError
 
@@ -45,7 +46,8 @@ class ConsoleServer:
 
     def __init__(self, host: str, port: int, namesrv_addr: str, credentials: SessionCredentials | None = None,
                  *, tls: TlsOption = None, allowed_hosts: tuple[str, ...] = ()) -> None:
-        self.admin = Admin(namesrv_addr, credentials=credentials, tls=tls)
+        # requests go only to the NameServers and the brokers they list (cluster_admin.py)
+        self.admin = ClusterAdmin(namesrv_addr, credentials=credentials, tls=tls)
         self.credentials = credentials
         self.allowed_hosts = {h.strip().lower() for h in allowed_hosts if h.strip()} | {"localhost"}
         self.csrf = secrets.token_urlsafe(32)  # per process: a page shows it, another site cannot read it
@@ -100,6 +102,8 @@ class ConsoleServer:
         self._check_login(req)
         try:
             return await self._dispatch(req)
+        except NameError_ as e:  # a topic or group name from the request that RocketMQ's rules refuse
+            return Response(P.layout(req.path, "Bad request", "", error=str(e)), 400)
         except RemotingError as e:  # a NameServer or broker that does not answer: say so, keep serving
             return Response(P.layout(req.path, "No answer", "", error=_error_text(e)), 502)
 
@@ -115,13 +119,17 @@ class ConsoleServer:
                 raise HttpError(404, "no such action")
             if not hmac.compare_digest(req.arg("csrf").encode(), self.csrf.encode()):
                 raise HttpError(403, "missing or wrong CSRF token: reload the page and try again")
+            bad_input = False
             try:
                 notice, error, page = await action(req)
-            except (RemotingError, NameError_, ValueError) as e:
+            except (RemotingError, ValueError) as e:  # ValueError: the form's own values (names, numbers)
+                bad_input = not isinstance(e, RemotingError)
                 notice, error, page = "", _error_text(e), self.gets.get(req.path.rsplit("/", 1)[0], self.cluster)
             resp = await page(req)
             # the page after the action, with what it did above (the page's own error, if any, stays below)
             resp.body = resp.body.replace("</h2>", "</h2>" + P.flash(notice, error), 1)
+            if bad_input:
+                resp.status = 400
             return resp
         raise HttpError(405, "GET or POST only", {"Allow": "GET, POST"})
 
@@ -202,7 +210,7 @@ class ConsoleServer:
             'From <input name="begin" type="datetime-local" step="1"> to <input name="end" type="datetime-local" '
             'step="1"> <button>Find by time</button></form>')
         found: list[MessageExt] | None = None
-        error = ""
+        error, status = "", 200
         try:
             if msg_id:
                 found = [await self.admin.view_message(msg_id, topic or None)]
@@ -214,10 +222,19 @@ class ConsoleServer:
             elif topic:
                 found = await self.admin.messages_by_time(topic, int(time.time() * 1000) - 3_600_000,
                                                           int(time.time() * 1000))
-        except (RemotingError, ValueError) as e:
+        except UnlistedAddress as e:  # an offset id naming a host:port the cluster does not list
+            error, status = f"message id {msg_id} points at {e.addr}, which is not a broker of this cluster: " \
+                            "the console does not connect there (a client id is looked up with its topic)", 404
+        except RemotingError as e:
             error = _error_text(e)
+            if msg_id and e.code == ResponseCode.QUERY_NOT_FOUND:
+                status = 404
+        except ValueError as e:  # a begin or end that is not a date and time
+            error, status = _error_text(e), 400
         shown = f"<fieldset>{form}</fieldset>" + (P.messages(found) if found is not None else "")
-        return self._page(req, "Messages", shown, error)
+        resp = self._page(req, "Messages", shown, error)
+        resp.status = status
+        return resp
 
     # dead letters -------------------------------------------------------------------------------
     async def dlq(self, req: Request) -> Response:
@@ -287,6 +304,8 @@ class ConsoleServer:
 
 
 def _error_text(e: Exception) -> str:
+    if isinstance(e, UnlistedAddress):
+        return e.remark or ""
     if isinstance(e, RemotingError):
         return f"refused (code {e.code}): {e.remark or ''}"
     return str(e) or type(e).__name__
@@ -301,7 +320,7 @@ def _int(text: str, what: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{what} must be a whole number, not {text!r}") from None
+        raise ValueError(f"{what} must be a whole number, not {_shown(text)}") from None
 
 
 def _time_ms(text: str, what: str) -> int:
@@ -309,4 +328,9 @@ def _time_ms(text: str, what: str) -> int:
     try:
         return int(datetime.fromisoformat(text).timestamp() * 1000)
     except ValueError:
-        raise ValueError(f"{what} must be a date and time like 2026-11-21T10:00:00, not {text!r}") from None
+        raise ValueError(f"{what} must be a date and time like 2026-11-21T10:00:00, not {_shown(text)}") from None
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A value the visitor sent, quoted and cut short for an error line."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")

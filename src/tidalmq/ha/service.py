@@ -51,12 +51,11 @@ class _TransferRequest:
 
 
 class HAService:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, sync_flush_timeout_ms: int,
-                 host: str = "0.0.0.0") -> None:
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, sync_flush_timeout_ms: int) -> None:
         self.config = config
         self.store = store
         self.sync_flush_timeout = sync_flush_timeout_ms / 1000.0
-        self.host = host
+        self.host = ""  # bound at start (listen_host)
         self.connections: set[HAConnection] = set()
         # The highest offset any slave has reported (RocketMQ's push2SlaveMaxOffset).
         self.push2slave_max_offset = 0
@@ -72,9 +71,22 @@ class HAService:
         self.replica_id = 0
 
     # lifecycle --------------------------------------------------------------------------------
+    @property
+    def listen_host(self) -> str:
+        """Where the HA port binds: haListenHost, else the address the NameServer tells slaves (brokerIP2,
+        else brokerIP1). A slave is not authenticated and is sent the whole CommitLog, so the port is not
+        opened on every interface as RocketMQ does (docs/replication.md, Security)."""
+        c = self.config
+        return c.ha_listen_host or c.broker_ip2 or c.broker_ip1
+
     async def start(self, port: int) -> None:
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._accept, self.host, port)
+        self.host = self.listen_host
+        try:
+            self._server = await asyncio.start_server(self._accept, self.host, port)
+        except OSError as e:
+            raise OSError(e.errno, f"HA port {self.host}:{port} cannot be bound ({e.strerror}); haListenHost "
+                                   "names the address to bind (docs/replication.md)") from e
         self.port = self._server.sockets[0].getsockname()[1]
         self.store.add_arrival_listener(self._on_arrival)
         log.info("HA: listening for slaves on %s:%d", self.host, self.port)
