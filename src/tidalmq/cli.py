@@ -18,7 +18,9 @@ from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.broker.schedule_child import start_early
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
+from tidalmq.common.top_addressing import configured_addr
 from tidalmq.console.config import DEFAULT_CONSOLE_PORT, ConsoleConfig
+from tidalmq.namesrv.address_server import AddressServer, AddressServerConfig, NamesrvAddressList
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.tls import TlsConfig, client_context_from, is_tls_key, tls_config
@@ -82,7 +84,7 @@ def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsCon
 
 
 def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyConfig | None = None,
-                         console: ConsoleConfig | None = None
+                         console: ConsoleConfig | None = None, address_server: AddressServerConfig | None = None
                          ) -> tuple[BrokerConfig, MessageStoreConfig, RemotingServerConfig, TlsConfig]:
     """The broker's, the store's and the remoting server's configuration from ``-c`` and ``--set``
     (and the gRPC endpoint's into ``proxy`` and the web console's into ``console``, for the standalone),
@@ -102,6 +104,9 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
         proxy.enable_topic_message_type_check = bc.enable_topic_message_type_check
     if console is not None:
         unknown = apply_properties(console, {k: props[k] for k in unknown})
+    if address_server is not None:
+        unknown = apply_properties(address_server, {k: props[k] for k in unknown})
+        address_server.validate()
     for key in unknown:
         log.warning("unknown configuration key %s ignored (not a key TidalMQ uses)", key)
     if getattr(args, "broker_port", None) is not None:
@@ -125,11 +130,31 @@ def _stop_on_signal() -> asyncio.Event:
     return stop
 
 
+def _advertised(host: str, port: int) -> str:
+    """This NameServer's address as the address server hands it out (a wildcard bind as loopback)."""
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
+def _address_text(host: str, server: AddressServer | None) -> str:
+    if server is None:
+        return ""
+    return f" address-server http://{host}:{server.port}/rocketmq/{server.config.address_server_sub_group}"
+
+
+async def _start_address_server(host: str, config: AddressServerConfig, own: list[str]) -> AddressServer | None:
+    if config.address_server_port < 0:
+        return None
+    server = AddressServer(host, config, NamesrvAddressList(config, own))
+    await server.start()
+    return server
+
+
 async def _standalone(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or default_data_dir()
     pc = ProxyConfig()
     cc = ConsoleConfig()
-    bc, sc, rc, tls = build_broker_configs(args, data_dir, pc, cc)  # refused before any port is bound
+    asc = AddressServerConfig()
+    bc, sc, rc, tls = build_broker_configs(args, data_dir, pc, cc, asc)  # refused before any port is bound
     schedule_child = start_early(bc, sc)  # its start-up runs beside the imports that follow
     from tidalmq.broker.controller import BrokerController
     from tidalmq.namesrv.server import NameServer
@@ -162,6 +187,7 @@ async def _standalone(args: argparse.Namespace) -> int:
                     acl=ns_acl, remoting_config=rc, tls=tls)
     await ns.start()
     bc.namesrv_addr = f"127.0.0.1:{ns.port}"
+    address_server = await _start_address_server(args.host, asc, [_advertised(args.host, ns.port)])
     if args.host not in ("0.0.0.0", "::", ""):
         bc.broker_ip1 = args.host
     if tls.server_mode == "enforcing":  # the broker registers with its own NameServer, which takes TLS only
@@ -209,11 +235,13 @@ async def _standalone(args: argparse.Namespace) -> int:
     _settle_gc()
     stop = _stop_on_signal()
     print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr}"
-          f"{grpc_text}{console_text} data {data_dir}", flush=True)
+          f"{grpc_text}{console_text}{_address_text(args.host, address_server)} data {data_dir}", flush=True)
     await stop.wait()
     log.info("shutting down")
     if console is not None:
         await console.stop()
+    if address_server is not None:
+        await address_server.stop()
     for exporter in exporters:
         exporter.stop()
     if grpc_server is not None:
@@ -274,9 +302,11 @@ async def _namesrv(args: argparse.Namespace) -> int:
 
     rc, tls, rest = server_settings(_load_props(args))
     mc = NamesrvMetricsConfig()
-    for key in apply_properties(mc, rest):
+    asc = AddressServerConfig()
+    for key in apply_properties(asc, {k: rest[k] for k in apply_properties(mc, rest)}):
         log.warning("unknown configuration key %s ignored", key)
     mc.validate()
+    asc.validate()
     acl = None
     if args.acl_enable:
         from tidalmq.acl import acl_home, namesrv_validator
@@ -287,9 +317,13 @@ async def _namesrv(args: argparse.Namespace) -> int:
     await ns.start()
     exporter = start_namesrv_exporter(ns, mc.metrics_exporter_type, mc.metrics_prom_exporter_host,
                                       mc.metrics_prom_exporter_port)
+    address_server = await _start_address_server(args.host, asc, [_advertised(args.host, ns.port)])
     stop = _stop_on_signal()
-    print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}", flush=True)
+    print(f"TidalMQ {__version__} namesrv ready on {args.host}:{ns.port}{_address_text(args.host, address_server)}",
+          flush=True)
     await stop.wait()
+    if address_server is not None:
+        await address_server.stop()
     if exporter is not None:
         exporter.stop()
     await ns.stop()
@@ -305,7 +339,7 @@ async def _broker(args: argparse.Namespace) -> int:
     if args.namesrv:
         bc.namesrv_addr = args.namesrv
     elif not bc.namesrv_addr:
-        bc.namesrv_addr = os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
+        bc.namesrv_addr = configured_addr() or ("" if bc.fetch_namesrv_addr_by_address_server else "127.0.0.1:9876")
     broker = BrokerController(bc, sc, host=args.host, home=data_dir, remoting_config=rc, tls=tls,
                               schedule_child=schedule_child)
     if getattr(args, "config", None):

@@ -139,7 +139,10 @@ class Agent:
             dll.SetProducerCompressMsgBodyOverHowmuch(p._handle, int(c["compress_over"]))
         if c.get("max_message_size") is not None:
             p.set_max_message_size(int(c["max_message_size"]))
-        p.set_namesrv_addr(c["namesrv"])
+        if c.get("namesrv_domain"):  # the NameServer address server's URL, asked instead of an address
+            p.set_namesrv_domain(c["namesrv_domain"])
+        else:
+            p.set_namesrv_addr(c["namesrv"])
         if c.get("credentials"):  # ACL: access key, secret key, channel
             p.set_session_credentials(*c["credentials"])
         self.graveyard.append(p)

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from tidalmq.common import top_addressing as ta
 from tidalmq.common.config import JAVA_INT_MAX, Check, ConfigError, check_fields, in_range, one_of
 
 
@@ -21,6 +22,11 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
     namesrv_addr: str = ""
+    # No namesrvAddr: ask the NameServer address server for the list (broker/namesrv_lookup.py)
+    fetch_namesrv_addr_by_address_server: bool = False
+    rmq_address_server_domain: str = ta.DEFAULT_DOMAIN
+    rmq_address_server_sub_group: str = ta.DEFAULT_SUBGROUP
+    fetch_namesrv_addr_interval: int = int(ta.FETCH_INTERVAL_S * 1000)  # ms; RocketMQ's is fixed at 2 minutes
     broker_role: str = "ASYNC_MASTER"
     broker_permission: int = 6
     auto_create_topic_enable: bool = True
@@ -136,6 +142,13 @@ class BrokerConfig:
     def validate(self) -> None:
         """Refuse values the broker cannot run with (``ConfigError`` names the key and what is allowed)."""
         check_fields(self, _CHECKS)
+        if self.fetch_namesrv_addr_by_address_server:
+            try:
+                ta.ws_addr(self.rmq_address_server_domain, self.rmq_address_server_sub_group)
+            except ta.AddressServerError as e:
+                raise ConfigError(f"fetchNamesrvAddrByAddressServer=true: {e}") from None
+            if self.fetch_namesrv_addr_interval < 1000:
+                raise ConfigError(f"fetchNamesrvAddrInterval={self.fetch_namesrv_addr_interval}: at least 1000 ms")
         if self.enable_controller_mode:
             if self.broker_id < 1:
                 raise ConfigError("enableControllerMode=true needs brokerId >= 1: the replica's own id in its group")

@@ -14,6 +14,7 @@ from typing import Any
 from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
 from tidalmq.acl.signature_worker import SignatureWorker
 from tidalmq.acl.validator import PlainAccessValidator
+from tidalmq.broker import namesrv_lookup
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.consumed import consumed_commit_log_offset
 from tidalmq.broker.consumer_manager import (
@@ -277,6 +278,11 @@ class BrokerController:
         self.config.listen_port = self.server.port
         await self._start_ha(ephemeral)
         self._register_event = asyncio.Event()
+        lookup_url = namesrv_lookup.address_server_url(self.config)
+        if lookup_url is not None:
+            await namesrv_lookup.fetch_once(self.config, lookup_url, self.register_soon)
+            self._tasks.append(self._loop.create_task(namesrv_lookup.fetch_loop(
+                self.config, lookup_url, self.register_soon, self.config.fetch_namesrv_addr_interval / 1000.0)))
         self._tasks.append(self._loop.create_task(self._register_loop()))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
         self._tasks.append(self._loop.create_task(self.stats.run()))

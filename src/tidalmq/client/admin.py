@@ -13,12 +13,14 @@ from tidalmq.client.codec import decode_messages
 from tidalmq.client.message import MessageExt, MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
+from tidalmq.common import top_addressing as ta
 from tidalmq.common.message import encode_properties
 from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.tls import TlsOption, resolve_client_tls
+from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 from tidalmq.remoting.transport import RemotingClient, RemotingError
 
 
@@ -86,7 +88,7 @@ def _mq_key(key: str) -> tuple[str, str, int]:
 
 
 def namesrv_from_env(addr: str | None) -> str:
-    value = addr or os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
+    value = addr or ta.configured_addr() or "127.0.0.1:9876"
     return value
 
 
@@ -106,7 +108,10 @@ class Admin:
 
     def __init__(self, namesrv_addr: str | None = None, timeout: float = 5.0,
                  credentials: SessionCredentials | None = None, *, tls: TlsOption = None) -> None:
-        self.namesrv_addrs = [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
+        # No address given: the address server that rocketmq.namesrv.domain names lists them (asked once)
+        self.ws_addr = None if namesrv_addr or ta.configured_addr() else ta.configured_ws_addr()
+        self.namesrv_addrs = [] if self.ws_addr else \
+            [a.strip() for a in namesrv_from_env(namesrv_addr).split(";") if a.strip()]
         self.timeout = timeout
         self.remoting = RemotingClient(ssl_context=resolve_client_tls(tls))
         # ACL 1.0: an admin account signs every request (docs/acl.md)
@@ -131,10 +136,18 @@ class Admin:
             raise AdminError(resp.code, resp.remark)
         return resp
 
+    async def _namesrv_list(self) -> list[str]:
+        if not self.namesrv_addrs and self.ws_addr is not None:
+            try:
+                self.namesrv_addrs = await fetch_namesrv_addrs(self.ws_addr, self.timeout)
+            except ta.AddressServerError as e:
+                raise AdminError(-1, f"no NameServer list: {e}") from None
+        return self.namesrv_addrs
+
     async def _namesrv(self, code: int, ext: dict[str, str] | None = None,
                        ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         last: Exception | None = None
-        for addr in self.namesrv_addrs:
+        for addr in await self._namesrv_list():
             try:
                 return await self._call(addr, code, ext, ok=ok)
             except AdminError:
@@ -165,11 +178,11 @@ class Admin:
 
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
-        for addr in self.namesrv_addrs:
+        for addr in await self._namesrv_list():
             await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
 
     async def delete_kv_config(self, namespace: str, key: str) -> None:
-        for addr in self.namesrv_addrs:
+        for addr in await self._namesrv_list():
             await self._call(addr, RC.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
 
     async def cluster_info(self) -> dict:

@@ -25,10 +25,12 @@ from tidalmq.client.errors import (
 )
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
+from tidalmq.common import top_addressing as ta
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.tls import TlsOption, resolve_client_tls
+from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 from tidalmq.remoting.transport import (
     Connection,
     RemotingClient,
@@ -44,8 +46,9 @@ _instance_seq = itertools.count(1)
 
 
 def resolve_namesrv(addr: str | None) -> list[str]:
-    """The NameServer list: the argument, else ``$NAMESRV_ADDR``, else 127.0.0.1:9876; ``;``-separated."""
-    value = addr or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV
+    """The NameServer list: the argument, else ``rocketmq.namesrv.addr`` or ``NAMESRV_ADDR`` from the
+    environment, else 127.0.0.1:9876; ``;``-separated."""
+    value = addr or ta.configured_addr() or DEFAULT_NAMESRV
     addrs = [a.strip() for a in value.split(";") if a.strip()]
     if not addrs:
         raise MQClientError(NO_NAME_SERVER_EXCEPTION, f"no name server address in {value!r}")
@@ -103,9 +106,16 @@ class ClientInstance:
     def __init__(self, namesrv_addr: str | None = None, *, instance_name: str | None = None,
                  client_ip: str | None = None, request_timeout: float = 3.0,
                  poll_name_server_interval: float = 30.0, heartbeat_broker_interval: float = 30.0,
-                 credentials: SessionCredentials | None = None, tls: TlsOption = None) -> None:
-        self.namesrv_addrs = resolve_namesrv(namesrv_addr)
-        self._ns_index = random.randrange(len(self.namesrv_addrs))
+                 credentials: SessionCredentials | None = None, tls: TlsOption = None,
+                 namesrv_domain: str | None = None, namesrv_domain_subgroup: str | None = None,
+                 fetch_namesrv_interval: float = ta.FETCH_INTERVAL_S) -> None:
+        # No address given: the address server named by rocketmq.namesrv.domain (argument or environment)
+        # lists the NameServers, asked at start and every fetch_namesrv_interval (MQClientInstance's way).
+        self.ws_addr = None if namesrv_addr or ta.configured_addr() else \
+            ta.configured_ws_addr(namesrv_domain, namesrv_domain_subgroup)
+        self.namesrv_addrs = [] if self.ws_addr else resolve_namesrv(namesrv_addr)
+        self.fetch_namesrv_interval = fetch_namesrv_interval
+        self._ns_index = random.randrange(len(self.namesrv_addrs)) if self.namesrv_addrs else 0
         self.client_ip = client_ip or codec.local_ip()
         name = instance_name or f"{os.getpid()}#{time.monotonic_ns()}#{next(_instance_seq)}"
         self.client_id = codec.make_client_id(self.client_ip, name)
@@ -133,6 +143,13 @@ class ClientInstance:
         if self.started:
             return
         self.started = True
+        if self.ws_addr is not None:
+            try:
+                await self.fetch_namesrv_addr()
+            except ta.AddressServerError as e:  # RocketMQ's clients start anyway and keep asking
+                log.warning("no NameServer list yet: %s", e)
+            self._tasks.append(asyncio.create_task(
+                self._every(self.fetch_namesrv_interval, self.fetch_namesrv_addr), name="namesrv-addr"))
         self._tasks.append(asyncio.create_task(self._every(self.poll_interval, self.refresh_routes), name="routes"))
         self._tasks.append(asyncio.create_task(self._every(self.heartbeat_interval, self.send_heartbeat),
                                                name="heartbeat"))
@@ -217,11 +234,24 @@ class ClientInstance:
         if not conn.invoke_oneway(cmd):
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connection to {addr} is closed")
 
+    async def fetch_namesrv_addr(self) -> list[str]:
+        """The address server's NameServer list, applied where it changed."""
+        assert self.ws_addr is not None
+        addrs = await fetch_namesrv_addrs(self.ws_addr)
+        if addrs != self.namesrv_addrs:
+            log.info("NameServer list from %s: %s (was %s)", self.ws_addr, ";".join(addrs),
+                     ";".join(self.namesrv_addrs) or "none")
+            self.namesrv_addrs = addrs
+            self._ns_index = random.randrange(len(addrs))
+        return addrs
+
     async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None,
                              ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         """Ask the current NameServer; on a connection failure move on to the next one (failover)."""
         last: Exception | None = None
         n = len(self.namesrv_addrs)
+        if n == 0:
+            raise MQClientError(NO_NAME_SERVER_EXCEPTION, f"no name server address yet from {self.ws_addr}")
         for i in range(n):
             addr = self.namesrv_addrs[(self._ns_index + i) % n]
             try:
