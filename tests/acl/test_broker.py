@@ -19,11 +19,13 @@ from tests.client.helpers import create_topic, uniq
 from tests.support import Standalone, free_port
 from tidalmq.acl import RequestSigner, SessionCredentials
 from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
+from tidalmq.client.codec import encode_batch
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.request_check import SEND_HEADER, SEND_HEADER_V2, SendHeaderKeys
 from tidalmq.remoting.transport import RemotingClient
 
 ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
@@ -218,6 +220,47 @@ def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
                 await c.pull(MessageQueue("both", broker, 0), 0)
 
     run(go(), 90)
+
+
+def _batch(topic: str, keys: SendHeaderKeys, creds: SessionCredentials, n: int = 3) -> RemotingCommand:
+    """A SEND_BATCH_MESSAGE of ``n`` messages with the header spelled in ``keys`` (the Java client's full
+    names, or the C++ client's V2 letters)."""
+    ext = {keys.producer_group: "PG", keys.topic: topic, keys.default_topic: "TBW102",
+           keys.default_topic_queue_nums: "4", keys.queue_id: "0", keys.sys_flag: "0",
+           keys.born_timestamp: str(int(time.time() * 1000)), keys.flag: "0", keys.properties: "",
+           keys.reconsume_times: "0", keys.unit_mode: "false", keys.batch: "true"}
+    body = encode_batch([Message(topic, b"batched %d" % i) for i in range(n)])
+    return _request(RC.SEND_BATCH_MESSAGE, ext, creds, body)
+
+
+def test_a_batch_in_either_spelling_needs_pub_on_its_topic(acl_standalone: Standalone) -> None:
+    """The topic of a SEND_BATCH_MESSAGE is read from the spelling its header uses, by the ACL as by the
+    send path: a batch in the full names (as the Java client sends it) to a topic the account has no
+    right on is refused, stores nothing and creates no topic."""
+    addr, ns = acl_standalone.broker_addr, acl_standalone.namesrv_addr
+
+    async def go() -> None:
+        await create_topic(ns, "denied", 1, credentials=ADMIN)
+        await create_topic(ns, "both", 1, credentials=ADMIN)
+        fresh = uniq("protected")
+        async with Admin(ns, credentials=ADMIN) as admin:
+            before = [q.max_offset for q in await admin.topic_status("denied")]
+            for keys in (SEND_HEADER, SEND_HEADER_V2):
+                for topic, why in (("denied", "No permission for topic:denied"),
+                                   (fresh, f"No default permission for topic:{fresh}")):
+                    assert _refused(await _invoke(addr, _batch(topic, keys, USER))) == why, (keys.topic, topic)
+                # the same connection's cached verdicts: a right topic in one spelling lets no other through
+                c = RemotingClient()
+                try:
+                    for topic, ok in (("both", True), ("denied", False), ("both", True), (fresh, False)):
+                        r = await c.invoke(addr, _batch(topic, keys, USER), 5.0)
+                        assert (r.code == ResponseCode.SUCCESS) == ok, (keys.topic, topic, r.code, r.remark)
+                finally:
+                    await c.close()
+            assert [q.max_offset for q in await admin.topic_status("denied")] == before
+            assert await admin.topic_config(fresh) == {}
+
+    run(go(), 60)
 
 
 async def _wait_code(addr: str, cmd_factory, want_ok: bool, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
