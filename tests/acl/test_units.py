@@ -251,6 +251,9 @@ def test_resources_of_requests() -> None:
 
     assert res(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "T"}) == {"T": PUB}
     assert res(RC.SEND_BATCH_MESSAGE, {"a": "pg", "b": "T"}) == {"T": PUB}
+    # a batch in the full names, as the Java client sends it; with both, the letters count, as on the send path
+    assert res(RC.SEND_BATCH_MESSAGE, {"producerGroup": "pg", "topic": "T1"}) == {"T1": PUB}
+    assert res(RC.SEND_BATCH_MESSAGE, {"topic": "T1", "b": "T2"}) == {"T2": PUB}
     assert res(RC.SEND_MESSAGE, {"producerGroup": "pg", "topic": "%RETRY%G"}) == {"%RETRY%G": SUB}
     assert res(RC.PULL_MESSAGE, {"consumerGroup": "G", "topic": "T"}) == {"T": SUB, "%RETRY%G": SUB}
     assert res(RC.CONSUMER_SEND_MSG_BACK, {"group": "G"}) == {"%RETRY%G": SUB}
