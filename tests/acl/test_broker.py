@@ -17,11 +17,12 @@ from tests.acl.conftest import ADMIN, USER, acl_text
 from tests.broker.rawclient import pull_cmd, run, send_cmd
 from tests.client.helpers import create_topic, uniq
 from tests.support import Standalone, free_port
-from tidalmq.acl import RequestSigner, SessionCredentials
+from tidalmq.acl import RequestSigner, SessionCredentials, namesrv_validator
 from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
 from tidalmq.client.codec import encode_batch
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
+from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -343,6 +344,53 @@ def test_namesrv_refuses_anonymous_registration_and_writes(acl_standalone: Stand
         assert ok.code == ResponseCode.SUCCESS
 
     run(go())
+
+
+WHITE_USER = SessionCredentials("whiteUser1", "whiteSecret1")
+
+
+def test_namesrv_account_white_address_is_no_admin(tmp_path: Path) -> None:
+    """At the NameServer an account's whiteRemoteAddress spares the signature, not the need to be an admin:
+    REGISTER_BROKER unsigned from a non-admin account's white address is refused; from a global white
+    address, or signed by an admin, it is routed."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    accounts = (f"accounts:\n  - accessKey: {WHITE_USER.access_key}\n    secretKey: {WHITE_USER.secret_key}\n"
+                "    whiteRemoteAddress: 127.0.0.1\n    admin: false\n    defaultTopicPerm: PUB|SUB\n"
+                f"  - accessKey: {ADMIN.access_key}\n    secretKey: {ADMIN.secret_key}\n    admin: true\n")
+    (conf / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: []\n" + accounts)
+    v = namesrv_validator(tmp_path)
+
+    def fake(name: str) -> RemotingCommand:
+        cmd = _register_fake(None)
+        cmd.ext_fields.update(brokerName=name, brokerAddr=f"10.9.9.{len(name)}:10911")
+        return cmd
+
+    async def go() -> None:
+        ns = NameServer("127.0.0.1", 0, acl=v)
+        await ns.start()
+        addr = f"127.0.0.1:{ns.port}"
+        c = RemotingClient()  # one connection: the NameServer drops a broker whose connection closes
+        try:
+            unsigned = fake("fakeWhite")
+            unsigned.ext_fields["AccessKey"] = WHITE_USER.access_key
+            assert _refused(await c.invoke(addr, unsigned, 5.0)) == (
+                f"Need admin permission for request code={int(RC.REGISTER_BROKER)}, "
+                f"but accessKey={WHITE_USER.access_key} is not")
+            assert _refused(await c.invoke(addr, _request(RC.REGISTER_BROKER, fake("fakeSigned").ext_fields,
+                                                          WHITE_USER, fake("x").body), 5.0)).startswith("Need admin")
+            signed = fake("fakeAdmin")
+            RequestSigner(ADMIN).sign(signed.ext_fields, signed.body)
+            assert (await c.invoke(addr, signed, 5.0)).code == ResponseCode.SUCCESS
+            (conf / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\n" + accounts)
+            assert v.reload_if_changed()
+            assert (await c.invoke(addr, fake("fakeGlobal"), 5.0)).code == ResponseCode.SUCCESS
+            assert set(ns.routes.cluster_info()["brokerAddrTable"]) == {"fakeAdmin", "fakeGlobal"}
+        finally:
+            await c.close()
+            await ns.stop()
+
+    run(go(), 30)
 
 
 def test_broker_signs_with_its_configured_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
