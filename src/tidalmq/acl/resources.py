@@ -12,6 +12,7 @@ from typing import Any
 
 from tidalmq.acl.permission import PUB, SUB
 from tidalmq.common import fastjson
+from tidalmq.common.log_limit import short_error
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
@@ -47,8 +48,8 @@ def _heartbeat(body: Any) -> dict[str, int]:
                 if sub.get("topic"):
                     out[sub["topic"]] = SUB
         return out
-    except (ValueError, AttributeError, TypeError) as e:
-        raise ResourceError(f"the heartbeat body cannot be read: {e}") from None
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise ResourceError(f"the heartbeat body cannot be read: {short_error(e)}") from None
 
 
 def _batch_ack(body: Any) -> dict[str, int]:
@@ -61,8 +62,8 @@ def _batch_ack(body: Any) -> dict[str, int]:
             if ack.get("t"):
                 out[ack["t"]] = SUB
         return out
-    except (ValueError, AttributeError, TypeError) as e:
-        raise ResourceError(f"the batch ack body cannot be read: {e}") from None
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise ResourceError(f"the batch ack body cannot be read: {short_error(e)}") from None
 
 
 # Codes whose subject topic is published to (PUB; a %RETRY% topic: SUB on its group). A recall takes back

@@ -288,7 +288,9 @@ def _json_object(body: bytes) -> dict[str, Any]:
     try:
         obj = fastjson.loads(body or b"{}")
     except ValueError as e:
-        raise RequestError(f"the request body is not JSON: {e}") from None
+        raise RequestError(f"the request body is not JSON: {str(e)[:120]}") from None
+    except RecursionError:
+        raise RequestError("the request body is not JSON this broker reads: nested too deeply") from None
     if not isinstance(obj, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(obj).__name__}")
     return obj
@@ -380,6 +382,7 @@ BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _subscription_group,
     RC.CHECK_CLIENT_CONFIG: _check_client_config,
     RC.BATCH_ACK_MESSAGE: _batch_ack,
+    RC.QUERY_DATA_VERSION: lambda obj: None,  # a DataVersion: a JSON object the NameServer compares whole
 }
 
 
