@@ -17,13 +17,16 @@ from tests.acl.conftest import ADMIN, USER, acl_text
 from tests.broker.rawclient import pull_cmd, run, send_cmd
 from tests.client.helpers import create_topic, uniq
 from tests.support import Standalone, free_port
-from tidalmq.acl import RequestSigner, SessionCredentials
+from tidalmq.acl import RequestSigner, SessionCredentials, namesrv_validator
 from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
+from tidalmq.client.codec import encode_batch
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
+from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.request_check import SEND_HEADER, SEND_HEADER_V2, SendHeaderKeys
 from tidalmq.remoting.transport import RemotingClient
 
 ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
@@ -220,6 +223,47 @@ def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
     run(go(), 90)
 
 
+def _batch(topic: str, keys: SendHeaderKeys, creds: SessionCredentials, n: int = 3) -> RemotingCommand:
+    """A SEND_BATCH_MESSAGE of ``n`` messages with the header spelled in ``keys`` (the Java client's full
+    names, or the C++ client's V2 letters)."""
+    ext = {keys.producer_group: "PG", keys.topic: topic, keys.default_topic: "TBW102",
+           keys.default_topic_queue_nums: "4", keys.queue_id: "0", keys.sys_flag: "0",
+           keys.born_timestamp: str(int(time.time() * 1000)), keys.flag: "0", keys.properties: "",
+           keys.reconsume_times: "0", keys.unit_mode: "false", keys.batch: "true"}
+    body = encode_batch([Message(topic, b"batched %d" % i) for i in range(n)])
+    return _request(RC.SEND_BATCH_MESSAGE, ext, creds, body)
+
+
+def test_a_batch_in_either_spelling_needs_pub_on_its_topic(acl_standalone: Standalone) -> None:
+    """The topic of a SEND_BATCH_MESSAGE is read from the spelling its header uses, by the ACL as by the
+    send path: a batch in the full names (as the Java client sends it) to a topic the account has no
+    right on is refused, stores nothing and creates no topic."""
+    addr, ns = acl_standalone.broker_addr, acl_standalone.namesrv_addr
+
+    async def go() -> None:
+        await create_topic(ns, "denied", 1, credentials=ADMIN)
+        await create_topic(ns, "both", 1, credentials=ADMIN)
+        fresh = uniq("protected")
+        async with Admin(ns, credentials=ADMIN) as admin:
+            before = [q.max_offset for q in await admin.topic_status("denied")]
+            for keys in (SEND_HEADER, SEND_HEADER_V2):
+                for topic, why in (("denied", "No permission for topic:denied"),
+                                   (fresh, f"No default permission for topic:{fresh}")):
+                    assert _refused(await _invoke(addr, _batch(topic, keys, USER))) == why, (keys.topic, topic)
+                # the same connection's cached verdicts: a right topic in one spelling lets no other through
+                c = RemotingClient()
+                try:
+                    for topic, ok in (("both", True), ("denied", False), ("both", True), (fresh, False)):
+                        r = await c.invoke(addr, _batch(topic, keys, USER), 5.0)
+                        assert (r.code == ResponseCode.SUCCESS) == ok, (keys.topic, topic, r.code, r.remark)
+                finally:
+                    await c.close()
+            assert [q.max_offset for q in await admin.topic_status("denied")] == before
+            assert await admin.topic_config(fresh) == {}
+
+    run(go(), 60)
+
+
 async def _wait_code(addr: str, cmd_factory, want_ok: bool, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
@@ -300,6 +344,53 @@ def test_namesrv_refuses_anonymous_registration_and_writes(acl_standalone: Stand
         assert ok.code == ResponseCode.SUCCESS
 
     run(go())
+
+
+WHITE_USER = SessionCredentials("whiteUser1", "whiteSecret1")
+
+
+def test_namesrv_account_white_address_is_no_admin(tmp_path: Path) -> None:
+    """At the NameServer an account's whiteRemoteAddress spares the signature, not the need to be an admin:
+    REGISTER_BROKER unsigned from a non-admin account's white address is refused; from a global white
+    address, or signed by an admin, it is routed."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    accounts = (f"accounts:\n  - accessKey: {WHITE_USER.access_key}\n    secretKey: {WHITE_USER.secret_key}\n"
+                "    whiteRemoteAddress: 127.0.0.1\n    admin: false\n    defaultTopicPerm: PUB|SUB\n"
+                f"  - accessKey: {ADMIN.access_key}\n    secretKey: {ADMIN.secret_key}\n    admin: true\n")
+    (conf / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: []\n" + accounts)
+    v = namesrv_validator(tmp_path)
+
+    def fake(name: str) -> RemotingCommand:
+        cmd = _register_fake(None)
+        cmd.ext_fields.update(brokerName=name, brokerAddr=f"10.9.9.{len(name)}:10911")
+        return cmd
+
+    async def go() -> None:
+        ns = NameServer("127.0.0.1", 0, acl=v)
+        await ns.start()
+        addr = f"127.0.0.1:{ns.port}"
+        c = RemotingClient()  # one connection: the NameServer drops a broker whose connection closes
+        try:
+            unsigned = fake("fakeWhite")
+            unsigned.ext_fields["AccessKey"] = WHITE_USER.access_key
+            assert _refused(await c.invoke(addr, unsigned, 5.0)) == (
+                f"Need admin permission for request code={int(RC.REGISTER_BROKER)}, "
+                f"but accessKey={WHITE_USER.access_key} is not")
+            assert _refused(await c.invoke(addr, _request(RC.REGISTER_BROKER, fake("fakeSigned").ext_fields,
+                                                          WHITE_USER, fake("x").body), 5.0)).startswith("Need admin")
+            signed = fake("fakeAdmin")
+            RequestSigner(ADMIN).sign(signed.ext_fields, signed.body)
+            assert (await c.invoke(addr, signed, 5.0)).code == ResponseCode.SUCCESS
+            (conf / "plain_acl.yml").write_text("globalWhiteRemoteAddresses: ['127.0.0.1']\n" + accounts)
+            assert v.reload_if_changed()
+            assert (await c.invoke(addr, fake("fakeGlobal"), 5.0)).code == ResponseCode.SUCCESS
+            assert set(ns.routes.cluster_info()["brokerAddrTable"]) == {"fakeAdmin", "fakeGlobal"}
+        finally:
+            await c.close()
+            await ns.stop()
+
+    run(go(), 30)
 
 
 def test_broker_signs_with_its_configured_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -251,6 +251,9 @@ def test_resources_of_requests() -> None:
 
     assert res(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "T"}) == {"T": PUB}
     assert res(RC.SEND_BATCH_MESSAGE, {"a": "pg", "b": "T"}) == {"T": PUB}
+    # a batch in the full names, as the Java client sends it; with both, the letters count, as on the send path
+    assert res(RC.SEND_BATCH_MESSAGE, {"producerGroup": "pg", "topic": "T1"}) == {"T1": PUB}
+    assert res(RC.SEND_BATCH_MESSAGE, {"topic": "T1", "b": "T2"}) == {"T2": PUB}
     assert res(RC.SEND_MESSAGE, {"producerGroup": "pg", "topic": "%RETRY%G"}) == {"%RETRY%G": SUB}
     assert res(RC.PULL_MESSAGE, {"consumerGroup": "G", "topic": "T"}) == {"T": SUB, "%RETRY%G": SUB}
     assert res(RC.CONSUMER_SEND_MSG_BACK, {"group": "G"}) == {"%RETRY%G": SUB}
@@ -437,6 +440,26 @@ def test_signatures_that_are_not_text_are_refused(tmp_path: Path) -> None:
     cmd = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"})
     cmd.ext_fields["a"] = "\ud800"
     assert _remark(v(conn, cmd)) == "Check signature failed for accessKey=RocketMQ"
+
+
+def test_a_captured_signature_holds_for_the_request_re_cut(tmp_path: Path) -> None:
+    """ACL 1.0 signs the values without their keys (docs/acl.md, "The signature is malleable"): a signed
+    request's text moved between fields, into the body, or under another field name keeps its signature;
+    only the account's rights are judged again."""
+    v = _validator(tmp_path)
+    conn = _conn("127.0.0.1")
+    sent = _signed(RC.SEND_MESSAGE_V2, {"a": "pg", "b": "topicB"}, body=b"payload")
+    assert v(conn, sent) is None
+
+    def re_cut(ext: dict[str, str], body: bytes) -> RemotingCommand:
+        keep = {k: sent.ext_fields[k] for k in ("AccessKey", "Signature")}
+        return RemotingCommand(code=RC.SEND_MESSAGE_V2, ext_fields={**ext, **keep}, body=body)
+
+    assert v(conn, re_cut({"a0": "pg", "b": "topicB"}, b"payload")) is None  # another field name, same place
+    assert _remark(v(conn, re_cut({"a": "pgtopi", "b": "cB"}, b"payload"))) == "No default permission for topic:cB"
+    assert _remark(v(conn, re_cut({"a": "pg", "b": "topic"}, b"Bpayload"))) == "No default permission for topic:topic"
+    assert _remark(v(conn, re_cut({"a": "pg", "b": "topicC"}, b"payload"))) == \
+        "Check signature failed for accessKey=RocketMQ"  # other text is not signed
 
 
 def test_resource_key_changes_with_every_field_the_resources_come_from() -> None:

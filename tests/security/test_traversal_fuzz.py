@@ -19,7 +19,7 @@ from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
-from tidalmq.remoting.request_check import HEADERS, Kind
+from tidalmq.remoting.request_check import HEADER_FORMS, SEND_HEADER, Kind
 from tidalmq.remoting.transport import RemotingClient
 
 NAMESRV_CODES = {RC.REGISTER_BROKER, RC.UNREGISTER_BROKER, RC.QUERY_DATA_VERSION, RC.GET_ROUTEINFO_BY_TOPIC,
@@ -30,14 +30,17 @@ LEGAL = {Kind.TOPIC: "SecFuzzT", Kind.GROUP: "SecFuzzG", Kind.BROKER: "fuzz-b", 
          Kind.TEXT: "0 0 1000 0 0 fuzz-b 0 0"}
 NAME_KINDS = {Kind.TOPIC, Kind.GROUP, Kind.BROKER, Kind.CLUSTER, Kind.ADDR, Kind.CONFIG_KEY}
 
-# (code, field) for every name an ext field carries, straight from the request table, plus the bodies.
-HEADER_TARGETS = sorted((code, name) for code, fields in HEADERS.items() for name, kind, _ in fields if kind in NAME_KINDS)
+# (code, spelling, field) for every name an ext field carries, straight from the request table (both
+# spellings of a header that has two), plus the bodies.
+HEADER_TARGETS = sorted((code, form, f.name) for code, forms in HEADER_FORMS.items()
+                        for form, fields in enumerate(forms) for f in fields if f.kind in NAME_KINDS)
 BODY_TARGETS = ["heartbeat.group", "heartbeat.topic", "lock.group", "lock.topic", "register.topic", "subgroup.group"]
 
 
-def _ext(code: int, field: str, value: str) -> dict[str, str]:
-    ext = {name: LEGAL[kind] for name, kind, _ in HEADERS[code]}
-    if code in (RC.SEND_MESSAGE, RC.SEND_BATCH_MESSAGE):
+def _ext(code: int, form: int, field: str, value: str) -> dict[str, str]:
+    fields = HEADER_FORMS[code][form]
+    ext = {f.name: LEGAL[f.kind] for f in fields}
+    if SEND_HEADER.topic in ext and SEND_HEADER.queue_id in ext:  # a send in the full names
         ext.update(queueId="0", defaultTopic="TBW102")
     ext[field] = value
     return ext
@@ -95,8 +98,8 @@ def _exercise(site, target, name: str) -> None:  # type: ignore[no-untyped-def]
         c = RemotingClient()
         try:
             if isinstance(target, tuple):
-                code, field = target
-                cmd = RemotingCommand(code=code, ext_fields=_ext(code, field, name), body=b"fuzz")
+                code, form, field = target
+                cmd = RemotingCommand(code=code, ext_fields=_ext(code, form, field, name), body=b"fuzz")
                 to_namesrv = code in NAMESRV_CODES
             else:
                 cmd, to_namesrv = _body_request(target, name)
@@ -158,7 +161,7 @@ def test_every_named_request_stays_inside_the_store_long(site) -> None:  # type:
 
 def test_table_covers_the_named_codes() -> None:
     # every code the table names a topic or group for is exercised above
-    assert {c for c, _ in HEADER_TARGETS} >= {RC.SEND_MESSAGE_V2, RC.PULL_MESSAGE, RC.CONSUMER_SEND_MSG_BACK,
+    assert {c for c, _, _ in HEADER_TARGETS} >= {RC.SEND_MESSAGE_V2, RC.PULL_MESSAGE, RC.CONSUMER_SEND_MSG_BACK,
                                                RC.DELETE_TOPIC_IN_BROKER, RC.UPDATE_AND_CREATE_TOPIC,
                                                RC.INVOKE_BROKER_TO_RESET_OFFSET, RC.QUERY_CONSUME_QUEUE,
                                                RC.END_TRANSACTION, RC.GET_ROUTEINFO_BY_TOPIC, RC.PUT_KV_CONFIG}

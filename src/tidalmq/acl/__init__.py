@@ -37,9 +37,11 @@ def broker_validator(home: str | Path, plain_file: str | None = None) -> PlainAc
 
 def namesrv_validator(home: str | Path, plain_file: str | None = None,
                       extra_accounts: tuple[Account, ...] = ()) -> PlainAccessValidator:
-    """Only what changes routes or KV config is checked, and needs an admin; reads stay open."""
+    """Only what changes routes or KV config is checked, and needs an admin (from an account's white
+    address too); reads stay open."""
     v = PlainAccessValidator(lambda: acl_files(home, plain_file), admin_codes=NAMESRV_ADMIN_CODES,
-                             check_codes=NAMESRV_ADMIN_CODES, extra_accounts=extra_accounts)
+                             check_codes=NAMESRV_ADMIN_CODES, extra_accounts=extra_accounts,
+                             white_needs_admin=True)
     v.load()
     return v
 

@@ -1,7 +1,9 @@
 """Which topics and groups a request touches, and how (PlainAccessResource.parse), pure.
 
-Groups appear as their retry topic (``%RETRY%group``), as RocketMQ keys them. Requests of other
-codes touch no resource: any known account may make them, unless the code needs an admin.
+Groups appear as their retry topic (``%RETRY%group``), as RocketMQ keys them. Which fields name them is
+``remoting.request_check``'s declaration of each header (its *subject* fields): the ACL reads no field
+name of its own. Requests of other codes touch no resource: any known account may make them, unless the
+code needs an admin.
 """
 
 from __future__ import annotations
@@ -10,16 +12,11 @@ from typing import Any
 
 from tidalmq.acl.permission import PUB, SUB
 from tidalmq.common import fastjson
+from tidalmq.common.log_limit import short_error
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
-
-_SEND = int(RC.SEND_MESSAGE)
-_SEND_V2 = int(RC.SEND_MESSAGE_V2)
-_SEND_BATCH = int(RC.SEND_BATCH_MESSAGE)
-_PULL = int(RC.PULL_MESSAGE)
-# Pop consumption reads a topic for a group as a pull does (RocketMQ's @RocketMQAction SUB on both).
-_POP = frozenset(int(c) for c in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.NOTIFICATION))
+from tidalmq.remoting.request_check import HEADER_FORMS, Field, Kind, form_of
 
 
 class ResourceError(ValueError):
@@ -51,8 +48,8 @@ def _heartbeat(body: Any) -> dict[str, int]:
                 if sub.get("topic"):
                     out[sub["topic"]] = SUB
         return out
-    except (ValueError, AttributeError, TypeError) as e:
-        raise ResourceError(f"the heartbeat body cannot be read: {e}") from None
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise ResourceError(f"the heartbeat body cannot be read: {short_error(e)}") from None
 
 
 def _batch_ack(body: Any) -> dict[str, int]:
@@ -65,21 +62,32 @@ def _batch_ack(body: Any) -> dict[str, int]:
             if ack.get("t"):
                 out[ack["t"]] = SUB
         return out
-    except (ValueError, AttributeError, TypeError) as e:
-        raise ResourceError(f"the batch ack body cannot be read: {e}") from None
+    except (ValueError, AttributeError, TypeError, RecursionError) as e:
+        raise ResourceError(f"the batch ack body cannot be read: {short_error(e)}") from None
 
 
-# The extFields each code's resources are read from (request_resources below). HEART_BEAT reads its body;
-# codes not listed touch no resource. A code given resources in request_resources must be listed here
-# (or in _BODY_READS), or one decision would stand for all its requests:
-# tests/acl/test_units.py::test_resource_key_changes_with_every_field_the_resources_come_from.
+# Codes whose subject topic is published to (PUB; a %RETRY% topic: SUB on its group). A recall takes back
+# what was published: PUB, as RocketMQ's @RocketMQAction on it.
+_PUBLISHING = frozenset(int(c) for c in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE,
+                                         RC.RECALL_MESSAGE))
+
+
+def _subjects(fields: tuple[Field, ...]) -> tuple[tuple[str, Kind], ...]:
+    return tuple((f.name, f.kind) for f in fields if f.subject)
+
+
+# Per code, per spelling of its header, the fields its resources are read from: request_check's subject
+# fields, the very declaration the validation reads and the send processor takes its names from
+# (tests/acl/test_units.py::test_the_acl_reads_what_each_processor_reads). Codes without any touch no
+# resource; HEART_BEAT and BATCH_ACK_MESSAGE read their bodies (_BODY_READS).
+_SUBJECTS: dict[int, tuple[tuple[tuple[str, Kind], ...], ...]] = {
+    code: tuple(_subjects(fields) for fields in forms)
+    for code, forms in HEADER_FORMS.items() if any(_subjects(fields) for fields in forms)
+}
+# The codes of one spelling, and their fields' names: judge_many's inline path reads a one-field key
+# itself. A code of two spellings is not listed: its key says which spelling it came in (resource_key).
 RESOURCE_FIELDS: dict[int, tuple[str, ...]] = {
-    _SEND_V2: ("b",), _SEND_BATCH: ("b",), _SEND: ("topic",), int(RC.RECALL_MESSAGE): ("topic",),
-    _PULL: ("consumerGroup", "topic"),
-    int(RC.CONSUMER_SEND_MSG_BACK): ("group",), int(RC.QUERY_MESSAGE): ("topic",),
-    int(RC.UNREGISTER_CLIENT): ("consumerGroup",), int(RC.GET_CONSUMER_LIST_BY_GROUP): ("consumerGroup",),
-    int(RC.UPDATE_CONSUMER_OFFSET): ("consumerGroup", "topic"),
-    **{code: ("consumerGroup", "topic") for code in _POP},
+    code: tuple(name for name, _ in forms[0]) for code, forms in _SUBJECTS.items() if len(forms) == 1
 }
 # Codes whose resources are read from the body: never remembered (the body changes with every request).
 _BODY_READS = frozenset((int(RC.HEART_BEAT), int(RC.BATCH_ACK_MESSAGE)))
@@ -88,46 +96,42 @@ _BODY_READS = frozenset((int(RC.HEART_BEAT), int(RC.BATCH_ACK_MESSAGE)))
 def resource_key(cmd: RemotingCommand) -> tuple[int | str | None, ...] | None:
     """What ``request_resources(cmd)`` depends on, hashable: two requests with equal keys touch the same
     resources the same way, so a decision about one holds for the other. None for a heartbeat or a batch
-    ack (their resources are in their bodies)."""
+    ack (their resources are in their bodies). A code of two spellings keys on the spelling too: its
+    fields' values alone would not say which field they came from."""
     code = cmd.code
-    fields = RESOURCE_FIELDS.get(code)
-    if fields is None:
+    forms = _SUBJECTS.get(code)
+    if forms is None:
         return None if code in _BODY_READS else (code,)
     ext = cmd.ext_fields
-    if len(fields) == 1:
-        return code, ext.get(fields[0])
-    return (code, *[ext.get(f) for f in fields])
+    if len(forms) == 1:
+        fields = forms[0]
+        if len(fields) == 1:
+            return code, ext.get(fields[0][0])
+        return (code, *[ext.get(name) for name, _ in fields])
+    form = form_of(code, ext)
+    return (code, form, *[ext.get(name) for name, _ in forms[form]])
 
 
 def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     """Resource (topic, or %RETRY%group) -> the permission the request needs on it."""
     code = cmd.code
+    forms = _SUBJECTS.get(code)
+    if forms is None:
+        if code == RC.HEART_BEAT:
+            return _heartbeat(cmd.body)
+        if code == RC.BATCH_ACK_MESSAGE:
+            return _batch_ack(cmd.body)
+        return {}
     ext = cmd.ext_fields
-    if code == _SEND_V2 or code == _SEND_BATCH:
-        return _send(ext.get("b"))
-    if code == _PULL or code in _POP:
-        out = _group(ext, "consumerGroup")
-        topic = ext.get("topic")
-        if topic:
-            out[topic] = SUB
-        return out
-    if code == _SEND or code == RC.RECALL_MESSAGE:  # a recall takes back what was published: PUB, as RocketMQ's
-        return _send(ext.get("topic"))
-    if code == RC.CONSUMER_SEND_MSG_BACK:
-        return _group(ext, "group")
-    if code == RC.QUERY_MESSAGE:
-        topic = ext.get("topic")
-        return {topic: SUB} if topic else {}
-    if code == RC.HEART_BEAT:
-        return _heartbeat(cmd.body)
-    if code == RC.BATCH_ACK_MESSAGE:
-        return _batch_ack(cmd.body)
-    if code in (RC.UNREGISTER_CLIENT, RC.GET_CONSUMER_LIST_BY_GROUP):
-        return _group(ext, "consumerGroup")
-    if code == RC.UPDATE_CONSUMER_OFFSET:
-        out = _group(ext, "consumerGroup")
-        topic = ext.get("topic")
-        if topic:
-            out[topic] = SUB
-        return out
-    return {}
+    fields = forms[form_of(code, ext)] if len(forms) > 1 else forms[0]
+    out: dict[str, int] = {}
+    for name, kind in fields:
+        value = ext.get(name)
+        if kind is Kind.GROUP:
+            if value:
+                out[retry_topic(value)] = SUB
+        elif code in _PUBLISHING:
+            out.update(_send(value))
+        elif value:
+            out[value] = SUB
+    return out

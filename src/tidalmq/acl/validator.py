@@ -71,9 +71,13 @@ class PlainAccessValidator:
     """
 
     def __init__(self, locate: Callable[[], list[Path]], *, admin_codes: frozenset[int],
-                 check_codes: frozenset[int] | None = None, extra_accounts: Iterable[Account] = ()) -> None:
+                 check_codes: frozenset[int] | None = None, extra_accounts: Iterable[Account] = (),
+                 white_needs_admin: bool = False) -> None:
         self._locate = locate
         self.admin_codes = admin_codes
+        # The NameServer's: an account's whiteRemoteAddress spares its signature, never the need to be an
+        # admin for an admin code (the broker's stays RocketMQ's: an account-white address passes).
+        self.white_needs_admin = white_needs_admin
         self.check_codes = check_codes
         self._extra = tuple(extra_accounts)
         self.acl = PlainAcl((), {})
@@ -287,6 +291,8 @@ class PlainAccessValidator:
                 return f"No acl config for {ak}"
             peer.signed_as(ak, owned)
         if peer.account_white:
+            if self.white_needs_admin and not owned.admin and cmd.code in self.admin_codes:
+                return _need_admin(cmd.code, owned)
             return None
         sig = ext.get(SIGNATURE)
         if sig is None or not owned.mac.verify(ext, cmd.body, sig):
@@ -311,7 +317,7 @@ class PlainAccessValidator:
         if owned.admin:
             return None
         if cmd.code in self.admin_codes:
-            return f"Need admin permission for request code={cmd.code}, but accessKey={owned.access_key} is not"
+            return _need_admin(cmd.code, owned)
         try:
             needed = request_resources(cmd)
         except ResourceError as e:
@@ -347,6 +353,10 @@ class PlainAccessValidator:
         load again with them (AclConfigError if the files are broken)."""
         self._extra = (*self._extra, *accounts)
         self.load()
+
+
+def _need_admin(code: int, owned: Account) -> str:
+    return f"Need admin permission for request code={code}, but accessKey={owned.access_key} is not"
 
 
 def _lacking(owned: Account, needed: Mapping[str, int]) -> str | None:

@@ -73,14 +73,21 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _ascii_digits(t: str) -> bool:
+    # str.isdigit is true of '²' and other digits int() refuses: only 0-9 are a number here
+    return t.isascii() and t.isdigit()
+
+
 def _parse_ms(name: str, text: str) -> int:
     t = text.strip()
-    if t.startswith("-") and t[1:].isdigit():
-        raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal: {name} must not be negative, got {text!r}")
-    if not t.isdigit():
+    if t.startswith("-") and _ascii_digits(t[1:]):
+        raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal: {name} must not be negative, got {text[:32]!r}")
+    if not _ascii_digits(t):
         raise SendError(ResponseCode.MESSAGE_ILLEGAL,
-                        f"timer message illegal: {name} must be a whole number of {'seconds' if name == mc.TIMER_DELAY_SEC else 'milliseconds'}, got {text!r}")
-    return min(int(t), _INT64_MAX)
+                        f"timer message illegal: {name} must be a whole number of {'seconds' if name == mc.TIMER_DELAY_SEC else 'milliseconds'}, got {text[:32]!r}")
+    digits = t.lstrip("0")
+    # past 19 digits it is beyond a long anyway (and int() of thousands of digits raises)
+    return _INT64_MAX if len(digits) > 19 else min(int(t), _INT64_MAX)
 
 
 def deliver_ms_of(name: str, text: str, now: int) -> int:
@@ -328,7 +335,7 @@ class TimerRewrite:
             mss = values  # TIMER_OUT_MS: the deliver time as the client wrote it
         else:  # relative or unusual: the checks
             delivers = [int(value) if name == _DELIVER_B and value.isdigit() and len(value) < 19
-                        else deliver_ms_of(name.decode(), value.decode(), now) for name, value in asked]
+                        else deliver_ms_of(name.decode(), value.decode("utf-8", "replace"), now) for name, value in asked]
             mss = [b"%d" % d for d in delivers]
         if max(delivers) - now > self.max_delay_ms:
             i = max(range(n), key=delivers.__getitem__)

@@ -127,7 +127,7 @@ class NameServer:
             topics = wrapper.get("topicConfigTable", {}) or {}
             data_version = wrapper.get("dataVersion", {}) or {}
         try:
-            broker_id = int(h.get("brokerId", "0"))
+            broker_id = int(h.get("brokerId") or 0)  # request_check let only a long, or none, through
             timeout = int(h.get("heartbeatTimeoutMillis") or BROKER_CHANNEL_EXPIRED_MS)
             name, addr, cluster = h["brokerName"], h["brokerAddr"], h["clusterName"]
         except (KeyError, ValueError) as e:

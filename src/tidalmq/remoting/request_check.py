@@ -11,9 +11,9 @@ the processor never sees it. Names are judged by ``common.naming`` alone.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
@@ -99,42 +99,99 @@ def check_value(field: str, kind: Kind, value: object) -> None:
     known.add(cast(str, value))  # the name check refuses anything but a str
 
 
-# The ext fields each request code carries: (name, kind, required). Optional fields sent empty count as
-# absent (the C++ client writes empty strings for fields it has no value for).
-Field = tuple[str, Kind, bool]
-_T, _G, _I, _L = Kind.TOPIC, Kind.GROUP, Kind.INT32, Kind.INT64
-_SEND = (("producerGroup", _G, False), ("topic", _T, True), ("defaultTopic", _T, False),
-         ("defaultTopicQueueNums", _I, False), ("queueId", _I, False), ("sysFlag", _I, False),
-         ("bornTimestamp", _L, False), ("flag", _I, False), ("reconsumeTimes", _I, False),
-         ("maxReconsumeTimes", _I, False))
-# SendMessageRequestHeaderV2: the same fields, one letter each.
-_SEND_V2 = (("a", _G, False), ("b", _T, True), ("c", _T, False), ("d", _I, False), ("e", _I, False),
-            ("f", _I, False), ("g", _L, False), ("h", _I, False), ("j", _I, False), ("l", _I, False))
-_TOPIC_QUEUE = (("topic", _T, True), ("queueId", _I, True))
-_BROKER_ID = (("brokerName", Kind.BROKER, True), ("brokerAddr", Kind.ADDR, True),
-              ("clusterName", Kind.CLUSTER, True), ("brokerId", _L, False))
+# The ext fields each request code carries: (name, kind, required, subject). Optional fields sent empty
+# count as absent (the C++ client writes empty strings for fields it has no value for). A *subject* field
+# names the topic or the group the request acts on: the ACL checks those and no others
+# (acl/resources.py), as RocketMQ 5 marks them @RocketMQResource on its header classes. Declared here once,
+# they are what the validation, the ACL and the processors of the send family all read.
+class Field(NamedTuple):
+    name: str
+    kind: Kind
+    required: bool
+    subject: bool = False
 
-HEADERS: dict[int, tuple[Field, ...]] = {
-    RC.SEND_MESSAGE: _SEND,
-    RC.SEND_MESSAGE_V2: _SEND_V2,
-    # The C++ client sends batches with the V2 letters, Java with the full names.
-    RC.SEND_BATCH_MESSAGE: tuple((n, k, False) for n, k, _ in _SEND + _SEND_V2),
-    RC.PULL_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("queueOffset", _L, True),
+
+_T, _G, _I, _L = Kind.TOPIC, Kind.GROUP, Kind.INT32, Kind.INT64
+
+
+class SendHeaderKeys(NamedTuple):
+    """The extFields names of SendMessageRequestHeader."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: str
+    queue_id: str
+    sys_flag: str
+    born_timestamp: str
+    flag: str
+    properties: str
+    reconsume_times: str
+    unit_mode: str
+    max_reconsume_times: str
+    batch: str
+    broker_name: str
+
+
+SEND_HEADER = SendHeaderKeys("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+                             "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+                             "batch", "brokerName")
+# SEND_MESSAGE_V2 (SendMessageRequestHeaderV2) abbreviates the same fields to single letters.
+SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n")
+# The spellings each send code comes in, in the order form_of numbers them: SEND_BATCH_MESSAGE comes with
+# the full names from the Java client and with the V2 letters from the C++ client.
+SEND_FORMS: dict[int, tuple[SendHeaderKeys, ...]] = {
+    int(RC.SEND_MESSAGE): (SEND_HEADER,),
+    int(RC.SEND_MESSAGE_V2): (SEND_HEADER_V2,),
+    int(RC.SEND_BATCH_MESSAGE): (SEND_HEADER, SEND_HEADER_V2),
+}
+_SEND_BATCH = int(RC.SEND_BATCH_MESSAGE)
+
+
+def form_of(code: int, ext: Mapping[str, str]) -> int:
+    """Which of its header's spellings (HEADER_FORMS[code]) a request uses: 1 for a batch that carries the
+    V2 letters' topic field, else 0. The one place that says so: the validation, the ACL and the send
+    processor all ask here."""
+    return 1 if code == _SEND_BATCH and SEND_HEADER_V2.topic in ext else 0
+
+
+def send_header_keys(code: int, ext: Mapping[str, str]) -> SendHeaderKeys:
+    """The names a send request of ``code`` uses for its fields."""
+    return SEND_FORMS[code][form_of(code, ext)]
+
+
+def _send_fields(k: SendHeaderKeys) -> tuple[Field, ...]:
+    return (Field(k.producer_group, _G, False), Field(k.topic, _T, True, True), Field(k.default_topic, _T, False),
+            Field(k.default_topic_queue_nums, _I, False), Field(k.queue_id, _I, False), Field(k.sys_flag, _I, False),
+            Field(k.born_timestamp, _L, False), Field(k.flag, _I, False), Field(k.reconsume_times, _I, False),
+            Field(k.max_reconsume_times, _I, False))
+
+
+_TOPIC_QUEUE = (("topic", _T, True), ("queueId", _I, True))
+# The subjects of a consumer's request on a queue: its group and the topic.
+_GROUP_TOPIC_QUEUE = (("consumerGroup", _G, True, True), ("topic", _T, True, True), ("queueId", _I, True))
+_BROKER = (("brokerName", Kind.BROKER, True), ("brokerAddr", Kind.ADDR, True), ("clusterName", Kind.CLUSTER, True))
+# UnRegisterBroker / QueryDataVersion headers: brokerId @CFNotNull, as RocketMQ declares it (a registration
+# without one registers brokerId 0, as before).
+_BROKER_ID = (*_BROKER, ("brokerId", _L, True))
+
+_DECLARED: dict[int, tuple[tuple[Any, ...], ...]] = {
+    RC.PULL_MESSAGE: (*_GROUP_TOPIC_QUEUE, ("queueOffset", _L, True),
                       ("maxMsgNums", _I, False), ("sysFlag", _I, False), ("commitOffset", _L, False),
                       ("suspendTimeoutMillis", _L, False), ("subVersion", _L, False), ("maxMsgBytes", _I, False)),
-    RC.CONSUMER_SEND_MSG_BACK: (("group", _G, True), ("offset", _L, True), ("delayLevel", _I, False),
+    RC.CONSUMER_SEND_MSG_BACK: (("group", _G, True, True), ("offset", _L, True), ("delayLevel", _I, False),
                                 ("originTopic", _T, False), ("maxReconsumeTimes", _I, False)),
     RC.QUERY_CONSUMER_OFFSET: (("consumerGroup", _G, True), *_TOPIC_QUEUE),
-    RC.UPDATE_CONSUMER_OFFSET: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("commitOffset", _L, True)),
+    RC.UPDATE_CONSUMER_OFFSET: (*_GROUP_TOPIC_QUEUE, ("commitOffset", _L, True)),
     RC.GET_MAX_OFFSET: _TOPIC_QUEUE,
     RC.GET_MIN_OFFSET: _TOPIC_QUEUE,
     RC.GET_EARLIEST_MSG_STORETIME: _TOPIC_QUEUE,
     RC.SEARCH_OFFSET_BY_TIMESTAMP: (*_TOPIC_QUEUE, ("timestamp", _L, True)),
     RC.VIEW_MESSAGE_BY_ID: (("offset", _L, False),),
-    RC.QUERY_MESSAGE: (("topic", _T, True), ("maxNum", _I, True), ("beginTimestamp", _L, True),
+    RC.QUERY_MESSAGE: (("topic", _T, True, True), ("maxNum", _I, True), ("beginTimestamp", _L, True),
                        ("endTimestamp", _L, True)),
-    RC.GET_CONSUMER_LIST_BY_GROUP: (("consumerGroup", _G, True),),
-    RC.UNREGISTER_CLIENT: (("producerGroup", _G, False), ("consumerGroup", _G, False)),
+    RC.GET_CONSUMER_LIST_BY_GROUP: (("consumerGroup", _G, True, True),),
+    RC.UNREGISTER_CLIENT: (("producerGroup", _G, False), ("consumerGroup", _G, False, True)),
     RC.UPDATE_AND_CREATE_TOPIC: (("topic", _T, True), ("defaultTopic", _T, False), ("readQueueNums", _I, False),
                                  ("writeQueueNums", _I, False), ("perm", Kind.PERM, False),
                                  ("topicSysFlag", _I, False)),
@@ -156,18 +213,18 @@ HEADERS: dict[int, tuple[Field, ...]] = {
                          ("commitLogOffset", _L, True), ("commitOrRollback", _I, True)),
     # Pop (RocketMQ 5): PopMessageRequestHeader, AckMessageRequestHeader, ChangeInvisibleTimeRequestHeader,
     # NotificationRequestHeader. queueId -1 pops every queue.
-    RC.POP_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("maxMsgNums", _I, True),
+    RC.POP_MESSAGE: (*_GROUP_TOPIC_QUEUE, ("maxMsgNums", _I, True),
                      ("invisibleTime", _L, True), ("pollTime", _L, True), ("bornTime", _L, True),
                      ("initMode", _I, True)),
-    RC.ACK_MESSAGE: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
+    RC.ACK_MESSAGE: (*_GROUP_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
                      ("offset", _L, True)),
-    RC.CHANGE_MESSAGE_INVISIBLETIME: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
+    RC.CHANGE_MESSAGE_INVISIBLETIME: (*_GROUP_TOPIC_QUEUE, ("extraInfo", Kind.TEXT, True),
                                       ("offset", _L, True), ("invisibleTime", _L, True)),
-    RC.NOTIFICATION: (("consumerGroup", _G, True), *_TOPIC_QUEUE, ("pollTime", _L, True), ("bornTime", _L, True)),
+    RC.NOTIFICATION: (*_GROUP_TOPIC_QUEUE, ("pollTime", _L, True), ("bornTime", _L, True)),
     # RecallMessageRequestHeader (RocketMQ 5.3)
-    RC.RECALL_MESSAGE: (("topic", _T, True), ("producerGroup", _G, False), ("recallHandle", Kind.TEXT, True)),
+    RC.RECALL_MESSAGE: (("topic", _T, True, True), ("producerGroup", _G, False), ("recallHandle", Kind.TEXT, True)),
     # NameServer
-    RC.REGISTER_BROKER: (*_BROKER_ID, ("haServerAddr", Kind.ADDR, False), ("heartbeatTimeoutMillis", _L, False),
+    RC.REGISTER_BROKER: (*_BROKER, ("brokerId", _L, False), ("haServerAddr", Kind.ADDR, False), ("heartbeatTimeoutMillis", _L, False),
                          ("bodyCrc32", _I, False)),
     RC.UNREGISTER_BROKER: _BROKER_ID,
     RC.QUERY_DATA_VERSION: _BROKER_ID,
@@ -180,20 +237,38 @@ HEADERS: dict[int, tuple[Field, ...]] = {
     RC.GET_KVLIST_BY_NAMESPACE: (("namespace", Kind.CONFIG_KEY, True),),
 }
 
-
-# Per request code, each field with its fast-path data resolved once: the per-request loop below then
-# touches no Enum (Enum hashing runs Python code) and calls no function for a name it has seen or a short
-# run of digits.
-_Compiled = tuple[str, Kind, bool, int, "set[str] | None"]
-_COMPILED: dict[int, tuple[_Compiled, ...]] = {
-    int(code): tuple((name, kind, required, _SAFE_DIGITS.get(kind, 0), _KNOWN_NAMES.get(kind))
-                     for name, kind, required in fields)
-    for code, fields in HEADERS.items()
+# Every spelling of each code's header, numbered as form_of numbers them; most codes have one.
+HEADER_FORMS: dict[int, tuple[tuple[Field, ...], ...]] = {
+    **{code: tuple(_send_fields(k) for k in forms) for code, forms in SEND_FORMS.items()},
+    **{int(code): (tuple(Field(*f) for f in fields),) for code, fields in _DECLARED.items()},
 }
+# Each code's first (for most codes only) spelling.
+HEADERS: dict[int, tuple[Field, ...]] = {code: forms[0] for code, forms in HEADER_FORMS.items()}
+
+
+def header_fields(code: int, ext: Mapping[str, str]) -> tuple[Field, ...]:
+    """The fields of the spelling a request uses (empty for a code that declares none)."""
+    forms = HEADER_FORMS.get(code)
+    if forms is None:
+        return ()
+    return forms[form_of(code, ext)] if len(forms) > 1 else forms[0]
+
+
+# Per request code and spelling, each field with its fast-path data resolved once: the per-request loop
+# below then touches no Enum (Enum hashing runs Python code) and calls no function for a name it has seen
+# or a short run of digits.
+_Compiled = tuple[str, Kind, bool, int, "set[str] | None"]
+_COMPILED: dict[int, tuple[tuple[_Compiled, ...], ...]] = {
+    code: tuple(tuple((f.name, f.kind, f.required, _SAFE_DIGITS.get(f.kind, 0), _KNOWN_NAMES.get(f.kind))
+                      for f in fields) for fields in forms)
+    for code, forms in HEADER_FORMS.items()
+}
+_NO_FORMS: tuple[tuple[_Compiled, ...], ...] = ((),)
 
 
 def check_headers(code: int, ext: dict[str, str]) -> None:
-    for name, kind, required, safe_digits, known in _COMPILED.get(code, ()):
+    forms = _COMPILED.get(code, _NO_FORMS)
+    for name, kind, required, safe_digits, known in forms[form_of(code, ext)] if len(forms) > 1 else forms[0]:
         value = ext.get(name)
         if value is None or (value == "" and not required):
             if required:
@@ -213,7 +288,9 @@ def _json_object(body: bytes) -> dict[str, Any]:
     try:
         obj = fastjson.loads(body or b"{}")
     except ValueError as e:
-        raise RequestError(f"the request body is not JSON: {e}") from None
+        raise RequestError(f"the request body is not JSON: {str(e)[:120]}") from None
+    except RecursionError:
+        raise RequestError("the request body is not JSON this broker reads: nested too deeply") from None
     if not isinstance(obj, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(obj).__name__}")
     return obj
@@ -305,6 +382,7 @@ BODIES: dict[int, Callable[[dict[str, Any]], None]] = {
     RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _subscription_group,
     RC.CHECK_CLIENT_CONFIG: _check_client_config,
     RC.BATCH_ACK_MESSAGE: _batch_ack,
+    RC.QUERY_DATA_VERSION: lambda obj: None,  # a DataVersion: a JSON object the NameServer compares whole
 }
 
 

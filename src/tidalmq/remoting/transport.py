@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, cast
 
+from tidalmq.common.log_limit import LogLimiter, short_error
 from tidalmq.remoting.codes import ResponseCode, code_name
 from tidalmq.remoting.command import (
     DEFAULT_MAX_FRAME,
@@ -41,6 +42,18 @@ Reply = RemotingCommand | Awaitable[RemotingCommand | None] | None
 Dispatcher = Callable[["Connection", RemotingCommand], Reply]
 
 _opaques = itertools.count(1)
+# A processor's failure, which a client can provoke at will: its traceback at most once a request code an
+# interval, the others at DEBUG.
+_failures = LogLimiter(log)
+
+
+def _processor_failed(cmd: RemotingCommand, exc: BaseException) -> None:
+    ok, held = _failures.allow(cmd.code)
+    if ok:
+        more = f" ({held} more like it not logged)" if held else ""
+        log.error("processor for %s failed%s", code_name(cmd.code), more, exc_info=exc)
+    else:
+        log.debug("processor for %s failed: %s", code_name(cmd.code), short_error(exc))
 _FLUSH_EVERY = 64  # responses queued in one read before they are written out
 # A connection's requests handled in one turn of the event loop, in body bytes (about one read's worth;
 # uvloop reads a socket again and again in one turn while data waits): past it the rest wait for the
@@ -405,8 +418,8 @@ class Connection(asyncio.Protocol):
         try:
             reply = self._dispatcher(self, cmd)
         except Exception as e:  # a processor bug must not take the connection down for others
-            log.exception("processor for %s failed", code_name(cmd.code))
-            reply = cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            _processor_failed(cmd, e)
+            reply = cmd.make_response(ResponseCode.SYSTEM_ERROR, short_error(e))
         if reply is None:
             if stats is not None and not cmd.is_oneway:
                 # answered later through send() (a send's group commit, a held pull): timed there
@@ -435,8 +448,8 @@ class Connection(asyncio.Protocol):
             return
         exc = fut.exception()
         if exc is not None:
-            log.error("processor for %s failed", code_name(cmd.code), exc_info=exc)
-            reply: RemotingCommand | None = cmd.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            _processor_failed(cmd, exc)
+            reply: RemotingCommand | None = cmd.make_response(ResponseCode.SYSTEM_ERROR, short_error(exc))
         else:
             reply = fut.result()
         if reply is not None and not cmd.is_oneway:

@@ -14,7 +14,7 @@ import re
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
@@ -36,8 +36,13 @@ from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.ha.service import TransferStatus
+from tidalmq.remoting import request_check
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType, all_ext_fields
+from tidalmq.remoting.request_check import (
+    SEND_HEADER as SEND_HEADER,  # where callers of the send path find it
+)
+from tidalmq.remoting.request_check import SendHeaderKeys
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
@@ -46,31 +51,6 @@ if TYPE_CHECKING:
     from tidalmq.schedule.timer_service import CancelTarget
 
 log = logging.getLogger(__name__)
-
-class SendHeaderKeys(NamedTuple):
-    """The extFields names of SendMessageRequestHeader."""
-
-    producer_group: str
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: str
-    queue_id: str
-    sys_flag: str
-    born_timestamp: str
-    flag: str
-    properties: str
-    reconsume_times: str
-    unit_mode: str
-    max_reconsume_times: str
-    batch: str
-    broker_name: str
-
-
-SEND_HEADER = SendHeaderKeys("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-                             "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
-                             "batch", "brokerName")
-# SEND_MESSAGE_V2 (SendMessageRequestHeaderV2) abbreviates the same fields to single letters.
-SEND_HEADER_V2 = SendHeaderKeys("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n")
 
 # A reply to one send: sends the response to the client (or completes a broker-internal future).
 Respond = Callable[[RemotingCommand], object]
@@ -87,10 +67,9 @@ _BROKER_PROPERTY_MARKERS = re.compile("|".join(
 
 
 def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
-    """The header names this send request uses (the C++ client sends batches with the V2 letters)."""
-    if req.code == RequestCode.SEND_MESSAGE_V2 or (req.code == RequestCode.SEND_BATCH_MESSAGE and "b" in req.ext_fields):
-        return SEND_HEADER_V2
-    return SEND_HEADER
+    """The header names this send request uses (the C++ client sends batches with the V2 letters): the
+    spelling request_check validated and the ACL read the topic from."""
+    return request_check.send_header_keys(req.code, req.ext_fields)
 
 
 def screen_client_properties(msg: InnerMessage) -> None:
