@@ -2,22 +2,29 @@
 descriptors"): a standalone started with RLIMIT_NOFILE=256 closes the connections past its cap at once,
 keeps serving a client connected before the flood, and its persistence (topics.json, the graceful
 stop) does not fail for lack of descriptors. Without the cap the flood took the last descriptors and
-the topic's file could not be written."""
+the topic's file could not be written.
+
+First, on the same standalone (uvloop, RocketMQ's default serverChannelMaxPendingRequests of 4,096): a
+client that holds 5,000 long-poll pulls and closes its socket has them dropped in seconds."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.broker.rawclient import pull_cmd, runtime_info
 from tests.client.helpers import uniq
 from tests.support import ModuleTmp, Standalone
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand, decode_frame_body, encode_frame
+from tidalmq.remoting.transport import RemotingClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,6 +77,37 @@ def create_topic_cmd(topic: str) -> RemotingCommand:
     return RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
         "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
         "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+
+
+def test_held_pulls_past_the_pending_limit_dropped_when_the_client_closes(low_fd: Standalone) -> None:
+    topic = uniq("HeldPast")
+
+    async def go() -> None:
+        attacker, observer = RemotingClient(), RemotingClient()
+        try:
+            created = await observer.invoke(low_fd.broker_addr, create_topic_cmd(topic), 10)
+            assert created.code == ResponseCode.SUCCESS
+            conn = await attacker.connection(low_fd.broker_addr)
+            pulls = [conn.request(pull_cmd(topic, 0, 0, group="HeldPastCG", suspend_ms=25_000)) for _ in range(5000)]
+
+            async def held() -> int:
+                return int((await runtime_info(observer, low_fd.broker_addr))["pullHoldCount"])
+
+            deadline = time.monotonic() + 20
+            while await held() < 4096:  # reading paused at serverChannelMaxPendingRequests
+                assert time.monotonic() < deadline, "the pulls were never held"
+                await asyncio.sleep(0.05)
+            await attacker.close()
+            await asyncio.gather(*pulls, return_exceptions=True)
+            deadline = time.monotonic() + 8  # well before their 25 s suspend time
+            while await held() != 0:
+                assert time.monotonic() < deadline, "held pulls outlived their connection"
+                await asyncio.sleep(0.05)
+        finally:
+            await attacker.close()
+            await observer.close()
+
+    asyncio.run(asyncio.wait_for(go(), 60))
 
 
 def test_connection_flood_under_a_low_descriptor_limit(low_fd: Standalone) -> None:
