@@ -151,7 +151,7 @@ class Connection(asyncio.Protocol):
         self.closed = asyncio.get_running_loop().create_future()
         srv = self._server
         if srv is not None:
-            if not srv.admit(self.transport, self.remote, len(srv.connections)):
+            if not srv.admit(self.socket_fd(), self.remote, len(srv.connections)):
                 self._on_close = None  # never served: the close listeners have nothing to forget
                 self.transport.abort()
                 return
@@ -608,14 +608,9 @@ class RemotingServer:
         self._log_limit = LogLimiter(log)
         self.refused_connections = 0
 
-    def admit(self, transport: Any, peer: tuple[str, int], others: int) -> bool:
-        """Whether a connection just accepted may stay (self.limits), ``others`` being open already; a
-        refusal is counted and logged, one line every 10 s at most whatever the flood."""
-        sock = transport.get_extra_info("socket")
-        try:
-            fd = int(sock.fileno()) if sock is not None else -1
-        except (OSError, ValueError):
-            fd = -1
+    def admit(self, fd: int, peer: tuple[str, int], others: int) -> bool:
+        """Whether a connection just accepted, on descriptor ``fd``, may stay (self.limits), ``others``
+        being open already; a refusal is counted and logged, one line every 10 s at most whatever the flood."""
         why = self.limits.refusal(others, fd)
         if why is None:
             return True
@@ -684,7 +679,7 @@ class RemotingServer:
                 log.warning("accept on %s:%s failed: %s", self.host, self.port, e)
                 await asyncio.sleep(0.5)
                 continue
-            if not self.admit(sock, peer, len(self.connections) + self._sniffing):
+            if not self.admit(sock.fileno(), peer, len(self.connections) + self._sniffing):
                 sock.close()
                 continue
             self._spawn(self._sniff(sock))
