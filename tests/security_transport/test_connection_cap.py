@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -24,7 +25,8 @@ from tests.client.helpers import uniq
 from tests.support import ModuleTmp, Standalone
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand, decode_frame_body, encode_frame
-from tidalmq.remoting.transport import RemotingClient
+from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.transport import RemotingClient, RemotingServer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -146,3 +148,38 @@ def test_connection_flood_under_a_low_descriptor_limit(low_fd: Standalone) -> No
         for s in flood:
             s.close()
     assert "Too many open files" not in low_fd.log_tail(2000)
+
+
+@pytest.mark.parametrize("mode", ["disabled", "permissive"])
+def test_server_max_connections_refuses_past_the_cap(mode: str, request: pytest.FixtureRequest) -> None:
+    """serverMaxConnections=3 on a server in this process: of five sockets the last two are closed at once,
+    plain (closed in connection_made) and in a TLS mode (closed by the accept loop, before the first byte)."""
+    context = None
+    if mode != "disabled":
+        certs = request.getfixturevalue("certs")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(certs.server_cert, certs.server_key)
+
+    async def go() -> None:
+        server = RemotingServer("127.0.0.1", 0, config=RemotingServerConfig(server_max_connections=3),
+                                ssl_context=context, tls_mode=mode)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        socks = []
+        try:
+            for _ in range(5):
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+                socks.append(s)
+                deadline = time.monotonic() + 5  # one at a time, so that the first three are the ones served
+                while len(server.connections) + server._sniffing + server.refused_connections < len(socks):
+                    assert time.monotonic() < deadline, "the server never took the connection"
+                    await asyncio.sleep(0.01)
+            closed = [await loop.run_in_executor(None, closed_by_server, s, 0.5) for s in socks]
+            assert closed == [False, False, False, True, True]
+            assert server.refused_connections == 2
+        finally:
+            for s in socks:
+                s.close()
+            await server.stop()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
