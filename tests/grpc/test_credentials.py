@@ -135,3 +135,27 @@ def test_proxy_command_checks_credentials_and_signs_as_tools_yml(topics: Standal
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_malformed_body_authenticated_before_it_is_decoded(topics: Standalone) -> None:
+    """A body that is not a SendMessageRequest: UNAUTHORIZED for a stranger (nothing of it parsed),
+    BAD_REQUEST for a signed account; neither writes a traceback."""
+    with grpc.insecure_channel(topics.grpc_endpoint) as channel:
+        raw = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
+                                  response_deserializer=service_pb2.SendMessageResponse.FromString)
+        assert raw(b"\xff", metadata=signed(topics, "nobody", "x"), timeout=10).status.code == Code.UNAUTHORIZED
+        assert raw(b"\xff", timeout=10).status.code == Code.UNAUTHORIZED
+        resp = raw(b"\xff", metadata=signed(topics, USER.access_key, USER.secret_key), timeout=10)
+        assert resp.status.code == Code.BAD_REQUEST
+        assert resp.status.message == "the request is not a valid SendMessageRequest"
+    assert "Traceback" not in topics.log_tail(400)
+
+
+def test_notify_client_termination_needs_credentials(topics: Standalone, stub: MessagingServiceStub) -> None:
+    request = service_pb2.NotifyClientTerminationRequest(group=definition_pb2.Resource(name="anyGroup"))
+    client = [("x-mq-client-id", "someone-elses-client")]
+    assert stub.NotifyClientTermination(request, metadata=client, timeout=10).status.code == Code.UNAUTHORIZED
+    bad = signed(topics, USER.access_key, "not-the-secret") + client
+    assert stub.NotifyClientTermination(request, metadata=bad, timeout=10).status.code == Code.UNAUTHORIZED
+    admin = signed(topics, ADMIN.access_key, ADMIN.secret_key) + client
+    assert stub.NotifyClientTermination(request, metadata=admin, timeout=10).status.code == Code.OK

@@ -34,6 +34,14 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
+    # Long polling's bounds (broker/long_polling.py). RocketMQ's broker holds a pull as long as its
+    # suspendTimeoutMillis says; here no longer than this (the clients send their brokerSuspendMaxTimeMillis,
+    # 15-20 s, and give up on the pull after consumerTimeoutMillisWhenSuspend, 30 s).
+    broker_suspend_max_time_millis: int = 30000
+    # Pulls held at once by the whole broker; a pull that would be held past it is answered PULL_NOT_FOUND
+    # at once (as a pull without the suspend flag). TidalMQ's key (RocketMQ has none for pulls; its pop
+    # has maxPopPollingSize).
+    max_held_pull_requests: int = 20000
     register_broker_timeout_mills: int = 24000
     register_name_server_period: int = 30000
     broker_not_active_timeout_millis: int = 120000
@@ -186,6 +194,8 @@ _CHECKS: dict[str, Check] = {
     "channel_expired_timeout": in_range(1, JAVA_INT_MAX),
     "wait_time_mills_in_send_queue": in_range(1, JAVA_INT_MAX),
     "send_thread_pool_queue_capacity": in_range(1, JAVA_INT_MAX),
+    "broker_suspend_max_time_millis": in_range(0, JAVA_INT_MAX),
+    "max_held_pull_requests": in_range(0, JAVA_INT_MAX),
     "transaction_check_max": in_range(0, JAVA_INT_MAX),
     "transaction_check_interval": in_range(1, JAVA_INT_MAX),
     "duplication_window_seconds": in_range(1, JAVA_INT_MAX),

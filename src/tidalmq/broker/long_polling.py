@@ -21,11 +21,18 @@ class HeldPull:
 class PullRequestHoldService:
     """Held pulls by queue. A held pull leaves as soon as its future is done, whatever finished it: an
     answer, its timer, or its cancellation when the client's connection closes (the transport cancels
-    a closed connection's pending replies), so a client that holds pulls and goes away leaves nothing."""
+    a closed connection's pending replies), so a client that holds pulls and goes away leaves nothing
+    (the transport learns of the close even while it has stopped reading from that client, see
+    RemotingServer._sweep)."""
 
     def __init__(self) -> None:
         # Dicts used as ordered sets: removal of one held pull is O(1), however many wait on a queue.
         self._held: dict[tuple[str, int], dict[HeldPull, None]] = {}
+        self._count = 0  # held pulls not released yet: what the broker-wide cap counts, without a walk
+
+    @property
+    def held(self) -> int:
+        return self._count
 
     def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float,
              retry: Callable[[bool], RemotingCommand | None]) -> asyncio.Future[RemotingCommand]:
@@ -34,6 +41,7 @@ class PullRequestHoldService:
         held = HeldPull(offset, retry, fut)
         key = (topic, queue_id)
         self._held.setdefault(key, {})[held] = None
+        self._count += 1
         held.timer = loop.call_later(max(0.0, timeout_s), self._expire, held)
         fut.add_done_callback(lambda _f: self._release(key, held))
         return fut
@@ -42,8 +50,8 @@ class PullRequestHoldService:
         if held.timer is not None:
             held.timer.cancel()
         waiting = self._held.get(key)
-        if waiting is not None:
-            waiting.pop(held, None)
+        if waiting is not None and waiting.pop(held, False) is None:
+            self._count -= 1
             if not waiting:
                 del self._held[key]
 
@@ -84,3 +92,4 @@ class PullRequestHoldService:
                 if not held.future.done():
                     held.future.cancel()
         self._held.clear()
+        self._count = 0

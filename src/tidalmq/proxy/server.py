@@ -7,11 +7,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-from rocketmq.grpc_protocol import service_pb2_grpc
-
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.proxy.config import ProxyConfig
+from tidalmq.proxy.handlers import generic_handler
 from tidalmq.proxy.permissive import LOOPBACK, PermissiveFront
 from tidalmq.proxy.service import MessagingService
 from tidalmq.remoting.tls import TlsConfig, client_context_from
@@ -53,7 +52,8 @@ class GrpcServer:
     async def start(self) -> None:
         await self.service.start()
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.config.max_message_size + (1 << 20))])
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        # requests decoded by the endpoint, after the caller is authenticated (proxy/handlers.py)
+        server.add_generic_rpc_handlers((generic_handler(self.service),))
         addr = f"{self.host}:{self.config.grpc_server_port}"
         creds = server_credentials(self.tls) if self.tls is not None else None
         permissive = creds is not None and self.tls is not None and self.tls.server_mode == "permissive"

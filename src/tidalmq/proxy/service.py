@@ -263,6 +263,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def NotifyClientTermination(self, request: sv.NotifyClientTerminationRequest,
                                       context: grpc.aio.ServicerContext) -> sv.NotifyClientTerminationResponse:
+        # signed as any call of the group (RocketMQ's proxy checks the group): else anyone naming a
+        # client id would drop that client's lite subscriptions
+        if (refused := self.refusal(context, auth.consume_needs("", request.group.name))) is not None:
+            return sv.NotifyClientTerminationResponse(status=refused)
         self.lite.drop_client(_client_id(context))
         return sv.NotifyClientTerminationResponse(status=status())
 

@@ -30,3 +30,10 @@ class RemotingServerConfig:
     # read its responses), below the low mark it starts again. Netty's names.
     write_buffer_high_water_mark: int = 4 * 1024 * 1024
     write_buffer_low_water_mark: int = 1024 * 1024
+    # Connections served at once (remoting/connection_limits.py); one past it is closed as soon as it is
+    # accepted. 0: as many as the descriptor limit (RLIMIT_NOFILE) less the reserved descriptors allow,
+    # and never more than that whatever is set.
+    server_max_connections: int = 0
+    # Descriptors kept for the store's files, its persistence writes and the other ports: a connection that
+    # got a descriptor numbered this close to the limit is refused. 0: a quarter of the limit, at least 64.
+    server_reserved_file_descriptors: int = 0

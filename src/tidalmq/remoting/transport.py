@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, cast
 
 from tidalmq.common.log_limit import LogLimiter, short_error
+from tidalmq.remoting import connection_limits
 from tidalmq.remoting.codes import ResponseCode, code_name
 from tidalmq.remoting.command import (
     DEFAULT_MAX_FRAME,
@@ -33,6 +34,7 @@ from tidalmq.remoting.command import (
     encode_frame_parts,
 )
 from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.connection_limits import ConnectionLimits
 from tidalmq.remoting.rpc_stats import RpcLatencyStats
 from tidalmq.remoting.tls import TLS_HANDSHAKE_FIRST_BYTE
 
@@ -161,6 +163,10 @@ class Connection(asyncio.Protocol):
         self.closed = asyncio.get_running_loop().create_future()
         srv = self._server
         if srv is not None:
+            if not srv.admit(self.socket_fd(), self.remote, len(srv.connections)):
+                self._on_close = None  # never served: the close listeners have nothing to forget
+                self.transport.abort()
+                return
             cfg = srv.config
             self.transport.set_write_buffer_limits(cfg.write_buffer_high_water_mark, cfg.write_buffer_low_water_mark)
             srv.connections.add(self)
@@ -388,6 +394,14 @@ class Connection(asyncio.Protocol):
     def reading_paused(self) -> bool:
         return self._reading_paused
 
+    def socket_fd(self) -> int:
+        """The descriptor of the connection's socket; -1 when closed or unknown."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        try:
+            return int(sock.fileno()) if sock is not None else -1
+        except (OSError, ValueError):
+            return -1
+
     def connection_lost(self, exc: Exception | None) -> None:
         for fut in self._pending.values():
             if not fut.done():
@@ -601,6 +615,21 @@ class RemotingServer:
         self.rpc_stats: RpcLatencyStats | None = None  # set when an exporter wants rocketmq_rpc_latency
         self._listener: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.limits = ConnectionLimits.of(self.config)
+        self._sniffing = 0  # accepted sockets whose first byte is awaited (TLS modes): not connections yet
+        self._log_limit = LogLimiter(log)
+        self.refused_connections = 0
+
+    def admit(self, fd: int, peer: tuple[str, int], others: int) -> bool:
+        """Whether a connection just accepted, on descriptor ``fd``, may stay (self.limits), ``others``
+        being open already; a refusal is counted and logged, one line every 10 s at most whatever the flood."""
+        why = self.limits.refusal(others, fd)
+        if why is None:
+            return True
+        self.refused_connections += 1
+        self._log_limit.warning("refused", "port %s: refusing connections (%s), one from %s:%s",
+                                self.port, why, peer[0], peer[1])
+        return False
 
     def register(self, code: int, processor: Dispatcher) -> None:
         self._processors[int(code)] = processor
@@ -657,10 +686,13 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, peer = await loop.sock_accept(listener)
             except OSError as e:  # out of file descriptors, say: keep serving who is connected
                 log.warning("accept on %s:%s failed: %s", self.host, self.port, e)
                 await asyncio.sleep(0.5)
+                continue
+            if not self.admit(sock.fileno(), peer, len(self.connections) + self._sniffing):
+                sock.close()
                 continue
             self._spawn(self._sniff(sock))
 
@@ -685,12 +717,15 @@ class RemotingServer:
 
         loop.add_reader(sock.fileno(), readable)
         wait = self.config.server_channel_max_idle_time_seconds or None
+        self._sniffing += 1
         try:
             head = await asyncio.wait_for(first, wait)
         except (TimeoutError, asyncio.CancelledError):
             loop.remove_reader(sock.fileno())
             sock.close()
             return
+        finally:
+            self._sniffing -= 1
         if not head:
             sock.close()
             return
@@ -707,17 +742,32 @@ class RemotingServer:
             sock.close()
 
     async def _sweep(self) -> None:
-        """Close idle connections and those with an overdue unfinished frame."""
+        """Close idle connections and those with an overdue unfinished frame, and drop those whose peer
+        went away while reading from them was paused."""
         cfg = self.config
         limits = [t for t in (cfg.server_channel_max_idle_time_seconds, cfg.server_frame_timeout_seconds) if t > 0]
-        if not limits:
-            return
-        period = max(0.05, min(1.0, min(limits) / 4))
+        period = max(0.05, min(1.0, min(limits) / 4)) if limits else 1.0
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
             for c in list(self.connections):
                 c.check_timeouts(now, cfg)
+            self._drop_gone_peers()
+
+    def _drop_gone_peers(self) -> None:
+        """A connection whose reading is paused (back-pressure: a full output buffer, or
+        serverChannelMaxPendingRequests of its requests unanswered, such as held pulls) would not see its
+        peer's FIN or RST until something is written to it, which for held pulls is when they time out:
+        the sockets are polled for it instead, and a closed one is dropped with all it holds."""
+        by_fd = {fd: c for c in self.connections if c.reading_paused and (fd := c.socket_fd()) >= 0}
+        if not by_fd:
+            return
+        for fd in connection_limits.gone(list(by_fd)):
+            c = by_fd[fd]
+            self._log_limit.warning("gone", "dropping %s:%s: the peer closed the connection while reading from it "
+                                    "was paused", *c.remote)
+            if c.transport is not None:
+                c.transport.abort()
 
     async def stop(self) -> None:
         for task in list(self._tasks):

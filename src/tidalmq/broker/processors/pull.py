@@ -95,8 +95,19 @@ class PullMessageProcessor:
             b.offsets.commit(group, topic, queue_id, commit_offset)
         if resp is not None:
             return resp
-        # Nothing to read: hold the request (long polling) until a message arrives or time runs out.
-        timeout_ms = suspend_ms if b.config.long_polling_enable else b.config.short_polling_time_mills
+        # Nothing to read: hold the request (long polling) until a message arrives or time runs out,
+        # for no longer than brokerSuspendMaxTimeMillis whatever the client asked, and only while the
+        # broker holds fewer than maxHeldPullRequests: past it the pull is answered now, as unsuspended.
+        cfg = b.config
+        if b.pull_hold.held >= cfg.max_held_pull_requests:
+            resp = attempt(False)
+            if resp is not None and resp.code == ResponseCode.PULL_NOT_FOUND:
+                resp.remark = f"{resp.remark}: {cfg.max_held_pull_requests} pulls held (maxHeldPullRequests), not held"
+            return resp if resp is not None else req.make_response(ResponseCode.PULL_NOT_FOUND, "not held")
+        if cfg.long_polling_enable:
+            timeout_ms = max(0, min(suspend_ms, cfg.broker_suspend_max_time_millis))
+        else:
+            timeout_ms = cfg.short_polling_time_mills
         return b.pull_hold.hold(topic, queue_id, offset, timeout_ms / 1000.0, attempt)
 
     def _suggest_which_broker_id(self, group: str, pulling_far_behind: bool) -> int:
