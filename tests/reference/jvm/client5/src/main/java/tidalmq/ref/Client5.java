@@ -56,7 +56,7 @@ public final class Client5 {
             case "invisible": invisible(conf, topic, group); break;
             case "push": push(conf, topic, group); break;
             case "recall": recall(conf, topic, group); break;
-            case "drain": drain(conf, topic, group, Integer.parseInt(args[4])); break;
+            case "drain": drain(conf, topic, group, args[4]); break;
             case "wrongtype": wrongType(conf, topic); break;
             default: throw new IllegalArgumentException(scenario);
         }
@@ -281,13 +281,18 @@ public final class Client5 {
         }
     }
 
-    /** A SimpleConsumer subscribed to three topics (TOPIC-1..3) drains ``perTopic`` messages of each. */
-    private static void drain(ClientConfiguration conf, String topic, String group, int perTopic) throws Exception {
+    /** A SimpleConsumer subscribed to three topics (TOPIC-1..3) drains them; ``counts``: how many messages
+     * each gets, "N1,N2,N3". */
+    private static void drain(ClientConfiguration conf, String topic, String group, String counts) throws Exception {
         String[] topics = {topic + "-1", topic + "-2", topic + "-3"};
+        String[] each = counts.split(",");
+        int total = 0;
         try (Producer p = producer(conf, topics)) {
-            for (String t : topics) {
-                for (int i = 0; i < perTopic; i++) {
-                    p.send(message(t, t + " " + i).build());
+            for (int k = 0; k < topics.length; k++) {
+                int n = Integer.parseInt(each[k]);
+                total += n;
+                for (int i = 0; i < n; i++) {
+                    p.send(message(topics[k], topics[k] + " " + i).build());
                 }
             }
         }
@@ -300,7 +305,7 @@ public final class Client5 {
             long start = System.currentTimeMillis();
             long deadline = start + 120_000;
             int receives = 0;
-            while (bodies.size() < perTopic * 3 && System.currentTimeMillis() < deadline) {
+            while (bodies.size() < total && System.currentTimeMillis() < deadline) {
                 receives++;
                 for (MessageView m : c.receive(32, Duration.ofSeconds(30))) {
                     bodies.add(StandardCharsets.UTF_8.decode(m.getBody().duplicate()).toString());
