@@ -101,7 +101,8 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
     if proxy is not None:
         unknown = apply_properties(proxy, {k: props[k] for k in unknown})
         proxy.max_message_size = sc.max_message_size
-        proxy.enable_topic_message_type_check = bc.enable_topic_message_type_check
+        if "enableTopicMessageTypeCheck" in props:  # else each keeps its own default (RocketMQ's: proxy on)
+            proxy.enable_topic_message_type_check = bc.enable_topic_message_type_check
     if console is not None:
         unknown = apply_properties(console, {k: props[k] for k in unknown})
     if address_server is not None:

@@ -80,7 +80,8 @@ async def _produce_across_a_master_death(cluster: Cluster) -> tuple[set[bytes], 
             await asyncio.sleep(0.1)
     acked: set[bytes] = set()
     async with Producer("PG_cluster", cluster.namesrv_addr, send_timeout=3.0) as producer:
-        # SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave has connected: send until a run of 40 is
+        # SYNC_MASTER holds each send until its slave has connected and reported (FLUSH_SLAVE_TIMEOUT after
+        # syncFlushTimeout, or the client's timeout): send until a run of 40 is
         # acknowledged SEND_OK on both groups. Only SEND_OK counts as acknowledged.
         streak: list[str] = []
         deadline = time.monotonic() + 30

@@ -171,7 +171,7 @@ async def _failover(client: RemotingClient, replicas: list[Replica], load: Load,
     await _wait(lambda: len(load.acked) >= n0 + 200, 30, "200 acknowledged sends")
     if diverge:
         # Both slaves die (SIGKILL), the master appends what no replica has (answered
-        # SLAVE_NOT_AVAILABLE, not SEND_OK), then dies too — well within the lease TTL, so the
+        # FLUSH_SLAVE_TIMEOUT, not SEND_OK), then dies too — well within the lease TTL, so the
         # SyncStateSet still holds the slaves. They restart and elect one of themselves.
         for r in others:
             r.kill()

@@ -15,9 +15,10 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
 import grpc
 from tests.client.helpers import uniq
 from tests.compat.harness import create_topic
-from tests.grpc.conftest import Clients, typed_topic
+from tests.grpc.conftest import Clients, run_off_main, typed_topic
 from tests.grpc.test_messaging import message, receive_all
 from tests.support import ModuleTmp, Standalone
+from tidalmq.client import Message, Producer, SendStatus
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -189,3 +190,26 @@ def test_orphaned_transactions_are_checked_over_telemetry(checked: Standalone, c
         c.receive(32, 15)
     assert set(checker.asked) >= {b"commit me", b"roll me back"}
     assert c.receive(32, 15) == []  # the rolled-back one is never delivered
+
+
+def test_endpoint_checks_types_by_default_and_remoting_does_not(broker: Standalone) -> None:
+    """With no setting, as RocketMQ 5 (ProxyConfig.enableTopicMessageTypeCheck true, the broker never
+    checking): a NORMAL message to a FIFO topic is refused on the gRPC endpoint, and producers are told to
+    check, while the remoting port (4.x clients) stores it."""
+    topic = typed_topic(broker, "FIFO")
+    m = definition_pb2.Message(topic=definition_pb2.Resource(name=topic), body=b"x")
+    m.system_properties.message_type = definition_pb2.MessageType.NORMAL
+    resp = raw_send(broker, m)
+    assert resp.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, resp.status
+    settings = definition_pb2.Settings(client_type=definition_pb2.ClientType.PRODUCER)
+    req = service_pb2.TelemetryCommand(settings=settings)
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        answers = MessagingServiceStub(channel).Telemetry(iter([req]), timeout=10)
+        first = next(answers)
+    assert first.settings.publishing.validate_message_type
+
+    async def send_remoting() -> SendStatus:
+        async with Producer(uniq("p4type"), broker.namesrv_addr) as p:
+            return (await p.send(Message(topic, b"4.x normal"))).status
+
+    assert run_off_main(send_remoting()) == SendStatus.SEND_OK

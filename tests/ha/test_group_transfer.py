@@ -44,14 +44,34 @@ def test_transfer_answers_by_what_the_slaves_reported() -> None:
     async def scenario() -> None:
         svc = _service()
         svc._loop = asyncio.get_running_loop()
-        assert (await _waiter(svc, 10)) is TransferStatus.SLAVE_NOT_AVAILABLE  # no slave connected
+        assert (await _waiter(svc, 10)) is TransferStatus.FLUSH_SLAVE_TIMEOUT  # no slave, syncFlushTimeout passed
         svc.connections.add(_FakeConnection())  # type: ignore[arg-type]
         first, second = _waiter(svc, 100), _waiter(svc, 200)
         svc.notify_transfer_some(150)
         assert (await first) is TransferStatus.PUT_OK and not second.done()
         assert (await second) is TransferStatus.FLUSH_SLAVE_TIMEOUT  # syncFlushTimeout (100 ms) passed
         assert (await _waiter(svc, 150)) is TransferStatus.PUT_OK  # already there
-        assert (await _waiter(svc, 150 + 1000)) is TransferStatus.SLAVE_NOT_AVAILABLE  # haMaxGapNotInSync behind
+        # haMaxGapNotInSync behind: waited for all the same (RocketMQ 5 checks no gap on this path)
+        assert (await _waiter(svc, 150 + 1000)) is TransferStatus.FLUSH_SLAVE_TIMEOUT
+
+    run(scenario(), 10)
+
+
+def test_fresh_master_waits_for_its_slave_to_report() -> None:
+    """A SYNC_MASTER whose slave has not connected yet: the send waits (up to syncFlushTimeout, as RocketMQ
+    5's GroupTransferService) and is acknowledged once the slave connects and reports past it, instead of
+    SLAVE_NOT_AVAILABLE at once."""
+
+    async def scenario() -> None:
+        svc = _service(timeout_ms=5000)
+        svc._loop = asyncio.get_running_loop()
+        early = _waiter(svc, 100)
+        await asyncio.sleep(0)  # the waiter is registered, no slave in sight
+        assert not early.done()
+        conn = _FakeConnection()
+        svc.connections.add(conn)  # type: ignore[arg-type]
+        _ack(svc, conn, 100)
+        assert (await asyncio.wait_for(early, 2)) is TransferStatus.PUT_OK
 
     run(scenario(), 10)
 
@@ -59,6 +79,7 @@ def test_transfer_answers_by_what_the_slaves_reported() -> None:
 def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None:
     async def scenario() -> None:
         sc = MessageStoreConfig(store_path_root_dir=str(tmp_path / "store"), mapped_file_size_commit_log=1024 * 1024)
+        sc.sync_flush_timeout = 300
         bc = BrokerConfig(broker_name="b", listen_port=0, broker_role="SYNC_MASTER", ha_listen_port=0)
         broker = BrokerController(bc, sc, host="127.0.0.1")
         await broker.start()
@@ -76,7 +97,7 @@ def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None
             svc.transfer = counting  # type: ignore[method-assign]
             resps = await asyncio.gather(*(client.invoke(bc.broker_addr, send_cmd("Round", b"m%d" % i), 10)
                                            for i in range(50)))
-            assert [r.code for r in resps] == [ResponseCode.SLAVE_NOT_AVAILABLE] * 50  # no slave
+            assert [r.code for r in resps] == [ResponseCode.FLUSH_SLAVE_TIMEOUT] * 50  # no slave
             assert 1 <= len(calls) < 50, calls
         finally:
             await client.close()

@@ -2,9 +2,10 @@
 GroupTransferService). Runs on the broker's event loop.
 
 SYNC_MASTER: a group commit round asks ``transfer(end, done)`` once for all its messages (one wait per
-round, not per message); ``done`` gets PUT_OK once enough replicas reported an offset >= ``end``,
-FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, SLAVE_NOT_AVAILABLE at once when no slave is connected or
-the best one is haMaxGapNotInSync or more behind (RocketMQ's isSlaveOK).
+round, not per message); ``done`` gets PUT_OK once enough replicas reported an offset >= ``end``, else
+FLUSH_SLAVE_TIMEOUT after syncFlushTimeout. As RocketMQ 5's GroupTransferService, the wait is the same
+whether a slave is connected or not: a fresh master's first sends wait for the slave that is about to
+report, rather than failing at once (RocketMQ 4's isSlaveOK answered SLAVE_NOT_AVAILABLE then).
 
 "Enough" (``acked_offset``): one slave in static mode (RocketMQ 4's SYNC_MASTER). In controller mode
 RocketMQ 5's keys decide, counting the master: with allAckInSyncStateSet every replica of the
@@ -133,11 +134,6 @@ class HAService:
             conn.wake.set()
 
     # group transfer ---------------------------------------------------------------------------
-    def is_slave_ok(self, master_put_where: int) -> bool:
-        if self._all_ack() and not self._set_members():
-            return True  # the SyncStateSet is the master alone: nothing to wait for
-        return bool(self.connections) and master_put_where - self.push2slave_max_offset < self.config.ha_max_gap_not_in_sync
-
     def in_sync_replicas_not_enough(self) -> bool:
         """Controller mode: fewer replicas in sync than minInSyncReplicas (the send is refused, nothing
         stored; RocketMQ's IN_SYNC_REPLICAS_NOT_ENOUGH). The SyncStateSet counts the master."""
@@ -189,10 +185,7 @@ class HAService:
 
     def transfer(self, next_offset: int, done: TransferDone) -> None:
         """Call ``done`` (on the loop) once enough replicas have everything before ``next_offset`` (see module doc)."""
-        if not self.is_slave_ok(next_offset):
-            done(TransferStatus.SLAVE_NOT_AVAILABLE)
-            return
-        if self.acked_offset() >= next_offset:
+        if self.acked_offset() >= next_offset:  # a SyncStateSet of the master alone: at once
             done(TransferStatus.PUT_OK)
             return
         req = _TransferRequest(next_offset, next(self._seq), done)

@@ -19,8 +19,9 @@ class ProxyConfig:
     # aclPlainFile); in the standalone the broker's own aclEnable decides, and its ACL is shared.
     acl_enable: bool = False
     acl_plain_file: str = ""
-    # enableTopicMessageTypeCheck: the endpoint tells its producers to check each message's type against the
-    # types the route's queues accept (Settings.publishing.validate_message_type). RocketMQ's proxy defaults
-    # to true; TidalMQ to false, as its broker's key of the same name (which refuses a wrong type on send),
-    # whose value the standalone's endpoint takes.
-    enable_topic_message_type_check: bool = False
+    # enableTopicMessageTypeCheck: each message's type against its topic's message.type (refused with
+    # MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), and the producers told to check it too
+    # (Settings.publishing.validate_message_type). On, as RocketMQ 5's ProxyConfig; the broker's key of the
+    # same name (the remoting port's check) stays off, as RocketMQ's broker never checks. The standalone's
+    # endpoint takes the broker's value when the key is set (docs/message-types.md).
+    enable_topic_message_type_check: bool = True

@@ -10,6 +10,7 @@ delivery timestamp becomes TIMER_DELIVER_MS; the body digest is the CRC32 of the
 from __future__ import annotations
 
 import gzip
+import hashlib
 import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -138,8 +139,8 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     if tag:
         sp.tag = tag
     sp.keys.extend(k for k in props.get(mc.KEYS, "").split(mc.KEY_SEPARATOR) if k)
-    sp.body_digest.type = pb.DigestType.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
+    sp.body_digest.type = pb.DigestType.MD5
+    sp.body_digest.checksum = hashlib.md5(m.body, usedforsecurity=False).hexdigest().upper()
     sp.body_encoding = pb.Encoding.IDENTITY
     sp.message_type = message_type(props)
     sp.born_timestamp.CopyFrom(_timestamp(m.born_timestamp))
