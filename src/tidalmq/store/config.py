@@ -54,6 +54,16 @@ class MessageStoreConfig:
     # Not a RocketMQ 4.x key (it checks CRCs only on recovery): verify each record before serving it
     # (pull, query, view by id); see docs/broker.md.
     check_crc_on_read: bool = False
+    # RocketMQ 5's enabledAppendPropCRC (default false there): every record ends its properties with a CRC of
+    # the whole record (``__CRC32#``), so damage to the header, topic or properties is found, not only to the
+    # body. On here: the README's "corrupt records are never served" rests on it (docs/broker.md).
+    enabled_append_prop_crc: bool = True
+    # RocketMQ 5's forceVerifyPropCRC: recovery fails a record that lacks the record CRC (written by a broker
+    # without enabledAppendPropCRC); off, such a record is checked by its body CRC only.
+    force_verify_prop_crc: bool = False
+    # Not a RocketMQ key: verify the record CRC of every record that carries one before serving it (one CRC
+    # pass over each record read); a record that fails it is skipped, never served.
+    check_prop_crc_on_read: bool = True
 
     message_index_enable: bool = True
     message_index_safe: bool = False
