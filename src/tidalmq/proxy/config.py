@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidalmq.common.config import JAVA_INT_MAX, check_fields, in_range, port_in_range
+
 DEFAULT_GRPC_PORT = 8081  # RocketMQ proxy's grpcServerPort
 
 
@@ -24,3 +26,8 @@ class ProxyConfig:
     # to true; TidalMQ to false, as its broker's key of the same name (which refuses a wrong type on send),
     # whose value the standalone's endpoint takes.
     enable_topic_message_type_check: bool = False
+
+    def validate(self) -> None:
+        """Refuse values the endpoint cannot run with (``ConfigError`` names the key)."""
+        check_fields(self, {"grpc_server_port": port_in_range(-1), "max_message_size": in_range(1, JAVA_INT_MAX),
+                            "long_polling_timeout_ms": in_range(1, JAVA_INT_MAX)})
