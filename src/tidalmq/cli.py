@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,19 @@ def _settle_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+def _port(lo: int) -> Callable[[str], int]:
+    """An argparse type: a TCP port from ``lo`` (-1 where the flag can turn a server off) to 65535."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+        if not lo <= value <= 65535:
+            raise argparse.ArgumentTypeError(f"port {value} is not between {lo} and 65535")
+        return value
+    return parse
+
+
 def _parse_overrides(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
@@ -80,6 +94,7 @@ def server_settings(props: dict[str, str]) -> tuple[RemotingServerConfig, TlsCon
     rest = {k: v for k, v in props.items() if not is_tls_key(k)}
     rc = RemotingServerConfig()
     unknown = apply_properties(rc, rest)
+    rc.validate()
     return rc, tls, {k: rest[k] for k in unknown}
 
 
@@ -118,6 +133,8 @@ def build_broker_configs(args: argparse.Namespace, data_dir: str, proxy: ProxyCo
         bc.broker_id = 0  # a master's id, whatever the file says (RocketMQ's BrokerStartup does the same)
     bc.validate()
     sc.validate()
+    if proxy is not None:
+        proxy.validate()
     return bc, sc, rc, tls
 
 
@@ -371,6 +388,7 @@ async def _proxy(args: argparse.Namespace) -> int:
         log.warning("unknown configuration key %s ignored", key)
     if args.grpc_port is not None:
         pc.grpc_server_port = args.grpc_port
+    pc.validate()
     acl = creds = None
     if pc.acl_enable:
         from tidalmq.acl import AclConfigError, acl_home, broker_validator, tools_credentials
@@ -453,16 +471,16 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("standalone", help="NameServer and Broker in one process")
     _add_broker_options(p)
-    p.add_argument("--namesrv-port", type=int, default=9876)
-    p.add_argument("--broker-port", type=int, default=None, help="the broker's listenPort (default 10911)")
-    p.add_argument("--grpc-port", type=int, default=None,
+    p.add_argument("--namesrv-port", type=_port(0), default=9876)
+    p.add_argument("--broker-port", type=_port(0), default=None, help="the broker's listenPort (default 10911)")
+    p.add_argument("--grpc-port", type=_port(-1), default=None,
                    help="the gRPC endpoint's port, grpcServerPort (default 8081; 0 any free port, -1 none)")
-    p.add_argument("--console-port", type=int, default=None,
+    p.add_argument("--console-port", type=_port(-1), default=None,
                    help="the web console's port, consolePort (default 8082; 0 any free port, -1 none)")
 
     p = sub.add_parser("namesrv", help="a NameServer")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("-p", "--port", type=int, default=9876)
+    p.add_argument("-p", "--port", type=_port(0), default=9876)
     p.add_argument("--data-dir")
     p.add_argument("--acl-enable", action="store_true",
                    help="refuse REGISTER_BROKER and route/KV writes but from admin accounts (docs/acl.md)")
@@ -473,11 +491,11 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="a Broker")
     _add_broker_options(p)
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
-    p.add_argument("--broker-port", type=int, default=None)
+    p.add_argument("--broker-port", type=_port(0), default=None)
 
     p = sub.add_parser("console", help="the web console in front of a NameServer and its brokers (docs/console.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=DEFAULT_CONSOLE_PORT, help="consolePort (default 8082; 0 any free port)")
+    p.add_argument("--port", type=_port(0), default=DEFAULT_CONSOLE_PORT, help="consolePort (default 8082; 0 any free port)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a host name the console answers to besides IP addresses and localhost (repeatable)")
     from tidalmq.admin_cli import add_connection_options
@@ -487,7 +505,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("proxy", help="the gRPC endpoint (RocketMQ 5 clients) in front of a cluster")
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--grpc-port", type=int, default=None, help="grpcServerPort (default 8081; 0 any free port)")
+    p.add_argument("--grpc-port", type=_port(-1), default=None, help="grpcServerPort (default 8081; 0 any free port)")
     p.add_argument("-c", "--config", help="properties file: grpcServerPort, namesrvAddr, aclEnable, tls.* keys")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
 
@@ -501,7 +519,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-role", choices=["SYNC_MASTER", "ASYNC_MASTER"],
                    help="the masters' brokerRole (default SYNC_MASTER with replicas, else ASYNC_MASTER)")
     p.add_argument("--data-dir", help="one sub-directory per process (default $TIDALMQ_HOME/cluster)")
-    p.add_argument("--base-port", type=int, default=9876,
+    p.add_argument("--base-port", type=_port(1), default=9876,
                    help="NameServers on P and P+1, etcd P+2/P+3, brokers from P+10 by 10 (default 9876)")
     p.add_argument("--host", default="127.0.0.1", help="address every process binds (default 127.0.0.1)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a key for every broker.conf (repeatable)")

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass, field
 
 from tidalmq.common import top_addressing as ta
-from tidalmq.common.config import JAVA_INT_MAX, Check, ConfigError, check_fields, in_range, one_of
+from tidalmq.common.config import (
+    JAVA_INT_MAX,
+    Check,
+    ConfigError,
+    check_fields,
+    in_range,
+    one_of,
+    port_in_range,
+)
+from tidalmq.common.naming import check_broker_name, check_cluster_name
 
 
 def default_data_dir() -> str:
@@ -157,6 +167,18 @@ class BrokerConfig:
                 raise ConfigError(f"fetchNamesrvAddrByAddressServer=true: {e}") from None
             if self.fetch_namesrv_addr_interval < 1000:
                 raise ConfigError(f"fetchNamesrvAddrInterval={self.fetch_namesrv_addr_interval}: at least 1000 ms")
+        for key, value, check in (("brokerName", self.broker_name, check_broker_name),
+                                  ("brokerClusterName", self.broker_cluster_name, check_cluster_name)):
+            try:
+                check(value)
+            except ValueError as e:  # naming's checks: what RocketMQ's topic validator says of a name
+                raise ConfigError(f"{key}={value!r}: {e}") from None
+        for key, ip in (("brokerIP1", self.broker_ip1), ("brokerIP2", self.broker_ip2)):
+            if ip or key == "brokerIP1":
+                try:
+                    ipaddress.ip_address(ip)
+                except ValueError:
+                    raise ConfigError(f"{key}={ip!r}: not an IPv4 or IPv6 address") from None
         if self.enable_controller_mode:
             if self.broker_id < 1:
                 raise ConfigError("enableControllerMode=true needs brokerId >= 1: the replica's own id in its group")
@@ -175,11 +197,11 @@ class BrokerConfig:
 _CHECKS: dict[str, Check] = {
     "broker_role": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
     "broker_id": in_range(0, 2**63 - 1),
-    "listen_port": in_range(0, 65535),
+    "listen_port": port_in_range(),
     "metrics_exporter_type": one_of("DISABLE", "PROM"),
-    "metrics_prom_exporter_port": in_range(0, 65535),
-    "namesrv_metrics_prom_exporter_port": in_range(0, 65535),
-    "ha_listen_port": in_range(-1, 65535),
+    "metrics_prom_exporter_port": port_in_range(),
+    "namesrv_metrics_prom_exporter_port": port_in_range(),
+    "ha_listen_port": port_in_range(-1),
     "ha_send_heartbeat_interval": in_range(1, JAVA_INT_MAX),
     "ha_housekeeping_interval": in_range(1, JAVA_INT_MAX),
     "ha_transfer_batch_size": in_range(1, JAVA_INT_MAX),

@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import javaproperties
+
 T = TypeVar("T")
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -27,19 +29,22 @@ def snake_to_camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+# RocketMQ 4's spellings of keys since renamed (its early MessageStoreConfig said "maped").
+KEY_ALIASES = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+}
+
+
 def parse_properties(text: str) -> dict[str, str]:
-    """A Java .properties file: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-        else:
-            out[line] = ""
-    return out
+    """A Java .properties file read as ``java.util.Properties.load`` reads it (``=``, ``:`` or blank
+    separators, ``#``/``!`` comments, line continuations, ``\\uXXXX`` escapes; the last of a repeated key
+    wins), by the maintained ``javaproperties`` parser. A leading UTF-8 byte order mark is not part of the
+    first key."""
+    try:
+        return javaproperties.loads(text.removeprefix("\ufeff"))
+    except ValueError as e:  # a malformed \\u escape: the text may come from the wire (UPDATE_BROKER_CONFIG)
+        raise ConfigError(f"not a properties text: {e}") from None
 
 
 def load_properties_file(path: str | Path) -> dict[str, str]:
@@ -80,7 +85,7 @@ def apply_properties(obj: Any, props: dict[str, str], *, strict: bool = False) -
     fields = {f.name for f in dataclasses.fields(obj)}
     unknown: list[str] = []
     for key, value in props.items():
-        name = camel_to_snake(key) if key not in fields else key
+        name = camel_to_snake(KEY_ALIASES.get(key, key)) if key not in fields else key
         if name in fields:
             setattr(obj, name, _coerce(value, getattr(obj, name), key))
         else:
@@ -108,6 +113,11 @@ def in_range(lo: int, hi: int) -> Check:
     def check(value: Any) -> str | None:
         return None if lo <= value <= hi else f"must be between {lo} and {hi}"
     return check
+
+
+def port_in_range(lo: int = 0) -> Check:
+    """A TCP port (``lo`` -1: "none" allowed); a value past 65535 would otherwise wrap when bound."""
+    return in_range(lo, 65535)
 
 
 def check_fields(obj: Any, checks: Mapping[str, Check]) -> None:

@@ -375,11 +375,14 @@ class RecordView(tuple):
     def check(self, *, crc: bool = True) -> None:
         """Raise ``RecordError`` unless the properties read as ``name\\x01value\\x02`` pairs of UTF-8 text
         and (``crc``) the body matches BODYCRC. The body CRC does not cover the topic or properties;
-        this structural check is what catches a damaged separator or an undecodable byte there."""
+        this structural check is what catches a damaged separator or an undecodable byte there; the record
+        CRC (``__CRC32#``, when the record carries one) catches any other changed byte."""
         if self.props_len and not properties_ok(self.buf[self.props_at : self.props_at + self.props_len]):
             raise RecordError(f"corrupt record at {self.pos}: properties are not name/value pairs")
         if crc and not self.crc_ok():
             raise RecordError(f"body CRC mismatch at {self.pos}")
+        if crc and record_crc_ok(self.buf, self.pos, self.total) is False:
+            raise RecordError(f"record CRC mismatch at {self.pos}")
 
     def to_stored(self, *, read_body: bool = True) -> StoredMessage:
         """The record as a ``StoredMessage`` (every field decoded)."""
@@ -486,6 +489,67 @@ def body_crc(body: bytes | memoryview) -> int:
     """RocketMQ stores CRC32 masked to a non-negative int (UtilAll.crc32 & 0x7FFFFFFF)."""
     return _crc32(body) & 0x7FFFFFFF
 
+
+
+# ---------------------------------------------------------------- the record CRC (RocketMQ 5's PROPERTY_CRC32)
+# With enabledAppendPropCRC RocketMQ 5 ends a record's properties with ``__CRC32#`` \x01, ten decimal digits
+# (least significant first) and \x02: the CRC (masked as BODYCRC) of every byte of the record before those 19
+# bytes, so the header, topic and properties are covered as well as the body. BODYCRC stays the body's.
+PROPERTY_CRC32 = "__CRC32#"
+CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
+_CRC_NAME = PROPERTY_CRC32.encode() + b"\x01"
+CRC_PLACEHOLDER = _CRC_NAME + b"0" * 10 + b"\x02"
+_CRC_NAME_AT = -CRC32_RESERVED_LEN  # where the trailer begins, from the record's end
+_CRC_DIGITS_AT = _CRC_NAME_AT + len(_CRC_NAME)
+
+
+def crc_digits(crc: int) -> bytes:
+    """The trailer's ten digits for ``crc``: its decimal digits, least significant first, zero-padded."""
+    return (b"%010d" % crc)[::-1]
+
+
+def crc_trailer(props: bytes | bytearray | memoryview) -> bytes:
+    """What to append to properties ``props`` for the CRC: a separator when the last pair lacks its own,
+    then the placeholder trailer (``seal_record_crc`` fills in its digits)."""
+    return CRC_PLACEHOLDER if not props or props[-1] == 2 else b"\x02" + CRC_PLACEHOLDER
+
+
+def reserve_record_crc(rec: bytearray) -> None:
+    """Append the CRC trailer to the properties of one encoded record (TOTALSIZE and PROPLEN follow).
+    Raises ``RecordError`` when the properties would exceed 32767 bytes."""
+    at, n = properties_span(rec)
+    tail = crc_trailer(rec[at : at + n])
+    if n + len(tail) > 32767:
+        raise RecordError(f"properties too long: {n + len(tail)} bytes > 32767")
+    rec += tail
+    _H.pack_into(rec, at - 2, n + len(tail))
+    _I.pack_into(rec, POS_TOTALSIZE, len(rec))
+
+
+def has_record_crc(record: bytes | bytearray | memoryview | mmap.mmap, pos: int, total: int) -> bool:
+    """Whether the record at ``pos`` (``total`` bytes) ends with a CRC trailer."""
+    start = pos + total + _CRC_NAME_AT
+    return total > MIN_RECORD_SIZE + CRC32_RESERVED_LEN and record[start : start + len(_CRC_NAME)] == _CRC_NAME
+
+
+def seal_record_crc(buf: bytearray | memoryview, pos: int, total: int) -> None:
+    """Write the CRC of the record at ``pos`` into its trailer (after every other field is final)."""
+    end = pos + total
+    crc = _crc32(buf[pos : end + _CRC_NAME_AT]) & 0x7FFFFFFF
+    buf[end + _CRC_DIGITS_AT : end - 1] = crc_digits(crc)
+
+
+def record_crc_ok(record: bytes | bytearray | memoryview | mmap.mmap, pos: int, total: int) -> bool | None:
+    """The record CRC's verdict for the record at ``pos``: None when it carries no trailer (written without
+    enabledAppendPropCRC), else whether every byte before the trailer matches it."""
+    end = pos + total
+    tail = bytes(record[end + _CRC_NAME_AT : end])  # one copy of the 19 bytes, then plain bytes operations
+    if tail[:_CRC_DIGITS_AT - _CRC_NAME_AT] != _CRC_NAME or total <= MIN_RECORD_SIZE + CRC32_RESERVED_LEN:
+        return None
+    digits = tail[_CRC_DIGITS_AT - _CRC_NAME_AT : -1]
+    if not digits.isdigit() or tail[-1] != 2:
+        return False
+    return int(digits[::-1]) == _crc32(record[pos : end + _CRC_NAME_AT]) & 0x7FFFFFFF
 
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
 # deliver times): a name after a \x02 separator, in properties with a \x02 put in front

@@ -213,6 +213,10 @@ class RecordBatch:
     packed: np.ndarray | None = None
     topic_at: int = 0
     props_at: int = 0
+    # The bytes of record CRC trailer (common/record_batch_crc.py) at the end of each packed row's
+    # properties: not the client's, so ``item_properties`` leaves them out. 0: none reserved.
+    trailer: int = 0
+    crc_reserved: bool = False
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -238,14 +242,14 @@ class RecordBatch:
         if self.item_props is None:
             if self.packed is not None:
                 data, size, at = memoryview(self.pieces[0]), self.packed.shape[1], self.props_at + 2
-                self.item_props = [data[a + at : a + size] for a in range(0, len(data), size)]
+                self.item_props = [data[a + at : a + size - self.trailer] for a in range(0, len(data), size)]
             else:
                 self.item_props = [memoryview(pm)[2:] for pm in self.pieces[4::5]]
         return self.item_props
 
     def packed_properties(self) -> np.ndarray | None:
         """Each record's properties (without their 2-byte length), a row each, when the batch is packed."""
-        return None if self.packed is None else self.packed[:, self.props_at + 2 :]
+        return None if self.packed is None else self.packed[:, self.props_at + 2 : self.packed.shape[1] - self.trailer]
 
     def patch_shared(self, at: int, data: bytes) -> None:
         """Write ``data`` at ``at`` in the part every record shares (the CommitLog's STORETIMESTAMP), in
@@ -254,13 +258,13 @@ class RecordBatch:
         if self.packed is not None:
             self.packed[:, POS_BORNHOST + at : POS_BORNHOST + at + len(data)] = np.frombuffer(data, dtype=np.uint8)
 
-    def _pack(self, rows: np.ndarray, topic_at: int, props_at: int) -> None:
+    def pack(self, rows: np.ndarray, topic_at: int, props_at: int) -> None:
         """Hold ``rows`` (a record each, all as long) as the batch's records."""
         self.packed, self.topic_at, self.props_at = rows, topic_at, props_at
         self.pieces = [rows.reshape(-1).data]
         self.heads = rows[:, :POS_BORNHOST].view(HEAD_DTYPE).reshape(len(rows))
 
-    def _unpack(self) -> None:
+    def unpack(self) -> None:
         """Five pieces a record again (views of the rows; the shared part is ``shared`` itself), for a
         change that leaves the records of different lengths."""
         rows = self.packed
@@ -329,14 +333,14 @@ class RecordBatch:
             out[:, :ta] = rows[:, :ta]
             out[:, ta : ta + len(topic_part)] = np.frombuffer(topic_part, dtype=np.uint8)
             out[:, ta + len(topic_part) :] = properties
-            self._pack(out, ta, ta + len(topic_part))
+            self.pack(out, ta, ta + len(topic_part))
             new_sizes = np.full(n, out.shape[1], dtype=np.int64)
         else:
             if isinstance(properties, np.ndarray):
                 data, step = properties.tobytes(), properties.shape[1]
                 properties = [data[a : a + step] for a in range(0, len(data), step)]
             if self.packed is not None:
-                self._unpack()
+                self.unpack()
             new_lens = np.fromiter(map(len, properties), dtype=np.int64, count=n)
             if (new_lens > 32769).any():
                 i = int(np.argmax(new_lens > 32769))
@@ -378,9 +382,10 @@ class RecordBatch:
                             None if found is None else [found[i] for i in keep],
                             None if props is None else [props[i] for i in keep],
                             None if codes is None else [codes[i] for i in keep],
-                            layout=None if layout is None else layout.select(keep), layout_is_all=self.layout_is_all)
+                            layout=None if layout is None else layout.select(keep), layout_is_all=self.layout_is_all,
+                            trailer=self.trailer, crc_reserved=self.crc_reserved)
         if rows is not None:
-            batch._pack(rows, self.topic_at, self.props_at)
+            batch.pack(rows, self.topic_at, self.props_at)
         return batch
 
     def records(self) -> list[bytes]:
@@ -491,7 +496,7 @@ def _packed_batch(mv: memoryview, item_size: int, shared: bytearray, topic_part:
     joined = marked.tobytes()
     batch = RecordBatch([], heads, shared, np.full(count, size, dtype=np.int64), sysflag, None, None,
                         joined_props=joined)
-    batch._pack(rows, topic_at, props_at)
+    batch.pack(rows, topic_at, props_at)
     batch.layout = batch_layout(joined, mv[p + 2 : item_size], count)
     if batch.layout is None:
         batch.found = _dispatch_found(batch.item_properties())

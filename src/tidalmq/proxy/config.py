@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidalmq.common.config import JAVA_INT_MAX, check_fields, in_range, port_in_range
+
 DEFAULT_GRPC_PORT = 8081  # RocketMQ proxy's grpcServerPort
 
 
@@ -25,3 +27,8 @@ class ProxyConfig:
     # same name (the remoting port's check) stays off, as RocketMQ's broker never checks. The standalone's
     # endpoint takes the broker's value when the key is set (docs/message-types.md).
     enable_topic_message_type_check: bool = True
+
+    def validate(self) -> None:
+        """Refuse values the endpoint cannot run with (``ConfigError`` names the key)."""
+        check_fields(self, {"grpc_server_port": port_in_range(-1), "max_message_size": in_range(1, JAVA_INT_MAX),
+                            "long_polling_timeout_ms": in_range(1, JAVA_INT_MAX)})

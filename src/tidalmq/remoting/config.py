@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tidalmq.common.config import JAVA_LONG_MAX, ConfigError, check_fields, in_range
+
 
 @dataclass
 class RemotingServerConfig:
@@ -37,3 +39,24 @@ class RemotingServerConfig:
     # Descriptors kept for the store's files, its persistence writes and the other ports: a connection that
     # got a descriptor numbered this close to the limit is refused. 0: a quarter of the limit, at least 64.
     server_reserved_file_descriptors: int = 0
+
+    def validate(self) -> None:
+        """Refuse limits a server cannot run with (``ConfigError`` names the key)."""
+        check_fields(self, {
+            "server_channel_max_idle_time_seconds": _non_negative_seconds,
+            "server_frame_timeout_seconds": _non_negative_seconds,
+            "server_max_buffered_bytes": in_range(1, JAVA_LONG_MAX),
+            "server_channel_max_pending_requests": in_range(1, 2**31 - 1),
+            "write_buffer_high_water_mark": in_range(1, JAVA_LONG_MAX),
+            "write_buffer_low_water_mark": in_range(0, JAVA_LONG_MAX),
+            "server_max_connections": in_range(0, 2**31 - 1),
+            "server_reserved_file_descriptors": in_range(0, 2**31 - 1),
+        })
+        if self.write_buffer_low_water_mark > self.write_buffer_high_water_mark:
+            # reading would stop at the high mark and never start again
+            raise ConfigError(f"writeBufferLowWaterMark={self.write_buffer_low_water_mark}: must not be above "
+                              f"writeBufferHighWaterMark={self.write_buffer_high_water_mark}")
+
+
+def _non_negative_seconds(value: float) -> str | None:
+    return None if 0 <= value < float("inf") else "must be 0 (off) or a positive number of seconds"

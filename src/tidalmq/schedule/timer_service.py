@@ -43,6 +43,8 @@ from tidalmq.common.columns import gather_be
 from tidalmq.common.fileutil import atomic_write
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import (
+    CRC32_RESERVED_LEN,
+    CRC_PLACEHOLDER,
     MIN_RECORD_SIZE,
     RecordError,
     RecordView,
@@ -204,6 +206,17 @@ def _stands_at(w8: np.ndarray, at: np.ndarray, words: list[tuple[int, int]]) -> 
     return same
 
 
+_CRC_NAME_U8 = np.frombuffer(CRC_PLACEHOLDER[:9], dtype=np.uint8)  # "__CRC32#" and its \x01
+
+
+def _before_crc(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Where each record's properties end before the record CRC's trailer, for those that carry one (the
+    tails ``_tail_columns`` reads come before it)."""
+    at = ends - CRC32_RESERVED_LEN
+    has = (at >= starts) & (u8[np.maximum(at, 0)[:, None] + np.arange(len(_CRC_NAME_U8))] == _CRC_NAME_U8).all(axis=1)
+    return np.where(has, at, ends)
+
+
 def _tail_columns(span: memoryview, u8: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                   deliver: np.ndarray) -> _FieldColumns | None:
     """The real topics of the records at ``starts`` .. ``ends`` of ``span`` read from the tails their
@@ -216,6 +229,7 @@ def _tail_columns(span: memoryview, u8: np.ndarray, starts: np.ndarray, ends: np
     steps one byte at a time (a gather of n words, not of n rows of bytes)."""
     if len(span) < 8 or _CANCEL_NAMED in bytes(span):  # a copy searches faster than re over the view
         return None
+    ends = _before_crc(u8, starts, ends)  # the tails come before the record CRC's trailer, where there is one
     w8 = np.ndarray((len(span) - 7,), dtype="<u8", buffer=span, strides=(1,))
     digits = np.searchsorted(_POW10, deliver, side="right") + 1
     out_at = ends - 1 - digits - len(_OUT_NAMED)  # where "\x02TIMER_OUT_MS\x01" begins

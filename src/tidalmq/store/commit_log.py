@@ -38,11 +38,17 @@ from tidalmq.common.record import (
     POS_SYSFLAG,
     RecordError,
     encode_blank,
+    has_record_crc,
     patch_for_append,
+    record_crc_ok,
+    reserve_record_crc,
+    seal_record_crc,
     store_timestamp_pos,
     view_record,
 )
 from tidalmq.common.record_batch import RecordBatch
+from tidalmq.common.record_batch_crc import reserve_crc as reserve_batch_crc
+from tidalmq.common.record_batch_crc import seal_crc as seal_batch_crc
 from tidalmq.store.commit_log_recovery import CommitLogRecovery
 from tidalmq.store.commit_log_scan import Preread
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
@@ -100,6 +106,10 @@ class CommitLog(CommitLogRecovery):
         # checkCRCOnRead: verify every record before it is served (off by default: it costs a CRC pass
         # over every body read, where the read path otherwise copies nothing).
         self.check_on_read = config.check_crc_on_read
+        # checkPropCRCOnRead: the record CRC (``__CRC32#``) of a record that carries one, checked on every
+        # read: the structure and body checks above do not see a changed byte of a property value.
+        self.check_prop_crc = config.check_prop_crc_on_read
+        self.force_prop_crc = config.force_verify_prop_crc
         # CommitLog offsets of records found corrupt (by recovery or a checked read): never served.
         self.corrupt: frozenset[int] = frozenset()
         self.corrupt_records = 0
@@ -139,6 +149,10 @@ class CommitLog(CommitLogRecovery):
         max_size = self.config.max_message_size + RECORD_OVERHEAD_ALLOWANCE
         file_size = self.file_size
         table = self.topic_queue_table
+        seal = self.config.enabled_append_prop_crc
+        # The trailers are reserved before the lock (only the CRCs need the final offsets); a request
+        # whose properties leave no room for one is refused, whatever else it holds.
+        too_long = self._reserve_crcs(requests) if seal else ()
         if not self.put_lock.acquire(blocking):
             return None
         with self._holding_put_lock():
@@ -152,8 +166,11 @@ class CommitLog(CommitLogRecovery):
             failed = PutStatus.CREATE_MAPPED_FILE_FAILED
             run: list[bytes | bytearray | memoryview] = []
             run_start = wpos
-            for req in requests:
+            for i_req, req in enumerate(requests):
                 recs = req.records
+                if too_long and i_req in too_long:
+                    results.append(AppendResult(PutStatus.MESSAGE_ILLEGAL, store_timestamp=ts, msg_num=len(recs)))
+                    continue
                 if mf is None:  # creating the next file failed earlier in this call
                     results.append(AppendResult(failed, msg_num=len(recs)))
                     continue
@@ -192,6 +209,8 @@ class CommitLog(CommitLogRecovery):
                 first_phys = mf.file_from_offset + wpos
                 if type(recs) is RecordBatch:
                     table[key], msg_id = self._patch_batch(recs, qoff, first_phys, ts)
+                    if seal:
+                        seal_batch_crc(recs)
                     run.extend(recs.pieces)
                     self._keep_preread(req.topic, req.queue_id, recs, first_phys, total, ts)
                 else:
@@ -204,6 +223,8 @@ class CommitLog(CommitLogRecovery):
                         else:
                             # Prepared / rolled-back half messages take no queue offset (RocketMQ stores 0).
                             patch_for_append(rec, 0, 0, phys, ts)
+                        if seal:
+                            seal_record_crc(rec, 0, len(rec))
                         ids.append(self.msg_id(phys))
                         phys += len(rec)
                     table[key] = qoff
@@ -217,6 +238,25 @@ class CommitLog(CommitLogRecovery):
         if wake_reput:
             self.on_written()
         return results
+
+    @staticmethod
+    def _reserve_crcs(requests: Sequence[PutRequest]) -> frozenset[int]:
+        """Give every record of ``requests`` its record CRC trailer (idempotent: a put refused for a busy
+        lock is retried with the same records). Returns the indices of the requests whose properties
+        leave no room for it."""
+        refused: set[int] = set()
+        for i, req in enumerate(requests):
+            recs = req.records
+            try:
+                if type(recs) is RecordBatch:
+                    reserve_batch_crc(recs)
+                else:
+                    for rec in recs:
+                        if len(rec) >= MIN_RECORD_SIZE and not has_record_crc(rec, 0, len(rec)):
+                            reserve_record_crc(rec)
+            except (RecordError, IndexError):
+                refused.add(i)
+        return frozenset(refused)
 
     @contextlib.contextmanager
     def _holding_put_lock(self) -> Iterator[None]:
@@ -345,6 +385,10 @@ class CommitLog(CommitLogRecovery):
         view = mf.view[pos : pos + size]
         if self.corrupt or self.check_on_read:  # both almost always false: the zero-copy path stays as it was
             return view if self._servable(view, phys) else None
+        # A view of one record (a span of several, as the timer service reads, is left to its reader).
+        if self.check_prop_crc and _I.unpack_from(view)[0] == size and record_crc_ok(view, 0, size) is False:
+            self.mark_corrupt(phys, "record CRC mismatch found by a read")
+            return None
         return view
 
     def _servable(self, view: memoryview, phys: int) -> bool:

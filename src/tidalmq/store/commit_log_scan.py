@@ -27,6 +27,7 @@ from tidalmq.common.record import (
     RecordView,
     body_crc,
     dispatch_properties,
+    record_crc_ok,
     view_record,
 )
 from tidalmq.common.record_batch import PropertyLayout, RecordBatch
@@ -97,6 +98,7 @@ class CommitLogScan:
     corrupt: frozenset[int]
     corrupt_records: int
     _corrupt_lock: threading.Lock
+    force_prop_crc: bool  # forceVerifyPropCRC
 
     def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
                       ts: int) -> None:
@@ -227,7 +229,7 @@ class CommitLogScan:
         if check_crc:
             n, verdict, crc_failed = self._check_crcs(mf, starts[:n], cols.body_at[:n].tolist(),
                                                       cols.body_len[:n].tolist(), cols.head["crc"][:n].tolist(),
-                                                      verdict)
+                                                      cols.head["total"][:n].tolist(), verdict)
         if n == 0:
             return Scan(DispatchBatch.empty(self._topic_names), pos, verdict, 0)
         head = cols.head[:n]
@@ -288,7 +290,7 @@ class CommitLogScan:
         if check_crc and views:
             n, verdict, crc_failed = self._check_crcs(mf, [v.pos for v in views], [v.body_at for v in views],
                                                       [v.body_len for v in views], [v.body_crc for v in views],
-                                                      verdict)
+                                                      [v.total for v in views], verdict)
             del cols[n:], found[n:]
             if n < len(views):
                 end = views[n].pos
@@ -302,10 +304,10 @@ class CommitLogScan:
                               prepared_l, keys, uniq, lite)
         return Scan(batch, end, verdict, int(store_ts_l[-1]), crc_failed)
 
-    @staticmethod
-    def _check_crcs(mf: MappedFile, starts: list[int], body_at: list[int], body_len: list[int], crcs: list[int],
-                    verdict: int) -> tuple[int, int, tuple[int, ...]]:
-        """The body CRC of each record a scan found. A record that fails it and is the last before an
+    def _check_crcs(self, mf: MappedFile, starts: list[int], body_at: list[int], body_len: list[int],
+                    crcs: list[int], totals: list[int], verdict: int) -> tuple[int, int, tuple[int, ...]]:
+        """The body CRC of each record a scan found, and its record CRC (``__CRC32#``) when it carries one
+        (with forceVerifyPropCRC a record without one fails). A record that fails either and is the last before an
         unreadable one is a torn write (RocketMQ's recovery truncates there): the scan ends before it,
         INVALID. Any other is damage in the middle of the log: the records after it are intact and
         must not be lost, so the scan keeps going and reports it. Returns (records kept, verdict,
@@ -313,9 +315,12 @@ class CommitLogScan:
         view = mf.view
         n = len(starts)
         failed: list[int] = []
-        for i, (b0, bl, crc) in enumerate(zip(body_at, body_len, crcs, strict=True)):
+        force = self.force_prop_crc
+        for i, (b0, bl, crc, p0, total) in enumerate(zip(body_at, body_len, crcs, starts, totals, strict=True)):
             if body_crc(view[b0 : b0 + bl]) == crc:
-                continue
+                whole = record_crc_ok(view, p0, total)
+                if whole or (whole is None and not force):
+                    continue
             if i == n - 1 and verdict == INVALID:
                 log.warning("CRC check failed at %d: a torn record, the end of valid data", mf.file_from_offset
                             + starts[i])

@@ -54,6 +54,16 @@ class MessageStoreConfig:
     # Not a RocketMQ 4.x key (it checks CRCs only on recovery): verify each record before serving it
     # (pull, query, view by id); see docs/broker.md.
     check_crc_on_read: bool = False
+    # RocketMQ 5's enabledAppendPropCRC (default false there): every record ends its properties with a CRC of
+    # the whole record (``__CRC32#``), so damage to the header, topic or properties is found, not only to the
+    # body. On here: the README's "corrupt records are never served" rests on it (docs/broker.md).
+    enabled_append_prop_crc: bool = True
+    # RocketMQ 5's forceVerifyPropCRC: recovery fails a record that lacks the record CRC (written by a broker
+    # without enabledAppendPropCRC); off, such a record is checked by its body CRC only.
+    force_verify_prop_crc: bool = False
+    # Not a RocketMQ key: verify the record CRC of every record that carries one before serving it (one CRC
+    # pass over each record read); a record that fails it is skipped, never served.
+    check_prop_crc_on_read: bool = True
 
     message_index_enable: bool = True
     message_index_safe: bool = False
@@ -147,6 +157,10 @@ _CHECKS: dict[str, Check] = {
 }
 
 
+# A level's delay fits a Java int of milliseconds (~24.8 days; RocketMQ's default levels end at 2 h). Each
+# level is a queue of SCHEDULE_TOPIC_XXXX with its own ConsumeQueue files: the count is bounded too.
+MAX_DELAY_LEVEL_MS = JAVA_INT_MAX
+MAX_DELAY_LEVELS = 1000
 _UNITS_MS = {"s": 1000, "m": 60 * 1000, "h": 60 * 60 * 1000, "d": 24 * 60 * 60 * 1000}
 
 
@@ -155,7 +169,15 @@ def parse_delay_levels(text: str) -> dict[int, int]:
     out: dict[int, int] = {}
     for i, item in enumerate(text.split(), start=1):
         unit = item[-1]
-        if unit not in _UNITS_MS:
+        digits = item[:-1]
+        if unit not in _UNITS_MS or not (digits.isascii() and digits.isdigit()):
             raise ValueError(f"bad delay level {item!r} in {text!r}")
-        out[i] = int(item[:-1]) * _UNITS_MS[unit]
+        ms = int(digits) * _UNITS_MS[unit]
+        if not 0 < ms <= MAX_DELAY_LEVEL_MS:
+            raise ValueError(f"delay level {item!r} must be more than 0 and at most {MAX_DELAY_LEVEL_MS} ms")
+        out[i] = ms
+    if not out:
+        raise ValueError("no delay level given")
+    if len(out) > MAX_DELAY_LEVELS:
+        raise ValueError(f"{len(out)} delay levels, at most {MAX_DELAY_LEVELS}")
     return out
