@@ -73,16 +73,17 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _ascii_digits(t: str) -> bool:
-    # str.isdigit is true of '²' and other digits int() refuses: only 0-9 are a number here
-    return t.isascii() and t.isdigit()
+def _decimal_digits(t: str) -> bool:
+    # Java's Long.parseLong takes any decimal digit (Character.digit: Unicode Nd, as str.isdecimal and int()
+    # take them); str.isdigit is also true of '²' and other digits that neither takes.
+    return t.isdecimal()
 
 
 def _parse_ms(name: str, text: str) -> int:
     t = text.strip()
-    if t.startswith("-") and _ascii_digits(t[1:]):
+    if t.startswith("-") and _decimal_digits(t[1:]):
         raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"timer message illegal: {name} must not be negative, got {text[:32]!r}")
-    if not _ascii_digits(t):
+    if not _decimal_digits(t):
         raise SendError(ResponseCode.MESSAGE_ILLEGAL,
                         f"timer message illegal: {name} must be a whole number of {'seconds' if name == mc.TIMER_DELAY_SEC else 'milliseconds'}, got {text[:32]!r}")
     digits = t.lstrip("0")
