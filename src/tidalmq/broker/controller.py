@@ -643,7 +643,9 @@ class BrokerController:
             "sendThreadPoolQueueHeadWaitTimeMills": str(self.send_processor.head_wait_ms()),
             "pullThreadPoolQueueSize": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": str(self.store.page_cache_lock_time_ms()),
+            "ackThreadPoolQueueSize": "0",  # acks too: RocketMQ 5's clusterList prints N for a missing key
+            "ackThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": str(int(self.store.page_cache_lock_time_ms())),  # RocketMQ's: whole ms
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),

@@ -156,6 +156,7 @@ async def topic_status(admin: Admin, args: argparse.Namespace) -> int:
     route = await admin.route(args.topic)
     masters = sorted(a for bd in route.get("brokerDatas") or [] if (a := (bd.get("brokerAddrs") or {}).get("0")))
     tps, _ = await rates(admin, masters, TOPIC_PUT_NUMS, args.topic)
+    print()
     print(f"Topic Put TPS: {tps}")  # Java's double text: 0.0, 1.5
     return 0
 
