@@ -95,3 +95,17 @@ def test_reset_offset_of_one_queue_to_an_offset_and_query_by_key_max(mqadmin: Ru
     assert bad.returncode == 2 and "-o needs -q" in bad.stderr
     found = ok(mqadmin("queryMsgByKey", "-t", topic, "-k", "fk1", "-m", "5")).splitlines()
     assert len(found) == 2 and found[1].split()[3].split("@")[1:4] == [topic, "K", "fk1"]
+
+
+def test_update_order_conf_put_get_delete(mqadmin: Run) -> None:
+    topic = uniq("FlagOrderConf")
+    # RocketMQ's lines, without a newline (its printf)
+    assert ok(mqadmin("updateOrderConf", "-t", topic, "-m", "put", "-v", "b1:4;b2:4")) == \
+        f"update orderConf success. topic=[{topic}], orderConf=[b1:4;b2:4]"
+    assert ok(mqadmin("updateOrderConf", "-t", topic, "-m", "get")) == \
+        f"get orderConf success. topic=[{topic}], orderConf=[b1:4;b2:4] "
+    assert ok(mqadmin("updateOrderConf", "-t", topic, "-m", "delete")) == f"delete orderConf success. topic=[{topic}]"
+    assert ok(mqadmin("updateOrderConf", "-t", topic, "-m", "get")) == \
+        f"get orderConf success. topic=[{topic}], orderConf=[null] "
+    bad = mqadmin("updateOrderConf", "-t", topic, "-m", "put")
+    assert bad.returncode == 2 and "-m put needs -v" in bad.stderr

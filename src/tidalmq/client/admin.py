@@ -174,6 +174,12 @@ class Admin:
         for addr in self.namesrv_addrs:
             await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
 
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG of the first NameServer that answers; None when it has no such key."""
+        resp = await self._namesrv(RC.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+                                   ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return resp.ext_fields.get("value") if resp.code == ResponseCode.SUCCESS else None
+
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         for addr in self.namesrv_addrs:
             await self._call(addr, RC.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--cluster", help="cluster name (accepted; the route names the topic's brokers)")
     p = command(sub, "topicClusterList", "Get cluster info for topic", topic_cluster_list)
     p.add_argument("-t", "--topic", required=True, help="topic name")
+    p = command(sub, "updateOrderConf", "Create or update or delete order conf", update_order_conf)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-m", "--method", required=True, choices=("put", "get", "delete"), help="option type")
+    p.add_argument("-v", "--orderConf", help="set order conf [eg. brokerName1:num;brokerName2:num]")
     p = command(sub, "updateTopicPerm", "Update topic perm", update_topic_perm)
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("-b", "--brokerAddr", help="create topic to which broker")
@@ -199,4 +203,21 @@ async def update_topic_perm(admin: Admin, args: argparse.Namespace) -> int:
                                  perm=args.perm, order=bool(config.get("order", False)),
                                  broker_addrs=[addr])
         print(f"update topic perm from {old} to {args.perm} in {addr} success.")
+    return 0
+
+
+async def update_order_conf(admin: Admin, args: argparse.Namespace) -> int:
+    """RocketMQ's updateOrderConf: the ordered topic's queue layout in the NameServer's KV table."""
+    if args.method == "get":
+        conf = await admin.get_kv_config(ORDER_TOPIC_CONFIG, args.topic)
+        shown = conf if conf is not None else "null"  # Java's text for a missing value
+        print(f"get orderConf success. topic=[{args.topic}], orderConf=[{shown}] ", end="")
+    elif args.method == "put":
+        if not args.orderConf:
+            raise UsageError("-m put needs -v, e.g. brokerName1:num;brokerName2:num")
+        await admin.put_kv_config(ORDER_TOPIC_CONFIG, args.topic, args.orderConf)
+        print(f"update orderConf success. topic=[{args.topic}], orderConf=[{args.orderConf}]", end="")
+    else:
+        await admin.delete_kv_config(ORDER_TOPIC_CONFIG, args.topic)
+        print(f"delete orderConf success. topic=[{args.topic}]", end="")
     return 0
