@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from bench.compare import workloads
 from bench.compare.peers import kafka, rocketmq
 from bench.compare.peers.jvm import missing_java
