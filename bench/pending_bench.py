@@ -104,6 +104,8 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
         recv = sorted(r for _, r, _ in got)
         out.update(restart_to_ready_s=t_ready - t_kill,
                    restart_to_first_delivery_s=(recv[0] / 1000 - t_kill) if recv else float("nan"),
+                   # due 3 s after the kill: what the restart added is the lateness of the first one
+                   first_after_restart_late_ms=(recv[0] - due) if recv else float("nan"),
                    due_after_restart_delivered=len({i for i, _, _ in got}), due_after_restart=few)
         # lateness at DUE_RATE due/s with N pending
         window = 1 if quick else 5
