@@ -79,7 +79,6 @@ class Server(ServerBase):
                                  capture_output=True, text=True, timeout=180)
             if fmt.returncode != 0:
                 raise RuntimeError(f"kafka-storage format failed: {fmt.stdout[-1500:]}{fmt.stderr[-1500:]}")
-        # Kafka's scripts pass the log4j config; without one it logs to the console, our log file
         proc = self.popen(java_cmd(lib, HEAP, "kafka.Kafka", [str(conf)]))
         wait_port(self.port, 180, proc, "kafka")
 
