@@ -198,3 +198,54 @@ def test_bad_input_answers(observed: dict[str, list[Event]]) -> None:
     # 6 MiB of incompressible body, over maxMessageSize (4 MiB by default on both): MESSAGE_ILLEGAL
     assert got["bodyTooLarge"]["failure"]["responseCode"] == 13
     print(got["bodyJustOver4MiB"], got["bodyTooLarge"])
+
+
+# ACL: Apache RocketMQ 5.4.0 no longer has ACL 1.0 (its rocketmq-acl module and aclEnable/plain_acl.yml
+# are gone, replaced by the auth module's users and ACLs, docs/compatibility.md): the 4.x client's
+# AclClientRPCHook is checked against TidalMQ alone, with what RocketMQ 4.9 answers.
+ACL_YML = """\
+accounts:
+  - accessKey: j4access
+    secretKey: j4secret1
+    admin: false
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: PUB|SUB
+    topicPerms:
+      - J4Denied=DENY
+"""
+
+
+@pytest.fixture(scope="module")
+def tidal_acl(module_tmp: ModuleTmp) -> Iterator[Standalone]:
+    data = module_tmp("tidalmq-acl") / "data"
+    (data / "conf").mkdir(parents=True)
+    (data / "conf" / "plain_acl.yml").write_text(ACL_YML)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ROCKETMQ_HOME", raising=False)  # the data directory is the ACL files' home, then
+        s = Standalone(data, settings={"aclEnable": "true"})
+        s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_acl_client_rpc_hook(tidal_acl: Standalone, reference_cache: Path, module_tmp: ModuleTmp) -> None:
+    good = run_client4(reference_cache, module_tmp("client4-acl"), tidal_acl.namesrv_addr, ["acl"],
+                       access=("j4access", "j4secret1"))
+    got = {e["event"]: e for e in events(good, "acl")}
+    assert got["send"]["result"]["status"] == "SEND_OK"
+    assert got["consumed"]["count"] == 1
+    denied = got["sendDenied"]["failure"]
+    # RocketMQ 4.9 answers an AclException as SYSTEM_ERROR (1) with its message as the remark; the client
+    # retries a SYSTEM_ERROR (retryTimesWhenSendFailed) and then throws with the broker's answer as cause
+    assert (denied["exception"], denied["responseCode"]) == ("MQClientException", 1), denied
+    cause = denied["cause"]
+    assert (cause["exception"], cause["responseCode"]) == ("MQBrokerException", 1), denied
+    assert "J4Denied" in cause["remark"], denied
+    wrong = run_client4(reference_cache, module_tmp("client4-acl-wrong"), tidal_acl.namesrv_addr, ["acl"],
+                        access=("j4access", "not-the-secret"))
+    got = {e["event"]: e for e in events(wrong, "acl")}
+    assert "result" not in got["send"], got["send"]
+    assert got["consumed"]["count"] == 0

@@ -161,6 +161,9 @@ public final class Client4 {
         } else {
             m.put("remark", e.getMessage());
         }
+        if (e.getCause() != null && e.getCause() != e) {
+            m.put("cause", failure(e.getCause()));
+        }
         return m;
     }
 

@@ -59,6 +59,7 @@ final class Scenarios {
             case "retry": retry(); break;
             case "bad": bad(); break;
             case "noroute": noroute(); break;
+            case "acl": acl(); break;
             default: throw new IllegalArgumentException("no scenario " + name);
         }
     }
@@ -427,6 +428,32 @@ final class Scenarios {
             }
         }
         p.shutdown();
+    }
+
+    /** Signed with AclClientRPCHook (j4.accessKey / j4.secretKey): a send, a send to a topic the account may
+     * not publish to (J4Denied), and a lite pull of what was sent. */
+    static void acl() throws Exception {
+        String t = topic("acl");
+        DefaultMQProducer p = producer("acl");
+        for (String target : List.of(t, "J4Denied")) {
+            String event = target.equals(t) ? "send" : "sendDenied";
+            try {
+                emit("acl", event, Map.of("result", result(p.send(msg(target, "TagA", "k", "acl")))));
+            } catch (Exception e) {
+                emit("acl", event, Map.of("failure", failure(e)));
+            }
+        }
+        p.shutdown();
+        DefaultLitePullConsumer c = litePullConsumer("acl");
+        c.subscribe(t, "*");
+        c.start();
+        int got = 0;
+        long deadline = System.currentTimeMillis() + 15_000;
+        while (got == 0 && System.currentTimeMillis() < deadline) {
+            got += c.poll().size();
+        }
+        emit("acl", "consumed", Map.of("count", got));
+        c.shutdown();
     }
 
     /** Random bytes: the client compresses a body over 4 KiB, and zeros would shrink to nothing. */
