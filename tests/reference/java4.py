@@ -21,24 +21,33 @@ def client4_classpath(cache: Path) -> str:
     return f"{built / 'target' / 'client4-1.jar'}:{built / 'lib'}/*"
 
 
-def run_client4(cache: Path, home: Path, namesrv: str, scenarios: list[str],
-                access: tuple[str, str] | None = None) -> dict[str, list[Event]]:
-    """Each scenario's events, by scenario; a scenario that threw has an ``error`` event."""
+def client4_command(cache: Path, home: Path, namesrv: str, scenarios: list[str],
+                    access: tuple[str, str] | None = None) -> list[str]:
     home.mkdir(parents=True, exist_ok=True)
     props = [f"-Duser.home={home}", f"-Drocketmq.client.localOffsetStoreDir={home / 'offsets'}",
              f"-Drocketmq.client.logRoot={home / 'logs'}"]
     if access is not None:
         props += [f"-Dj4.accessKey={access[0]}", f"-Dj4.secretKey={access[1]}"]
-    cmd = ["java", "-Xms64m", "-Xmx256m", *JAVA_OPTS_COMMON, *props, "-cp", client4_classpath(cache),
-           "tidalmq.reference.Client4", namesrv, uuid.uuid4().hex[:8], *scenarios]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, cwd=home)
+    return ["java", "-Xms64m", "-Xmx256m", *JAVA_OPTS_COMMON, *props, "-cp", client4_classpath(cache),
+            "tidalmq.reference.Client4", namesrv, uuid.uuid4().hex[:8], *scenarios]
+
+
+def parse_events(lines: list[str]) -> dict[str, list[Event]]:
     out: dict[str, list[Event]] = defaultdict(list)
-    for line in proc.stdout.splitlines():
+    for line in lines:
         if line.startswith("{"):
             ev = json.loads(line)
             out[ev["scenario"]].append(ev)
-    assert proc.returncode == 0, f"Client4 exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return dict(out)
+
+
+def run_client4(cache: Path, home: Path, namesrv: str, scenarios: list[str],
+                access: tuple[str, str] | None = None) -> dict[str, list[Event]]:
+    """Each scenario's events, by scenario; a scenario that threw has an ``error`` event."""
+    cmd = client4_command(cache, home, namesrv, scenarios, access)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLIENT_TIMEOUT, cwd=home)
+    assert proc.returncode == 0, f"Client4 exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return parse_events(proc.stdout.splitlines())
 
 
 def events(observed: dict[str, list[Event]], scenario: str, event: str | None = None) -> list[Event]:

@@ -7,15 +7,25 @@ docs/compatibility.md ("The Java 4.x client").
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.reference.apache import ApacheRocketMQ
-from tests.reference.java4 import Event, decode_offset_msg_id, events, run_client4
+from tests.reference.apache import ApacheRocketMQ, mqadmin
+from tests.reference.java4 import (
+    CLIENT_TIMEOUT,
+    Event,
+    client4_command,
+    decode_offset_msg_id,
+    events,
+    parse_events,
+    run_client4,
+)
 from tests.support import ModuleTmp, Standalone
 
 SCENARIOS = ["send", "push", "orderly", "broadcast", "filter", "delay", "transaction", "retry", "bad"]
@@ -250,3 +260,37 @@ def test_acl_client_rpc_hook(tidal_acl: Standalone, reference_cache: Path, modul
     got = {e["event"]: e for e in events(wrong, "acl")}
     assert "result" not in got["send"], got["send"]
     assert got["consumed"]["count"] == 0
+
+
+def test_push_consumer_after_reset_offset_by_time(server: Server, reference_cache: Path, rocketmq_jars: Path,
+                                                  module_tmp: ModuleTmp) -> None:
+    """Apache's mqadmin resetOffsetByTime on a live 4.x push consumer's group: the messages come again and
+    the consumer goes on consuming (once seen stuck with "unfinished pullMsgEvent")."""
+    home = module_tmp("client4-reset")
+    cmd = client4_command(reference_cache, home, server.namesrv_addr, ["reset"])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=home)
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        ready = None
+        for line in proc.stdout:  # the program's own waits are bounded; communicate() below bounds the rest
+            lines.append(line)
+            if '"event":"ready"' in line:
+                ready = json.loads(line)
+                break
+        assert ready is not None, lines
+        reset = mqadmin(rocketmq_jars, module_tmp("mqadmin-reset"), [
+            "resetOffsetByTime", "-n", server.namesrv_addr, "-g", ready["group"], "-t", ready["topic"], "-s", "0"])
+        assert reset.returncode == 0, reset.stderr
+        rest, _ = proc.communicate(timeout=CLIENT_TIMEOUT)
+        lines += rest.splitlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    observed = parse_events(lines)
+    (again,) = events(observed, "reset", "redelivered")
+    assert again["complete"], (again, reset.stdout)
+    assert sorted(again["bodies"]) == sorted([f"reset{i}" for i in range(5)] * 2)
+    (after,) = events(observed, "reset", "after")
+    assert after["arrived"]

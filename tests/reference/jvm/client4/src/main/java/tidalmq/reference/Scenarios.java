@@ -60,6 +60,7 @@ final class Scenarios {
             case "bad": bad(); break;
             case "noroute": noroute(); break;
             case "acl": acl(); break;
+            case "reset": reset(); break;
             default: throw new IllegalArgumentException("no scenario " + name);
         }
     }
@@ -453,6 +454,43 @@ final class Scenarios {
             got += c.poll().size();
         }
         emit("acl", "consumed", Map.of("count", got));
+        c.shutdown();
+    }
+
+    /** A push consumer that has consumed 5 messages, while an operator resets its group's offsets to the
+     * start (mqadmin resetOffsetByTime, run by the test once "ready" is printed): the 5 come again, and a
+     * message sent afterwards still arrives (the consumer is not stuck). */
+    static void reset() throws Exception {
+        String t = topic("reset");
+        sendN("reset", t, 5);
+        CountDownLatch first = new CountDownLatch(5);
+        CountDownLatch again = new CountDownLatch(10);
+        CountDownLatch after = new CountDownLatch(1);
+        List<String> bodies = new CopyOnWriteArrayList<>();
+        DefaultMQPushConsumer c = pushConsumer("reset");
+        c.subscribe(t, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt x : msgs) {
+                String body = new String(x.getBody(), UTF_8);
+                bodies.add(body);
+                if (body.equals("after")) {
+                    after.countDown();
+                } else {
+                    first.countDown();
+                    again.countDown();
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        await(first, "the first 5 deliveries");
+        emit("reset", "ready", Map.of("topic", t, "group", group("reset")));
+        boolean redelivered = again.await(WAIT_S, TimeUnit.SECONDS);
+        emit("reset", "redelivered", Map.of("complete", redelivered, "bodies", new ArrayList<>(bodies)));
+        DefaultMQProducer p = producer("reset");
+        p.send(msg(t, "TagA", "after", "after"));
+        p.shutdown();
+        emit("reset", "after", Map.of("arrived", after.await(WAIT_S, TimeUnit.SECONDS)));
         c.shutdown();
     }
 
