@@ -294,3 +294,46 @@ def test_push_consumer_after_reset_offset_by_time(server: Server, reference_cach
     assert sorted(again["bodies"]) == sorted([f"reset{i}" for i in range(5)] * 2)
     (after,) = events(observed, "reset", "after")
     assert after["arrived"]
+
+
+def test_send_to_a_missing_topic_with_auto_create_off(server: Server, reference_cache: Path, rocketmq_jars: Path,
+                                                      module_tmp: ModuleTmp) -> None:
+    """autoCreateTopicEnable=false: a send to a topic nobody created is refused. Apache's broker is switched
+    live (mqadmin updateBrokerConfig) and back; TidalMQ reads the key at start, so a broker of its own."""
+    if isinstance(server, ApacheRocketMQ):
+        def auto_create(value: str) -> None:
+            out = mqadmin(rocketmq_jars, module_tmp("mqadmin-autocreate"), [
+                "updateBrokerConfig", "-n", server.namesrv_addr, "-b", server.broker_addr,
+                "-k", "autoCreateTopicEnable", "-v", value])
+            assert out.returncode == 0, out.stderr
+
+        auto_create("false")
+        try:
+            observed = run_client4(reference_cache, module_tmp("client4-noroute"), server.namesrv_addr, ["noroute"])
+        finally:
+            auto_create("true")
+    else:
+        data = module_tmp("tidalmq-strict") / "data"
+        with Standalone(data, settings={"autoCreateTopicEnable": "false"}) as strict:
+            observed = run_client4(reference_cache, module_tmp("client4-noroute"), strict.namesrv_addr, ["noroute"])
+        shutil.rmtree(data, ignore_errors=True)
+    (send,) = events(observed, "noroute", "send")
+    failure = send["failure"]
+    if isinstance(server, ApacheRocketMQ):
+        # switched live, the broker still announces TBW102, so the client sends and the broker refuses:
+        # TOPIC_NOT_EXIST (17), retried by the client, the broker's answer as the cause
+        assert failure["responseCode"] == 17, send
+        assert failure["cause"]["responseCode"] == 17, send
+        assert failure["cause"]["remark"].startswith(f"topic[{send_topic(observed)}] not exist, apply first please!")
+    else:
+        # started with it off, no TBW102 is announced (RocketMQ creates TBW102 only when the key is on at
+        # start), so the client finds no route and sends nothing
+        assert failure["responseCode"] == 10005, send
+        assert failure["remark"].startswith("No route info of this topic: J4noroute_"), send
+
+
+def send_topic(observed: dict[str, list[Event]]) -> str:
+    (send,) = events(observed, "noroute", "send")
+    found = re.search(r"Topic: (\S+),", send["failure"]["remark"])
+    assert found is not None, send
+    return found.group(1)
