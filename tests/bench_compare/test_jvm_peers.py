@@ -1,6 +1,7 @@
 """Smoke tests of bench/compare's JVM peers, Apache RocketMQ 5 and Apache Kafka, started by the harness's own
 launchers (bench/compare/peers/rocketmq.py, kafka.py) from the reference cache: W1 --quick end to end, and
-RocketMQ's own timer delivering scheduled messages (W5 --quick). Skipped where java/mvn are missing."""
+RocketMQ's own timer delivering scheduled messages (W5 --quick). Run with --run-reference (.ci/run); skipped
+where java/mvn are missing."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from bench.compare import workloads
 from bench.compare.peers import kafka, rocketmq
 from bench.compare.peers.jvm import missing_java
 
-pytestmark = pytest.mark.skipif(missing_java() is not None, reason=str(missing_java()))
+# JVMs fetched from Maven Central: with the reference suite (--run-reference), not the default run.
+pytestmark = [pytest.mark.reference,
+              pytest.mark.skipif(missing_java() is not None, reason=str(missing_java()))]
 
 
 def test_rocketmq_w1_and_its_timer(tmp_path: Path) -> None:
