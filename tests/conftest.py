@@ -40,8 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if reference_dir in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.reference)
-            if not run_reference:
-                item.add_marker(skip_reference)
+        if item.get_closest_marker("reference") is not None and not run_reference:
+            item.add_marker(skip_reference)
         if "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
         if item.get_closest_marker("spark") is not None and not run_spark:

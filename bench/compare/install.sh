@@ -37,3 +37,9 @@ fi
 PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
 "$PY" -m pip install -q -e '.[bench,compare]'
+# Apache RocketMQ 5 and Apache Kafka from Maven Central into the reference cache (needs java and mvn)
+if command -v java >/dev/null && command -v mvn >/dev/null; then
+  bash scripts/reference/fetch.sh >/dev/null && bash scripts/reference/fetch.sh kafka >/dev/null
+else
+  echo "install.sh: no java/mvn; the rocketmq and kafka peers are skipped"
+fi

@@ -9,15 +9,18 @@ from typing import Any
 
 from bench.common import machine
 
-ORDER = ("tidalmq", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
-TITLE = {"tidalmq": "TidalMQ", "redis": "Redis (ZSET + Streams)", "rabbitmq": "RabbitMQ (TTL + DLX)",
+ORDER = ("tidalmq", "rocketmq", "rocketmq_p100", "kafka", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
+TITLE = {"tidalmq": "TidalMQ", "rocketmq": "Apache RocketMQ 5 (timer 1000 ms)",
+         "rocketmq_p100": "Apache RocketMQ 5 (timer 100 ms)", "kafka": "Apache Kafka (KRaft)",
+         "redis": "Redis (ZSET + Streams)", "rabbitmq": "RabbitMQ (TTL + DLX)",
          "activemq": "ActiveMQ (scheduler)", "beanstalkd": "beanstalkd", "nats": "NATS JetStream"}
 
 NOTES = """\
 - **Noise.** A 2-core VM, at times shared with other engineers' test runs (the load average above says how
   busy it was; the harness's own processes count in it); the brokers, the load generator and the consumer
   share those 2 cores. Differences under ~20 % are not meaningful; orders of magnitude are.
-- **The clients are Python** (redis-py, pika, stomp.py, greenstalk, nats-py and our own `tidalmq.client`),
+- **The clients are Python** (redis-py, pika, stomp.py, greenstalk, nats-py, aiokafka and our own `tidalmq.client`,
+  which drives Apache RocketMQ too: both speak remoting),
   one producer in the harness process, one consumer in its own process. At these rates most peers are
   *client-bound*: the msgs/s say what a Python application gets from each broker, not the broker's ceiling.
   Each client pipelines or keeps requests in flight where it can (Redis pipelines of 500, RabbitMQ 256

@@ -31,7 +31,7 @@ from bench.common import machine, print_machine, save  # noqa: E402
 from bench.compare import report, workloads  # noqa: E402
 from bench.compare.base import WORKLOADS  # noqa: E402
 
-PEERS = ("tidalmq", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
+PEERS = ("tidalmq", "rocketmq", "rocketmq_p100", "kafka", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
 
 # seconds each workload may take per peer (full run / --quick); the sending part of W2..W4 is cut at these
 BUDGET = {"W2": (150, 60), "W3": (160, 25), "W4": (150, 60)}

@@ -3,6 +3,8 @@
 # repository, pinned: Apache RocketMQ's NameServer/Broker/Proxy/mqadmin jars (rocketmq/pom.xml) and, once
 # built, the official Java and Go client programs of tests/reference/. Prints the cache's path.
 # Idempotent: a part whose stamp is newer than its recipe is left as it is.
+#   bash scripts/reference/fetch.sh          RocketMQ and the client programs (the reference suite)
+#   bash scripts/reference/fetch.sh kafka    Apache Kafka's broker alone (kafka/pom.xml; a bench/compare peer)
 #   TIDALMQ_REFERENCE_CACHE  where the parts go (default ~/.cache/tidalmq/reference)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,16 +16,27 @@ for tool in java mvn; do
 done
 mvn_q() { mvn -q -B -ntp -Dstyle.color=never "$@"; }
 
+# copy_deps POM DIR: the POM's dependencies into DIR/lib (java -cp 'DIR/lib/*'), unless DIR is newer than POM
+copy_deps() {
+  if [ ! -f "$2/.fetched" ] || [ "$1" -nt "$2/.fetched" ]; then
+    rm -rf "$2.tmp"
+    mvn_q -f "$1" dependency:copy-dependencies -DoutputDirectory="$2.tmp/lib" >&2
+    rm -rf "$2"
+    mv "$2.tmp" "$2"
+    touch "$2/.fetched"
+  fi
+}
+
+if [ "${1:-}" = kafka ]; then
+  kversion="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka/pom.xml")"
+  copy_deps "$here/kafka/pom.xml" "$cache/kafka-$kversion"
+  echo "$cache"
+  exit 0
+fi
+
 # Apache RocketMQ: its jars and their dependencies, one directory (java -cp 'lib/*').
 version="$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' "$here/rocketmq/pom.xml")"
-dist="$cache/rocketmq-$version"
-if [ ! -f "$dist/.fetched" ] || [ "$here/rocketmq/pom.xml" -nt "$dist/.fetched" ]; then
-  rm -rf "$dist.tmp"
-  mvn_q -f "$here/rocketmq/pom.xml" dependency:copy-dependencies -DoutputDirectory="$dist.tmp/lib" >&2
-  rm -rf "$dist"
-  mv "$dist.tmp" "$dist"
-  touch "$dist/.fetched"
-fi
+copy_deps "$here/rocketmq/pom.xml" "$cache/rocketmq-$version"
 
 # The official Java clients' programs, one Maven project a client (tests/reference/jvm/NAME/pom.xml: their
 # dependencies clash, e.g. rocketmq-client 4.9 and the Spring starter's 5.x): built into the cache, not the

@@ -64,7 +64,7 @@ def test_query_msg_by_key_and_unique_key_find_what_the_official_client_sent(mqad
     producer.call("producer_start", group=uniq("MqaPG"), namesrv=s.namesrv_addr)
     (res,) = producer.call("send", mode="sync", messages=[msg(topic, "needle", keys=key, tags="TA")])
     lines = ok(mqadmin("queryMsgByKey", "-t", topic, "-k", key)).splitlines()
-    assert lines[0].split() == ["#Message", "ID", "#QID", "#Offset"]
+    assert lines[0].split() == ["#Message", "ID", "#QID", "#Offset", "#IndexKey"]
     assert [ln.split()[0] for ln in lines[1:]] == [res["msg_id"]]
     assert ok(mqadmin("queryMsgByKey", "-t", topic, "-k", "no-such-key")).splitlines()[1:] == []
     shown = ok(mqadmin("queryMsgByUniqueKey", "-i", res["msg_id"], "-t", topic))
@@ -98,7 +98,7 @@ def test_reset_offset_by_time_makes_the_official_consumer_read_again(mqadmin: Ru
 def test_update_and_delete_sub_group(mqadmin: Run, shared_standalone: Standalone) -> None:
     s, group = shared_standalone, uniq("MqaSubG")
     out = ok(mqadmin("updateSubGroup", "-b", s.broker_addr, "-g", group, "-r", "3", "-q", "2", "-d", "false"))
-    assert out.strip() == f"create subscription group to {s.broker_addr} success."
+    assert out.splitlines()[0] == f"create subscription group to {s.broker_addr} success."
     conf = admin_call(s, lambda a: a.group_list())[group]
     assert (conf["retryMaxTimes"], conf["retryQueueNums"], conf["consumeBroadcastEnable"]) == (3, 2, False)
     ok(mqadmin("updateSubGroup", "-b", s.broker_addr, "-g", group, "--attributes", "+priority.factor=50"))
@@ -134,8 +134,8 @@ def test_send_message_then_topic_status_and_consumer_progress(mqadmin: Run) -> N
     ok(mqadmin("resetOffsetByTime", "-g", group, "-t", topic, "-s", "0"))  # offline: no consumer online
     progress = ok(mqadmin("consumerProgress", "-g", group, "-t", topic)).splitlines()
     row = progress[1].split()
-    assert row[0] == topic and row[2:7] == ["0", "1", "0", "N/A", "1"]  # queue, broker/consumer offset, client, diff
-    assert progress[-1] == "Diff Total: 1"
+    assert row[0] == topic and row[2:7] == ["0", "1", "0", "1", "0"]  # queue, broker/consumer offset, diff, inflight
+    assert progress[-2:] == ["Consume Diff Total: 1", "Consume Inflight Total: 0"]
 
 
 def test_errors_are_one_line_on_stderr_with_a_status(mqadmin: Run, shared_standalone: Standalone) -> None:
@@ -155,9 +155,9 @@ def test_get_broker_config_and_kv_config(mqadmin: Run, shared_standalone: Standa
     lines = ok(mqadmin("getBrokerConfig", "-b", s.broker_addr)).splitlines()
     assert lines[0] == f"============{s.broker_addr}============" and lines[-1] == ""
     conf = {k.strip(): v.strip() for k, v in (ln.split("=  ", 1) for ln in lines[1:-1])}
-    listed = ok(mqadmin("clusterList")).splitlines()  # RocketMQ's widths: 16 for the cluster, 22 for the broker
-    assert listed[0].startswith("#Cluster Name     #Broker Name") and len(listed) == 2
-    assert listed[1].startswith(f"{'DefaultCluster':<16}  ") and listed[1].split()[2:5] == ["0", s.broker_addr, "V4_9_3"]
+    listed = ok(mqadmin("clusterList")).splitlines()  # RocketMQ 5's widths: 22 for the cluster, 22 for the broker
+    assert listed[0].startswith("#Cluster Name           #Broker Name") and len(listed) == 2
+    assert listed[1].startswith(f"{'DefaultCluster':<22}  ") and listed[1].split()[2:5] == ["0", s.broker_addr, "V4_9_3"]
     by_cluster = ok(mqadmin("getBrokerConfig", "-c", "DefaultCluster")).splitlines()
     assert by_cluster[0] == f"============Master: {s.broker_addr}============"
     assert conf["brokerClusterName"] == "DefaultCluster"

@@ -61,7 +61,7 @@ def test_stats_add_up_over_two_broker_groups(tmp_path: Path) -> None:
         rows = [ln.split() for ln in progress.splitlines()[1:] if ln.split()[:1] == [topic]]
         assert sorted((r[1], r[2]) for r in rows) == [("broker-a", "0"), ("broker-a", "1"), ("broker-b", "0"),
                                                       ("broker-b", "1")]
-        assert sum(int(r[4]) for r in rows) == SENT and progress.splitlines()[-1] == "Diff Total: 0"
+        assert sum(int(r[4]) for r in rows) == SENT and progress.splitlines()[-2] == "Consume Diff Total: 0"
         assert stats_out.splitlines()[0].startswith("#Topic")
     finally:
         cluster.stop()

@@ -32,8 +32,8 @@ def test_official_client_traffic_shows_in_stats_and_progress(mqadmin: Run, share
     # -s true: the broker asks the C++ consumer for its queues (GET_CONSUMER_RUNNING_INFO)
     (row,) = [r for r in (ln.split() for ln in ok(mqadmin("consumerProgress", "-g", group, "-s", "true")).splitlines())
               if r[:1] == [topic]]
-    assert row[3:7] == ["6", "6", client_id.split("@")[0], "0"]
-    assert STAMP.fullmatch(" ".join(row[7:9]))
+    assert row[3:8] == ["6", "6", client_id.split("@")[0], "0", "0"]  # offsets, holder, diff, inflight
+    assert STAMP.fullmatch(" ".join(row[8:10]))
     group_row = next(ln.split() for ln in ok(mqadmin("consumerProgress")).splitlines() if ln.startswith(group))
     assert group_row[1:5] == ["1", version, "PUSH", "CLUSTERING"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import queue
-import re
 import socket
 import subprocess
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 import stomp
 
 from bench.compare.base import ClientBase, ServerBase, free_port, wait_port
+from bench.compare.peers.jvm import live_heap
 
 HOME = Path("/usr/share/activemq")
 RECEIPT_EVERY = 1000  # a receipt (the broker's answer) every N sends and on the last one
@@ -105,16 +105,7 @@ class Server(ServerBase):
         return {"port": self.port, "durable": self.durable}
 
     def live_memory(self) -> dict[str, Any]:
-        """The JVM's heap in use after a full GC (jcmd GC.run; GC.heap_info): RSS of a JVM is mostly the heap
-        it has touched, live or not."""
-        pid = self.server_pid()
-        try:
-            subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60)
-            info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return {}
-        m = re.search(r"total \d+K, used (\d+)K", info)
-        return {"jvm_heap_used_after_gc": int(m.group(1)) * 1024} if m else {}
+        return live_heap(self.server_pid())
 
 
 class _Listener(stomp.ConnectionListener):

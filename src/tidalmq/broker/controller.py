@@ -642,13 +642,16 @@ class BrokerController:
             "msgGetTotalTodayNow": str(self.stats.get_total),
             "putTps": self.stats.put_tps(),
             "getTransferedTps": self.stats.get_transfered_tps(),
+            "getTransferredTps": self.stats.get_transfered_tps(),  # the 5.x name, which 5.x's clusterList reads
             "earliestMessageTimeStamp": str(self.store.earliest_message_time()),
             # sends wait for the group commit, RocketMQ's send thread pool queue; pulls run as they come
             "sendThreadPoolQueueSize": str(len(self.send_processor.pending_sends())),
             "sendThreadPoolQueueHeadWaitTimeMills": str(self.send_processor.head_wait_ms()),
             "pullThreadPoolQueueSize": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": str(self.store.page_cache_lock_time_ms()),
+            "ackThreadPoolQueueSize": "0",  # acks too: RocketMQ 5's clusterList prints N for a missing key
+            "ackThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": str(int(self.store.page_cache_lock_time_ms())),  # RocketMQ's: whole ms
             "commitLogMaxOffset": str(self.store.max_phy_offset),
             "commitLogMinOffset": str(self.store.min_phy_offset),
             "pullHoldCount": str(self.pull_hold.held_count()),
@@ -666,6 +669,8 @@ class BrokerController:
             log.exception("timer runtime info failed")
         info.update(self.transactions.runtime_info())
         info["brokerRole"] = self.config.broker_role
+        # 5.x's clusterList #ACTIVATED: a broker that serves writes (a master) says true, as RocketMQ's does
+        info["brokerActive"] = str(not self.config.is_slave).lower()
         if self.ha_service is not None:
             info.update(self.ha_service.runtime_info())
         if self.ha_client is not None:

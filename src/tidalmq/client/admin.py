@@ -64,10 +64,16 @@ class OffsetWrapper:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    pull_offset: int = 0  # how far the group has pulled (RocketMQ 5's pullOffset)
 
     @property
     def diff(self) -> int:
         return self.broker_offset - self.consumer_offset
+
+    @property
+    def inflight(self) -> int:
+        """Pulled, not yet acknowledged (RocketMQ 5's consumerProgress #Inflight)."""
+        return self.pull_offset - self.consumer_offset
 
 
 @dataclass
@@ -180,6 +186,12 @@ class Admin:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
         for addr in await self._namesrv_list():
             await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG of the first NameServer that answers; None when it has no such key."""
+        resp = await self._namesrv(RC.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+                                   ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return resp.ext_fields.get("value") if resp.code == ResponseCode.SUCCESS else None
 
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         for addr in await self._namesrv_list():
@@ -300,8 +312,9 @@ class Admin:
             body = fastjson.loads((await self._call(addr, RC.GET_CONSUME_STATS, ext)).body_bytes())
             out.consume_tps += float(body.get("consumeTps") or 0)
             for key, w in (body.get("offsetTable") or {}).items():
-                out.queues.append(OffsetWrapper(*_mq_key(key), int(w.get("brokerOffset", 0)),
-                                                int(w.get("consumerOffset", 0)), int(w.get("lastTimestamp", 0))))
+                consumed = int(w.get("consumerOffset", 0))
+                out.queues.append(OffsetWrapper(*_mq_key(key), int(w.get("brokerOffset", 0)), consumed,
+                                                int(w.get("lastTimestamp", 0)), int(w.get("pullOffset", consumed))))
         out.queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return out
 
@@ -372,7 +385,9 @@ class Admin:
                            consume_broadcast_enable: bool = True, consume_enable: bool = True,
                            consume_message_orderly: bool = False, consume_from_min_enable: bool = True,
                            cluster: str | None = None, broker_addrs: list[str] | None = None,
-                           attributes: str | Mapping[str, str] | None = None) -> list[str]:
+                           attributes: str | Mapping[str, str] | None = None, broker_id: int = 0,
+                           which_broker_when_consume_slowly: int = 1, notify_consumer_ids_changed: bool = True,
+                           group_retry_policy: Mapping[str, object] | None = None) -> list[str]:
         """Create or update a subscription group on every master broker (or on ``broker_addrs``).
         ``consume_message_orderly``: a FIFO group for the 5.x clients (RocketMQ 5's consumeMessageOrderly).
         ``attributes``: RocketMQ 5 group attributes (``priority.factor``), as RocketMQ's modification text
@@ -382,9 +397,13 @@ class Admin:
         config: dict[str, object] = {
             "groupName": group, "consumeEnable": consume_enable, "consumeFromMinEnable": consume_from_min_enable,
             "consumeBroadcastEnable": consume_broadcast_enable, "retryQueueNums": retry_queue_nums,
-            "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-            "notifyConsumerIdsChangedEnable": True, "consumeMessageOrderly": consume_message_orderly,
+            "retryMaxTimes": retry_max_times, "brokerId": broker_id,
+            "whichBrokerWhenConsumeSlowly": which_broker_when_consume_slowly,
+            "notifyConsumerIdsChangedEnable": notify_consumer_ids_changed,
+            "consumeMessageOrderly": consume_message_orderly,
         }
+        if group_retry_policy is not None:
+            config["groupRetryPolicy"] = dict(group_retry_policy)
         if attributes:
             config["attributes"] = (_signed_attributes(attributes) if isinstance(attributes, str)
                                     else {f"+{k}": str(v) for k, v in attributes.items()})

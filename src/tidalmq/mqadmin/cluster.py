@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "clusterList", "List cluster infos", cluster_list)
     p.add_argument("-m", "--moreStats", action="store_true", help="Print more stats")
     p.add_argument("-i", "--interval", type=int, help="specify intervals numbers, it is in seconds")
+    p.add_argument("-c", "--clusterName", help="which cluster")
     for name, help_, func in (("brokerStatus", "Fetch broker runtime status data", broker_status),
                               ("getBrokerConfig", "Get broker config by cluster or special broker!", get_broker_config)):
         p = command(sub, name, help_, func)
@@ -66,21 +67,24 @@ async def _masters_and_slaves(admin: Admin, cluster: str) -> list[tuple[str, lis
 
 async def cluster_list(admin: Admin, args: argparse.Namespace) -> int:
     """RocketMQ's clusterList: once, or with -i every that many seconds until interrupted; -m prints the
-    messages in and out yesterday and today instead of the base table."""
+    messages in and out yesterday and today instead of the base table; -c only that cluster's brokers."""
     first = True
     while first or args.interval is not None:
         if not first:
             await asyncio.sleep(args.interval)
         first = False
         info = await admin.cluster_info()
-        await (_more_stats(admin, info) if args.moreStats else _base_info(admin, info))
+        table = info.get("clusterAddrTable", {})
+        if args.clusterName is not None:
+            table = {args.clusterName: table.get(args.clusterName, [])}
+        await (_more_stats(admin, info, table) if args.moreStats else _base_info(admin, info, table))
     return 0
 
 
-async def _more_stats(admin: Admin, info: dict) -> None:
+async def _more_stats(admin: Admin, info: dict, table: dict) -> None:
     print(f"{'#Cluster Name':<16}  {'#Broker Name':<32} {'#InTotalYest':>14} {'#OutTotalYest':>14} "
           f"{'#InTotalToday':>14} {'#OutTotalToday':>14}")
-    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+    for cluster, names in sorted(table.items()):
         for name in sorted(names):
             for _bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
                 totals = [0, 0, 0, 0]
@@ -94,28 +98,45 @@ async def _more_stats(admin: Admin, info: dict) -> None:
                 print(f"{cluster:<16}  {name:<32} {totals[0]:>14} {totals[1]:>14} {totals[2]:>14} {totals[3]:>14}")
 
 
-async def _base_info(admin: Admin, info: dict) -> None:
-    print(f"{'#Cluster Name':<16}  {'#Broker Name':<22}  {'#BID':<4}  {'#Addr':<22} {'#Version':<16} "
-          f"{'#InTPS(LOAD)':>19} {'#OutTPS(LOAD)':>19} {'#PCWait(ms)':>10} {'#Hour':>5} {'#SPACE':>6}")
-    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+# RocketMQ 5's clusterList base table: the columns and widths of its printf
+_BASE = "{:<22}  {:<22}  {:<4}  {:<22} {:<16}  {:>16}  {:>30}  {:<22}  {:>11}  {:<12}  {:<8}  {:>10}"
+
+
+async def _base_info(admin: Admin, info: dict, table: dict) -> None:
+    print(_BASE.format("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",
+                       "#Timer(Progress)", "#PCWait(ms)", "#Hour", "#SPACE", "#ACTIVATED"))
+    for cluster, names in sorted(table.items()):
         for name in sorted(names):
             for bid, addr in sorted(info["brokerAddrTable"][name]["brokerAddrs"].items()):
-                try:  # as RocketMQ's: a broker that cannot answer still gets its line, Java's nulls in it
+                try:  # as RocketMQ's: a broker that cannot answer still gets its line, empty values in it
                     rt = await admin.broker_runtime_info(addr)
                 except (AdminError, RemotingError, OSError):
                     rt = {}
+                print(_BASE.format(cluster, name, bid, addr, *_base_values(rt)))
 
-                def val(key: str, rt: dict[str, str] = rt) -> str:
-                    return rt.get(key, "null")
 
-                tps_in, tps_out = _first_tps(rt.get("putTps")), _first_tps(rt.get("getTransferedTps"))
-                load_in = f"{tps_in:9.2f}({val('sendThreadPoolQueueSize')},{val('sendThreadPoolQueueHeadWaitTimeMills')}ms)"
-                load_out = f"{tps_out:9.2f}({val('pullThreadPoolQueueSize')},{val('pullThreadPoolQueueHeadWaitTimeMills')}ms)"
-                earliest = rt.get("earliestMessageTimeStamp") or ""
-                hour = (time.time() * 1000 - int(earliest)) / 1000 / 3600 if earliest else 0.0
-                print(f"{cluster:<16}  {name:<22}  {bid:<4}  {addr:<22} {val('brokerVersionDesc'):<16} "
-                      f"{load_in:>19} {load_out:>19} {val('pageCacheLockTimeMills'):>10} "
-                      f"{f'{hour:2.2f}':>5} {float(rt.get('commitLogDiskRatio') or 0):>6.4f}")
+def _base_values(rt: dict[str, str]) -> list[str]:
+    """The values of one broker's base line after its address, as RocketMQ 5's clusterList computes them."""
+    def val(key: str) -> str:
+        return rt.get(key, "N")  # what RocketMQ 5 prints for a key the broker does not report
+
+    def num(key: str) -> float:
+        try:
+            return float(rt.get(key) or 0)
+        except ValueError:
+            return 0.0
+
+    tps_in = _first_tps(rt.get("putTps"))
+    tps_out = _first_tps(rt.get("getTransferredTps") or rt.get("getTransferedTps"))
+    load_in = f"{tps_in:9.2f}({val('sendThreadPoolQueueSize')},{val('sendThreadPoolQueueHeadWaitTimeMills')}ms)"
+    load_out = (f"{tps_out:9.2f}({val('pullThreadPoolQueueSize')},{val('pullThreadPoolQueueHeadWaitTimeMills')}ms|"
+                f"{val('ackThreadPoolQueueSize')},{val('ackThreadPoolQueueHeadWaitTimeMills')}ms)")
+    timer = (f"{int(num('timerReadBehind'))}-{int(num('timerOffsetBehind'))}({num('timerCongestNum') / 10000:.1f}w, "
+             f"{num('timerEnqueueTps'):.1f}, {num('timerDequeueTps'):.1f})")
+    earliest = rt.get("earliestMessageTimeStamp") or ""
+    hour = (time.time() * 1000 - int(earliest)) / 1000 / 3600 if earliest else 0.0
+    return [rt.get("brokerVersionDesc", ""), load_in, load_out, timer, rt.get("pageCacheLockTimeMills", ""),
+            f"{hour:2.2f}", f"{num('commitLogDiskRatio'):.4f}", str(rt.get("brokerActive") == "true").lower()]
 
 
 def _first_tps(text: str | None) -> float:

@@ -4,6 +4,7 @@ resetOffsetByTime (RocketMQ's ``tools/command/consumer`` and ``offset``)."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import fastjson
@@ -19,6 +20,16 @@ def _bool(text: str) -> bool:
     return text == "true"
 
 
+def _retry_policy(text: str) -> dict:
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a JSON retry policy: {text!r}") from None
+    if not isinstance(policy, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON retry policy object: {text!r}")
+    return policy
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "updateSubGroup", "Update or create subscription group", update_sub_group)
     target = p.add_mutually_exclusive_group(required=True)
@@ -26,10 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     target.add_argument("-c", "--clusterName", help="create subscription group to which cluster")
     p.add_argument("-g", "--groupName", required=True, help="consumer group name")
     p.add_argument("-s", "--consumeEnable", type=_bool, default=True, help="consume enable")
-    p.add_argument("-m", "--consumeFromMinEnable", type=_bool, default=True, help="from min offset")
-    p.add_argument("-d", "--consumeBroadcastEnable", type=_bool, default=True, help="broadcast")
+    # defaults as RocketMQ 5's tool sends them: from-min and broadcast off unless asked
+    p.add_argument("-m", "--consumeFromMinEnable", type=_bool, default=False, help="from min offset")
+    p.add_argument("-d", "--consumeBroadcastEnable", type=_bool, default=False, help="broadcast")
+    p.add_argument("-o", "--consumeMessageOrderly", type=_bool, default=False, help="consume message orderly")
     p.add_argument("-q", "--retryQueueNums", type=int, default=1, help="retry queue nums")
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16, help="retry max times")
+    p.add_argument("-i", "--brokerId", type=int, default=0, help="consumer from which broker id")
+    p.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1,
+                   help="which broker id when consume slowly")
+    p.add_argument("-a", "--notifyConsumerIdsChanged", type=_bool, default=True, help="notify consumerId changed")
+    p.add_argument("-p", "--groupRetryPolicy", type=_retry_policy,
+                   help='the json string of retry policy ( exp: {"type":"EXPONENTIAL","exponentialRetryPolicy":'
+                        '{"initial":5000,"max":7200000,"multiplier":2}} )')
     p.add_argument("--attributes", help="attribute(+a=b,+c=d,-e): priority.factor (docs/message-types.md)")
     p = command(sub, "deleteSubGroup", "Delete subscription group from broker.", delete_sub_group)
     target = p.add_mutually_exclusive_group(required=True)
@@ -40,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-g", "--groupName", help="consumer group name (without it: every group, one line each)")
     p.add_argument("-t", "--topicName", help="topic name (with -g)")
     p.add_argument("-s", "--showClientIP", default="false", help="Show Client IP per Queue (true|false)")
+    p.add_argument("-c", "--cluster", help="Cluster name (accepted; the group's brokers are every master)")
     p = command(sub, "consumerConnection", "Query consumer's socket connection, client version and subscription",
                 consumer_connection)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
@@ -53,6 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-s", "--timestamp", required=True,
                    help="set the timestamp[now|currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
     p.add_argument("-f", "--force", type=_bool, default=True, help="set the force rollback by timestamp switch")
+    p.add_argument("-c", "--cluster", help="Cluster name (accepted; the topic's route names its brokers)")
+    p.add_argument("-b", "--broker", help="broker addr: only that broker's queues (needs -q)")
+    p.add_argument("-q", "--queue", type=int, help="queue id: only that queue")
+    p.add_argument("-o", "--offset", type=int, help="Expect queue offset: set this offset instead of the time's")
 
 
 async def _targets(admin: Admin, broker: str | None, cluster: str | None) -> list[str]:
@@ -69,10 +94,38 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> int:
     await admin.create_group(args.groupName, retry_max_times=args.retryMaxTimes, retry_queue_nums=args.retryQueueNums,
                              consume_broadcast_enable=args.consumeBroadcastEnable, consume_enable=args.consumeEnable,
                              consume_from_min_enable=args.consumeFromMinEnable, broker_addrs=addrs,
-                             attributes=args.attributes)
+                             attributes=args.attributes, consume_message_orderly=args.consumeMessageOrderly,
+                             broker_id=args.brokerId, which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
+                             notify_consumer_ids_changed=args.notifyConsumerIdsChanged,
+                             group_retry_policy=args.groupRetryPolicy)
     for addr in addrs:
         print(f"create subscription group to {addr} success.")
+    print(_group_config_text(args))
     return 0
+
+
+def _group_config_text(args: argparse.Namespace) -> str:
+    """The group sent, as RocketMQ's tool prints it (SubscriptionGroupConfig.toString)."""
+    policy = args.groupRetryPolicy or {}
+
+    def sub(key: str) -> str:
+        return json.dumps(policy[key], separators=(",", ":")) if policy.get(key) is not None else "null"
+
+    retry = (f"GroupRetryPolicy{{type={policy.get('type', 'CUSTOMIZED')}, exponentialRetryPolicy="
+             f"{sub('exponentialRetryPolicy')}, customizedRetryPolicy={sub('customizedRetryPolicy')}}}")
+    attrs = ", ".join(a for a in (args.attributes or "").split(",") if a)
+
+    def b(v: bool) -> str:
+        return str(v).lower()
+
+    return (f"SubscriptionGroupConfig{{groupName={args.groupName}, consumeEnable={b(args.consumeEnable)}, "
+            f"consumeFromMinEnable={b(args.consumeFromMinEnable)}, "
+            f"consumeBroadcastEnable={b(args.consumeBroadcastEnable)}, "
+            f"consumeMessageOrderly={b(args.consumeMessageOrderly)}, retryQueueNums={args.retryQueueNums}, "
+            f"retryMaxTimes={args.retryMaxTimes}, groupRetryPolicy={retry}, brokerId={args.brokerId}, "
+            f"whichBrokerWhenConsumeSlowly={args.whichBrokerWhenConsumeSlowly}, "
+            f"notifyConsumerIdsChangedEnable={b(args.notifyConsumerIdsChanged)}, groupSysFlag=0, "
+            f"consumeTimeoutMinute=15, subscriptionDataSet=null, attributes={{{attrs}}}}}")
 
 
 async def delete_sub_group(admin: Admin, args: argparse.Namespace) -> int:
@@ -95,16 +148,22 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> int:
                          "offset table is empty, maybe the consumer not consume any message")
     # #Client IP: the client holding each queue, with -s true (RocketMQ asks each consumer for its queues)
     holders = await _queue_holders(admin, args.groupName) if args.showClientIP.lower() == "true" else {}
-    print(f"{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
-          f"{'#Client IP':<20} {'#Diff':<20}  #LastTime")
+    # RocketMQ 5's columns: #Client IP only with -s true; #LastTime follows #Inflight with no space in the
+    # header, as its printf has it
+    show_ip = args.showClientIP.lower() == "true"
+    ip_head = f"{'#Client IP':<20} " if show_ip else f"{'#Diff':<20} "
+    rest_head = f"{'#Diff':<20} {'#Inflight':<20}" if show_ip else f"{'#Inflight':<20}"
+    print(f"{'#Topic':<64}  {'#Broker Name':<32}  {'#QID':<4}  {'#Broker Offset':<20}  {'#Consumer Offset':<20}  "
+          f"{ip_head}{rest_head}#LastTime")
     for q in stats.queues:
         last = "N/A" if q.last_timestamp == 0 else day_time(q.last_timestamp)
-        ip = holders.get((q.topic, q.broker_name, q.queue_id), "N/A")
-        print(f"{front(q.topic, 32):<32}  {front(q.broker_name, 32):<32}  {q.queue_id:<4}  {q.broker_offset:<20}  "
-              f"{q.consumer_offset:<20}  {ip:<20} {q.diff:<20}  {last}")
+        ip = f"{holders.get((q.topic, q.broker_name, q.queue_id), 'N/A'):<20} " if show_ip else ""
+        print(f"{front(q.topic, 64):<64}  {front(q.broker_name, 32):<32}  {q.queue_id:<4}  {q.broker_offset:<20}  "
+              f"{q.consumer_offset:<20}  {ip}{q.diff:<20} {q.inflight:<20} {last}")
     print()
     print(f"Consume TPS: {stats.consume_tps:.2f}")
-    print(f"Diff Total: {stats.total_diff()}")
+    print(f"Consume Diff Total: {stats.total_diff()}")
+    print(f"Consume Inflight Total: {sum(q.inflight for q in stats.queues)}")
     return 0
 
 
@@ -129,7 +188,7 @@ async def _queue_holders(admin: Admin, group: str) -> dict[tuple[str, str, int],
 
 async def _all_groups_progress(admin: Admin) -> int:
     """RocketMQ's consumerProgress without -g: a line per group that has a retry topic."""
-    print(f"{'#Group':<32}  {'#Count':<6}  {'#Version':<24} {'#Type':<5}  {'#Model':<14}  {'#TPS':<7}  #Diff Total")
+    print(f"{'#Group':<64}  {'#Count':<6}  {'#Version':<24} {'#Type':<5}  {'#Model':<14}  {'#TPS':<7}  #Diff Total")
     for topic in sorted(await admin.topic_list()):
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             continue
@@ -143,7 +202,7 @@ async def _all_groups_progress(admin: Admin) -> int:
             kind, model = ("PUSH", str(info.get("messageModel", ""))) if push else ("PULL", "")
         else:
             version, kind, model = "OFFLINE", "", ""
-        print(f"{front(group, 32):<32}  {len(conns):<6}  {version:<24} {kind:<5}  {model:<14}  "
+        print(f"{front(group, 64):<64}  {len(conns):<6}  {version:<24} {kind:<5}  {model:<14}  "
               f"{int(stats.consume_tps):<7}  {stats.total_diff()}")
     return 0
 
@@ -169,21 +228,60 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> int:
     ts = parse_timestamp(args.timestamp)
     if ts < 0:
         raise UsageError("-s must not be negative")
-    # Online consumers are told to reset (they replay at once); with none online the committed offsets are
-    # rewritten instead, as RocketMQ's tool falls back to its offline reset.
-    try:
-        offsets = (await admin.rewind(args.group, ts, args.topic)).offsets
-    except AdminError as e:
-        if e.code != ResponseCode.CONSUMER_NOT_ONLINE:
-            raise
-        progress = Progress("queues reset")
+    if args.offset is not None and args.queue is None:
+        raise UsageError("-o needs -q (the queue)")
+    if args.broker is not None and args.queue is None:
+        raise UsageError("-b needs -q (the queue)")
+    if args.queue is None:
+        # Online consumers are told to reset (they replay at once); with none online the committed offsets
+        # are rewritten instead, as RocketMQ's tool falls back to its offline reset.
         try:
-            offsets = await admin.reset_offset_by_time(args.group, args.topic, ts, progress=progress.step)
-        finally:
-            progress.close()
-    print(f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], "
-          f"force[{str(args.force).lower()}], timestamp(string)[{when(ts)}], timestamp(long)[{ts}]")
-    print(f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}")
-    for mq, off in sorted(offsets.items()):
-        print(f"{mq.broker_name:<40}  {mq.queue_id:<40}  {off:<40}")
+            offsets = (await admin.rewind(args.group, ts, args.topic)).offsets
+        except AdminError as e:
+            if e.code != ResponseCode.CONSUMER_NOT_ONLINE:
+                raise
+        else:
+            print(f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], "
+                  f"force[{str(args.force).lower()}], timestamp(string)[{when(ts)}], timestamp(long)[{ts}]")
+            print(f"{'#brokerName':<40}  {'#queueId':<40}  {'#offset':<40}")
+            for mq, off in sorted(offsets.items()):
+                print(f"{mq.broker_name:<40}  {mq.queue_id:<40}  {off:<40}")
+            return 0
+    await _reset_offline(admin, args, ts)
     return 0
+
+
+async def _reset_offline(admin: Admin, args: argparse.Namespace, ts: int) -> None:
+    """RocketMQ's offline reset (ResetOffsetByTimeOldCommand): each queue's committed offset rewritten to
+    the time's (or -o's) offset, printed with the offsets before; -q/-b narrow it to one queue."""
+    queues = await admin.topic_queues(args.topic)
+    if args.queue is not None:
+        names = None
+        if args.broker is not None:
+            masters = await admin.master_addrs()
+            names = {n for n, a in masters.items() if a == args.broker}
+        queues = [mq for mq in queues if mq.queue_id == args.queue and (names is None or mq.broker_name in names)]
+        if not queues:
+            raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no queue {args.queue} of {args.topic}"
+                             + (f" on broker {args.broker}" if args.broker else ""))
+    maxima = {(q.broker_name, q.queue_id): q.max_offset for q in await admin.topic_status(args.topic)}
+    print(f"reset consumer offset by specified consumerGroup[{args.group}], topic[{args.topic}], "
+          f"force[{str(args.force).lower()}], timestamp(string)[{args.timestamp}], timestamp(long)[{ts}]")
+    print(_OLD_RESET.format("#brokerName", "#queueId", "#brokerOffset", "#consumerOffset", "#timestampOffset",
+                            "#resetOffset"))
+    progress = Progress("queues reset")
+    try:
+        for mq in sorted(queues):
+            consumed = max(0, await admin.query_offset(args.group, mq))
+            at_time = args.offset if args.offset is not None else await admin.search_offset(mq, ts)
+            # as RocketMQ's: without force a reset only moves back
+            reset = at_time if args.force or at_time < consumed else consumed
+            await admin.update_offset(args.group, mq, reset)
+            progress.step()
+            print(_OLD_RESET.format(mq.broker_name, mq.queue_id, maxima.get((mq.broker_name, mq.queue_id), 0),
+                                    consumed, at_time, reset))
+    finally:
+        progress.close()
+
+
+_OLD_RESET = "{:<20}  {:<20}  {:<20}  {:<20}  {:<20}  {:<20}"

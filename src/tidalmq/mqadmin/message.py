@@ -14,17 +14,34 @@ from tidalmq.remoting.codes import ResponseCode
 
 def register(sub: argparse._SubParsersAction) -> None:
     register_scans(sub)
+    # RocketMQ 5's flags; those that act on consumers (-g/-d resend to a client, -s resend, -u, -f body
+    # format, -a, -s/-e time range of queryMsgByUniqueKey) are accepted and change nothing (docs/mqadmin.md)
     p = command(sub, "queryMsgById", "Query Message by Id", query_by_id)
     p.add_argument("-i", "--msgId", required=True, help="Message Id")
+    p.add_argument("-t", "--topic", help="topic name (optional here: the offset id names the broker)")
+    for flag, name, help_ in (("-c", "--cluster", "Cluster name"), ("-d", "--clientId", "The consumer's client id"),
+                              ("-f", "--bodyFormat", "print message body by the specified format"),
+                              ("-g", "--consumerGroup", "consumer group name"),
+                              ("-s", "--sendMessage", "resend message"), ("-u", "--unitName", "unit name")):
+        p.add_argument(flag, name, help=help_ + " (accepted)")
     p = command(sub, "queryMsgByUniqueKey", "Query Message by Unique key", query_by_unique_key)
     p.add_argument("-i", "--msgId", required=True, help="Message Id")
     p.add_argument("-t", "--topic", required=True, help="The topic of msg")
+    p.add_argument("-a", "--showAll", action="store_true", help="Print all message, the limit is 32 (accepted)")
+    for flag, name, help_ in (("-c", "--cluster", "Cluster name"), ("-d", "--clientId", "The consumer's client id"),
+                              ("-g", "--consumerGroup", "consumer group name"), ("-s", "--startTime", "startTime"),
+                              ("-e", "--endTime", "endTime")):
+        p.add_argument(flag, name, help=help_ + " (accepted)")
     p = command(sub, "queryMsgByKey", "Query Message by Key", query_by_key)
     p.add_argument("-t", "--topic", required=True, help="topic name")
     p.add_argument("-k", "--msgKey", required=True, help="Message Key")
     p.add_argument("-b", "--beginTimestamp", default="0", help="Begin timestamp(ms). default:0")
     p.add_argument("-e", "--endTimestamp", default="now", help="End timestamp(ms). default:now")
-    p.add_argument("-c", "--maxNum", type=int, default=64, help="The maximum number of messages returned")
+    p.add_argument("-m", "--maxNum", type=int, default=64, help="The maximum number of messages returned")
+    p.add_argument("-c", "--cluster", help="Cluster name (accepted; the topic's route names its brokers)")
+    p.add_argument("-l", "--lastKey", help="Last Key (accepted; every match up to -m is printed at once)")
+    p.add_argument("-p", "--keyType", default="K", choices=("K", "T"),
+                   help="Index key type: K for keys (T, tags, is not indexed by TidalMQ)")
     p = command(sub, "sendMessage", "Send a message", send_message)
     p.add_argument("-t", "--topic", required=True, help="Topic name")
     p.add_argument("-p", "--body", required=True, help="UTF-8 string format of the message body")
@@ -32,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-c", "--tags", help="Message tags")
     p.add_argument("-b", "--broker", help="Send message to target broker")
     p.add_argument("-i", "--qid", type=int, help="Send message to target queue")
+    p.add_argument("-m", "--msgTraceEnable", default="false", help="Message Trace Enable, Default: false (accepted)")
 
 
 def _host(h: tuple[str, int]) -> str:
@@ -64,6 +82,8 @@ async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
 
 
 async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
+    if args.keyType == "T":
+        raise UsageError("-p T: TidalMQ's index holds message keys, not tags")
     progress = Progress("brokers searched")
     try:
         found = await admin.query_messages_by_key(args.topic, args.msgKey, args.maxNum,
@@ -71,10 +91,18 @@ async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
                                                   parse_timestamp(args.endTimestamp), progress=progress.step)
     finally:
         progress.close()
-    print(f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40}")
+    print(f"{'#Message ID':<50} {'#QID':>4} {'#Offset':>40} {'#IndexKey':<200}")
     for m in found:
-        print(f"{m.properties.get('UNIQ_KEY') or m.offset_msg_id:<50} {m.queue_id:>4} {m.queue_offset:>40}")
+        msg_id = m.properties.get("UNIQ_KEY") or m.offset_msg_id
+        print(f"{msg_id:<50} {m.queue_id:>4} {m.queue_offset:>40} {_index_key(m, args.msgKey, msg_id):<200}")
     return 0
+
+
+def _index_key(m: MessageExt, key: str, msg_id: str) -> str:
+    """RocketMQ 5's #IndexKey (the paging key -l takes): the hour of the store time, topic, key type, key,
+    message id and CommitLog offset, joined by ``@``."""
+    hour_ms = m.store_timestamp - m.store_timestamp % 3_600_000
+    return f"{hour_ms}@{m.topic}@K@{key}@{msg_id}@{m.commit_log_offset}"
 
 
 async def send_message(admin: Admin, args: argparse.Namespace) -> int:

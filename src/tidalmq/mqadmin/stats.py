@@ -36,7 +36,7 @@ def compute_24hour_sum(data: dict) -> int:
     return 0
 
 
-async def _rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[float, int]:
+async def rates(admin: Admin, masters: list[str], name: str, key: str) -> tuple[float, int]:
     """(the minute's TPS, the 24-hour sum) of one stats key over the masters; a broker that never counted
     the key adds nothing (RocketMQ's tool skips its error)."""
     tps, total = 0.0, 0
@@ -54,13 +54,13 @@ async def print_topic_detail(admin: Admin, topic: str, active_only: bool) -> Non
     route = await admin.route(topic)
     masters = [a for bd in route.get("brokerDatas", []) if (a := (bd.get("brokerAddrs") or {}).get("0"))]
     groups = await admin.groups_consuming(topic)
-    in_tps, in_today = await _rates(admin, masters, TOPIC_PUT_NUMS, topic)
+    in_tps, in_today = await rates(admin, masters, TOPIC_PUT_NUMS, topic)
     if not groups:
         if not active_only or in_today > 0:
             print(f"{front(topic, 64):<64}  {'':<64} {0:>12} {in_tps:>11.2f} {'':>11} {in_today:>14} {'NO_CONSUMER':>14}")
         return
     for group in groups:
-        out_tps, out_today = await _rates(admin, masters, GROUP_GET_NUMS, stats_key(topic, group))
+        out_tps, out_today = await rates(admin, masters, GROUP_GET_NUMS, stats_key(topic, group))
         try:
             accumulate = max(0, (await admin.consume_stats(group, topic)).total_diff())
         except (AdminError, RemotingError):

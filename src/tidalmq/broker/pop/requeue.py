@@ -74,7 +74,7 @@ async def requeue(pop: PopService, group: str, topic_read: str, msg: StoredMessa
     props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
     if dead:
         topic = nm.dlq_topic(group)
-        b.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_WRITE)  # written, never read by a subscription
+        b.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)  # readable, as RocketMQ's
         props.setdefault(mc.DLQ_ORIGIN_TOPIC, origin)
         props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props[mc.ORIGIN_MESSAGE_ID])
         queue_id = random.randrange(DLQ_QUEUE_NUMS)

@@ -57,8 +57,9 @@ class ConsumerManageProcessor:
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = nm.dlq_topic(group)
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            # A dead-letter queue is written, never read by an ordinary subscription.
-            b.topics.create_system_like(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE)
+            # Readable and writable, as RocketMQ creates it: an operator's consumer subscribes to a group's
+            # %DLQ% topic to inspect or re-drive what it holds.
+            b.topics.create_system_like(topic, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
             props.pop(mc.DELAY, None)
             props.setdefault(mc.DLQ_ORIGIN_TOPIC, props[mc.RETRY_TOPIC])
             props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)

@@ -1,0 +1,170 @@
+"""Pending scale: N scheduled messages waiting (100-byte bodies, due 7..30 days ahead) on one broker.
+
+For each N: the enqueue rate per tenth of N (does it fall as N grows?), disk bytes and anonymous RSS per
+pending message, SIGKILL and restart with N pending (seconds to ready, to the first delivery of a few
+messages due 3 s after the kill), then lateness p50/p99 at 10,000 due/s while the N are still pending. The
+peers are bench/compare's (TidalMQ, Apache RocketMQ 5 with its timer); each enqueue is cut at --budget
+seconds, so a peer is measured up to the N it sustains in that time.
+
+    .venv/bin/python bench/pending_bench.py [--quick] [--full] [--peer tidalmq --peer rocketmq]
+        [--budget 900] [--compare bench/out/pending-latest.json]
+
+N = 10^6 and 10^7 (--full adds 10^8; --quick: 2*10^4 and 10^5). Data dirs live in a temp dir removed at the
+end, failed or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "src"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from bench.common import compare, percentile, print_machine, save  # noqa: E402
+from bench.compare import workloads  # noqa: E402
+
+DAY_MS = 86_400_000
+# a disk budget per pending message, with room to spare: the CommitLog record (~250 B for a 100-byte body
+# and its properties) plus the timer's own log and index
+DISK_PER_MSG = 600
+CHUNK = 10_000
+DUE_RATE = 10_000
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
+
+
+def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
+    """N messages due 7..30 days ahead, in tenths; the rate of each tenth."""
+    tenth = max(1, n // 10)
+    rates: list[float] = []
+    sent, t0 = 0, time.time()
+    base = int(time.time() * 1000)
+    while sent < n and time.time() - t0 < budget_s:
+        ts, s0, goal = time.time(), sent, min(n, sent + tenth)
+        while sent < goal and time.time() - t0 < budget_s:
+            k = min(CHUNK, goal - sent)
+            cl.schedule("pbulk", [(base + random.randint(7 * DAY_MS, 30 * DAY_MS),
+                                   workloads.sched_body(sent + i, 0), "") for i in range(k)])
+            sent += k
+        rates.append((sent - s0) / max(1e-6, time.time() - ts))
+    took = time.time() - t0
+    return {"target": n, "pending": sent, "cut_short": sent < n, "enqueue_s": took,
+            "enqueue_per_s": sent / took if took else float("nan"), "enqueue_per_s_by_tenth": rates}
+
+
+def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str, Any]:
+    free = shutil.disk_usage(tmp).free
+    if n * DISK_PER_MSG > free * 0.8:
+        return {"target": n, "skipped": f"needs ~{n * DISK_PER_MSG / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"}
+    mod = importlib.import_module(f"bench.compare.peers.{peer}")
+    why = mod.Server.available()
+    if why:
+        return {"target": n, "skipped": why}
+    s = mod.Server(tmp / f"{peer}-{n}")
+    s.start()
+    try:
+        cl = workloads.client_of(peer, s.conn())
+        try:
+            for d in ("pbulk", "pdue", "plate"):
+                cl.setup(d, True)
+            time.sleep(1.0)
+            anon0 = s.rss_anon()
+            out = enqueue(cl, n, budget_s)
+            time.sleep(3.0)  # the work left after the last acknowledgement
+            pend = out["pending"]
+            out.update(disk_bytes_per_msg=du(s.workdir) / pend if pend else float("nan"),
+                       anon_bytes_per_msg=(s.rss_anon() - anon0) / pend if pend else float("nan"))
+            # restart with N pending: a few messages due 3 s after the kill
+            few = 100
+            cons = workloads.Consumer(peer, s.conn(), "pdue", few, time.time() + 240, grace=1.0)
+            t_kill_plan = time.time() + 2.0
+            due = int((t_kill_plan + 3.0) * 1000)
+            cl.schedule("pdue", [(due, workloads.sched_body(i, due), "") for i in range(few)], durable=True)
+        finally:
+            cl.close()
+        time.sleep(max(0.0, t_kill_plan - time.time()))
+        t_kill = time.time()
+        s.kill()
+        s.start()
+        t_ready = time.time()
+        got = cons.result()
+        recv = sorted(r for _, r, _ in got)
+        out.update(restart_to_ready_s=t_ready - t_kill,
+                   restart_to_first_delivery_s=(recv[0] / 1000 - t_kill) if recv else float("nan"),
+                   # due 3 s after the kill: what the restart added is the lateness of the first one
+                   first_after_restart_late_ms=(recv[0] - due) if recv else float("nan"),
+                   due_after_restart_delivered=len({i for i, _, _ in got}), due_after_restart=few)
+        # lateness at DUE_RATE due/s with N pending
+        window = 1 if quick else 5
+        m = DUE_RATE * window
+        rate = out["enqueue_per_s"] if out["enqueue_per_s"] == out["enqueue_per_s"] else 10_000.0
+        t_start = int((time.time() + m / rate * 1.5 + 3) * 1000)
+        cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
+        deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
+        random.shuffle(deliver)
+        cl = workloads.client_of(peer, s.conn())
+        try:
+            cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
+        finally:
+            cl.close()
+        got = cons.result()
+        seen: dict[int, float] = {}
+        for i, r, d in got:
+            seen.setdefault(i, r - d)
+        lat = sorted(seen.values())
+        out.update(late_due_per_s=DUE_RATE, late_expected=m, late_delivered=len(lat),
+                   late_p50_ms=percentile(lat, 50), late_p99_ms=percentile(lat, 99))
+        return out
+    finally:
+        s.stop()
+        shutil.rmtree(s.workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="N = 2*10^4 and 10^5: a dry run")
+    ap.add_argument("--full", action="store_true", help="add N = 10^8 (checks the free disk first)")
+    ap.add_argument("--peer", action="append", choices=("tidalmq", "rocketmq", "rocketmq_p100"))
+    ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1800 otherwise)")
+    ap.add_argument("--compare", help="a previous bench/out/pending-*.json")
+    args = ap.parse_args(argv)
+    sizes = [20_000, 100_000] if args.quick else [10**6, 10**7] + ([10**8] if args.full else [])
+    budget = args.budget or (60.0 if args.quick else 1800.0)
+    print_machine()
+    results: dict[str, Any] = {"quick": args.quick}
+    flat: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tidalmq-pending-") as d:
+        for peer in args.peer or ["tidalmq", "rocketmq"]:
+            for n in sizes:
+                try:
+                    r = one(peer, n, args.quick, budget, Path(d))
+                except Exception as e:  # noqa: BLE001
+                    traceback.print_exc()
+                    r = {"target": n, "error": f"{type(e).__name__}: {e}"}
+                results[f"{peer}_{n}"] = r
+                shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+                print(f"{peer} N={n:,}: {shown}", flush=True)
+                flat.update({f"{peer}_{n}_{k}": v for k, v in r.items() if isinstance(v, int | float)})
+                if r.get("cut_short"):
+                    break  # a larger N would be cut as well
+    path = save("pending", {**results, **flat})
+    print(f"results: {path}")
+    compare(args.compare, flat)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
