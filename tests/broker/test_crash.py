@@ -19,7 +19,8 @@ from tests.support import Standalone
 
 
 def crash_round(tmp: Path, flush: str, kill_after: float) -> tuple[int, int, int]:
-    s = Standalone(tmp / "data", {"flushDiskType": flush, "mappedFileSizeCommitLog": str(4 * 1024 * 1024)})
+    s = Standalone(tmp / "data", {"flushDiskType": flush, "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+                                  "maxMessageSize": str(1024 * 1024)})
     s.start()
     topic = "CrashT"
     asyncio.run(create_topic(s.broker_addr, topic))

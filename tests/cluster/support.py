@@ -49,7 +49,7 @@ class Cluster:
         self.data_dir = data_dir
         self.argv = [sys.executable, "-m", "tidalmq.cli", "cluster", "--groups", str(groups), "--replicas",
                      str(replicas), "--data-dir", str(data_dir), "--base-port", str(free_base_port(groups, replicas)),
-                     "--set", "mappedFileSizeCommitLog=1048576", "--set", "timerWheelEnable=false", *args]
+                     "--set", "mappedFileSizeCommitLog=1048576", "--set", "maxMessageSize=262144", "--set", "timerWheelEnable=false", *args]
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self.namesrv_addr = ""

@@ -17,6 +17,15 @@ from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.store.config import MessageStoreConfig
 
 
+def test_a_commit_log_file_that_holds_the_largest_message_is_taken() -> None:
+    sc = MessageStoreConfig()
+    apply_properties(sc, {"mappedFileSizeCommitLog": "1048576", "maxMessageSize": str(1048576 - 65536)})
+    sc.validate()
+    apply_properties(sc, {"maxMessageSize": str(1048576 - 65535)})
+    with pytest.raises(ConfigError, match="mappedFileSizeCommitLog=1048576"):
+        sc.validate()
+
+
 @pytest.mark.parametrize(("key", "value", "says"), [
     ("flushDiskType", "sync_flush", "ASYNC_FLUSH, SYNC_FLUSH"),  # RocketMQ's enum is case-sensitive
     ("flushDiskType", "SYNC", "ASYNC_FLUSH, SYNC_FLUSH"),
@@ -30,6 +39,7 @@ from tidalmq.store.config import MessageStoreConfig
     ("messageDelayLevel", "1s 99999999999d", "at most 2147483647 ms"),
     ("messageDelayLevel", " ".join(["1s"] * 1001), "at most 1000"),
     ("deleteWhen", "04;25", "00..23"),
+    ("mappedFileSizeCommitLog", "1048576", "smaller than the largest record"),  # maxMessageSize is 4 MiB
 ])
 def test_store_values_refused(key: str, value: str, says: str) -> None:
     sc = MessageStoreConfig()

@@ -32,7 +32,7 @@ TOPIC = "PowerT"
 TIMER_TOPIC = "PowerTimer"
 FLUSH_INTERVAL_MS = 500  # flushIntervalCommitLog, RocketMQ's default, set explicitly for the bound below
 # The index is small so its files (mmapped, written back through lazyfs) stay a few MB.
-BASE = {"mappedFileSizeCommitLog": str(4 * 1024 * 1024), "maxHashSlotNum": "20000", "maxIndexNum": "80000",
+BASE = {"mappedFileSizeCommitLog": str(4 * 1024 * 1024), "maxMessageSize": str(1024 * 1024), "maxHashSlotNum": "20000", "maxIndexNum": "80000",
         "flushIntervalCommitLog": str(FLUSH_INTERVAL_MS)}
 
 

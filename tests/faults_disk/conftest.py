@@ -19,6 +19,7 @@ DISK_MB = 64
 # ConsumeQueue files, an 84 KB index file.
 SMALL_FILES = {
     "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+    "maxMessageSize": str(1024 * 1024),
     "mappedFileSizeConsumeQueue": str(20 * 2000),
     "maxHashSlotNum": "1000",
     "maxIndexNum": "4000",

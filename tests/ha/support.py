@@ -15,12 +15,14 @@ from tests.support import Standalone, free_port
 from tidalmq.remoting.transport import RemotingClient
 
 FILE_SIZE = 1024 * 1024  # small CommitLog files: the tests cross file ends
+MAX_MESSAGE_SIZE = 256 * 1024  # a CommitLog file must hold the largest message (mappedFileSizeCommitLog's check)
 BROKER_NAME = "broker-ha"
 
 
 def master_settings(role: str, **extra: str) -> dict[str, str]:
     return {"brokerName": BROKER_NAME, "brokerRole": role, "haListenPort": "0",
-            "mappedFileSizeCommitLog": str(FILE_SIZE), "timerWheelEnable": "false", **extra}
+            "mappedFileSizeCommitLog": str(FILE_SIZE), "maxMessageSize": str(MAX_MESSAGE_SIZE),
+            "timerWheelEnable": "false", **extra}
 
 
 class Broker(Standalone):
@@ -47,6 +49,7 @@ class Slave(Broker):
     def __init__(self, data_dir: Path, namesrv_addr: str, settings: dict[str, str] | None = None) -> None:
         super().__init__(data_dir, namesrv_addr, {"brokerName": BROKER_NAME, "brokerRole": "SLAVE", "brokerId": "1",
                                                   "mappedFileSizeCommitLog": str(FILE_SIZE),
+                                                  "maxMessageSize": str(MAX_MESSAGE_SIZE),
                                                   "timerWheelEnable": "false", **(settings or {})})
 
     def pause(self) -> None:

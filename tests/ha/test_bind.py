@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ha.support import FILE_SIZE, Broker, NameServer
+from tests.ha.support import FILE_SIZE, MAX_MESSAGE_SIZE, Broker, NameServer
 from tests.support import ModuleTmp, free_port
 
 
@@ -41,7 +41,8 @@ def master(tmp_path: Path, namesrv: NameServer, **settings: str) -> tuple[Wildca
     ha_port = free_port()
     b = WildcardBroker(tmp_path / "master", namesrv.namesrv_addr,
                        {"brokerName": "broker-bind", "brokerRole": "ASYNC_MASTER", "haListenPort": str(ha_port),
-                        "mappedFileSizeCommitLog": str(FILE_SIZE), "timerWheelEnable": "false", **settings})
+                        "mappedFileSizeCommitLog": str(FILE_SIZE), "maxMessageSize": str(MAX_MESSAGE_SIZE),
+                        "timerWheelEnable": "false", **settings})
     return b, ha_port
 
 

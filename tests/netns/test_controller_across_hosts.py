@@ -48,7 +48,7 @@ class HostReplica(Standalone):
                          "enableControllerMode": "true", "controllerEtcdEndpoints": etcd,
                          "controllerLeaseTtlSeconds": "3", "namesrvAddr": namesrv, "brokerIP1": hosts.addr(i),
                          "listenPort": str(port), "haListenPort": str(ha), "syncFlushTimeout": "1000",
-                         "haSendHeartbeatInterval": "1000", "mappedFileSizeCommitLog": "1048576",
+                         "haSendHeartbeatInterval": "1000", "mappedFileSizeCommitLog": "1048576", "maxMessageSize": "262144",
                          "timerWheelEnable": "true", "timerPrecisionMs": str(PRECISION_MS),
                          "messageDelayLevel": f"1s {LEVEL2_MS // 1000}s"}
         self.addr = f"{hosts.addr(i)}:{port}"

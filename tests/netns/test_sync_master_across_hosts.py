@@ -89,7 +89,7 @@ def test_sync_master_sigkilled_every_acknowledged_message_is_on_the_slave_host(h
             d = hosts3.run_dir(tmp_path, i)
             conf = {"brokerName": "broker-a", "brokerId": bid, "brokerRole": role, "namesrvAddr": ns_addr,
                     "brokerIP1": hosts3.addr(i), "listenPort": str(port),
-                    "mappedFileSizeCommitLog": "1048576", "timerWheelEnable": "false"}
+                    "mappedFileSizeCommitLog": "1048576", "maxMessageSize": "262144", "timerWheelEnable": "false"}
             (d / "broker.conf").write_text(render_conf(conf))
             procs.append(_start(hosts3, i, ["broker", "-c", str(d / "broker.conf"), "--data-dir", str(d),
                                             "--host", hosts3.addr(i)], tmp_path / f"b{i}.log", "broker .* ready on"))

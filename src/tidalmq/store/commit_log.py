@@ -51,7 +51,7 @@ from tidalmq.common.record_batch_crc import reserve_crc as reserve_batch_crc
 from tidalmq.common.record_batch_crc import seal_crc as seal_batch_crc
 from tidalmq.store.commit_log_recovery import CommitLogRecovery
 from tidalmq.store.commit_log_scan import Preread
-from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
+from tidalmq.store.config import RECORD_OVERHEAD_ALLOWANCE, MessageStoreConfig, parse_delay_levels
 from tidalmq.store.mapped_file import MappedFile, MappedFileQueue, pwrite_all
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
@@ -71,7 +71,6 @@ _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 # the extra copy under the interpreter lock (docs/benchmarks.md).
 _JOIN_BELOW = 1024
 
-RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
 
 
 class CommitLog(CommitLogRecovery):

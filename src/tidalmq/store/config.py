@@ -16,6 +16,10 @@ CQ_STORE_UNIT_SIZE = 20
 TIMER_SLOT_MS = 1000  # the timer wheel's slot; its precision must divide it
 
 
+# What a record may add to its body's maxMessageSize: header, topic and properties.
+RECORD_OVERHEAD_ALLOWANCE = 64 * 1024
+
+
 @dataclass
 class MessageStoreConfig:
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), ".tidalmq", "store")
@@ -119,6 +123,13 @@ class MessageStoreConfig:
         """Refuse values the store cannot run with (``ConfigError`` names the key and what is allowed);
         called before anything binds a port or opens a file."""
         check_fields(self, _CHECKS)
+        largest = self.max_message_size + RECORD_OVERHEAD_ALLOWANCE
+        if self.mapped_file_size_commit_log < largest:
+            # a message of maxMessageSize would fit no CommitLog file: refused at put for ever
+            raise ConfigError(
+                f"mappedFileSizeCommitLog={self.mapped_file_size_commit_log}: smaller than the largest record, "
+                f"maxMessageSize={self.max_message_size} + {RECORD_OVERHEAD_ALLOWANCE} bytes of header, topic and "
+                f"properties ({largest}); raise it or lower maxMessageSize")
         try:
             parse_delay_levels(self.message_delay_level)
         except ValueError as e:
