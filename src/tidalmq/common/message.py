@@ -49,6 +49,9 @@ PRIORITY = "_SYS_MSG_PRIORITY_"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+# The record CRC that ends a stored record's properties (enabledAppendPropCRC, common/record.py): a system
+# property, so the gRPC endpoint hands it to no client as a user property (RocketMQ's proxy neither).
+PROPERTY_CRC32 = "__CRC32#"
 
 # Names a user property may not take (MessageConst.STRING_HASH_SET, which Message.putUserProperty
 # refuses), with the ones TidalMQ's broker writes besides (TIMER_DELAY_MS, DLQ_ORIGIN_*).
@@ -60,7 +63,7 @@ SYSTEM_PROPERTIES = frozenset({
     "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", CLUSTER, "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
     TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES,
     TIMER_OUT_MS, TIMER_DEL_UNIQKEY, "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
-    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, PRIORITY,
+    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRANSACTION_CHECK_TIMES, PRIORITY, PROPERTY_CRC32,
 })
 
 # What the broker does with properties only it writes when a client's send carries them

@@ -34,7 +34,7 @@ try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, ~3.5x faster on 1 KiB bodi
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - platforms without its wheels
     from zlib import crc32 as _crc32
-from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.message import PROPERTY_CRC32, decode_properties, encode_properties
 from tidalmq.common.msgid import encode_offset_msg_id
 
 MESSAGE_MAGIC_CODE = -626843481
@@ -495,7 +495,6 @@ def body_crc(body: bytes | memoryview) -> int:
 # With enabledAppendPropCRC RocketMQ 5 ends a record's properties with ``__CRC32#`` \x01, ten decimal digits
 # (least significant first) and \x02: the CRC (masked as BODYCRC) of every byte of the record before those 19
 # bytes, so the header, topic and properties are covered as well as the body. BODYCRC stays the body's.
-PROPERTY_CRC32 = "__CRC32#"
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
 _CRC_NAME = PROPERTY_CRC32.encode() + b"\x01"
 CRC_PLACEHOLDER = _CRC_NAME + b"0" * 10 + b"\x02"
