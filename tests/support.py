@@ -39,6 +39,16 @@ def server_port_range() -> tuple[int, int]:
     return max(10_000, top - 12_000), top
 
 
+def bindable(port: int) -> bool:
+    """Whether ``port`` on 127.0.0.1 can be bound now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 

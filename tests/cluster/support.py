@@ -6,27 +6,17 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from tests.support import server_port_range
+from tests.support import bindable, server_port_range
 from tidalmq.cluster import FIRST_BROKER_OFFSET, NAMESRV_COUNT, PORT_STRIDE
 
 READY = re.compile(r"cluster ready: .* namesrvAddr=(\S+)")
 PROCESS_LINE = re.compile(r"^(\S+) (\S+) pid=(\d+)")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def free_base_port(groups: int, replicas: int) -> int:
@@ -37,7 +27,7 @@ def free_base_port(groups: int, replicas: int) -> int:
         base = random.randint(low, top - span)
         ports = [base + i for i in range(NAMESRV_COUNT + 2)]
         ports += [base + FIRST_BROKER_OFFSET + k * PORT_STRIDE + d for k in range(groups * replicas) for d in (0, 1)]
-        if all(_bindable(p) for p in ports):
+        if all(bindable(p) for p in ports):
             return base
     raise RuntimeError("no free block of ports")
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support import free_ports
+from tests.support import bindable, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 FETCH = REPO / "scripts" / "reference" / "fetch.sh"
@@ -74,21 +74,12 @@ def _tail(log: Path, n: int = 4000) -> str:
         return "(no log)"
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _broker_port(candidates: Sequence[int], taken: set[int]) -> int:
     """A listenPort whose neighbours are free too: RocketMQ's broker binds listenPort-2 (its fast port) and
     listenPort+1 (HA)."""
     for port in candidates:
         near = {port - 2, port + 1}
-        if not near & taken and all(_bindable(p) for p in near):
+        if not near & taken and all(bindable(p) for p in near):
             return port
     raise RuntimeError(f"no broker port with free neighbours among {candidates}")
 

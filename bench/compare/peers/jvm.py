@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from tests.support import bindable
 
 from bench.compare.base import free_port
 
@@ -52,21 +53,12 @@ def java_cmd(lib: Path, heap: list[str], main: str, args: list[str], props: dict
             "-cp", f"{lib}/*", main, *args]
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def port_with_neighbours(below: int = 2, above: int = 1, tries: int = 50) -> int:
     """A free port whose ``below`` ports under it and ``above`` over it are free too (RocketMQ's broker binds
     listenPort-2, its fast port, and listenPort+1, HA)."""
     for _ in range(tries):
         p = free_port()
-        if all(_bindable(q) for q in range(p - below, p + above + 1) if q != p):
+        if all(bindable(q) for q in range(p - below, p + above + 1) if q != p):
             return p
     raise RuntimeError("no free port with free neighbours")
 
