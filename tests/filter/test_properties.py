@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tidalmq.common.message import decode_java_properties, java_property_reader
 from tidalmq.common.record import encode_record
 from tidalmq.filter import FilterCache, FilterSyntaxError, compile_sql92
-from tidalmq.filter.properties import decode_all, lookup, properties_bytes
+from tidalmq.filter.properties import properties_bytes
 
 
 def record(props: str | dict[str, str], *, v6: bool = False, body: bytes = b"payload") -> memoryview:
@@ -19,19 +20,18 @@ def record(props: str | dict[str, str], *, v6: bool = False, body: bytes = b"pay
 def test_properties_section_with_ipv4_and_ipv6_hosts(v6: bool) -> None:
     rec = record({"TAGS": "TagA", "a": "5", "KEYS": "k"}, v6=v6, body=b"\x01\x02" * 100)
     raw = properties_bytes(rec)
-    assert decode_all(raw) == {"TAGS": "TagA", "a": "5", "KEYS": "k"}
-    assert lookup(raw, b"a\x01") == "5" and lookup(raw, b"TAGS\x01") == "TagA"
-    assert lookup(raw, b"b\x01") is None
+    assert decode_java_properties(raw) == {"TAGS": "TagA", "a": "5", "KEYS": "k"}
+    assert java_property_reader(["a", "TAGS", "b"])(raw) == {"a": "5", "TAGS": "TagA"}
 
 
 def test_lookup_follows_javas_decoder() -> None:
     raw = b"xa\x011\x02a\x012\x02e\x01\x02v\x01p\x01q\x02a\x013\x02"
-    assert lookup(raw, b"a\x01") == "3"  # the last duplicate wins, "xa" is another name
-    assert lookup(raw, b"e\x01") is None  # an empty value is no value
-    assert lookup(raw, b"v\x01") == "p\x01q"  # the first \x01 splits name and value
-    assert lookup(raw, b"p\x01") is None
-    assert decode_all(raw) == {"xa": "1", "a": "3", "v": "p\x01q"}
-    assert lookup("é\x01ü".encode(), "é\x01".encode()) == "ü"
+    read = java_property_reader(["a", "e", "v", "p"])
+    # the last duplicate wins, "xa" is another name; an empty value is no value; the first \x01 splits
+    # name and value, so "p" is no name
+    assert read(raw) == {"a": "3", "v": "p\x01q"}
+    assert decode_java_properties(raw) == {"xa": "1", "a": "3", "v": "p\x01q"}
+    assert java_property_reader(["é"])("é\x01ü".encode()) == {"é": "ü"}
 
 
 @pytest.mark.parametrize("n_props", [1, 6])  # per-name lookup, then whole-section decoding

@@ -51,7 +51,7 @@ SNAPSHOT_FILE = "duplication.json"
 _REBUILD_BYTES = 64 << 20  # replayed when there is no snapshot (a first start with dedup, a lost file)
 _REPLAY_CHUNK = 8 << 20
 _UNIQ = b"UNIQ_KEY"
-_CANCEL_MARKER = mc.TIMER_DEL_UNIQKEY.encode() + b"\x01"
+_CANCEL_MARKER = mc.property_key(mc.TIMER_DEL_UNIQKEY).encode()
 IN_FLIGHT_REMARK = ("[DUPLICATE_IN_FLIGHT]the original of this message ({}) is being stored; retry for its "
                     "result")
 

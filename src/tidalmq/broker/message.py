@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tidalmq.common.message import decode_properties, encode_properties
+from tidalmq.common.message import (
+    decode_properties,
+    encode_properties,
+    encoded_property,
+    has_encoded_property,
+)
 
 if TYPE_CHECKING:
     from tidalmq.schedule.timer_service import CancelTarget
@@ -54,8 +59,7 @@ class InnerMessage:
     def has_property(self, name: str) -> bool:
         if self._props is not None:
             return name in self._props
-        text = self.properties_text
-        return text.startswith(name + "\x01") or f"\x02{name}\x01" in text
+        return has_encoded_property(self.properties_text, name)
 
     @property
     def is_parsed(self) -> bool:
@@ -66,17 +70,7 @@ class InnerMessage:
         """One property's value, without parsing the others."""
         if self._props is not None:
             return self._props.get(name)
-        text = self.properties_text
-        key = name + "\x01"
-        if text.startswith(key):
-            start = len(key)
-        else:
-            i = text.find("\x02" + key)
-            if i < 0:
-                return None
-            start = i + 1 + len(key)
-        end = text.find("\x02", start)
-        return text[start:end] if end >= 0 else text[start:]
+        return encoded_property(self.properties_text, name)
 
     @property
     def properties(self) -> dict[str, str]:

@@ -19,6 +19,7 @@ from enum import Enum
 
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
+from tidalmq.common.message import PROPERTY_SEPARATOR
 
 # MessageConst.PROPERTY_TRANSFER_FLAG: set on a message one broker forwards to another.
 TRANSFER_FLAG = "TRANSFER_FLAG"
@@ -171,12 +172,9 @@ def topic_message_type(attributes: Mapping[str, str] | None) -> TopicMessageType
 
 
 _DELAY_PROPERTIES = frozenset({mc.DELAY, mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS})
-# The property names that decide a message's type, found in the encoded properties text without parsing it:
-# after a \x02, put in front of the text (a pattern that starts with a literal lets the regex engine jump
-# from separator to separator; "(?:^|\x02)" is tried at every character: 1.37 -> 0.60 us for a Java
-# client's properties with a deliver time).
-_TYPE_NAMES = re.compile("\x02(" + "|".join(re.escape(n) for n in (
-    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.LITE_TOPIC, mc.PRIORITY, TRANSFER_FLAG)) + ")\x01([^\x02]*)")
+# The property names that decide a message's type, found in the encoded properties text without parsing it.
+_TYPE_NAMES = mc.property_finder((
+    mc.TRAN_MSG, *sorted(_DELAY_PROPERTIES), mc.SHARDING_KEY, mc.LITE_TOPIC, mc.PRIORITY, TRANSFER_FLAG))
 
 
 def message_type_of(props: Mapping[str, str]) -> TopicMessageType:
@@ -215,7 +213,7 @@ def priority_queue(priority: int, write_queue_nums: int) -> int:
 def type_properties(text: str) -> dict[str, str]:
     """The properties of an encoded properties text that ``message_type_of`` and ``needs_type_check`` read
     (one regex pass; the send path does not parse the whole text for this)."""
-    return dict(_TYPE_NAMES.findall("\x02" + text))
+    return dict(_TYPE_NAMES.findall(PROPERTY_SEPARATOR + text))
 
 
 def needs_type_check(topic: str, props: Mapping[str, str]) -> bool:

@@ -1,15 +1,22 @@
-"""Message properties (RocketMQ's MessageConst) and their wire encoding.
+"""Message properties (RocketMQ's MessageConst) and their wire encoding: the properties codec.
 
 Properties travel as ``name\\x01value\\x02`` pairs, both in SEND_MESSAGE headers and in
-stored records, so the same codec serves the protocol and the store.
+stored records, so the same codec serves the protocol and the store. Every module that reads or
+writes the encoded form (text or bytes) does it with what is here: the separators, the encoders and
+decoders, one property's lookup, and the patterns that find named properties without decoding the rest.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+NAME_VALUE_SEPARATOR_BYTES = NAME_VALUE_SEPARATOR.encode()
+PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
+PROPERTY_SEPARATOR_BYTE = PROPERTY_SEPARATOR_BYTES[0]  # what ``raw[i]`` of encoded bytes is at a separator
 
 # Property names that carry behaviour (MessageConst.java).
 KEYS = "KEYS"
@@ -116,6 +123,116 @@ def decode_properties(text: str | None) -> dict[str, str]:
         if sep:
             out[name] = value
     return out
+
+
+def decode_java_properties(raw: bytes) -> dict[str, str]:
+    """Every property as MessageDecoder.string2messageProperties reads them (what a broker-side filter
+    sees): the first name/value separator splits a pair, a pair with an empty name or value is dropped,
+    the last of duplicate names wins."""
+    out: dict[str, str] = {}
+    for item in raw.decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+def property_key(name: str) -> str:
+    """What precedes a property's value in the encoded text: its name and the name/value separator (a
+    marker whose absence from the text shows the property absent)."""
+    return name + NAME_VALUE_SEPARATOR
+
+
+def encode_property(name: str, value: str) -> str:
+    """One encoded pair, its separator included: what appending a property to encoded text adds."""
+    return f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+
+
+def has_encoded_property(text: str, name: str) -> bool:
+    """Whether encoded ``text`` holds property ``name``, without decoding it."""
+    return text.startswith(name + NAME_VALUE_SEPARATOR) or f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}" in text
+
+
+def encoded_property(text: str, name: str) -> str | None:
+    """The value of the first property ``name`` of encoded ``text``, without decoding the others."""
+    key = name + NAME_VALUE_SEPARATOR
+    if text.startswith(key):
+        start = len(key)
+    else:
+        i = text.find(PROPERTY_SEPARATOR + key)
+        if i < 0:
+            return None
+        start = i + 1 + len(key)
+    end = text.find(PROPERTY_SEPARATOR, start)
+    return text[start:end] if end >= 0 else text[start:]
+
+
+def java_property_reader(names: Iterable[str]) -> Callable[[bytes], dict[str, str]]:
+    """A reader of the properties ``names`` in encoded bytes, as ``decode_java_properties`` would give
+    them (the last duplicate wins, an empty value is no value), one search a name rather than a decode of
+    the whole section: cheaper for a few names."""
+    # A separator put in front makes every name start right after one: a search for separator + name +
+    # name/value separator cannot land inside a longer name. From the end: the last duplicate wins.
+    keys = tuple((n, f"{PROPERTY_SEPARATOR}{n}{NAME_VALUE_SEPARATOR}", len(n) + 2) for n in sorted(names))
+    sep = PROPERTY_SEPARATOR
+
+    def read(raw: bytes) -> dict[str, str]:
+        text = sep + raw.decode("utf-8", "replace")
+        props = {}
+        for name, key, klen in keys:
+            i = text.rfind(key)
+            if i >= 0:
+                i += klen
+                j = text.find(sep, i)
+                value = text[i:j] if j >= 0 else text[i:]
+                if value:
+                    props[name] = value
+        return props
+    return read
+
+
+# Patterns that find named properties in encoded properties. Each is searched in the properties with a
+# separator put in front (``PROPERTY_SEPARATOR + text``): a pattern that begins with a literal lets the regex
+# engine jump from separator to separator, where one with an alternation in front ("start or separator")
+# is tried at every position (docs/benchmarks.md, "Property patterns").
+def _names(names: Iterable[str | bytes]) -> bytes:
+    return b"|".join(re.escape(n if isinstance(n, bytes) else n.encode()) for n in names)
+
+
+_VALUE_B = NAME_VALUE_SEPARATOR_BYTES + b"([^" + PROPERTY_SEPARATOR_BYTES + b"]*)"  # after a name: its value
+
+
+def property_finder(names: Iterable[str]) -> re.Pattern[str]:
+    """``findall(PROPERTY_SEPARATOR + text)`` gives (name, value) of each property of ``names`` in ``text``."""
+    return re.compile(f"{PROPERTY_SEPARATOR}({'|'.join(map(re.escape, names))}){NAME_VALUE_SEPARATOR}"
+                      f"([^{PROPERTY_SEPARATOR}]*)")
+
+
+def property_key_finder(names: Iterable[str]) -> re.Pattern[str]:
+    """``search(text)`` finds a ``property_key`` of any of ``names`` in ``text``: a quick "may hold one"
+    (a hit may lie inside a longer name or a value: then decode and look)."""
+    return re.compile("|".join(re.escape(property_key(n)) for n in names))
+
+
+def property_finder_bytes(names: Iterable[str | bytes], *, empty_pair: bool = False) -> re.Pattern[bytes]:
+    """``property_finder`` over bytes. With ``empty_pair`` it also finds each pair of an empty name and an
+    empty value (a mark between messages' properties, record_batch.PROPERTIES_MARK) as ``(b"", b"")``."""
+    pair = b"(" + _names(names) + b")" + _VALUE_B
+    if empty_pair:
+        pair = b"(?:" + NAME_VALUE_SEPARATOR_BYTES * 2 + b"|" + pair + b")"
+    return re.compile(PROPERTY_SEPARATOR_BYTES + pair)
+
+
+def property_name_finder_bytes(names: Iterable[str | bytes]) -> re.Pattern[bytes]:
+    """``findall`` gives each of ``names`` found as a property name (the names alone)."""
+    return re.compile(PROPERTY_SEPARATOR_BYTES + b"(" + _names(names) + b")" + NAME_VALUE_SEPARATOR_BYTES)
+
+
+def property_run_pattern(prefix: bytes, names: Iterable[bytes]) -> re.Pattern[bytes]:
+    """``prefix`` then exactly the pairs of ``names`` in that order, each ended by its separator; a group a
+    value (the properties of one layout, record_batch.batch_layout)."""
+    pairs = b"".join(re.escape(n) + _VALUE_B + PROPERTY_SEPARATOR_BYTES for n in names)
+    return re.compile(re.escape(prefix) + pairs)
 
 
 @dataclass(slots=True)

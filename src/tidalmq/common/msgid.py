@@ -49,19 +49,22 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return str(ipaddress.ip_address(host)), port, offset
 
 
+LOOPBACK_IPV4 = ipaddress.IPv4Address("127.0.0.1").packed
+
+
 def host_bytes(host: str) -> bytes:
     """4 or 16 address bytes of a textual IP (anything unparsable counts as 127.0.0.1)."""
     try:
         return ipaddress.ip_address(host).packed
     except ValueError:
-        return b"\x7f\x00\x00\x01"
+        return LOOPBACK_IPV4
 
 
 class UniqIdGenerator:
     """UNIQ_KEY ids laid out as RocketMQ's MessageClientIDSetter: ip, pid, a class-loader hash,
     milliseconds since the start of the month, and a counter (32 hex characters for IPv4)."""
 
-    def __init__(self, ip: bytes = b"\x7f\x00\x00\x01") -> None:
+    def __init__(self, ip: bytes = LOOPBACK_IPV4) -> None:
         fixed = ip + struct.pack(">hi", os.getpid() & 0x7FFF, id(self) & 0x7FFFFFFF)
         self._prefix = fixed.hex().upper()
         self._lock = threading.Lock()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import operator
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
@@ -34,8 +33,18 @@ try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, ~3.5x faster on 1 KiB bodi
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - platforms without its wheels
     from zlib import crc32 as _crc32
-from tidalmq.common.message import PROPERTY_CRC32, decode_properties, encode_properties
-from tidalmq.common.msgid import encode_offset_msg_id
+from tidalmq.common.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_CRC32,
+    PROPERTY_SEPARATOR,
+    PROPERTY_SEPARATOR_BYTE,
+    PROPERTY_SEPARATOR_BYTES,
+    decode_properties,
+    encode_properties,
+    property_finder_bytes,
+    property_key,
+)
+from tidalmq.common.msgid import LOOPBACK_IPV4, encode_offset_msg_id
 
 MESSAGE_MAGIC_CODE = -626843481
 MESSAGE_MAGIC_CODE_V2 = -626843477
@@ -176,7 +185,7 @@ class StoredMessage:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     properties: dict[str, str] = field(default_factory=dict)
-    store_host_bytes: bytes = b"\x7f\x00\x00\x01"
+    store_host_bytes: bytes = LOOPBACK_IPV4
 
     @property
     def msg_id(self) -> str:
@@ -209,9 +218,9 @@ def encode_record(
     flag: int = 0,
     sysflag: int = 0,
     born_timestamp: int = 0,
-    born_host: bytes = b"\x7f\x00\x00\x01",
+    born_host: bytes = LOOPBACK_IPV4,
     born_port: int = 0,
-    store_host: bytes = b"\x7f\x00\x00\x01",
+    store_host: bytes = LOOPBACK_IPV4,
     store_port: int = 0,
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
@@ -373,7 +382,7 @@ class RecordView(tuple):
         return body_crc(self.body_view()) == self.body_crc
 
     def check(self, *, crc: bool = True) -> None:
-        """Raise ``RecordError`` unless the properties read as ``name\\x01value\\x02`` pairs of UTF-8 text
+        """Raise ``RecordError`` unless the properties read as encoded name/value pairs of UTF-8 text
         and (``crc``) the body matches BODYCRC. The body CRC does not cover the topic or properties;
         this structural check is what catches a damaged separator or an undecodable byte there; the record
         CRC (``__CRC32#``, when the record carries one) catches any other changed byte."""
@@ -457,18 +466,18 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
 
 
 def properties_ok(raw: bytes | bytearray | memoryview) -> bool:
-    """Whether a stored properties section reads as RocketMQ writes it: UTF-8 text of ``name\\x01value``
-    items, each ended by ``\\x02`` (the last one's may be missing), every name non-empty and every item
-    holding exactly one ``\\x01``."""
+    """Whether a stored properties section reads as RocketMQ writes it (common/message.py): UTF-8 text of
+    name/value items, each ended by the property separator (the last one's may be missing), every name
+    non-empty and every item holding exactly one name/value separator."""
     try:
         text = str(raw, "utf-8")
     except UnicodeDecodeError:
         return False
-    items = text.split("\x02")
+    items = text.split(PROPERTY_SEPARATOR)
     if not items[-1]:
         items.pop()
     for item in items:
-        if item.count("\x01") != 1 or item[0] == "\x01":
+        if item.count(NAME_VALUE_SEPARATOR) != 1 or item[0] == NAME_VALUE_SEPARATOR:
             return False
     return True
 
@@ -492,12 +501,12 @@ def body_crc(body: bytes | memoryview) -> int:
 
 
 # ---------------------------------------------------------------- the record CRC (RocketMQ 5's PROPERTY_CRC32)
-# With enabledAppendPropCRC RocketMQ 5 ends a record's properties with ``__CRC32#`` \x01, ten decimal digits
-# (least significant first) and \x02: the CRC (masked as BODYCRC) of every byte of the record before those 19
+# With enabledAppendPropCRC RocketMQ 5 ends a record's properties with a pair ``__CRC32#`` = ten decimal digits
+# (least significant first), its separator included: the CRC (masked as BODYCRC) of every byte of the record before those 19
 # bytes, so the header, topic and properties are covered as well as the body. BODYCRC stays the body's.
 CRC32_RESERVED_LEN = len(PROPERTY_CRC32) + 1 + 10 + 1
-_CRC_NAME = PROPERTY_CRC32.encode() + b"\x01"
-CRC_PLACEHOLDER = _CRC_NAME + b"0" * 10 + b"\x02"
+_CRC_NAME = property_key(PROPERTY_CRC32).encode()
+CRC_PLACEHOLDER = _CRC_NAME + b"0" * 10 + PROPERTY_SEPARATOR_BYTES
 _CRC_NAME_AT = -CRC32_RESERVED_LEN  # where the trailer begins, from the record's end
 _CRC_DIGITS_AT = _CRC_NAME_AT + len(_CRC_NAME)
 
@@ -510,7 +519,7 @@ def crc_digits(crc: int) -> bytes:
 def crc_trailer(props: bytes | bytearray | memoryview) -> bytes:
     """What to append to properties ``props`` for the CRC: a separator when the last pair lacks its own,
     then the placeholder trailer (``seal_record_crc`` fills in its digits)."""
-    return CRC_PLACEHOLDER if not props or props[-1] == 2 else b"\x02" + CRC_PLACEHOLDER
+    return CRC_PLACEHOLDER if not props or props[-1] == PROPERTY_SEPARATOR_BYTE else PROPERTY_SEPARATOR_BYTES + CRC_PLACEHOLDER
 
 
 def reserve_record_crc(rec: bytearray) -> None:
@@ -546,21 +555,17 @@ def record_crc_ok(record: bytes | bytearray | memoryview | mmap.mmap, pos: int, 
     if tail[:_CRC_DIGITS_AT - _CRC_NAME_AT] != _CRC_NAME or total <= MIN_RECORD_SIZE + CRC32_RESERVED_LEN:
         return None
     digits = tail[_CRC_DIGITS_AT - _CRC_NAME_AT : -1]
-    if not digits.isdigit() or tail[-1] != 2:
+    if not digits.isdigit() or tail[-1] != PROPERTY_SEPARATOR_BYTE:
         return False
     return int(digits[::-1]) == _crc32(record[pos : end + _CRC_NAME_AT]) & 0x7FFFFFFF
 
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
-# deliver times): a name after a \x02 separator, in properties with a \x02 put in front
-# (``dispatch_properties``). Copying the few dozen bytes to put it there costs less than a pattern
-# that also matches at the start: one that begins with the literal \x02 lets the regex engine skip
-# from separator to separator, one with an alternation in front is tried at every byte (measured:
-# 0.71 -> 0.46 us for 75 bytes of properties, 0.75 -> 0.61 for a Java client's four, 0.34 -> 0.39 for
-# a lone UNIQ_KEY).
+# deliver times), found with a separator put in front (``dispatch_properties``): copying the few dozen bytes
+# to put it there costs less than a pattern that also matches at the start (docs/benchmarks.md).
 DISPATCH_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TIMER_OUT_MS", b"__LITE_TOPIC")
-DISPATCH_PROPERTIES = re.compile(rb"\x02(" + b"|".join(DISPATCH_NAMES) + rb")\x01([^\x02]*)")
+DISPATCH_PROPERTIES = property_finder_bytes(DISPATCH_NAMES)
 DispatchProperties = list[tuple[bytes, bytes]]
-_SEPARATOR = b"\x02"
+_SEPARATOR = PROPERTY_SEPARATOR_BYTES
 
 
 def dispatch_properties(buf: bytes | bytearray | memoryview | mmap.mmap, start: int, end: int

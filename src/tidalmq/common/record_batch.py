@@ -14,6 +14,12 @@ import numpy as np
 
 from tidalmq.common import sysflag as sf
 from tidalmq.common.columns import gather_be
+from tidalmq.common.message import (
+    NAME_VALUE_SEPARATOR_BYTES,
+    PROPERTY_SEPARATOR_BYTES,
+    property_name_finder_bytes,
+    property_run_pattern,
+)
 from tidalmq.common.record import (
     _I,
     _Q,
@@ -33,7 +39,7 @@ _BATCH_ITEM_DTYPE = np.dtype([("total", ">i4"), ("magic", ">i4"), ("crc", ">i4")
 _AR20 = np.arange(20, dtype=np.int64)
 # A batch's properties joined with this mark in front of each message's (``RecordBatch.joined_properties``): an
 # empty name with an empty value, which no valid properties hold, ending with the separator the first name needs.
-PROPERTIES_MARK = b"\x02\x01\x01\x02"
+PROPERTIES_MARK = PROPERTY_SEPARATOR_BYTES + NAME_VALUE_SEPARATOR_BYTES * 2 + PROPERTY_SEPARATOR_BYTES
 _DISPATCH_NAMES = frozenset(DISPATCH_NAMES)
 _LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by message
 # From this many messages on, a batch whose properties are all as long as each other is read as a byte matrix
@@ -99,7 +105,7 @@ class PropertyLayout:
 @functools.lru_cache(maxsize=64)
 def _layout_pattern(names: tuple[bytes, ...]) -> re.Pattern[bytes]:
     """One message's properties of the layout ``names``, after its mark; a group a value."""
-    return re.compile(re.escape(PROPERTIES_MARK) + b"".join(re.escape(n) + rb"\x01([^\x02]*)\x02" for n in names))
+    return property_run_pattern(PROPERTIES_MARK, names)
 
 
 def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLayout | None:
@@ -107,19 +113,19 @@ def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLa
     taken from the first message's (``first``); None unless every message has it.
 
     The matches are checked to tile ``joined`` (their lengths, from the values, add up to it) and the
-    \x01 bytes to be exactly the marks' and the names': then no value holds a \x01 and no message's
+    name/value separators to be exactly the marks' and the names': then no value holds one and no message's
     properties hold a mark of their own, so the n matches are the n messages, one each. Messages whose
     properties are all as long as the first's are read without the regex (``_fixed_width_layout``: 0.17 ->
     0.10 us a message for a W2-shaped batch of 512)."""
-    parts = bytes(first).split(b"\x02")
+    parts = bytes(first).split(PROPERTY_SEPARATOR_BYTES)
     if parts[-1] or len(parts) - 1 > _LAYOUT_NAMES_MAX:
         return None  # the last pair lacks its separator (or there are too many to compile)
-    names = tuple(p.split(b"\x01", 1)[0] for p in parts[:-1])
+    names = tuple(p.split(NAME_VALUE_SEPARATOR_BYTES, 1)[0] for p in parts[:-1])
     k = len(names)
-    if not k or not all(names) or len(set(names)) != k or joined.count(b"\x01") != n * (2 + k):
+    if not k or not all(names) or len(set(names)) != k or joined.count(NAME_VALUE_SEPARATOR_BYTES) != n * (2 + k):
         return None
     width = len(PROPERTIES_MARK) + len(first)
-    if n >= _FIXED_WIDTH_MIN and width * n == len(joined) and joined.count(b"\x02") == n * (2 + k):
+    if n >= _FIXED_WIDTH_MIN and width * n == len(joined) and joined.count(PROPERTY_SEPARATOR_BYTES) == n * (2 + k):
         by_width = _fixed_width_layout(joined, n, width, parts[:-1], names)
         if by_width is not None:
             return by_width
@@ -140,19 +146,19 @@ def _fixed_width_layout(joined: bytes, n: int, width: int, pairs: list[bytes],
     row checked against the first where it holds the mark, a name, or a separator, and each name's values
     read as one slice of columns. None when a row differs there.
 
-    The caller has checked that \x01 and \x02 occur exactly as often as n copies of the first message's
+    The caller has checked that both separators occur exactly as often as n copies of the first message's
     layout hold them: with every row holding them where the first does, no value holds either, and the
-    rows are the messages (each mark's \x01\x01 begins a row), so each value is where the first's is."""
+    rows are the messages (each mark's empty pair begins a row), so each value is where the first's is."""
     rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, width)
     fixed_at: list[int] = list(range(len(PROPERTIES_MARK)))
     spans: list[tuple[int, int]] = []
     at = len(PROPERTIES_MARK)
     for pair, name in zip(pairs, names, strict=True):
         value_at = at + len(name) + 1
-        fixed_at += range(at, value_at)  # the name and its \x01
+        fixed_at += range(at, value_at)  # the name and its name/value separator
         spans.append((value_at, at + len(pair)))
         at += len(pair)
-        fixed_at.append(at)  # the \x02 that ends the pair
+        fixed_at.append(at)  # the separator that ends the pair
         at += 1
     cols = np.array(fixed_at, dtype=np.intp)
     if n > 1 and (rows[1:, cols] != rows[0, cols]).any():
@@ -172,8 +178,7 @@ def _property_names_pattern(names: tuple[str, ...]) -> re.Pattern[bytes]:
     """Matches any of ``names`` as a property name in ``RecordBatch.joined_properties()``: a name there
     always follows a separator and precedes a name/value one. Beginning with a literal lets re jump from
     separator to separator."""
-    alternatives = b"|".join(re.escape(n.encode()) for n in names)
-    return re.compile(rb"\x02(" + alternatives + rb")\x01")
+    return property_name_finder_bytes(names)
 
 
 @final  # lets ``type(x) is RecordBatch`` narrow both ways (the CommitLog put loop tells it from a list)
@@ -458,7 +463,7 @@ def _dispatch_found(props: list[memoryview]) -> list[DispatchProperties]:
     """What the dispatch reads in each message's properties, for a batch whose properties share no layout:
     a search a message (record.dispatch_properties, inlined)."""
     find = DISPATCH_PROPERTIES.findall
-    separator = b"\x02"
+    separator = PROPERTY_SEPARATOR_BYTES
     return [find(separator + item) for item in props]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tidalmq.common.message import PROPERTY_SEPARATOR_BYTE, PROPERTY_SEPARATOR_BYTES
 from tidalmq.common.record import (
     CRC32_RESERVED_LEN,
     CRC_PLACEHOLDER,
@@ -30,10 +31,10 @@ def reserve_crc(batch: RecordBatch) -> None:
     rows = batch.packed
     if rows is not None:
         size, plen_at = rows.shape[1], batch.props_at
-        if size == plen_at + 2 or (rows[:, size - 1] == 2).all():
+        if size == plen_at + 2 or (rows[:, size - 1] == PROPERTY_SEPARATOR_BYTE).all():
             tail = CRC_PLACEHOLDER  # every last pair ended, or no properties
-        elif (rows[:, size - 1] != 2).all():
-            tail = b"\x02" + CRC_PLACEHOLDER  # no last pair ended
+        elif (rows[:, size - 1] != PROPERTY_SEPARATOR_BYTE).all():
+            tail = PROPERTY_SEPARATOR_BYTES + CRC_PLACEHOLDER  # no last pair ended
         else:  # some rows' last pair has its separator, some not: the trailers differ in length
             batch.unpack()
             rows = None

@@ -9,11 +9,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from tidalmq.common.message import decode_java_properties, java_property_reader
 from tidalmq.filter.errors import EvaluationError, FilterSyntaxError
 from tidalmq.filter.evaluator import build, matcher
 from tidalmq.filter.nodes import Node, properties_of, render
 from tidalmq.filter.parser import parse
-from tidalmq.filter.properties import decode_all, properties_bytes
+from tidalmq.filter.properties import properties_bytes
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +48,16 @@ def compile_sql92(expression: str) -> CompiledFilter:
         def record_filter(tags_code: int, record: memoryview) -> bool:
             return verdict
     elif len(names) <= _LOOKUP_LIMIT:
-        keys = tuple((n, f"\x02{n}\x01", len(n) + 2) for n in sorted(names))
+        read = java_property_reader(names)
 
         def record_filter(tags_code: int, record: memoryview) -> bool:
-            # A leading separator makes every name start right after one: a search for
-            # "\x02name\x01" cannot land inside a longer name. From the end: the last duplicate wins.
-            text = "\x02" + properties_bytes(record).decode("utf-8", "replace")
-            props = {}
-            for name, key, klen in keys:
-                i = text.rfind(key)
-                if i >= 0:
-                    i += klen
-                    j = text.find("\x02", i)
-                    value = text[i:j] if j >= 0 else text[i:]
-                    if value:  # Java's decoder drops empty values
-                        props[name] = value
             try:
-                return evaluate(props) is True
+                return evaluate(read(properties_bytes(record))) is True
             except EvaluationError:
                 return False
     else:
         def record_filter(tags_code: int, record: memoryview) -> bool:
-            return matches(decode_all(properties_bytes(record)))
+            return matches(decode_java_properties(properties_bytes(record)))
     return CompiledFilter(expression, tree, names, matches, record_filter)
 
 

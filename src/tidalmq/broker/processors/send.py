@@ -10,7 +10,6 @@ import asyncio
 import functools
 import logging
 import random
-import re
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -62,8 +61,7 @@ BATCH_FORBIDDEN_PROPERTIES = (mc.DELAY, mc.TIMER_DEL_UNIQKEY, *mc.BROKER_ONLY_PR
 _LITE_TOPIC = (mc.LITE_TOPIC,)
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
 # One pass over the properties text finds any of them (a hit only means "parse and look").
-_BROKER_PROPERTY_MARKERS = re.compile("|".join(
-    re.escape(n + mc.NAME_VALUE_SEPARATOR) for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES))
+_BROKER_PROPERTY_MARKERS = mc.property_key_finder(mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES)
 
 
 def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:

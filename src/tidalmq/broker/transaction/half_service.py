@@ -86,7 +86,7 @@ def _delay_level(msg: InnerMessage) -> int:
 
 
 class HalfMessageRewrite:
-    markers = ("TRAN_MSG\x01",)  # and any message whose sysflag carries a transaction type
+    markers = (mc.property_key(mc.TRAN_MSG),)  # and any message whose sysflag carries a transaction type
     """The send-path hook (first in line): a transactional message becomes a half message."""
 
     def __init__(self, service: TransactionalMessageService) -> None:
