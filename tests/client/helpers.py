@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tidalmq.client import Admin, SessionCredentials
+from tidalmq.client import Admin, Message, Producer, SessionCredentials
 
 
 def uniq(prefix: str) -> str:
@@ -45,3 +45,16 @@ async def wait_until(pred: Callable[[], Any], timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def send_sentinels(producer: Producer, topic: str, tags: str | None = None) -> set[bytes]:
+    """A sentinel message in each of ``topic``'s queues, sent after what a test sent before: each queue
+    delivers in order, so once a consumer has received every sentinel it has received whatever came before
+    them, and a check that nothing unwanted arrived can be made then (no sleep standing in for it).
+    Returns the sentinels' bodies."""
+    bodies = set()
+    for mq in await producer.fetch_publish_queues(topic):
+        body = f"sentinel-{mq.queue_id}".encode()
+        await producer.send(Message(topic, body, tags=tags), queue=mq)
+        bodies.add(body)
+    return bodies

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.client.helpers import create_topic, uniq, wait_until
+from tests.client.helpers import create_topic, send_sentinels, uniq, wait_until
 from tests.support import Standalone
 from tidalmq.client import (
     Admin,
@@ -179,12 +179,12 @@ def test_push_tag_filter_and_sync_listener(shared_standalone: Standalone) -> Non
         await c.start()
         async with Producer(uniq("PG"), ns) as p:
             for i in range(30):
-                await p.send(Message(topic, f"{i}".encode(), tags="TagABC"[3 * (i % 2):][:4] if False else
-                                     ["TagA", "TagB", "TagC"][i % 3]))
-        await wait_until(lambda: len(got) >= 20, 15, "tagged messages")
-        await asyncio.sleep(0.3)
+                await p.send(Message(topic, f"{i}".encode(), tags=["TagA", "TagB", "TagC"][i % 3]))
+            sentinels = await send_sentinels(p, topic, tags="TagA")
+        await wait_until(lambda: sentinels <= {m.body for m in got}, 15, "the sentinels")
         await c.shutdown()
-        assert len(got) == 20 and {m.tags for m in got} == {"TagA", "TagC"}
+        tagged = [m for m in got if m.body not in sentinels]
+        assert len(tagged) == 20 and {m.tags for m in tagged} == {"TagA", "TagC"}
 
     run(body)
 
@@ -503,10 +503,11 @@ def test_cancel_scheduled_message_end_to_end(shared_standalone: Standalone) -> N
             doomed = await p.send(Message(topic, b"cancelled", deliver_time_ms=at))
             await p.send(Message(topic, b"kept", deliver_time_ms=at))
             await p.cancel_scheduled(doomed)
-        await wait_until(lambda: b"kept" in got, 15, "the kept message")
-        await asyncio.sleep(0.5)
+            # due a second after the others: delivered once the timer has passed their time
+            await p.send(Message(topic, b"sentinel", deliver_time_ms=at + 1000))
+        await wait_until(lambda: b"sentinel" in got, 15, "the sentinel")
         await c.shutdown()
-        assert got == [b"kept"]
+        assert got == [b"kept", b"sentinel"]
         assert time.time() * 1000 >= at
 
     run(body)
@@ -538,10 +539,11 @@ def test_transaction_end_to_end(shared_standalone: Standalone) -> None:
         async with TransactionProducer(uniq("TPG"), Listener(), ns) as p:
             await p.send_in_transaction(Message(topic, b"rolled-back"), TransactionState.ROLLBACK)
             await p.send_in_transaction(Message(topic, b"committed"), TransactionState.COMMIT)
-        await wait_until(lambda: b"committed" in got, 15, "the committed message")
-        await asyncio.sleep(0.5)
+        async with Producer(uniq("PG"), ns) as plain:
+            sentinels = await send_sentinels(plain, topic)
+        await wait_until(lambda: sentinels <= set(got), 15, "the sentinel")
         await c.shutdown()
-        assert got == [b"committed"]
+        assert [b for b in got if b not in sentinels] == [b"committed"]
 
     run(body)
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.client.helpers import create_topic, uniq, wait_until
+from tests.client.helpers import create_topic, send_sentinels, uniq, wait_until
 from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Admin, ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer
 from tidalmq.client.admin import AdminError
@@ -126,9 +126,11 @@ def test_rewind_cli_replays_on_a_live_consumer(broker: Standalone) -> None:
         out = await asyncio.to_thread(admin_cli, broker, "rewind", group, "-t", topic, "--timestamp", str(state["cut"]))
         assert out.returncode == 0, out.stderr
         await wait_until(lambda: len(got) >= 18, 30, "the replay")
-        await asyncio.sleep(0.5)
+        async with Producer(uniq("PG"), ns) as p:
+            sentinels = {b.decode() for b in await send_sentinels(p, topic)}
+        await wait_until(lambda: sentinels <= set(got), 15, "the sentinels")
         await c.shutdown()
-        assert sorted(got[12:]) == sorted(f"new-{i}" for i in range(6))
+        assert sorted(b for b in got[12:] if b not in sentinels) == sorted(f"new-{i}" for i in range(6))
 
     run(body)
     bad = admin_cli(broker, "rewind", "NoSuchGroupAtAll", "--latest")

@@ -17,6 +17,7 @@ from tests.support import ModuleTmp, Standalone
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import fastjson
 from tidalmq.common.msgid import decode_offset_msg_id
+from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import StoredMessage, decode_record
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -68,6 +69,20 @@ async def max_offset(c: RemotingClient, addr: str, topic: str, qid: int = 0) -> 
     r = await c.invoke(addr, RemotingCommand(code=RequestCode.GET_MAX_OFFSET,
                                              ext_fields={"topic": topic, "queueId": str(qid)}), 5)
     return int(r.ext_fields.get("offset", "0")) if r.code == ResponseCode.SUCCESS else 0
+
+
+async def offsets_after_sentinels(c: RemotingClient, addr: str, topic: str, timer_before: int) -> tuple[int, int]:
+    """After a test's sends: a sentinel timer message (parked for a minute) and a plain one to ``topic``,
+    each waited for in its queue; whatever was stored before them is then counted too. Returns the timer
+    topic's and ``topic``'s max offsets, the sentinels included."""
+    for props in ({"TIMER_DELAY_SEC": "60"}, {}):
+        r = await c.invoke(addr, send_cmd(topic, b"sentinel", props=props), 5)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    deadline = time.monotonic() + 10
+    while (timer := await max_offset(c, addr, TIMER_TOPIC)) <= timer_before or (plain := await max_offset(c, addr, topic)) < 1:
+        assert time.monotonic() < deadline, "the sentinels were not stored in 10 s"
+        await asyncio.sleep(0.05)
+    return timer, plain
 
 
 def run(coro) -> None:  # type: ignore[no-untyped-def]
@@ -137,7 +152,7 @@ def test_beyond_max_and_bad_values_are_refused_and_nothing_stored(broker: Standa
     async def scenario() -> None:
         c, addr = RemotingClient(), broker.broker_addr
         try:
-            before = await max_offset(c, addr, "rmq_sys_wheel_timer")
+            before = await max_offset(c, addr, TIMER_TOPIC)
             far = now_ms() + (MAX_DELAY_SEC + 60) * 1000
             r = await c.invoke(addr, send_cmd("TimerBad", b"far", props={"TIMER_DELIVER_MS": str(far)}), 5)
             assert r.code == ResponseCode.MESSAGE_ILLEGAL and "max delay" in r.remark and "timerMaxDelaySec" in r.remark
@@ -147,9 +162,7 @@ def test_beyond_max_and_bad_values_are_refused_and_nothing_stored(broker: Standa
                              ("TIMER_DELAY_MS", ""), ("TIMER_DELIVER_MS", "99999999999999999999999")):
                 r = await c.invoke(addr, send_cmd("TimerBad", b"bad", props={key: bad}), 5)
                 assert r.code == ResponseCode.MESSAGE_ILLEGAL and key in (r.remark or ""), (key, bad, r.remark)
-            await asyncio.sleep(0.2)
-            assert await max_offset(c, addr, "rmq_sys_wheel_timer") == before
-            assert await max_offset(c, addr, "TimerBad") == 0
+            assert await offsets_after_sentinels(c, addr, "TimerBad", before) == (before + 1, 1)
         finally:
             await c.close()
 
@@ -353,7 +366,7 @@ def test_timer_batch_refusals_store_nothing(broker: Standalone) -> None:
     async def scenario() -> None:
         c, addr = RemotingClient(), broker.broker_addr
         try:
-            before = await max_offset(c, addr, "rmq_sys_wheel_timer")
+            before = await max_offset(c, addr, TIMER_TOPIC)
             soon = {"TIMER_DELAY_MS": "800"}
             for second, words in (({"KEYS": "plain"}, "cannot share a batch"),
                                   ({"DELAY": "1"}, "DELAY is not supported for batched"),
@@ -362,9 +375,7 @@ def test_timer_batch_refusals_store_nothing(broker: Standalone) -> None:
                                   ({"TIMER_DELIVER_MS": "soon"}, "TIMER_DELIVER_MS must be a whole number")):
                 r = await c.invoke(addr, batch_cmd("TimerBatchBad", [(b"a", soon), (b"b", second)]), 5)
                 assert r.code == ResponseCode.MESSAGE_ILLEGAL and words in (r.remark or ""), (second, r.remark)
-            await asyncio.sleep(0.2)
-            assert await max_offset(c, addr, "rmq_sys_wheel_timer") == before
-            assert await max_offset(c, addr, "TimerBatchBad") == 0
+            assert await offsets_after_sentinels(c, addr, "TimerBatchBad", before) == (before + 1, 1)
         finally:
             await c.close()
 

@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import socket
+import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
 from tests.schedule.test_timer_broker import decode_all
 from tests.support import Standalone, wait_for
+from tidalmq.broker import timer_process
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn, start_early
 from tidalmq.broker.timer_process import STATE_PAUSE_S, TimerProcess
@@ -307,19 +311,31 @@ def _timer_store(root: Path) -> tuple[DefaultMessageStore, MessageStoreConfig]:
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["prestarted", "started-early"])
-def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path, early: bool) -> None:
+def test_prestarted_child_waits_for_the_store_then_delivers(tmp_path: Path, early: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """prestart() starts the schedule process before the broker's store is loaded (its start-up overlaps
     a recovery); it serves nothing and reads nothing until start(), then delivers what fell due. A child
     the command started before it imported the broker (start_early) is the one adopted."""
     store, cfg = _timer_store(tmp_path / "store")
     child = start_early(BrokerConfig(), cfg) if early else None
+    spawned: list[socket.socket] = []
+
+    def spawn_and_keep(config: dict[str, Any]) -> tuple[subprocess.Popen[bytes], socket.socket]:
+        proc, sock = spawn(config)
+        spawned.append(sock)
+        return proc, sock
+
+    monkeypatch.setattr(timer_process, "spawn", spawn_and_keep)
     timer = TimerProcess(store, cfg, early=child)
     try:
         timer.prestart()
         pid = wait_for(lambda: timer.pid, 10, what="the schedule process to be started")
         if child is not None:
             assert pid == child.proc.pid
-        time.sleep(0.5)  # time to load its files: it must still be waiting for the store
+        # The child's first VIEW, pushed once it has loaded its files, waits in the socket unread: loaded,
+        # and still not served (it must wait for the store).
+        sock = child.sock if child is not None else spawned[0]
+        assert select.select([sock], [], [], 20)[0], "the schedule process did not load its files in 20 s"
         assert timer.pid == pid and timer.snapshot(ask_fresh=False)["processReady"] == "false"
         assert store.load()
         due = now_ms() + 300
