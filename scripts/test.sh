@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-system.sh  # Debian packages the suite needs (fuse3 for the power-cut harness, etcd-server for tests/controller)
 bash scripts/setup.sh test
 .venv/bin/ruff check src tests bench
-.venv/bin/mypy  # src/tidalmq, with the settings in pyproject.toml's [tool.mypy]
+.venv/bin/mypy  # src/tidalmq and tests, with the settings in pyproject.toml's [tool.mypy]
 exec .venv/bin/python -m pytest "$@"

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 READY = re.compile(r"standalone ready: namesrv \S+:(\d+) broker (\S+):(\d+)")
 
@@ -165,7 +165,7 @@ class Standalone:
             cmd += ["--set", f"{k}={v}"]
         return cmd
 
-    def start(self, timeout: float = 30.0) -> Standalone:
+    def start(self, timeout: float = 30.0) -> Self:
         # A free port picked here can be taken by another process before the standalone binds it (suites
         # run side by side): a first start that fails so is retried on new ports. A restart keeps its
         # ports, which its clients know.
@@ -181,7 +181,7 @@ class Standalone:
                 self._pick_ports()
         raise AssertionError("unreachable")
 
-    def _start(self, timeout: float) -> Standalone:
+    def _start(self, timeout: float) -> Self:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log, text=True,
@@ -230,7 +230,7 @@ class Standalone:
             self.proc.kill()
             self.proc.wait(10)
 
-    def __enter__(self) -> Standalone:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -241,7 +241,7 @@ class Standalone:
                 pass
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):
     """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -253,7 +253,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "con
         time.sleep(interval)
 
 
-def chunks(seq: list, n: int) -> Iterable[list]:  # type: ignore[type-arg]
+def chunks(seq: list, n: int) -> Iterable[list]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
 

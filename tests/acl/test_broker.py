@@ -264,7 +264,7 @@ def test_a_batch_in_either_spelling_needs_pub_on_its_topic(acl_standalone: Stand
     run(go(), 60)
 
 
-async def _wait_code(addr: str, cmd_factory, want_ok: bool, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+async def _wait_code(addr: str, cmd_factory, want_ok: bool, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         r = await _invoke(addr, cmd_factory())
@@ -378,7 +378,7 @@ def test_namesrv_account_white_address_is_no_admin(tmp_path: Path) -> None:
                 f"Need admin permission for request code={int(RC.REGISTER_BROKER)}, "
                 f"but accessKey={WHITE_USER.access_key} is not")
             assert _refused(await c.invoke(addr, _request(RC.REGISTER_BROKER, fake("fakeSigned").ext_fields,
-                                                          WHITE_USER, fake("x").body), 5.0)).startswith("Need admin")
+                                                          WHITE_USER, fake("x").body_bytes()), 5.0)).startswith("Need admin")
             signed = fake("fakeAdmin")
             RequestSigner(ADMIN).sign(signed.ext_fields, signed.body)
             assert (await c.invoke(addr, signed, 5.0)).code == ResponseCode.SUCCESS

@@ -205,8 +205,11 @@ def test_a_chunk_judged_later_gets_the_verdicts_of_its_requests_alone(
         mp.setattr(validator_module, "_LATER_MIN_BYTES_PER_REQUEST", 0)
         for n, start in enumerate(range(0, len(cmds), split)):
             chunk = cmds[start:start + split]
-            if not later.judge_later(c2, chunk, memoryview(_frames(chunk)),
-                                     lambda v, n=n, chunk=chunk: got.__setitem__(n, _verdicts(v, chunk))):
+
+            def deliver(v: list[tuple[RemotingCommand, RemotingCommand | None] | None], n: int = n,
+                        chunk: list[RemotingCommand] = chunk) -> None:
+                got[n] = _verdicts(v, chunk)
+            if not later.judge_later(c2, chunk, memoryview(_frames(chunk)), deliver):
                 got[n] = _verdicts(later.judge_many(c2, chunk), chunk)
             else:
                 taken += 1

@@ -91,7 +91,7 @@ def test_signature_survives_both_header_encodings() -> None:
                               body=VECTOR_BODY, serialize_type=ser)
         RequestSigner(SessionCredentials("RocketMQ", "12345678")).sign(cmd.ext_fields, cmd.body)
         got = decode_frame_body(encode_frame(cmd)[4:])
-        assert calc_signature(signed_content(got.ext_fields, got.body), "12345678") == got.ext_fields["Signature"]
+        assert calc_signature(signed_content(got.ext_fields, got.body_bytes()), "12345678") == got.ext_fields["Signature"]
 
 
 def test_signature_of_long_secrets_and_bodies_in_pieces() -> None:

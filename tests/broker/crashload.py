@@ -6,6 +6,7 @@ Shared by the process-crash tests (tests/broker/test_crash.py) and the power-cut
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 
@@ -68,7 +69,7 @@ async def load_until_killed(addr: str, sender: Sender, kill_after: float, kill: 
             key, cmd = sender(i)
             fut = conn.request(cmd)
             pending.add(fut)
-            fut.add_done_callback(lambda f, k=key: done(f, k))
+            fut.add_done_callback(functools.partial(done, key=key))
             i += 1
             attempted += 1
         await asyncio.wait(list(pending) + [killed], return_when=asyncio.FIRST_COMPLETED)

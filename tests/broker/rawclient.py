@@ -70,14 +70,14 @@ async def pull_bodies(client: RemotingClient, addr: str, topic: str, queues: int
     return out
 
 
-def run(coro, timeout: float = 60):  # type: ignore[no-untyped-def]
+def run(coro, timeout: float = 60):
     """Run one scenario coroutine with a bound on its time."""
     import asyncio
 
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-def records(body: bytes) -> list:  # type: ignore[type-arg]
+def records(body: bytes) -> list:
     """Every stored record in a PULL_MESSAGE / QUERY_MESSAGE body, decoded."""
     from tidalmq.common.record import decode_record
 

@@ -17,7 +17,7 @@ from tidalmq.remoting.transport import RemotingClient
 
 
 @pytest.fixture(scope="module")
-def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def broker(module_tmp: ModuleTmp):
     s = Standalone(module_tmp("bad") / "data",
                    {"maxMessageSize": str(64 * 1024), "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     s.start()

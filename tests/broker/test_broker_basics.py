@@ -169,7 +169,7 @@ def test_unreachable_namesrv_is_a_clear_admin_error() -> None:
 
 
 @pytest.mark.parametrize("flag", ["--set", "-c"])
-def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:
     arg = "listenPort=notanumber"
     if flag == "-c":
         conf = tmp_path / "broker.conf"
@@ -182,7 +182,7 @@ def test_bad_configuration_is_refused(tmp_path, flag: str) -> None:  # type: ign
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_to_the_whole_process_group_is_one_clean_stop(tmp_path, sig: signal.Signals) -> None:  # type: ignore[no-untyped-def]
+def test_a_signal_to_the_whole_process_group_is_one_clean_stop(tmp_path, sig: signal.Signals) -> None:
     """Ctrl-C in a terminal, or ``timeout``, signals every process of the job, the schedule process too: the
     broker alone answers it and stops that process in order, which is not taken for a crash (no "exited ...
     restarting it" error) and leaves no process behind."""
@@ -200,7 +200,7 @@ def test_a_signal_to_the_whole_process_group_is_one_clean_stop(tmp_path, sig: si
     assert not alive
 
 
-def test_sigterm_right_after_ready_is_a_clean_stop(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_right_after_ready_is_a_clean_stop(tmp_path) -> None:
     """The standalone handles SIGTERM from the moment it says it is ready: stopped at once, it shuts down
     cleanly (exit 0, not the default action's -15) and its next start finds the clean-exit mark instead of
     recovering. (The window was the few instructions between the "ready" line and the handlers: a stop

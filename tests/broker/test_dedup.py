@@ -44,7 +44,7 @@ def answer(r: RemotingCommand) -> tuple[str, str, str]:
 
 
 @pytest.fixture
-def dedup_broker(tmp_path: Path):  # type: ignore[no-untyped-def]
+def dedup_broker(tmp_path: Path):
     with Standalone(tmp_path / "data", SMALL) as s:
         yield s
 

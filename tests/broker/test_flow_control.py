@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ class Broker:
         self.addr = f"127.0.0.1:{self.broker.server.port}"
         self.namesrv = f"127.0.0.1:{self.ns.port}"
 
-    def run(self, coro, timeout: float = 60):  # type: ignore[no-untyped-def]
+    def run(self, coro, timeout: float = 60):
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
 
     def close(self) -> None:
@@ -72,14 +73,14 @@ class StalledWriter:
         real = mfq.get_last_mapped_file
         me: list[threading.Thread] = []
 
-        def stalled(*args: object) -> object:
+        def stalled(*args: Any) -> Any:
             if me and threading.current_thread() is me[0] and not self._go.is_set():
                 # when the broker noted the lock taken (what it measures the stall from), not when the test
                 # thread, which a loaded machine may run later, saw it
                 self.stalled_at = time.monotonic() - self.store.commit_log.lock_held_ms() / 1000
                 self.inside.set()
                 self._go.wait(30)
-            return real(*args)  # type: ignore[arg-type]
+            return real(*args)
 
         monkeypatch.setattr(mfq, "get_last_mapped_file", stalled)
         rec = encode_record(topic=TOPIC, queue_id=1, body=b"stalled writer", properties={}, born_timestamp=1,
@@ -101,7 +102,7 @@ class StalledWriter:
 
 
 @pytest.fixture
-def make_broker(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+def make_broker(tmp_path: Path) -> Iterator:
     made: list[Broker] = []
 
     def make(**keys: object) -> Broker:
@@ -298,7 +299,7 @@ def test_the_official_client_gets_busy_answers_not_timeouts(make_broker, monkeyp
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
 
-        def call(agent: ClientAgent, op: str, **kw: object):  # type: ignore[no-untyped-def]
+        def call(agent: ClientAgent, op: str, **kw: Any):
             return loop.run_in_executor(None, lambda: agent.call(op, **kw))
 
         agent = await loop.run_in_executor(None, ClientAgent, "busy", tmp_path)
@@ -341,7 +342,7 @@ def test_a_burst_of_first_sends_waits_for_one_route_lookup(make_broker) -> None:
     server = b.ns.server
     get_route = server._processors[RequestCode.GET_ROUTEINFO_BY_TOPIC]  # noqa: SLF001
 
-    async def slow_get_route(conn, cmd):  # type: ignore[no-untyped-def]  # noqa: ANN001
+    async def slow_get_route(conn, cmd):  # noqa: ANN001
         lookups.append(cmd.ext_fields.get("topic", ""))
         await asyncio.sleep(0.025)  # 256 lookups one after another: 6.4 s
         return get_route(conn, cmd)

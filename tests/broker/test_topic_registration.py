@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 from tests.support import free_port
@@ -39,9 +39,9 @@ def _slow_registrations(ns: NameServer) -> None:
     """The NameServer answers (and applies) every REGISTER_BROKER REGISTER_DELAY_S late."""
     processors = ns.server._processors
     code = int(RequestCode.REGISTER_BROKER)
-    real: Callable[[Connection, RemotingCommand], object] = processors[code]
+    real = processors[code]
 
-    async def late(conn: Connection, cmd: RemotingCommand) -> object:
+    async def late(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         await asyncio.sleep(REGISTER_DELAY_S)
         reply = real(conn, cmd)
         return await reply if isinstance(reply, Awaitable) else reply

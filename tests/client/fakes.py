@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,8 @@ from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection, RemotingServer
 
-Handler = Callable[[Connection, RemotingCommand], RemotingCommand | None]
+# A handler answers now, later (a future: the transport sends its result when it is done), or never (None).
+Handler = Callable[[Connection, RemotingCommand], RemotingCommand | asyncio.Future[RemotingCommand] | None]
 
 
 class FakeCluster:
@@ -34,7 +36,7 @@ class FakeCluster:
         self.namesrv.register_default(self._namesrv)
         await self.namesrv.start()
         for b, srv in self.servers.items():
-            srv.register_default(lambda conn, cmd, b=b: self._broker(b, conn, cmd))
+            srv.register_default(functools.partial(self._broker, b))
             await srv.start()
         return self
 

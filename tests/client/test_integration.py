@@ -95,8 +95,8 @@ def test_send_modes_and_fidelity(shared_standalone: Standalone) -> None:
             while sum([await pc.max_offset(q) for q in queues]) < len(sent) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)  # the broker's reput makes what was stored visible to pulls
             for q in queues:
-                for m in await pc.pull_range(q, 0, await pc.max_offset(q)):
-                    got[m.msg_id] = m
+                for ext in await pc.pull_range(q, 0, await pc.max_offset(q)):
+                    got[ext.msg_id] = ext
         assert {k: m.body for k, m in got.items()} == sent
         first = next(m for m in got.values() if m.body == b"sync")
         assert first.tags == "TagA" and first.keys == ["k1", "k2"] and first.properties["color"] == "red"

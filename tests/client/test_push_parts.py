@@ -100,7 +100,7 @@ class LockWatchedQueue(ProcessQueue):
         self._locked = False
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def locked(self) -> bool:
         self.lock_reads += 1
         return self._locked
@@ -286,7 +286,7 @@ def test_concurrent_failure_inside_an_item_holds_the_offset_until_its_local_retr
     async def body() -> None:
         calls: list[tuple[int, int]] = []
 
-        async def listener(msgs: list[MessageExt]) -> ConsumeResult:
+        async def listener(msgs: list[MessageExt]) -> ConsumeResult | None:
             m = msgs[0]
             calls.append((m.queue_offset, m.reconsume_times))
             return ConsumeResult.RECONSUME_LATER if (m.queue_offset, m.reconsume_times) == (1, 0) else None
@@ -684,7 +684,8 @@ def test_rebalance_locks_orderly_queues_and_unlocks_lost_ones() -> None:
 
 # send-back --------------------------------------------------------------------------------------
 def test_retry_copy_goes_to_the_retry_topic_then_the_dlq() -> None:
-    m = msg(3, **{mc.UNIQ_KEY: "U1", mc.DELAY: "2", mc.PGROUP: "PG", "k": "v"})
+    m = msg(3)
+    m.properties.update({mc.UNIQ_KEY: "U1", mc.DELAY: "2", mc.PGROUP: "PG", "k": "v"})
     m.reconsume_times = 1
     r = retry_copy(m, "CG", max_times=16, delay_level=0, max_delay_level=18)
     assert r.topic == "%RETRY%CG" and r.body == m.body

@@ -23,10 +23,10 @@ from tidalmq.common.record import (
 from tidalmq.common.sysflag import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 from tidalmq.common.taghash import java_string_hash, tags_hash_code
 
-prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=20)
+prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), min_size=1, max_size=20)
 
 
-@given(st.dictionaries(prop_text, st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20), max_size=8))
+@given(st.dictionaries(prop_text, st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), max_size=20), max_size=8))
 def test_properties_roundtrip(props: dict[str, str]) -> None:
     assert decode_properties(encode_properties(props)) == props
 

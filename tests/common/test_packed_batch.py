@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 from unittest.mock import patch
 
 import numpy as np
@@ -49,7 +50,7 @@ def _bodies(draw: st.DrawFn) -> tuple[bytes, bool]:
     names = draw(st.lists(st.sampled_from(["UNIQ_KEY", "TAGS", "KEYS", "A", "TIMER_DELIVER_MS"]),
                           min_size=0, max_size=3, unique=True))
     widths = [draw(st.integers(0, 5)) for _ in names]
-    items = []
+    items: list[list[Any]] = []
     for i in range(n):
         props = "".join(f"{k}\x01{draw(st.text('0123ab ', min_size=w, max_size=w))}\x02"
                         for k, w in zip(names, widths, strict=True)).encode()

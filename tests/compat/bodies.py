@@ -25,7 +25,7 @@ def gen_body(size: int, seed: int, kind: str = "random") -> bytes:
     raise ValueError(f"unknown body kind {kind!r}")
 
 
-def body_from_spec(spec: dict) -> bytes:  # type: ignore[type-arg]
+def body_from_spec(spec: dict) -> bytes:
     if "b64" in spec:
         return base64.b64decode(spec["b64"])
     if "text" in spec:

@@ -83,6 +83,18 @@ class ClientAgent:
             self._cond.notify_all()
 
     def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        """``predicate``'s first true value; AgentError when ``timeout`` passes first or the agent exits."""
+        value = self._first_true(predicate, timeout, what)
+        if not value:
+            raise AgentError(f"agent {self.name}: timed out after {timeout}s waiting for {what}\n{self.stderr_tail()}")
+        return value
+
+    def holds_within(self, predicate: Callable[[], Any], timeout: float, what: str) -> bool:
+        """Whether ``predicate`` comes true within ``timeout`` (a round of a loop that retries when it does
+        not); AgentError when the agent exits first."""
+        return bool(self._first_true(predicate, timeout, what))
+
+    def _first_true(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
@@ -91,7 +103,7 @@ class ClientAgent:
                     return value
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AgentError(f"agent {self.name}: timed out after {timeout}s waiting for {what}\n{self.stderr_tail()}")
+                    return value
                 if self.proc.poll() is not None and not value:
                     # One last look: the reader may still be draining the pipe.
                     self._cond.wait(0.2)

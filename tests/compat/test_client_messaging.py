@@ -62,10 +62,9 @@ def wait_until_listening(producer: ClientAgent, consumers: list[ClientAgent], to
         producer.call("send", mode="orderly", messages=[
             msg(topic, f"warmup-{rnd}-{q}", tags=tags, keys=f"warmup-{rnd}-{q}", arg=q) for q in range(queues)])
         for c in consumers:  # give this round's markers a moment before judging
-            try:
-                c.wait(lambda c=c, r=rnd: any(m["keys"].startswith(f"warmup-{r}-") for m in c.messages()), 1.0, "marker")
-            except AssertionError:
-                pass
+            def marker_came(c: ClientAgent = c, prefix: str = f"warmup-{rnd}-") -> bool:
+                return any(m["keys"].startswith(prefix) for m in c.messages())
+            c.holds_within(marker_came, 1.0, "marker")
         rnd += 1
         seen = [{m["queue_id"] for m in c.messages() if m["keys"].startswith("warmup-")} for c in consumers]
         if all(s == full for s in seen):
@@ -221,11 +220,12 @@ def test_two_consumers_in_one_group_split_the_queues(shared_standalone: Standalo
     while True:
         keys = [f"warmup-{rnd}-{q}" for q in range(queues)]
         p.call("send", mode="orderly", messages=[msg(topic, k, tags="TagA", keys=k, arg=q) for q, k in enumerate(keys)])
-        try:
-            c1.wait(lambda ks=keys: set(ks) <= {m["keys"] for m in c1.messages() + c2.messages()}, 5, "round")
-        except AssertionError:
-            pass
-        owner = {}
+        round_keys = set(keys)
+
+        def round_came(round_keys: set[str] = round_keys) -> bool:
+            return round_keys <= {m["keys"] for m in c1.messages() + c2.messages()}
+        c1.holds_within(round_came, 5, "round")  # judged below, whether all came or not
+        owner: dict[int, list[str]] = {}
         for c in (c1, c2):
             for m in c.messages():
                 if m["keys"] in keys:

@@ -21,7 +21,7 @@ LEVELS = " ".join(["1s"] * 18)
 
 
 @pytest.fixture(scope="module")
-def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def broker(module_tmp: ModuleTmp):
     s = Standalone(module_tmp("ops") / "data",
                    {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(16 * 1024 * 1024)})
     s.start()

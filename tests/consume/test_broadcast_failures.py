@@ -29,13 +29,9 @@ def test_broadcast_failures_are_not_retried(standalone: Standalone, agents: Any)
     # Broadcasting consumers start at each queue's end: send markers until both are listening.
     for rnd in range(40):
         p.call("send", mode="orderly", messages=[msg(topic, "m", keys=f"mark-{rnd}-{q}", arg=q) for q in range(2)])
-        try:
-            for c in consumers:
-                c.wait(lambda c=c, r=rnd: {f"mark-{r}-0", f"mark-{r}-1"} <= {m["keys"] for m in c.messages()}, 2,
-                       "markers")
+        if all(c.holds_within(lambda c=c, r=rnd: {f"mark-{r}-0", f"mark-{r}-1"} <= {m["keys"] for m in c.messages()},
+                              2, "markers") for c in consumers):
             break
-        except AssertionError:
-            continue
     else:
         raise AssertionError("broadcasting consumers never both listened")
     sent = p.call("send", mode="sync", messages=[msg(topic, "x", keys="fail-me"), msg(topic, "y", keys="fine")])

@@ -25,7 +25,7 @@ LEVELS = " ".join(["1s"] * 18)
 
 
 @pytest.fixture
-def broker(tmp_path):  # type: ignore[no-untyped-def]
+def broker(tmp_path):
     s = Standalone(tmp_path / "data", {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(16 * 1024 * 1024)})
     s.start()
     yield s

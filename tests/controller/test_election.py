@@ -25,8 +25,11 @@ class FakeBroker:
                                    controller_etcd_endpoints=etcd.endpoint, sync_state_set_max_lag_ms=max_lag_ms)
         self.store_config = SimpleNamespace(store_path_root_dir=str(root / str(broker_id)))
         self.store = SimpleNamespace(max_phy_offset=0)
-        self.ha_client = SimpleNamespace(master="", update_master_address=lambda a: setattr(self.ha_client, "master", a))
-        self.slave_sync = SimpleNamespace(master="", update_master_addr=lambda a: setattr(self.slave_sync, "master", a))
+        ha_client = SimpleNamespace(master="")
+        ha_client.update_master_address = lambda a: setattr(ha_client, "master", a)
+        slave_sync = SimpleNamespace(master="")
+        slave_sync.update_master_addr = lambda a: setattr(slave_sync, "master", a)
+        self.ha_client, self.slave_sync = ha_client, slave_sync
         self.ha_service = None  # the master's HAService: the SyncStateSet is published to it
         self.promoted = 0
         self.fenced = 0

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.broker.rawclient import pull_bodies, run, send_cmd
 from tests.controller.support import Etcd
 from tests.ha.support import NameServer, Slave, commit_log_bytes, info, wait_info
-from tests.support import free_port
+from tests.support import Standalone, free_port
 from tidalmq.client import ConsumeFromWhere, MessageExt, PushConsumer
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -21,6 +22,9 @@ from tidalmq.remoting.transport import RemotingClient, RemotingError
 TOPIC = "CtlTopic"
 QUEUES = 4
 PULL_BATCH = 32
+
+
+R = TypeVar("R", bound=Standalone)  # a replica: a broker the tests start in controller mode
 
 
 class Replica(Slave):
@@ -33,16 +37,24 @@ class Replica(Slave):
             "haListenPort": str(free_port()), "syncFlushTimeout": "1000", "haSendHeartbeatInterval": "1000"})
 
 
-async def _master(client: RemotingClient, replicas: list[Replica], timeout: float = 20.0) -> Replica:
+async def _current_master(client: RemotingClient, replicas: Sequence[R]) -> R | None:
+    """The running replica that says it is the master, or None (one look at each)."""
+    for r in replicas:
+        if r.proc is not None and r.proc.poll() is None:
+            try:
+                if (await info(client, r.broker_addr)).get("controllerIsMaster") == "true":
+                    return r
+            except (RemotingError, OSError, TimeoutError):
+                pass
+    return None
+
+
+async def _master(client: RemotingClient, replicas: Sequence[R], timeout: float = 20.0) -> R:
     deadline = time.monotonic() + timeout
     while True:
-        for r in replicas:
-            if r.proc is not None and r.proc.poll() is None:
-                try:
-                    if (await info(client, r.broker_addr)).get("controllerIsMaster") == "true":
-                        return r
-                except (RemotingError, OSError, TimeoutError):
-                    pass
+        found = await _current_master(client, replicas)
+        if found is not None:
+            return found
         if time.monotonic() > deadline:
             raise AssertionError("no master elected within the timeout")
         await asyncio.sleep(0.1)
@@ -51,7 +63,7 @@ async def _master(client: RemotingClient, replicas: list[Replica], timeout: floa
 class Load:
     """Sends one message at a time to whichever replica is master; keeps what was acknowledged."""
 
-    def __init__(self, client: RemotingClient, replicas: list[Replica]) -> None:
+    def __init__(self, client: RemotingClient, replicas: Sequence[Standalone]) -> None:
         self.client = client
         self.replicas = replicas
         self.acked: list[bytes] = []
@@ -63,10 +75,11 @@ class Load:
         master = ""
         while not self.stop.is_set():
             if not master:
-                try:
-                    master = (await _master(self.client, self.replicas, 0.5)).broker_addr
-                except AssertionError:
+                found = await _current_master(self.client, self.replicas)
+                if found is None:
+                    await asyncio.sleep(0.1)
                     continue
+                master = found.broker_addr
             body = f"m{self.n}".encode()
             self.n += 1
             started = time.monotonic()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,11 +68,12 @@ def test_the_official_client_sends_and_consumes_across_a_failover(tmp_path: Path
             deadline = time.monotonic() + 60
             i = 0
             while time.monotonic() < deadline:
+                answer: dict[str, Any] | None
                 try:
-                    r = p.call("send", mode="sync", messages=[msg(topic, f"b{i}", keys=f"b{i}")], timeout=40)[0]
+                    answer = p.call("send", mode="sync", messages=[msg(topic, f"b{i}", keys=f"b{i}")], timeout=40)[0]
                 except AgentError:  # the C++ client raises while its route names only the dead master
-                    r = None
-                if r is not None and r["status"] == "OK":
+                    answer = None
+                if answer is not None and answer["status"] == "OK":
                     acked.add(f"b{i}")
                     break
                 i += 1

@@ -36,10 +36,15 @@ class PowerCutFs:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen([sys.executable, str(DAEMON), str(self.backing), str(self.mountpoint)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
-        self._lines = lines = queue.Queue()
+        lines: queue.Queue[str] = queue.Queue()
+        self._lines = lines
         out = self.proc.stdout
         assert out is not None
-        threading.Thread(target=lambda: [lines.put(x) for x in out], daemon=True).start()
+
+        def pump() -> None:
+            for x in out:
+                lines.put(x)
+        threading.Thread(target=pump, daemon=True).start()
         try:
             line = lines.get(timeout=timeout)
         except queue.Empty:

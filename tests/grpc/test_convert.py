@@ -15,9 +15,9 @@ def _msg(**sys: object) -> definition_pb2.Message:
     m.system_properties.message_id = "ID1"
     for k, v in sys.items():
         if k == "keys":
-            m.system_properties.keys.extend(v)  # type: ignore[arg-type]
+            m.system_properties.keys.extend(v)
         elif k == "delivery_ms":
-            m.system_properties.delivery_timestamp.FromMilliseconds(v)  # type: ignore[arg-type]
+            m.system_properties.delivery_timestamp.FromMilliseconds(v)
         else:
             setattr(m.system_properties, k, v)
     return m

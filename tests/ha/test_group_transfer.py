@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tests.broker.rawclient import run, send_cmd
 from tidalmq.broker.config import BrokerConfig
@@ -90,9 +90,9 @@ def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None
             calls: list[int] = []
             real = svc.transfer
 
-            def counting(end: int, done: Any) -> None:
-                calls.append(end)
-                real(end, done)
+            def counting(next_offset: int, done: Callable[[TransferStatus], object]) -> None:
+                calls.append(next_offset)
+                real(next_offset, done)
 
             svc.transfer = counting  # type: ignore[method-assign]
             resps = await asyncio.gather(*(client.invoke(bc.broker_addr, send_cmd("Round", b"m%d" % i), 10)

@@ -64,7 +64,7 @@ def test_async_master_streams_the_commit_log_byte_for_byte(tmp_path: Path) -> No
             run(_async_master_scenario(master, slave), 90)
 
 
-async def _with_client(fn):  # type: ignore[no-untyped-def]
+async def _with_client(fn):
     client = RemotingClient()
     try:
         return await fn(client)

@@ -87,9 +87,9 @@ async def before_the_crash(master: str, slaves: list[str], late_ms: int, level2_
             await wait_caught_up(client, master, slave)
             # The slave holds the copies the master delivered, and has delivered nothing of its own (it
             # serves the topic once SlaveSynchronize copied its config: at its start, then every 10 s).
-            early = sorted(b for b in due if b"early" in b)
+            early_bodies = sorted(b for b in due if b"early" in b)
             deadline = asyncio.get_running_loop().time() + 15
-            while (got := sorted(await _pull_bodies(client, slave))) != early:
+            while (got := sorted(await _pull_bodies(client, slave))) != early_bodies:
                 assert asyncio.get_running_loop().time() < deadline, f"the slave holds {got}"
                 await asyncio.sleep(0.1)
             assert (await info(client, slave))["brokerRole"] == "SLAVE"
@@ -122,8 +122,8 @@ async def _pull_bodies(client: RemotingClient, addr: str) -> list[bytes]:
     return [bytes(m.body) for m in await _pull(client, addr)]
 
 
-async def _pull(client: RemotingClient, addr: str) -> list:  # type: ignore[type-arg]
-    out: list = []  # type: ignore[type-arg]
+async def _pull(client: RemotingClient, addr: str) -> list:
+    out: list = []
     offset = 0
     while True:
         resp = await client.invoke(addr, pull_cmd(TOPIC, 0, offset, max_nums=32), 10)
@@ -133,7 +133,7 @@ async def _pull(client: RemotingClient, addr: str) -> list:  # type: ignore[type
         offset = int(resp.ext_fields["nextBeginOffset"])
 
 
-async def _wait_delivered(client: RemotingClient, addr: str, n: int, timeout: float) -> list:  # type: ignore[type-arg]
+async def _wait_delivered(client: RemotingClient, addr: str, n: int, timeout: float) -> list:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         got = await _pull(client, addr)

@@ -33,7 +33,7 @@ class _FromFile(Standalone):
 
 
 @pytest.fixture
-def from_file(tmp_path: Path) -> Iterator[Standalone]:
+def from_file(tmp_path: Path) -> Iterator[_FromFile]:
     conf = tmp_path / "broker.conf"
     conf.write_text("# the operator's file\nbrokerClusterName=DefaultCluster\nmaxMessageSize=4194304\n")
     with _FromFile(tmp_path / "data", conf) as s:
@@ -56,7 +56,7 @@ def _send(s: Standalone, topic: str, size: int) -> None:
     asyncio.run(go())
 
 
-def test_max_message_size_applies_live_and_is_persisted(from_file: Standalone) -> None:
+def test_max_message_size_applies_live_and_is_persisted(from_file: _FromFile) -> None:
     s = from_file
     topic = uniq("MqaCfg")
     ok(run_mqadmin(s.namesrv_addr, "updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "1", "-w", "1"))

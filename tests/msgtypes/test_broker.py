@@ -108,11 +108,12 @@ def test_attributes_checked_persisted_and_answered(tmp_path: Path) -> None:
             async with Producer(uniq("PG"), s.namesrv_addr) as p:
                 # The check is off by default (RocketMQ's broker has none): a plain message to a DELAY topic is stored.
                 assert (await p.send(Message(topic, b"plain"))).ok
-                r = await p.send(Message(topic, b"later", delay_sec=600))
-                assert r.recall_handle is not None  # attached as RocketMQ does, whether or not recall is enabled
-                with pytest.raises(MQBrokerError) as e:
-                    await p.recall(topic, r.recall_handle)
-                assert e.value.code == ResponseCode.NO_PERMISSION and "recall failed, operation is forbidden" in str(e.value)
+                later = await p.send(Message(topic, b"later", delay_sec=600))
+                assert later.recall_handle is not None  # attached as RocketMQ does, whether or not recall is enabled
+                with pytest.raises(MQBrokerError) as refused:
+                    await p.recall(topic, later.recall_handle)
+                assert refused.value.code == ResponseCode.NO_PERMISSION
+                assert "recall failed, operation is forbidden" in str(refused.value)
 
         run(first_boot)
         s.stop()
@@ -301,8 +302,8 @@ def test_fifo_groups_stay_in_order_end_to_end(checked: Standalone) -> None:
                 assert time.monotonic() < deadline, seen
                 got = await c.receive(topic, 4, invisible_time=20, order=True, block_timeout=1.0)
                 for m in got:
-                    g, i = m.body.decode().split(":")
-                    seen[g].append(int(i))
+                    g, n = m.body.decode().split(":")
+                    seen[g].append(int(n))
                     total += 1
                 await c.ack_many(got)
         assert seen == {g: list(range(per_group)) for g in groups}

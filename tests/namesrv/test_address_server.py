@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,12 @@ def _get(url: str, method: str = "GET") -> tuple[int, bytes]:
 
 
 @pytest.fixture(scope="module")
-def served(module_tmp) -> Standalone:  # type: ignore[no-untyped-def]
+def served(module_tmp) -> Iterator[Standalone]:
     """A standalone that serves the address server on a free port."""
     port = free_port()
     with Standalone(module_tmp("addr") / "data", {"addressServerPort": str(port)}) as s:
         s.address_port = port  # type: ignore[attr-defined]
-        yield s  # type: ignore[misc]
+        yield s
 
 
 def test_standalone_serves_its_namesrv_address(served: Standalone) -> None:

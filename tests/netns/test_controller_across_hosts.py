@@ -65,7 +65,7 @@ class HostReplica(Standalone):
 
 
 async def _failover(client: RemotingClient, replicas: list[HostReplica], load: Load, how: str) -> float:
-    old = await _master(client, replicas, 30)  # type: ignore[arg-type]
+    old = await _master(client, replicas, 30)
     await wait_info(client, old.broker_addr, "SyncStateSet {1,2,3}",
                     lambda t: t.get("controllerSyncStateSet") == "1,2,3", 30)
     n0 = len(load.acked)
@@ -82,9 +82,9 @@ async def _failover(client: RemotingClient, replicas: list[HostReplica], load: L
     mark = load.mark()
     # The load looks for the master among the reachable replicas (as a client does through the route):
     # probing a host whose link is down costs a connect timeout per try.
-    load.replicas = [r for r in replicas if r is not old]  # type: ignore[misc]
+    load.replicas = [r for r in replicas if r is not old]
     acked_before = len(load.acked)
-    new = await _master(client, others, 20)  # type: ignore[arg-type]
+    new = await _master(client, others, 20)
     print(f"\n{how}: replica {new.settings['brokerId']} master {time.monotonic() - mark:.2f} s after it")
     if scheduled is not None:
         await after_the_promotion(new.broker_addr, scheduled)
@@ -111,7 +111,7 @@ async def _failover(client: RemotingClient, replicas: list[HostReplica], load: L
         await probe.close()
     old.start()
     probe = RemotingClient() if how == "partition" else client
-    load.replicas = list(replicas)  # type: ignore[misc]
+    load.replicas = replicas
     t = await wait_info(probe, old.broker_addr, "the old master rejoined as a slave",
                         lambda t: t.get("controllerMasterBrokerId") == new.settings["brokerId"]
                         and t.get("haConnectedToMaster") == "true", 30)
@@ -128,7 +128,7 @@ async def _scenario(replicas: list[HostReplica], partition: bool, namesrv_addr: 
     client = RemotingClient()
     consumption = Consumption(namesrv_addr)
     try:
-        first = await _master(client, replicas, 30)  # type: ignore[arg-type]
+        first = await _master(client, replicas, 30)
         resp = await client.invoke(first.broker_addr, RemotingCommand(
             code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
                 "topic": TOPIC, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES), "perm": "6"}), 5)
@@ -137,7 +137,7 @@ async def _scenario(replicas: list[HostReplica], partition: bool, namesrv_addr: 
             code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
                 "topic": TIMER_TOPIC, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}), 5)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
-        load = Load(client, replicas)  # type: ignore[arg-type]
+        load = Load(client, replicas)
         sender = asyncio.create_task(load.run())
         await consumption.consumer.start()
         took = [await _failover(client, replicas, load, "kill")]

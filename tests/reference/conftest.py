@@ -47,4 +47,4 @@ def tidal(module_tmp: ModuleTmp) -> Iterator[Standalone]:
 @pytest.fixture(scope="module", params=["apache", "tidal"])
 def server(request: pytest.FixtureRequest) -> ApacheRocketMQ | Standalone:
     """Each of the two in turn: a scenario written once runs against both."""
-    return request.getfixturevalue(request.param)  # type: ignore[no-any-return]
+    return request.getfixturevalue(request.param)

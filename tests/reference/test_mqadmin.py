@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,9 +137,9 @@ def answers(apache: ApacheRocketMQ, tidal: Standalone, rocketmq_jars: Path, modu
     out = Answers({}, {}, {}, ref, tmq)
     # the two servers' runs side by side (each server's in order: some commands change what the next sees)
     with ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(lambda t=t: {n: mqadmin(rocketmq_jars, home / n_, _args(t, a))
-                                         for n, a in COMMANDS.items() for n_ in [t.cluster]})
-                for t in (ref, tmq)]
+        def run_all(t: Target) -> dict[str, Any]:
+            return {n: mqadmin(rocketmq_jars, home / t.cluster, _args(t, a)) for n, a in COMMANDS.items()}
+        runs = [pool.submit(run_all, t) for t in (ref, tmq)]
         out.apache, out.tidal = runs[0].result(), runs[1].result()
     # TidalMQ's tool against a second copy of the TidalMQ answers' state: the mutating commands are
     # idempotent (create again, reset again), deleteTopic then finds the topic gone on both

@@ -24,7 +24,7 @@ from tidalmq.remoting.command import (
     frames_in,
 )
 
-texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
 commands = st.builds(
     RemotingCommand,
     code=st.integers(-32768, 32767),
@@ -61,7 +61,7 @@ def test_roundtrip_both_serializations(cmd: RemotingCommand) -> None:
 def test_incremental_decoder_any_split(cmds: list[RemotingCommand], chunk: int) -> None:
     data = b"".join(encode_frame(c) for c in cmds)
     dec = FrameDecoder()
-    out = []
+    out: list[RemotingCommand] = []
     for i in range(0, len(data), chunk):
         dec.feed(data[i : i + chunk])
         out.extend(dec.commands())

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def open_store(tmp_path: Path, clock: Clock) -> Iterator[Callable[..., TimerStor
     opened: list[TimerStore] = []
 
     def make(**kw: int) -> TimerStore:
-        args = {"precision_ms": 10, "slot_ms": 100, "wheel_slots": 20, "records_per_segment": 64}
+        args: dict[str, Any] = {"precision_ms": 10, "slot_ms": 100, "wheel_slots": 20, "records_per_segment": 64}
         args.update(kw)
         s = TimerStore(str(tmp_path / "timer"), clock=clock, **args)
         s.load()

@@ -19,7 +19,7 @@ LEVELS = "1s 2s 3s"
 
 
 @pytest.fixture(scope="module")
-def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def broker(module_tmp: ModuleTmp):
     s = Standalone(module_tmp("delay") / "data",
                    {"messageDelayLevel": LEVELS, "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     s.start()
@@ -27,7 +27,7 @@ def broker(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
     s.stop()
 
 
-async def pull_first(c: RemotingClient, addr: str, topic: str, qid: int, timeout: float):  # type: ignore[no-untyped-def]
+async def pull_first(c: RemotingClient, addr: str, topic: str, qid: int, timeout: float):
     """Long-poll queue ``qid`` from offset 0 until a message arrives; (message, seconds waited)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:

@@ -29,7 +29,7 @@ def filed(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
     rounds: list[np.ndarray] = []
     real = TimerStore.enqueue
 
-    def enqueue(self: TimerStore, entries: np.ndarray, enqueue_commit_offset: int):  # type: ignore[no-untyped-def]
+    def enqueue(self: TimerStore, entries: np.ndarray, enqueue_commit_offset: int):
         rounds.append(entries.copy())
         return real(self, entries, enqueue_commit_offset)
 

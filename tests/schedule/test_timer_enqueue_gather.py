@@ -30,7 +30,7 @@ def rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     real = TimerStore.enqueue
 
-    def enqueue(self: TimerStore, entries: np.ndarray, enqueue_commit_offset: int):  # type: ignore[no-untyped-def]
+    def enqueue(self: TimerStore, entries: np.ndarray, enqueue_commit_offset: int):
         if len(entries):
             sizes.append(len(entries))
         return real(self, entries, enqueue_commit_offset)
@@ -142,7 +142,7 @@ def test_a_round_of_large_records_stops_where_its_span_would_exceed_one_view(
     views: list[bool] = []
     real = TimerMessageService._chunk_fields
 
-    def chunk_fields(self: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):  # type: ignore[no-untyped-def]
+    def chunk_fields(self: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):
         got = real(self, phys, sizes, deliver)
         views.append(got is not None)
         return got

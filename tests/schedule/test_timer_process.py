@@ -153,7 +153,7 @@ async def send_timer(c: RemotingClient, addr: str, topic: str, deliver: list[int
     return list(await asyncio.gather(*(one(i, d) for i, d in enumerate(deliver))))
 
 
-async def delivered(c: RemotingClient, addr: str, topic: str) -> list:  # type: ignore[type-arg]
+async def delivered(c: RemotingClient, addr: str, topic: str) -> list:
     out = []
     for q in range(QUEUES):
         off = 0
@@ -191,7 +191,7 @@ async def child_pid(c: RemotingClient, addr: str, other_than: int = -1, timeout:
         await asyncio.sleep(0.05)
 
 
-def check_all_once(msgs: list, uniqs: list[str]) -> None:  # type: ignore[type-arg]
+def check_all_once(msgs: list, uniqs: list[str]) -> None:
     got = Counter(m.properties.get("UNIQ_KEY") for m in msgs)
     missing = [u for u in uniqs if u not in got]
     assert not missing, f"{len(missing)} of {len(uniqs)} acknowledged timer messages lost"

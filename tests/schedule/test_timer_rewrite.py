@@ -101,7 +101,7 @@ def batch_item(body: bytes, props: dict[str, str]) -> bytes:
     return struct.pack(">iiiii", 20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)) + body + struct.pack(">h", len(pb)) + pb
 
 
-def encode(body: bytes):  # type: ignore[no-untyped-def]
+def encode(body: bytes):
     return encode_batch_records(body, topic="T", queue_id=3, sysflag=0, born_timestamp=NOW,
                                 born_host=b"\x7f\x00\x00\x01", born_port=1, store_host=b"\x7f\x00\x00\x01",
                                 store_port=2)
@@ -289,7 +289,7 @@ def test_a_batch_sharing_one_layout_parks_what_reading_it_message_by_message_par
     searched.found = searched.dispatch_properties
     searched.layout = None  # as a batch without one layout is read
 
-    def park(records):  # type: ignore[no-untyped-def]
+    def park(records):
         try:
             parked, due, due_at = rewrite().park_batch(records, "T", 3)
         except SendError as e:

@@ -50,7 +50,7 @@ async def stream(addr: str, acked: dict[str, int], seconds: float, delay_ms: tup
         await c.close()
 
 
-async def drain(addr: str) -> list:  # type: ignore[type-arg]
+async def drain(addr: str) -> list:
     c = RemotingClient()
     out = []
     try:

@@ -21,14 +21,14 @@ from tidalmq.remoting.transport import RemotingClient
 
 
 @pytest.fixture(scope="module")
-def site(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def site(module_tmp: ModuleTmp):
     root = module_tmp("attacks")
     canary = plant_canary(root)
     with Standalone(root / "data", {"mappedFileSizeCommitLog": str(8 * 1024 * 1024)}) as s:
         yield s, canary
 
 
-def _cmd(code: int, body: bytes | None = None, **ext: str) -> RemotingCommand:
+def _cmd(code: int, body: bytes | None = None, /, **ext: str) -> RemotingCommand:
     return RemotingCommand(code=code, ext_fields=ext, body=body)
 
 
@@ -36,7 +36,7 @@ def _cq_dirs(s: Standalone) -> list[str]:
     return sorted(p.name for p in (s.data_dir / "store" / "consumequeue").iterdir())
 
 
-def test_send_back_with_traversal_group_is_refused(site) -> None:  # type: ignore[no-untyped-def]
+def test_send_back_with_traversal_group_is_refused(site) -> None:
     s, canary = site
     before = snapshot(canary)
 
@@ -60,7 +60,7 @@ def test_send_back_with_traversal_group_is_refused(site) -> None:  # type: ignor
     assert not [d for d in _cq_dirs(s) if "." in d or "RETRY" in d or "DLQ" in d]
 
 
-def test_delete_topic_with_dlq_traversal_is_refused(site) -> None:  # type: ignore[no-untyped-def]
+def test_delete_topic_with_dlq_traversal_is_refused(site) -> None:
     s, canary = site
     before = snapshot(canary)
 
@@ -78,7 +78,7 @@ def test_delete_topic_with_dlq_traversal_is_refused(site) -> None:  # type: igno
     assert snapshot(canary) == before and (canary / "x" / "keep2.txt").exists()
 
 
-def test_offsets_refuse_traversal_groups_and_out_of_range_values(site) -> None:  # type: ignore[no-untyped-def]
+def test_offsets_refuse_traversal_groups_and_out_of_range_values(site) -> None:
     s, _ = site
 
     async def scenario() -> None:
@@ -106,7 +106,7 @@ def test_offsets_refuse_traversal_groups_and_out_of_range_values(site) -> None: 
     assert "evil" not in (offsets.read_text() if offsets.exists() else "")
 
 
-def test_topic_names_with_newline_and_bad_perm_are_refused(site) -> None:  # type: ignore[no-untyped-def]
+def test_topic_names_with_newline_and_bad_perm_are_refused(site) -> None:
     s, _ = site
 
     async def scenario() -> None:
@@ -131,7 +131,7 @@ def test_topic_names_with_newline_and_bad_perm_are_refused(site) -> None:  # typ
     assert not [d for d in _cq_dirs(s) if "\n" in d]
 
 
-def test_heartbeat_with_numeric_group_is_refused(site) -> None:  # type: ignore[no-untyped-def]
+def test_heartbeat_with_numeric_group_is_refused(site) -> None:
     s, _ = site
 
     async def scenario() -> None:
@@ -149,7 +149,7 @@ def test_heartbeat_with_numeric_group_is_refused(site) -> None:  # type: ignore[
     run(scenario())
 
 
-def test_property_injection_is_refused(site) -> None:  # type: ignore[no-untyped-def]
+def test_property_injection_is_refused(site) -> None:
     s, _ = site
     topic = "SecProps"
 

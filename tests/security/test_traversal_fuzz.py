@@ -6,6 +6,7 @@ directory has a legal name, and the broker still serves a normal send and pull a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -51,7 +52,7 @@ def _body_request(target: str, value: str) -> tuple[RemotingCommand, bool]:
     if kind == "heartbeat":
         return heartbeat("fuzz", value if what == "group" else "SecFuzzG", value if what == "topic" else "SecFuzzT"), False
     if kind == "lock":
-        body = {"consumerGroup": value if what == "group" else "SecFuzzG", "clientId": "fuzz",
+        body: dict[str, Any] = {"consumerGroup": value if what == "group" else "SecFuzzG", "clientId": "fuzz",
                 "mqSet": [{"topic": value if what == "topic" else "SecFuzzT", "brokerName": "fuzz-b", "queueId": 0}]}
         return RemotingCommand(code=RC.LOCK_BATCH_MQ, body=fastjson.dumpb(body)), False
     if kind == "register":
@@ -65,7 +66,7 @@ def _body_request(target: str, value: str) -> tuple[RemotingCommand, bool]:
 
 
 @pytest.fixture(scope="module")
-def site(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def site(module_tmp: ModuleTmp):
     root = module_tmp("fuzz")
     canary = plant_canary(root)
     with Standalone(root / "data", {"mappedFileSizeCommitLog": str(8 * 1024 * 1024)}) as s:
@@ -90,7 +91,7 @@ def hostile_names(canary: Path) -> st.SearchStrategy[str]:
     return st.one_of(built, st.text(max_size=80), st.text(alphabet="./\\%|_-aZ\n\x00", max_size=40))
 
 
-def _exercise(site, target, name: str) -> None:  # type: ignore[no-untyped-def]
+def _exercise(site, target, name: str) -> None:
     s, root, canary = site
     before = _outside_store(root, s)
 
@@ -137,7 +138,7 @@ def _targets() -> st.SearchStrategy[object]:
     return st.sampled_from([*HEADER_TARGETS, *BODY_TARGETS])
 
 
-def _run(site, examples: int) -> None:  # type: ignore[no-untyped-def]
+def _run(site, examples: int) -> None:
     _, _, canary = site
 
     @settings(max_examples=examples, deadline=None, derandomize=examples <= 300,
@@ -150,12 +151,12 @@ def _run(site, examples: int) -> None:  # type: ignore[no-untyped-def]
     _still_serves(site[0])
 
 
-def test_every_named_request_stays_inside_the_store(site) -> None:  # type: ignore[no-untyped-def]
+def test_every_named_request_stays_inside_the_store(site) -> None:
     _run(site, 250)
 
 
 @pytest.mark.slow
-def test_every_named_request_stays_inside_the_store_long(site) -> None:  # type: ignore[no-untyped-def]
+def test_every_named_request_stays_inside_the_store_long(site) -> None:
     _run(site, 5000)
 
 

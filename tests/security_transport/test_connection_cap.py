@@ -43,7 +43,7 @@ class LowFdStandalone(Standalone):
 
 
 @pytest.fixture(scope="module")
-def low_fd(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def low_fd(module_tmp: ModuleTmp):
     s = LowFdStandalone(module_tmp("low-fd") / "data", {"mappedFileSizeCommitLog": str(4 << 20), "maxMessageSize": str(1 << 20)})
     with s:
         yield s

@@ -15,6 +15,7 @@ import logging
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,10 +42,10 @@ pytestmark = pytest.mark.timeout(600)
 
 QUICK = 150
 LONG = 20_000
-FUZZ = {"deadline": None, "database": None, "suppress_health_check": list(HealthCheck)}
+FUZZ: dict[str, Any] = {"deadline": None, "database": None, "suppress_health_check": list(HealthCheck)}
 
 # ---------------------------------------------------------------------------------------- codec
-texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
 valid_commands = st.builds(
     RemotingCommand,
     code=st.integers(-32768, 32767), opaque=st.integers(0, 2**31 - 1), flag=st.sampled_from([0, 1, 2]),

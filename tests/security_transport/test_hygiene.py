@@ -35,7 +35,7 @@ LIMITS = {
 
 
 @pytest.fixture(scope="module")
-def limited(module_tmp: ModuleTmp):  # type: ignore[no-untyped-def]
+def limited(module_tmp: ModuleTmp):
     with Standalone(module_tmp("limits") / "data", LIMITS) as s:
         yield s
 

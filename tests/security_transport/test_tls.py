@@ -20,8 +20,8 @@ pytestmark = pytest.mark.timeout(90)
 SMALL = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
 
 
-def run(coro, timeout: float = 45):  # type: ignore[no-untyped-def]
-    async def go():  # type: ignore[no-untyped-def]
+def run(coro, timeout: float = 45):
+    async def go():
         return await asyncio.wait_for(coro, timeout)
 
     return asyncio.run(go())

@@ -19,7 +19,7 @@ from tests.spark.conftest import (
 pytestmark = pytest.mark.spark
 
 
-def _writer(df, ns: str, **options: str):  # type: ignore[no-untyped-def]
+def _writer(df, ns: str, **options: str):
     return df.write.format("tidalmq").option("nameserver", ns).options(**options).mode("append")
 
 
@@ -53,12 +53,12 @@ def test_sharding_key_keeps_order_per_key(spark, spark_broker) -> None:
     rows = reader(spark, ns, topic).load().select("queueId", "queueOffset", "body").collect()
     by_key: dict[str, list[tuple[int, int, int]]] = {}
     for r in rows:
-        key, seq = bytes(r.body).decode().split(":")
-        by_key.setdefault(key, []).append((r.queueId, r.queueOffset, int(seq)))
+        key, seq_text = bytes(r.body).decode().split(":")
+        by_key.setdefault(key, []).append((r.queueId, r.queueOffset, int(seq_text)))
     for key, entries in by_key.items():
         assert len({q for q, _, _ in entries}) == 1, f"key {key} spread over queues"
         # within one Spark partition the rows of a key are in order; there are two input partitions
-        per_task = {}
+        per_task: dict[bool, list[int]] = {}
         for _q, _off, seq in sorted(entries):
             per_task.setdefault(seq < 1000, []).append(seq)
         for seqs in per_task.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -96,7 +97,7 @@ def rec(topic: str, queue_id: int = 0, body: bytes = b"hello", tags: str | None 
                          born_timestamp=1, born_port=1234, store_port=10911)
 
 
-def put_one(store: DefaultMessageStore, topic: str, queue_id: int = 0, **kw: object):  # noqa: ANN201
+def put_one(store: DefaultMessageStore, topic: str, queue_id: int = 0, **kw: Any):  # noqa: ANN201
     return store.put_messages([PutRequest(topic, queue_id, [rec(topic, queue_id, **kw)])])[0]
 
 
@@ -143,7 +144,8 @@ def crash(store: DefaultMessageStore) -> None:
                 cond.notify_all()
     store.reput._stopped.set()
     store.reput.wakeup()
-    for t in (store.clean_service, store.flush_cq_service, store.flush_service, store.reput):
+    services: tuple[Any, ...] = (store.clean_service, store.flush_cq_service, store.flush_service, store.reput)
+    for t in services:
         if t is not None and t.is_alive():
             t.join(5)
     store._shutdown = True

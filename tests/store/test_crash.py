@@ -31,7 +31,7 @@ def run_and_kill(root: str, mode: str, acks_wanted: int, run_id: str = "r1") -> 
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()
-        assert line == b"READY\n", (line, proc.stderr.read() if proc.poll() is not None else b"")
+        assert line == b"READY\n", (line, proc.stderr.read() if proc.stderr and proc.poll() is not None else b"")
         while len(acked) < acks_wanted and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
@@ -70,7 +70,6 @@ def verify(root: str, acked: list[str]) -> tuple[int, int]:
         missing = [k for k in acked if k not in seen]
         # The ConsumeQueues hold exactly the records of the recovered CommitLog.
         cl: CommitLog = store.commit_log
-        stored = []
         off = cl.min_offset
         batch, end, stalled = cl.read_dispatch_requests(off, 1 << 40)
         reqs = batch.rows()
@@ -78,7 +77,8 @@ def verify(root: str, acked: list[str]) -> tuple[int, int]:
         stored = {r.commit_log_offset for r in reqs if r.topic == "CRASH"}
         assert stored == in_cq
         for r in reqs[:50]:
-            assert decode_record(store.select_one_message_by_offset(r.commit_log_offset), check_crc=True)
+            view = store.select_one_message_by_offset(r.commit_log_offset)
+            assert view is not None and decode_record(view, check_crc=True)
         return len(missing), len(seen)
     finally:
         store.shutdown()

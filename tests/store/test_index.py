@@ -7,6 +7,7 @@ import random
 import re
 import struct
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -433,7 +434,10 @@ def test_indexing_goes_on_while_a_flush_waits_for_the_disk(tmp_path, monkeypatch
     try:
         assert in_sync.wait(10)
         done = threading.Event()
-        indexer = threading.Thread(target=lambda: (s.build_index("T", ["k"], None, 100, T0 + 9000), done.set()))
+        def index_then_say_so() -> None:
+            s.build_index("T", ["k"], None, 100, T0 + 9000)
+            done.set()
+        indexer = threading.Thread(target=index_then_say_so)
         indexer.start()
         assert done.wait(5), "indexing waited for the flush's sync"
         assert s.query_offsets("T", "k", 100, 0, 2**62)[0] == 100
@@ -570,7 +574,7 @@ def test_reput_rounds_write_the_bytes_of_the_scalar_path(tmp_path, topics, round
 def test_rounds_the_column_path_hands_back(tmp_path, threshold):
     """Rounds with a record the column-wise path does not take (skipped offsets, no unique key, KEYS
     strings, empty keys, tuples of keys) are indexed as record by record."""
-    rounds = [
+    rounds: list[list[tuple[str, Any, str | None, int, int]]] = [
         [("T", ["a"], f"U{i}", 100 + i, T0) for i in range(10)],
         [("T", ["a"], f"V{i}", 50 + i, T0) for i in range(10)],  # below the newest offset: all skipped
         [("T", ["b"], f"W{i}", 120 - i, T0) for i in range(10)],  # decreasing: the first one only
@@ -773,5 +777,5 @@ def test_build_index_columns_writes_what_build_index_batch_writes(tmp_path, shap
         assert len(os.listdir(tmp_path / d)) == 1
     data = [open(os.path.join(tmp_path / d, os.listdir(tmp_path / d)[0]), "rb").read() for d in ("columns", "items")]
     assert data[0] == data[1]
-    some = next(i for i in range(n) if uniqs[i] is not None)
-    assert by_columns.query_offsets(topics[some], uniqs[some], 10, 0, 2**62) == [int(offsets[some])]
+    some, uniq = next((i, u) for i, u in enumerate(uniqs) if u is not None)
+    assert by_columns.query_offsets(topics[some], uniq, 10, 0, 2**62) == [int(offsets[some])]

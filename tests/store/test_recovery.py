@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from .conftest import FakeIndex, crash, put_one, rec
 
 
 def read_queue(store, topic: str, qid: int) -> list:  # noqa: ANN001
-    out = []
+    out: list[Any] = []
     off = store.get_min_offset_in_queue(topic, qid)
     while True:
         r = store.get_message("g", topic, qid, off, 32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from typing import Any
 
 import pytest
 
@@ -308,7 +309,10 @@ def test_sync_flush_timeout(make_store, monkeypatch) -> None:
     got: list[bool] = []
     ev = threading.Event()
     r = put_one(store, "F")
-    store.request_flush(r.wrote_offset + r.wrote_bytes, lambda ok: (got.append(ok), ev.set()))
+    def flushed(ok: bool) -> None:
+        got.append(ok)
+        ev.set()
+    store.request_flush(r.wrote_offset + r.wrote_bytes, flushed)
     assert ev.wait(5)
     assert got == [False]
 
@@ -383,7 +387,7 @@ def test_encoded_batch_rolls_to_next_file_and_survives_recovery(make_store, tmp_
     open(os.path.join(root, "abort"), "wb").close()  # as after a crash: rebuild what the queue lost
     again = make_store(root=root)
     assert again.get_max_offset_in_queue("ER", 0) == 48
-    got = []
+    got: list[Any] = []
     off = 0
     while off < 48:
         r = again.get_message("g", "ER", 0, off, 32)

@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -266,11 +267,12 @@ def test_end_transaction_bad_input(broker: Standalone) -> None:
             async with Producer(uniq("PG"), ns) as p:
                 r = await p.send(half(topic, group, b"once"))
                 plain = await p.send(Message(topic, b"plain"))
-                args = dict(group=group, offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset)
+                args: dict[str, Any] = dict(group=group, offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset)
                 # no half message there: a plain message, inside a record, past the end
-                for kw in (dict(offset_msg_id=plain.offset_msg_id, queue_offset=plain.queue_offset),
+                kws: tuple[dict[str, Any], ...] = (dict(offset_msg_id=plain.offset_msg_id, queue_offset=plain.queue_offset),
                            dict(offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset, shift=8),
-                           dict(offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset, shift=1 << 40)):
+                           dict(offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset, shift=1 << 40))
+                for kw in kws:
                     resp = await end_transaction(client, addr, group=group, kind=COMMIT, **kw)
                     assert resp.code == ResponseCode.SYSTEM_ERROR and "no half message" in (resp.remark or ""), resp.remark
                 # the wrong tranStateTableOffset
@@ -324,7 +326,7 @@ def test_check_back_answer_from_a_producer_of_another_group_is_refused(broker: S
             resp = await client.invoke(addr, RemotingCommand(code=RC.HEART_BEAT, body=fastjson.dumpb(hb)), 5)
             assert resp.code == ResponseCode.SUCCESS
             # ... and answers a check-back about this group's half message, naming this group
-            args = dict(group=group, offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset)
+            args: dict[str, Any] = dict(group=group, offset_msg_id=r.offset_msg_id, queue_offset=r.queue_offset)
             resp = await end_transaction(client, addr, **args, kind=COMMIT, from_check=True)
             assert resp.code == ResponseCode.TRANSACTION_STATE_GROUP_WRONG
             assert "check-back answer refused" in (resp.remark or "")
