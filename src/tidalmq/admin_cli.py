@@ -15,8 +15,8 @@ from tidalmq.remoting.transport import RemotingError
 
 if TYPE_CHECKING:
     # The client is imported when an admin command runs: every command builds this parser, and the namesrv
-    # and broker commands never need the client (its import was ~45 % of their start: 0.27 -> 0.15 s
-    # for `tidalmq --help`).
+    # and broker commands never need the client (its import was much of their start: docs/benchmarks.md,
+    # "Figures behind the code").
     from tidalmq.client.admin import Admin
     from tidalmq.client.message import MessageExt
 

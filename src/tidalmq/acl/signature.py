@@ -90,9 +90,9 @@ class Hmac:
     """HmacSHA1 with one secret, base64, over a request's signed content.
 
     HMAC (RFC 2104) is SHA-1 over (key ^ ipad) + message, then over (key ^ opad) + that digest. The two
-    key blocks are hashed once, here, and their SHA-1 states copied per request: about half the cost of
-    ``hmac.digest``, which sets the key up again on every call (measured: 7.96 -> 3.38 us for a 1.2 KB
-    request on the test machine). The header text and the body are fed separately: no joined copy.
+    key blocks are hashed once, here, and their SHA-1 states copied per request: cheaper than
+    ``hmac.digest``, which sets the key up again on every call (docs/benchmarks.md, "Figures behind the
+    code"). The header text and the body are fed separately: no joined copy.
     """
 
     __slots__ = ("_inner", "_outer")
@@ -146,8 +146,8 @@ def calc_signature(content: bytes, secret_key: str) -> str:
 
 
 def _hmac_sha1_base64(key: bytes, content: bytes) -> str:
-    # One-shot hmac.digest (OpenSSL, no Python-level HMAC object) is the cheapest path measured;
-    # joining the header text to a body costs less than a second update call.
+    # One-shot hmac.digest (OpenSSL, no Python-level HMAC object) where the key is used once: no HMAC object
+    # to build; joining the header text to a body costs less than a second update call.
     return binascii.b2a_base64(hmac.digest(key, content, "sha1"), newline=False).decode("ascii")
 
 

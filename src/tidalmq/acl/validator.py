@@ -42,9 +42,9 @@ _DECISIONS_MAX = 256  # per connection
 _UNDECIDED = object()
 _REFUSALS_LOGGED_MAX = 1000
 # judge_later hands a chunk to the signature worker when its requests average this many bytes of frame:
-# the hand-over cost the loop more than it saved for 1 KiB single sends (25.5-26.7 against 23.9-24.9 us a
-# message, the child waking on the loop's two shared cores), and 0.3-0.4 us a message less for batches of
-# 64 messages of 1 KiB, 70 KB a request (docs/acl.md, "Cost").
+# for small requests (1 KiB single sends) the hand-over costs the loop more than it saves (the child wakes on
+# the loop's shared cores); for batches (64 messages of 1 KiB, 70 KB a request) it saves (docs/acl.md,
+# "Cost"; docs/benchmarks.md, "Figures behind the code").
 _LATER_MIN_BYTES_PER_REQUEST = 16 * 1024
 
 FileSignature = tuple[tuple[str, int, int, int, int], ...]
@@ -151,7 +151,7 @@ class PlainAccessValidator:
         steps of ``Hmac.verify``, without its three calls), then its resources among the connection's
         decisions; anything else, or anything that inline check cannot read, takes ``self(conn, cmd)``.
         Same verdicts (tests/acl/test_units.py::test_a_chunk_is_judged_as_its_requests_one_at_a_time),
-        ~0.35 us a request less than one call each (docs/benchmarks.md#security)."""
+        for less than one call each (docs/benchmarks.md#security)."""
         codes = self.check_codes
         peer = self._peer(conn)
         if peer.white:

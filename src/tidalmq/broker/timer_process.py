@@ -51,9 +51,9 @@ STATE_INTERVAL_S = 1.0  # STATE also goes out unasked this often (retention move
 # After an arrival in the timer topic, wait this long before telling the child (as the reput waits before
 # a round, store/reput.py): the broker's event loop dispatches after every group commit, so under a burst
 # of timer sends arrivals come every few hundred microseconds, and a STATE for each woke the publisher
-# thread (the GIL taken from the loop; the loop now sends it itself) and the child each time. Batches of 64 timer
-# messages, bench/schedule_bench.py --enqueue-only alternated twice: 68-70 % of plain batches without the
-# pause, 74-75 % with it; the schedule process's CPU 3.3-3.4 -> 2.6-3.1 us a message.
+# thread (the GIL taken from the loop; the loop now sends it itself) and the child each time. The pause lets
+# one STATE tell many arrivals: more timer batches a second, less of the schedule process's CPU a message
+# (docs/benchmarks.md, "Figures behind the code").
 STATE_PAUSE_S = 0.002
 RESTART_DELAY_S = (0.1, 0.5, 2.0)  # after the child died: quick first, slower if it keeps dying
 STOP_WAIT_S = 15.0

@@ -29,7 +29,7 @@ import numpy as np
 
 from tidalmq.common import sysflag as sf
 
-try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, ~3.5x faster on 1 KiB bodies
+try:  # ISA-L's CRC32 (SIMD): the same CRC as zlib's, faster (docs/benchmarks.md, "Figures behind the code")
     from isal.isal_zlib import crc32 as _crc32
 except ImportError:  # pragma: no cover - platforms without its wheels
     from zlib import crc32 as _crc32

@@ -43,15 +43,15 @@ PROPERTIES_MARK = PROPERTY_SEPARATOR_BYTES + NAME_VALUE_SEPARATOR_BYTES * 2 + PR
 _DISPATCH_NAMES = frozenset(DISPATCH_NAMES)
 _LAYOUT_NAMES_MAX = 32  # more properties a message than this: read message by message
 # From this many messages on, a batch whose properties are all as long as each other is read as a byte matrix
-# (``_fixed_width_layout``: ~8 us a batch, then a few ns a message) rather than by the regex (~0.2 us a
-# message): for two fixed-length properties, 64 messages 0.23 vs 0.24 us a message, 128 0.15 vs 0.21, 512
-# 0.09 vs 0.20.
+# (``_fixed_width_layout``: a fixed cost a batch, then next to nothing a message) rather than by the regex (a
+# search a message): below it the fixed cost is more than the regex's (docs/benchmarks.md, "Figures behind
+# the code").
 _FIXED_WIDTH_MIN = 128
 # From this many messages on, a batch whose items are all as long as each other, with bodies all as long, is
 # encoded as one matrix of whole records, a row each (``_packed_batch``: a numpy store a column block, no step
-# a message but the body CRC), and written as one buffer; else as five pieces a record. Encoding alone, µs a
-# message, packed vs pieces: 8 messages 3.14 / 3.34, 16 1.75 / 2.03, 32 1.05 / 1.37, 64 0.66 / 1.05; below
-# 16 the matrix's fixed cost (~20 numpy stores) is most of the gain's worth.
+# a message but the body CRC), and written as one buffer; else as five pieces a record. Below 16 messages the
+# matrix's fixed cost (about twenty numpy stores) is most of what it saves (docs/benchmarks.md, "Figures behind
+# the code").
 _PACKED_MIN = 16
 # ... and whose items are at most this long: the matrix is a copy of the request's bodies, which the CommitLog
 # makes anyway for a batch of small pieces (it joins them: _JOIN_BELOW in the store's CommitLog), but not for large
@@ -115,8 +115,7 @@ def batch_layout(joined: bytes, first: bytes | memoryview, n: int) -> PropertyLa
     The matches are checked to tile ``joined`` (their lengths, from the values, add up to it) and the
     name/value separators to be exactly the marks' and the names': then no value holds one and no message's
     properties hold a mark of their own, so the n matches are the n messages, one each. Messages whose
-    properties are all as long as the first's are read without the regex (``_fixed_width_layout``: 0.17 ->
-    0.10 us a message for a W2-shaped batch of 512)."""
+    properties are all as long as the first's are read without the regex (``_fixed_width_layout``)."""
     parts = bytes(first).split(PROPERTY_SEPARATOR_BYTES)
     if parts[-1] or len(parts) - 1 > _LAYOUT_NAMES_MAX:
         return None  # the last pair lacks its separator (or there are too many to compile)
