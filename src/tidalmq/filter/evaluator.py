@@ -17,6 +17,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from tidalmq.filter import nodes as n
 from tidalmq.filter.errors import EvaluationError
 from tidalmq.filter.jvalues import (
     JLong,
@@ -27,21 +28,6 @@ from tidalmq.filter.jvalues import (
     parse_double,
     parse_int,
     parse_long,
-)
-from tidalmq.filter.nodes import (
-    And,
-    BoolCast,
-    Const,
-    Equal,
-    InList,
-    IsNull,
-    Negate,
-    Node,
-    Not,
-    Or,
-    Prop,
-    Relational,
-    StringMatch,
 )
 
 Props = Mapping[str, str]
@@ -66,17 +52,17 @@ def _convert_for(value: object) -> Callable[[str], object] | None:
     return None
 
 
-def build(node: Node) -> Evaluator:
+def build(node: n.Node) -> Evaluator:
     """The evaluator of ``node``."""
     match node:
-        case Const(value=v):
+        case n.Const(value=v):
             return lambda props: v
-        case Prop(name=name):
+        case n.Prop(name=name):
             return lambda props: props.get(name)
-        case Negate(operand=o):
+        case n.Negate(operand=o):
             inner = build(o)
             return lambda props: negate(inner(props))  # null and non-numbers negate to null
-        case BoolCast(operand=o):
+        case n.BoolCast(operand=o):
             inner = build(o)
 
             def bool_cast(props: Props) -> object:
@@ -85,28 +71,28 @@ def build(node: Node) -> Evaluator:
                     return None
                 return v if type(v) is bool else False
             return bool_cast
-        case Not(operand=o):
+        case n.Not(operand=o):
             inner = build(o)
 
             def not_(props: Props) -> object:
                 v = inner(props)
                 return None if v is None else not v
             return not_
-        case And(left=a, right=b):
+        case n.And(left=a, right=b):
             return _and(build(a), build(b))
-        case Or(left=a, right=b):
+        case n.Or(left=a, right=b):
             return _or(build(a), build(b))
-        case IsNull(operand=o):
-            if isinstance(o, Prop):
+        case n.IsNull(operand=o):
+            if isinstance(o, n.Prop):
                 name = o.name
                 return lambda props: props.get(name) is None
             inner = build(o)
             return lambda props: inner(props) is None
-        case Equal(left=a, right=b):
+        case n.Equal(left=a, right=b):
             return _equal(a, b)
-        case Relational(op=op, left=a, right=b):
+        case n.Relational(op=op, left=a, right=b):
             return _relational(op, a, b)
-        case InList(operand=Prop(name=name), values=values, negated=neg):
+        case n.InList(operand=n.Prop(name=name), values=values, negated=neg):
             members = frozenset(values)
 
             def in_list(props: Props) -> object:
@@ -115,7 +101,7 @@ def build(node: Node) -> Evaluator:
                     return None
                 return (v in members) is not neg
             return in_list
-        case StringMatch(kind=kind, operand=o, search=search, negated=neg):
+        case n.StringMatch(kind=kind, operand=o, search=search, negated=neg):
             inner = build(o)
             test = {"CONTAINS": lambda s: search in s, "STARTSWITH": lambda s: s.startswith(search),
                     "ENDSWITH": lambda s: s.endswith(search)}[kind]
@@ -159,8 +145,8 @@ def _or(a: Evaluator, b: Evaluator) -> Evaluator:
     return or_
 
 
-def _equal(a: Node, b: Node) -> Evaluator:
-    if isinstance(a, Prop) and isinstance(b, Const) and b.value is not None:
+def _equal(a: n.Node, b: n.Node) -> Evaluator:
+    if isinstance(a, n.Prop) and isinstance(b, n.Const) and b.value is not None:
         name, c = a.name, b.value
         if type(c) is str:
             return lambda props: None if (v := props.get(name)) is None else v == c
@@ -182,8 +168,8 @@ def _equal(a: Node, b: Node) -> Evaluator:
     return equal
 
 
-def _relational(op: str, a: Node, b: Node) -> Evaluator:
-    if isinstance(a, Prop) and isinstance(b, Const):
+def _relational(op: str, a: n.Node, b: n.Node) -> Evaluator:
+    if isinstance(a, n.Prop) and isinstance(b, n.Const):
         conv = _convert_for(b.value)
         if conv is not None:
             name, c = a.name, cast(Any, b.value)
@@ -223,7 +209,7 @@ def _relational(op: str, a: Node, b: Node) -> Evaluator:
     return relational
 
 
-def matcher(node: Node) -> Callable[[Props], bool]:
+def matcher(node: n.Node) -> Callable[[Props], bool]:
     """``props -> bool``: true only when the expression evaluates to true; an evaluation error is
     a non-match."""
     fn = build(node)
