@@ -60,7 +60,8 @@ from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topi
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_log import MAGIC_DELETE
 from tidalmq.schedule.timer_store import DAY_MS, FlushPoint, TimerStore, ms_now
-from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
+from tidalmq.store.api import MessageStore
+from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 from tidalmq.store.results import QueueEntries, QueueRange
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ _NONE_KEY = (-(1 << 62), -1)
 
 
 class TimerStoreAccess(Protocol):
-    """What the service reads and writes of the store: DefaultMessageStore in the broker's process, a
+    """What the service reads and writes of the store: MessageStore in the broker's process, a
     StoreFollower (store/follower.py) in the schedule process."""
 
     @property
@@ -1170,7 +1171,7 @@ def _deliver_of(props: dict[str, str], default: int) -> int:
         return default
 
 
-def find_cancel_target(store: DefaultMessageStore, topic: str, uniq: str, now_ms: int) -> CancelTarget:
+def find_cancel_target(store: MessageStore, topic: str, uniq: str, now_ms: int) -> CancelTarget:
     """Look the target of a cancel up in the store's index: parked in rmq_sys_wheel_timer (pending), a cancel
     marker for it there (cancelled), or its copy in the real topic (delivered). "unchecked" without an index.
     Reads the index (it may block on files): the broker calls it off its event loop, once reput has indexed
