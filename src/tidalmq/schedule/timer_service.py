@@ -58,8 +58,9 @@ from tidalmq.schedule import timer_takeover
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hashes
 from tidalmq.schedule.restore import TIMER_PARKING_PROPERTIES, copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
+from tidalmq.schedule.timer_flush import FlushPoint
 from tidalmq.schedule.timer_log import MAGIC_DELETE
-from tidalmq.schedule.timer_store import DAY_MS, FlushPoint, TimerStore, ms_now
+from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
 from tidalmq.store.api import MessageStore
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 from tidalmq.store.results import QueueEntries, QueueRange
