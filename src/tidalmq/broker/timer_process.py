@@ -40,7 +40,7 @@ from tidalmq.schedule.channel import (
     json_frame,
 )
 from tidalmq.schedule.stats import ScheduleStats
-from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
+from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS
 from tidalmq.store.api import MessageStore
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.results import PutStatus

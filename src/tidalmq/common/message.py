@@ -6,10 +6,16 @@ stored records, so the same codec serves the protocol and the store.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+NAME_VALUE_SEPARATOR_BYTES = NAME_VALUE_SEPARATOR.encode()
+PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
+PROPERTY_SEPARATOR_BYTE = PROPERTY_SEPARATOR_BYTES[0]  # what ``raw[i]`` of encoded bytes is at a separator
+NAME_VALUE_SEPARATOR_BYTE = NAME_VALUE_SEPARATOR_BYTES[0]
 
 # Property names that carry behaviour (MessageConst.java).
 KEYS = "KEYS"
@@ -116,6 +122,44 @@ def decode_properties(text: str | None) -> dict[str, str]:
         if sep:
             out[name] = value
     return out
+
+
+# Patterns that find named properties in encoded properties. Each is searched in the properties with a
+# separator put in front (``PROPERTY_SEPARATOR + text``): a pattern that begins with a literal lets the regex
+# engine jump from separator to separator, where one with an alternation in front ("start or separator")
+# is tried at every position.
+def _names(names: Iterable[str | bytes]) -> bytes:
+    return b"|".join(re.escape(n if isinstance(n, bytes) else n.encode()) for n in names)
+
+
+_VALUE_B = NAME_VALUE_SEPARATOR_BYTES + b"([^" + PROPERTY_SEPARATOR_BYTES + b"]*)"  # after a name: its value
+
+
+def property_finder_bytes(names: Iterable[str | bytes], *, empty_pair: bool = False) -> re.Pattern[bytes]:
+    """``findall(PROPERTY_SEPARATOR_BYTES + raw)`` gives (name, value) of each property of ``names`` in
+    encoded ``raw``. With ``empty_pair`` it also finds each pair of an empty name and an empty value (a mark
+    between messages' properties, record_batch.PROPERTIES_MARK) as ``(b"", b"")``."""
+    pair = b"(" + _names(names) + b")" + _VALUE_B
+    if empty_pair:
+        pair = b"(?:" + NAME_VALUE_SEPARATOR_BYTES * 2 + b"|" + pair + b")"
+    return re.compile(PROPERTY_SEPARATOR_BYTES + pair)
+
+
+def inner_property_key_bytes(name: str) -> bytes:
+    """How property ``name`` stands in encoded bytes after another property: the separator, the name and the
+    name/value separator (its value follows)."""
+    return PROPERTY_SEPARATOR_BYTES + name.encode() + NAME_VALUE_SEPARATOR_BYTES
+
+
+def property_tail_finder_bytes(names: Iterable[str], end: bytes) -> re.Pattern[bytes]:
+    """``findall`` gives the value of the first of ``names`` for each run of encoded properties that ends
+    with exactly the pairs of ``names``, in that order and each after another property, right before
+    ``end`` or at the end of the text."""
+    first, *rest = names
+    pattern = inner_property_key_bytes(first) + b"([^" + PROPERTY_SEPARATOR_BYTES + b"]*)"
+    for name in rest:
+        pattern += inner_property_key_bytes(name) + b"[^" + PROPERTY_SEPARATOR_BYTES + b"]*"
+    return re.compile(pattern + PROPERTY_SEPARATOR_BYTES + b"(?=" + re.escape(end) + rb"|\Z)")
 
 
 @dataclass(slots=True)

@@ -63,12 +63,11 @@ _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
-# A run whose pieces average fewer bytes than this is joined and written as one buffer: pwritev costs the
-# kernel and Python's buffer export ~90 ns a piece, more than copying the bytes once more. A batch's records
-# are five pieces each, four of them small: joined, a parked batch of 512 timer messages with 100-byte
-# bodies is written in 0.27 us a message against 0.47, one of 64 with 4 KiB bodies in 0.82 against 1.03.
-# Single sends (a piece a record) of 1 KiB and more stay pwritev, which copies large pieces as fast without
-# the extra copy under the interpreter lock (docs/benchmarks.md).
+# A run whose pieces average fewer bytes than this is joined and written as one buffer: what pwritev and
+# Python's buffer export cost a piece is more than copying small pieces once more, and a batch's records
+# are five pieces each, four of them small. Single sends (a piece a record) of 1 KiB and more stay pwritev,
+# which copies large pieces as fast without the extra copy under the interpreter lock (the figures:
+# docs/benchmarks.md, "Runs joined before their write").
 _JOIN_BELOW = 1024
 
 

@@ -56,7 +56,7 @@ INVALID = -1
 # Records per scan_records call (bounds the numpy index arrays of one call).
 SCAN_MAX_RECORDS = 1 << 16
 # Up to this many records a scan reads them one by one: numpy's fixed cost per call (tens of
-# operations, ~100 us in all) would outweigh what it saves.
+# operations) would outweigh what it saves.
 SCAN_FEW = 8
 
 # Batches whose dispatch columns the append already built, kept for the dispatcher (bounded: past it the
