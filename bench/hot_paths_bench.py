@@ -311,7 +311,7 @@ def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tu
 
 
 def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tuple[float, float]:
-    """The dispatch columns the append builds for a batch it just wrote (CommitLog._keep_preread: what
+    """The dispatch columns the append builds for a batch it just wrote (CommitLogScan.keep_preread: what
     the reput files in the ConsumeQueue and the index without reading the records back), for a plain
     batch of ``size`` and for a timer batch parked in the timer topic. µs a message."""
     import tempfile
@@ -331,10 +331,12 @@ def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tu
     with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
         log = CommitLog(MessageStoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20), clock=lambda: 0)
 
+        scan = log.scan
+
         def columns(topic: str, batch: list) -> None:  # type: ignore[type-arg]
             for records in batch:
-                log._keep_preread(topic, 1 if topic != TIMER_TOPIC else 0, records, 0, records.nbytes, 1)
-            log._preread.clear()
+                scan.keep_preread(topic, 1 if topic != TIMER_TOPIC else 0, records, 0, records.nbytes, 1)
+            scan._preread.clear()
 
         n = batches * size
         return (best_us(lambda: columns("BenchT", plain), 5, rounds) / n,
@@ -367,7 +369,7 @@ def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, floa
             def appended(log: CommitLog = log, parked: list = parked) -> None:  # type: ignore[type-arg]
                 for records in parked:
                     log.put([PutRequest(TIMER_TOPIC, 0, records)], wake_reput=False)
-                log._preread.clear()
+                log.scan._preread.clear()
 
             try:
                 out.append(best_us(appended, 1, rounds) / messages)

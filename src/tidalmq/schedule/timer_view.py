@@ -15,7 +15,7 @@ from pathlib import Path
 from tidalmq.schedule.timer_store import DAY_MS
 
 # While it works, the thread publishes its view (TimerView) at most this often unless a reader asked:
-# counting the pending entries walks the whole wheel (tens of ms with the default 7-day wheel).
+# counting the pending entries walks the whole wheel, a cost that grows with its slots.
 VIEW_INTERVAL_S = 1.0
 
 
