@@ -5,7 +5,7 @@ nothing) at a given pull size, a single timer send's rewrite and its response wi
 a batch of 64 encoded into records (plain and timer messages) and a timer batch's rewrite, the dispatch
 columns the append builds for a batch it wrote (plain, and a timer batch parked), the schedule process's
 enqueue round over parked timer messages (what it reads of each from the CommitLog and files:
-TimerMessageService._chunk_fields and _enqueue_chunk, from a store in a temp dir), and the timer store
+EnqueueFields.chunk_fields and TimerEnqueue.enqueue_chunk, from a store in a temp dir), and the timer store
 entering a slot many messages fall due in. CPU seconds of this process (``time.process_time``), best of
 ``--rounds``.
 
@@ -214,13 +214,14 @@ def _temp_store() -> Iterator[tuple[str, Any]]:
 def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
     """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
     park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
-    as _enqueue_round reads them), and to read and file them chunk by chunk (_enqueue_chunk)."""
+    as enqueue_round reads them), and to read and file them chunk by chunk (enqueue_chunk)."""
     import numpy as np
 
     from tidalmq.common import message as mc
     from tidalmq.common.naming import TIMER_TOPIC
     from tidalmq.common.record import encode_record
-    from tidalmq.schedule.timer_service import ENQUEUE_BATCH, ENQUEUE_MIN, TimerMessageService
+    from tidalmq.schedule.timer_enqueue import ENQUEUE_BATCH, ENQUEUE_MIN
+    from tidalmq.schedule.timer_service import TimerMessageService
 
     with _temp_store() as (tmp, store):
         far = int(time.time() * 1000) + 3_600_000
@@ -240,15 +241,15 @@ def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
         def fields() -> None:
             for k in range(0, n, ENQUEUE_BATCH):
                 part = slice(k, k + ENQUEUE_BATCH)
-                svc._chunk_fields(phys[part], sizes[part], deliver[part])
+                svc.fields.chunk_fields(phys[part], sizes[part], deliver[part])
 
         def filed() -> None:
             for k in range(0, n, ENQUEUE_MIN):
                 entries: list[np.ndarray] = []
-                svc._enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
+                svc.enqueue.enqueue_chunk(phys[k:k + ENQUEUE_MIN], sizes[k:k + ENQUEUE_MIN],  # type: ignore[arg-type]
                                    deliver[k:k + ENQUEUE_MIN], None, 0, 1 << 62, entries)
                 if (k + ENQUEUE_MIN) % ENQUEUE_BATCH == 0:
-                    svc._add_column_counts()  # the round's per-topic counts, as _enqueue_round adds them
+                    svc.enqueue.add_column_counts()  # the round's per-topic counts, as enqueue_round adds them
 
         return best_us(fields, 1, rounds) / n, best_us(filed, 1, rounds) / n
 
@@ -310,7 +311,7 @@ def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tu
 
 
 def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tuple[float, float]:
-    """The dispatch columns the append builds for a batch it just wrote (CommitLog._keep_preread: what
+    """The dispatch columns the append builds for a batch it just wrote (CommitLogScan.keep_preread: what
     the reput files in the ConsumeQueue and the index without reading the records back), for a plain
     batch of ``size`` and for a timer batch parked in the timer topic. µs a message."""
     import tempfile
@@ -330,10 +331,12 @@ def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tu
     with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
         log = CommitLog(MessageStoreConfig(store_path_root_dir=tmp, mapped_file_size_commit_log=1 << 20), clock=lambda: 0)
 
+        scan = log.scan
+
         def columns(topic: str, batch: list) -> None:  # type: ignore[type-arg]
             for records in batch:
-                log._keep_preread(topic, 1 if topic != TIMER_TOPIC else 0, records, 0, records.nbytes, 1)
-            log._preread.clear()
+                scan.keep_preread(topic, 1 if topic != TIMER_TOPIC else 0, records, 0, records.nbytes, 1)
+            scan._preread.clear()
 
         n = batches * size
         return (best_us(lambda: columns("BenchT", plain), 5, rounds) / n,
@@ -366,7 +369,7 @@ def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, floa
             def appended(log: CommitLog = log, parked: list = parked) -> None:  # type: ignore[type-arg]
                 for records in parked:
                     log.put([PutRequest(TIMER_TOPIC, 0, records)], wake_reput=False)
-                log._preread.clear()
+                log.scan._preread.clear()
 
             try:
                 out.append(best_us(appended, 1, rounds) / messages)
@@ -376,7 +379,7 @@ def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, floa
 
 
 def timer_enqueue_rounds(rounds: int, n: int = 32_768) -> float:
-    """The schedule process's enqueue rounds (TimerMessageService._enqueue_round: read, filed into the
+    """The schedule process's enqueue rounds (TimerEnqueue.enqueue_round: read, filed into the
     timer store, counted) over ``n`` parked timer messages shaped as W2's (100-byte bodies, deliver times
     one minute to one hour ahead, one real topic), from a fresh timer store each time. µs a message."""
     import random
@@ -403,7 +406,7 @@ def timer_enqueue_rounds(rounds: int, n: int = 32_768) -> float:
             svc = TimerMessageService(store, Path(tmp) / f"timer-{r}", precision_ms=10)
             svc.load()
             t0 = time.process_time()
-            while svc._enqueue_round():
+            while svc.enqueue.enqueue_round():
                 pass
             best = min(best, time.process_time() - t0)
             assert svc.timer.pending_count() == n

@@ -187,7 +187,7 @@ def time_phases(data_dir: Path, file_mib: int, profile: str | None) -> dict[str,
     store.checkpoint = StoreCheckpoint(store.config.checkpoint_path)
     if store.index_service is not None:
         store.index_service.load(False)
-    store._process_crash = store._crashed_in_this_boot()  # noqa: SLF001 - as load() finds it
+    store._process_crash = store.abort_file.crashed_in_this_boot()  # noqa: SLF001 - as load() finds it
     store._recover(False)  # noqa: SLF001
     t2 = time.perf_counter()
     if prof is not None:

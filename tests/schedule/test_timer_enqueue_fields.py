@@ -16,7 +16,9 @@ from tidalmq.common import message as mc
 from tidalmq.common.message import encode_properties
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record
-from tidalmq.schedule.timer_service import TimerMessageService, TopicCounts, _FieldColumns
+from tidalmq.schedule.timer_fields import FieldColumns
+from tidalmq.schedule.timer_service import TimerMessageService
+from tidalmq.schedule.timer_view import TopicCounts
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
@@ -66,18 +68,18 @@ def test_properties_holding_the_records_mark_are_read_record_by_record(tmp_path:
     between their properties; a record that holds one itself is read by the record-by-record path."""
     odd = {mc.REAL_TOPIC: "T", "": "\x01x", mc.UNIQ_KEY: "U9", mc.TIMER_OUT_MS: "1700000000009"}
     for svc, phys, sizes, tags in _parked_store(tmp_path, [*PARKED[:2], odd, *PARKED[2:]]):
-        assert svc._chunk_fields(phys, sizes, tags) is None
+        assert svc.fields.chunk_fields(phys, sizes, tags) is None
         assert one_by_one(svc, phys, sizes)[2] == ("T", "U9", None, 1700000000009)
-        assert svc._chunk_fields(phys[:2], sizes[:2], tags[:2]) == one_by_one(svc, phys[:2], sizes[:2])
+        assert svc.fields.chunk_fields(phys[:2], sizes[:2], tags[:2]) == one_by_one(svc, phys[:2], sizes[:2])
 
 
 def one_by_one(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray) -> list[object]:
-    return [svc._fields_of(svc._properties(int(p), int(s))) for p, s in zip(phys, sizes, strict=True)]
+    return [svc.fields.fields_of(svc.fields.properties(int(p), int(s))) for p, s in zip(phys, sizes, strict=True)]
 
 
 def test_the_chunk_reads_what_the_records_read(parked: Parked) -> None:
     svc, phys, sizes, tags = parked
-    fields = svc._chunk_fields(phys, sizes, tags)
+    fields = svc.fields.chunk_fields(phys, sizes, tags)
     assert isinstance(fields, list), "the whole-chunk path declined records it should read"
     assert fields == one_by_one(svc, phys, sizes)
     assert fields[2] == ("Other", None, "T+U1", 1700000000000)
@@ -85,18 +87,18 @@ def test_the_chunk_reads_what_the_records_read(parked: Parked) -> None:
     assert fields[4] is not None and fields[4][3] == 0 and fields[5] == ("", "U5", None, 0)
     assert fields[7] == ("Tü", "ü-key", None, 1700000000001)
     # any part of the chunk: the same
-    assert svc._chunk_fields(phys[3:6], sizes[3:6], tags[3:6]) == one_by_one(svc, phys[3:6], sizes[3:6])
+    assert svc.fields.chunk_fields(phys[3:6], sizes[3:6], tags[3:6]) == one_by_one(svc, phys[3:6], sizes[3:6])
 
 
 def test_what_the_chunk_cannot_check_goes_record_by_record(parked: Parked) -> None:
     svc, phys, sizes, tags = parked
-    assert svc._chunk_fields(phys[::-1], sizes[::-1], tags[::-1]) is None  # not in CommitLog order
+    assert svc.fields.chunk_fields(phys[::-1], sizes[::-1], tags[::-1]) is None  # not in CommitLog order
     wrong = sizes.copy()
     wrong[1] += 1  # a size the record does not have
-    assert svc._chunk_fields(phys, wrong, tags) is None
+    assert svc.fields.chunk_fields(phys, wrong, tags) is None
     short = sizes.copy()
     short[0] = 8
-    assert svc._chunk_fields(phys, short, tags) is None
+    assert svc.fields.chunk_fields(phys, short, tags) is None
 
 
 ORDINARY = [{mc.UNIQ_KEY: f"U{i}", "KEYS": "k", mc.REAL_TOPIC: "T" if i % 3 else "Tü", mc.REAL_QID: str(i % 4),
@@ -105,21 +107,21 @@ ORDINARY = [{mc.UNIQ_KEY: f"U{i}", "KEYS": "k", mc.REAL_TOPIC: "T" if i % 3 else
 
 def filed(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, tags: np.ndarray,
           fields: object) -> tuple[list[list[int]], dict[str, Counter[int]], int]:
-    """What _enqueue_chunk files from ``fields``: its entry columns, the per-topic counts (from zero), and
+    """What enqueue_chunk files from ``fields``: its entry columns, the per-topic counts (from zero), and
     how many it counts as new."""
-    svc.topics = TopicCounts()
+    svc.metrics.topics = TopicCounts()
     entries: list[np.ndarray] = []
-    enqueued = svc._enqueue_chunk(phys, sizes, tags, fields, 0, 0, entries)  # type: ignore[arg-type]
-    svc._add_column_counts()  # as the round does after its chunks
+    enqueued = svc.enqueue.enqueue_chunk(phys, sizes, tags, fields, 0, 0, entries)  # type: ignore[arg-type]
+    svc.enqueue.add_column_counts()  # as the round does after its chunks
     e = np.concatenate(entries)
     cols = [e[name].tolist() for name in ("deliver_ms", "offset", "size", "uhash", "flags")]
-    return cols, {t: Counter(c) for t, c in svc.topics.by_topic.items()}, enqueued
+    return cols, {t: Counter(c) for t, c in svc.metrics.topics.by_topic.items()}, enqueued
 
 
 def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: Path) -> None:
     for svc, phys, sizes, tags in _parked_store(tmp_path, ORDINARY):
-        columns = svc._chunk_fields(phys, sizes, tags)
-        assert isinstance(columns, _FieldColumns), "ordinary timer messages were not read as columns"
+        columns = svc.fields.chunk_fields(phys, sizes, tags)
+        assert isinstance(columns, FieldColumns), "ordinary timer messages were not read as columns"
         assert [r.decode() for r in columns.real] == [p[mc.REAL_TOPIC] for p in ORDINARY]
         tuples = one_by_one(svc, phys, sizes)
         by_columns, by_tuples = filed(svc, phys, sizes, tags, columns), filed(svc, phys, sizes, tags, tuples)
@@ -129,7 +131,7 @@ def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: P
         hashes = by_tuples[0].pop(3)
         assert by_columns[0].pop(3) == [0] * len(ORDINARY) and 0 not in hashes
         assert by_columns == by_tuples
-        assert svc._key_hashes(phys, sizes).tolist() == hashes
+        assert svc.fields.key_hashes(phys, sizes).tolist() == hashes
         assert cols[0] == [int(p[mc.TIMER_OUT_MS]) for p in ORDINARY] and enqueued == len(ORDINARY)
         assert sum(counts["T"].values()) == 4 and sum(counts["Tü"].values()) == 3
         # a part of the round, and what is left once some were filed before a restart
@@ -138,7 +140,7 @@ def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: P
         assert part_c == part_t
         low = int(phys[3])
         kept: list[np.ndarray] = []
-        svc._enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)
+        svc.enqueue.enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)  # type: ignore[arg-type]
         assert np.concatenate(kept)["offset"].tolist() == phys[3:].tolist()
 
 
@@ -162,8 +164,8 @@ def test_what_is_not_an_ordinary_timer_message_is_read_a_record_at_a_time(tmp_pa
     else:  # not as the broker parks a message: its tail (REAL_TOPIC, REAL_QID, TIMER_OUT_MS) ends the properties
         parked[6] = {k: v for k, v in parked[6].items() if k != mc.UNIQ_KEY} | {mc.UNIQ_KEY: "U6"}
     for svc, phys, sizes, tags in _parked_store(tmp_path, parked):
-        fields = svc._chunk_fields(phys, sizes, tags)
-        assert not isinstance(fields, _FieldColumns)
+        fields = svc.fields.chunk_fields(phys, sizes, tags)
+        assert not isinstance(fields, FieldColumns)
         if fields is not None:
             assert fields == one_by_one(svc, phys, sizes)
 
@@ -198,10 +200,10 @@ def _tail_case(case: str) -> list[dict[str, str]]:
     ("a cancel's name in a body", False), ("a deliver time written otherwise", False),
     ("the real topic first", False)])
 def test_the_tails_read_in_place_name_each_records_real_topic(tmp_path: Path, case: str, in_place: bool) -> None:
-    """An ordinary round's real topics are read from the tails the broker appends (_tail_columns: numpy
+    """An ordinary round's real topics are read from the tails the broker appends (tail_columns: numpy
     windows at each record's end, no search of its properties): the same topics as reading each record;
     what the windows cannot vouch for is left to the regex pass, which reads the same or declines."""
-    from tidalmq.schedule.timer_service import _tail_columns
+    from tidalmq.schedule.timer_fields import tail_columns
 
     parked = _tail_case(case)
     for svc, phys, sizes, tags in _parked_store(tmp_path, parked):
@@ -210,9 +212,9 @@ def test_the_tails_read_in_place_name_each_records_real_topic(tmp_path: Path, ca
         span = svc.store.select_one_message_by_offset(first, span_len)
         assert span is not None
         starts = (phys - first).astype(np.int64)
-        got = _tail_columns(span, np.frombuffer(span, dtype=np.uint8), starts, starts + sizes, tags)
+        got = tail_columns(span, np.frombuffer(span, dtype=np.uint8), starts, starts + sizes, tags)
         assert (got is not None) == in_place
-        fields = svc._chunk_fields(phys, sizes, tags)
+        fields = svc.fields.chunk_fields(phys, sizes, tags)
         reference = [f[0] for f in one_by_one(svc, phys, sizes)]  # type: ignore[index]
         if got is not None:
             assert [t.decode() for t in got.real] == reference == [p[mc.REAL_TOPIC] for p in parked]
@@ -222,7 +224,7 @@ def test_the_tails_read_in_place_name_each_records_real_topic(tmp_path: Path, ca
             by_tuples = filed(svc, phys, sizes, tags, one_by_one(svc, phys, sizes))
             by_columns[0].pop(3), by_tuples[0].pop(3)
             assert by_columns == by_tuples
-        elif isinstance(fields, _FieldColumns):
+        elif isinstance(fields, FieldColumns):
             assert [t.decode() for t in fields.real] == reference
         elif fields is not None:
             assert fields == one_by_one(svc, phys, sizes)
@@ -234,15 +236,15 @@ def test_a_large_round_of_one_topic_is_counted_a_minute_at_a_time_alike(tmp_path
     """A round of one real topic large enough to be counted with np.unique (_COUNT_UNIQUE_MIN) files and
     counts what reading each record files and counts; records already in the persisted counts (below the
     metrics mark) are left out either way."""
-    from tidalmq.schedule import timer_service
+    from tidalmq.schedule import timer_enqueue
 
-    n = timer_service._COUNT_UNIQUE_MIN + 88
+    n = timer_enqueue.COUNT_UNIQUE_MIN + 88
     parked = [{mc.UNIQ_KEY: f"L{i}", mc.REAL_TOPIC: "Big", mc.REAL_QID: str(i % 4),
                mc.TIMER_OUT_MS: str(1700000000000 + 7_919 * i * i % 5_400_000)} for i in range(n)]
     for svc, phys, sizes, tags in _parked_store(tmp_path, parked, body_step=3):
-        svc._metrics_mark = int(phys[counted_before])
-        columns = svc._chunk_fields(phys, sizes, tags)
-        assert isinstance(columns, _FieldColumns)
+        svc.metrics.mark = int(phys[counted_before])
+        columns = svc.fields.chunk_fields(phys, sizes, tags)
+        assert isinstance(columns, FieldColumns)
         by_columns = filed(svc, phys, sizes, tags, columns)
         by_tuples = filed(svc, phys, sizes, tags, one_by_one(svc, phys, sizes))
         by_columns[0].pop(3), by_tuples[0].pop(3)  # the delete keys' hashes: see above

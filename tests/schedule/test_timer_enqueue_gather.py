@@ -15,7 +15,9 @@ from tests.support import wait_for
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record
-from tidalmq.schedule import timer_service
+from tidalmq.schedule import timer_enqueue, timer_fields
+from tidalmq.schedule.timer_enqueue import TimerEnqueue
+from tidalmq.schedule.timer_fields import EnqueueFields
 from tidalmq.schedule.timer_service import TimerMessageService
 from tidalmq.schedule.timer_store import TimerStore
 from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
@@ -36,7 +38,7 @@ def rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(self, entries, enqueue_commit_offset)
 
     monkeypatch.setattr(TimerStore, "enqueue", enqueue)
-    monkeypatch.setattr(timer_service, "ENQUEUE_GATHER_MS", GATHER_MS)
+    monkeypatch.setattr(timer_enqueue, "ENQUEUE_GATHER_MS", GATHER_MS)
     return sizes
 
 
@@ -87,10 +89,10 @@ def test_arrivals_due_well_ahead_are_filed_in_one_round_within_the_bound(
 def test_a_full_round_is_filed_without_waiting(store: DefaultMessageStore, svc: TimerMessageService, rounds: list[int]) -> None:
     far = now_ms() + 3_600_000
     began = time.monotonic()
-    park(store, svc, [far + i for i in range(timer_service.ENQUEUE_BATCH)], "F")
-    wait_for(lambda: svc.stats.snapshot()["enqueued"] == timer_service.ENQUEUE_BATCH, 10, what="a full round")
+    park(store, svc, [far + i for i in range(timer_enqueue.ENQUEUE_BATCH)], "F")
+    wait_for(lambda: svc.stats.snapshot()["enqueued"] == timer_enqueue.ENQUEUE_BATCH, 10, what="a full round")
     assert time.monotonic() - began < GATHER_MS / 1000 / 2
-    assert rounds == [timer_service.ENQUEUE_BATCH]
+    assert rounds == [timer_enqueue.ENQUEUE_BATCH]
 
 
 def test_an_entry_due_soon_ends_the_wait_and_is_delivered_on_time(
@@ -121,34 +123,34 @@ def test_a_round_stops_after_a_chunk_once_a_delivery_is_due_and_is_whole_otherwi
     try:
         due = clock[0] + 1000
         park(store, s, [due], "D")
-        assert s._enqueue_round() and rounds == [1]
-        park(store, s, [clock[0] + 3_600_000 + i for i in range(2 * timer_service.ENQUEUE_BATCH)], "F")
-        assert s._enqueue_round()  # the due one a second away: the whole round
-        assert rounds == [1, timer_service.ENQUEUE_BATCH]
+        assert s.enqueue.enqueue_round() and rounds == [1]
+        park(store, s, [clock[0] + 3_600_000 + i for i in range(2 * timer_enqueue.ENQUEUE_BATCH)], "F")
+        assert s.enqueue.enqueue_round()  # the due one a second away: the whole round
+        assert rounds == [1, timer_enqueue.ENQUEUE_BATCH]
         clock[0] = due  # now it is due: a chunk, then the round gives way
-        assert s._enqueue_round()
-        assert rounds == [1, timer_service.ENQUEUE_BATCH, timer_service.ENQUEUE_MIN]
+        assert s.enqueue.enqueue_round()
+        assert rounds == [1, timer_enqueue.ENQUEUE_BATCH, timer_enqueue.ENQUEUE_MIN]
     finally:
         s.shutdown()
 
 
 def test_a_round_of_large_records_stops_where_its_span_would_exceed_one_view(
         store: DefaultMessageStore, tmp_path: Path, rounds: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A round reads its records' fields from one view of the CommitLog, at most _SPAN_MAX bytes: a full
+    """A round reads its records' fields from one view of the CommitLog, at most timer_fields.SPAN_MAX bytes: a full
     batch of large records is filed over several rounds, each one view, none record by record."""
-    monkeypatch.setattr(timer_service, "_SPAN_MAX", 64 * 1024)
+    monkeypatch.setattr(timer_fields, "SPAN_MAX", 64 * 1024)
     s = TimerMessageService(store, tmp_path / "store", precision_ms=10)
     s.load()
     views: list[bool] = []
-    real = TimerMessageService._chunk_fields
+    real = EnqueueFields.chunk_fields
 
-    def chunk_fields(self: TimerMessageService, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):
+    def chunk_fields(self: EnqueueFields, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):  # type: ignore[no-untyped-def]
         got = real(self, phys, sizes, deliver)
         views.append(got is not None)
         return got
 
-    monkeypatch.setattr(TimerMessageService, "_chunk_fields", chunk_fields)
-    monkeypatch.setattr(TimerMessageService, "_gathering", lambda self, n, deliver: False)  # rounds at once
+    monkeypatch.setattr(EnqueueFields, "chunk_fields", chunk_fields)
+    monkeypatch.setattr(TimerEnqueue, "_gathering", lambda self, n, deliver: False)  # rounds at once
     try:
         far = now_ms() + 3_600_000
         recs = [encode_record(topic=TIMER_TOPIC, queue_id=0, body=b"b" * 3000, born_timestamp=1, born_port=1,
@@ -158,7 +160,7 @@ def test_a_round_of_large_records_stops_where_its_span_would_exceed_one_view(
         size = len(recs[0])
         assert all(r.status == PutStatus.PUT_OK for r in store.put_messages([PutRequest(TIMER_TOPIC, 0, recs)]))
         assert store.wait_reput(store.max_phy_offset, 10)
-        while s._enqueue_round():
+        while s.enqueue.enqueue_round():
             pass
         fit = 64 * 1024 // size
         assert rounds == [fit] * (50 // fit) + ([50 % fit] if 50 % fit else [])

@@ -15,7 +15,7 @@ from tests.support import wait_for
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, encode_record
-from tidalmq.schedule import timer_service
+from tidalmq.schedule import timer_deliver, timer_service
 from tidalmq.schedule.timer_service import TimerMessageService
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutRequest, PutStatus
 
@@ -56,7 +56,7 @@ class BrokerSide:
 @pytest.mark.parametrize("fail_at", [0, 3], ids=["all-accepted", "third-refused"])
 def test_pipelined_batches_are_stored_in_order_exactly_once(store: DefaultMessageStore, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch, fail_at: int) -> None:
-    monkeypatch.setattr(timer_service, "DELIVER_BATCH", 100)  # a dozen batches
+    monkeypatch.setattr(timer_deliver, "DELIVER_BATCH", 100)  # a dozen batches
     due0 = int(time.time() * 1000) - 5000  # all due already: delivered as fast as the batches go
     recs = []
     for i in range(N):

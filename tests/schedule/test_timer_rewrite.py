@@ -182,9 +182,9 @@ def test_parked_batch_is_dispatched_from_the_append_as_from_a_read_back(tmp_path
         rewrite().park_batch(records, "T", 3)
         assert store.put_messages([PutRequest(TIMER_TOPIC, 0, records)])[0].status == PutStatus.PUT_OK
         cl = store.commit_log
-        assert len(cl._preread) == 1
+        assert len(cl.scan._preread) == 1
         from_append, end, stalled = cl.read_dispatch_requests(0, 1 << 30)
-        assert not cl._preread and not stalled and end == store.max_phy_offset
+        assert not cl.scan._preread and not stalled and end == store.max_phy_offset
         read_back, _, _ = cl.read_dispatch_requests(0, 1 << 30)
         assert from_append.rows() == read_back.rows()
         assert [r.tags_code for r in read_back.rows()] == [NOW + 5000, NOW + 700, NOW + 2000]

@@ -1,9 +1,11 @@
-"""The store's face: the read API services use, StoreFace's awaitables, and the rule that nothing outside
-store/ reaches into ConsumeQueues, mapped files or the CommitLog."""
+"""The store's face: the read API services use, StoreFace's awaitables, the MessageStore protocol the
+store implements and everything outside store/ types against, and the rule that nothing outside store/
+reaches into ConsumeQueues, mapped files or the CommitLog."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from pathlib import Path
 
@@ -11,9 +13,10 @@ import numpy as np
 import pytest
 
 from tests.store.conftest import put_one, rec
+from tidalmq.store.api import MessageStore
 from tidalmq.store.async_face import StoreFace
 from tidalmq.store.consume_queue import BLANK_SIZE
-from tidalmq.store.message_store import PutRequest
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest
 
 PER_FILE = 64  # small_config: 20 * 64-byte ConsumeQueue files
 
@@ -174,9 +177,11 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tidalmq"
 # What only store/ may touch: the CommitLog and its tables, ConsumeQueues and their arrays, mapped files,
 # reput, the index service, the checkpoint; and the modules that hold them.
 INTERNALS = re.compile(
-    r"\.commit_log\b|find_consume_queue\(|consume_queues\(|\.entries\(|\.mfq\b|\._cqs\b|\.reput\b"
-    r"|\.index_service\b|\.checkpoint\b|\.flush_service\b"
-    r"|tidalmq\.store\.(commit_log|consume_queue|mapped_file|reput|flush|index_file|index_service|checkpoint|clean)\b"
+    r"\.commit_log\b|find_consume_queue\(|consume_queues\(|\.entries\(|\.mfq\b|\.reput\b"
+    r"|\.index_service\b|\.checkpoint\b|\.flush_service\b|\.dispatcher\b|\.abort_file\b|store\.(queues|reader|stats)\b"
+    r"|tidalmq\.store\.(commit_log|commit_log_scan|commit_log_recovery|commit_log_dispatcher|consume_queue"
+    r"|consume_queue_table|message_reader|store_stats|abort_file|mapped_file|reput|flush|index_file|index_service"
+    r"|checkpoint|clean)\b"
 )
 
 
@@ -196,9 +201,42 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     # The scan above must be able to fail: the uses it replaced all match.
     for line in ("cq = self.store.find_consume_queue(TOPIC, 0)", "arr = cq.entries(off, 10)",
                  "self.store.commit_log.topic_queue_table.get(k, 0)", "if store.index_service is None:",
-                 "from tidalmq.store.consume_queue import BLANK_SIZE"):
+                 "from tidalmq.store.consume_queue import BLANK_SIZE", "n = len(self.store.queues.queues())"):
         assert INTERNALS.search(line), line
     assert not INTERNALS.search("got = store.read_queue(TOPIC, 0, off, 10)")
+
+
+# ------------------------------------------------------------------ the protocol
+def _members(proto: type) -> set[str]:
+    return {n for n in (*vars(proto), *proto.__annotations__) if not n.startswith("_")}
+
+
+def test_the_store_implements_its_protocol_member_by_member(make_store) -> None:  # noqa: ANN001
+    store = make_store(start=False)
+    members = _members(MessageStore)
+    assert {"put_messages", "get_message", "read_queue", "query_message", "runtime_info"} <= members
+    missing = sorted(n for n in members if not hasattr(store, n))
+    assert not missing, missing
+    for name in members:
+        declared = vars(MessageStore).get(name)
+        if not callable(declared):  # an attribute, or a property
+            continue
+        ours = inspect.signature(getattr(DefaultMessageStore, name))
+        assert list(ours.parameters) == list(inspect.signature(declared).parameters), name
+
+
+STORE_TYPE = re.compile(r"\bDefaultMessageStore\b")
+
+
+def test_outside_store_the_store_is_typed_as_its_protocol() -> None:
+    """Only the broker, which makes its store, names DefaultMessageStore outside store/; everything else
+    types against MessageStore (store/api.py)."""
+    naming = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
+                    if p.relative_to(SRC).parts[0] != "store" and STORE_TYPE.search(p.read_text()))
+    assert naming == ["broker/controller.py"]
+    made = [line.strip() for line in (SRC / "broker" / "controller.py").read_text().splitlines()
+            if STORE_TYPE.search(line) and "import" not in line]
+    assert made and all(line.startswith("self.store: MessageStore = DefaultMessageStore(") for line in made), made
 
 
 @pytest.mark.parametrize("name", ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC",

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from tidalmq.common.record import decode_record
+from tidalmq.store.consume_queue_table import LMQ_FILE_SIZE
 from tidalmq.store.message_store import GetStatus, PutRequest
-from tidalmq.store.message_store_dispatch import LMQ_FILE_SIZE
 
 from .conftest import rec
 

@@ -520,9 +520,9 @@ def test_dispatch_columns_built_at_append_equal_a_read_back(make_store) -> None:
                         PutRequest("PR2", 3, _batch("PR2", 3, [b"b", b"c"], [{"TAGS": "x"}, {}]))])
     store.put_messages([PutRequest("PR", 0, _batch("PR", 0, [b"d"], [{"UNIQ_KEY": "last"}]))])
     cl = store.commit_log
-    assert len(cl._preread) == 3  # the batches; the single record is read back
+    assert len(cl.scan._preread) == 3  # the batches; the single record is read back
     from_append, end, stalled = cl.read_dispatch_requests(0, 1 << 30)
-    assert not cl._preread and not stalled and end == store.max_phy_offset
+    assert not cl.scan._preread and not stalled and end == store.max_phy_offset
     read_back, end2, _ = cl.read_dispatch_requests(0, 1 << 30)
     assert end2 == end and len(read_back) == 9
     assert from_append.rows() == read_back.rows()
@@ -569,7 +569,7 @@ def test_scan_reads_dispatch_fields_and_stops_at_faults(make_store, monkeypatch,
     cl = store.commit_log
     mf = cl.mfq.files[0]
     monkeypatch.setattr(clm, "SCAN_FEW", few)
-    got = cl.scan_records(mf, 0, mf.wrote_position)
+    got = cl.scan.scan_records(mf, 0, mf.wrote_position)
     assert (got.end, got.verdict, got.crc_failed) == (mf.wrote_position, clm.END, ())
     ts = got.last_store_timestamp
     assert ts == put[0].store_timestamp
@@ -582,19 +582,19 @@ def test_scan_reads_dispatch_fields_and_stops_at_faults(make_store, monkeypatch,
         ("SCHEDULE_TOPIC_XXXX", 1, put[4].wrote_offset, len(recs[4]), None, None, ts),
         ("SA", 3, put[5].wrote_offset, len(recs[5]), None, "v2", ts)]
     codes = [r.tags_code for r in got.batch.rows()]
-    assert codes[0] == cl.tags_code_of(b"a") and codes[2] == cl.tags_code_of(b"b") and codes[1] == 0
+    assert codes[0] == cl.scan.tags_code_of(b"a") and codes[2] == cl.scan.tags_code_of(b"b") and codes[1] == 0
     assert codes[4] == ts + 5000  # SCHEDULE_TOPIC_XXXX: the deliver time of level 2 (5 s)
     # a flipped body byte in the middle: every record kept, the damaged one reported
     second, last = put[1].wrote_offset, put[5].wrote_offset
     mf.mm[second + 88] ^= 0xFF  # the first byte of its body (IPv4 hosts)
-    crc = cl.scan_records(mf, 0, mf.wrote_position, check_crc=True)
+    crc = cl.scan.scan_records(mf, 0, mf.wrote_position, check_crc=True)
     assert (len(crc.batch), crc.verdict, crc.crc_failed) == (6, clm.END, (second,))
     # in the last record, followed by unwritten bytes: a torn write, the scan ends before it
     mf.mm[last + 88] ^= 0xFF  # its body (b"v2")
-    torn = cl.scan_records(mf, 0, mf.file_size, check_crc=True)
+    torn = cl.scan.scan_records(mf, 0, mf.file_size, check_crc=True)
     assert (len(torn.batch), torn.verdict, torn.end, torn.crc_failed) == (5, clm.INVALID, last, (second,))
     struct.pack_into(">q", mf.mm, put[2].wrote_offset + 28, 12345)
-    lying = cl.scan_records(mf, 0, mf.wrote_position)
+    lying = cl.scan.scan_records(mf, 0, mf.wrote_position)
     assert (len(lying.batch), lying.verdict) == (2, clm.INVALID)
 
 
@@ -614,5 +614,5 @@ def test_scan_of_a_short_ipv6_flagged_record_at_the_end_of_a_file(make_store, mo
     flags = sf.BORNHOST_V6_FLAG | sf.STOREHOSTADDRESS_V6_FLAG
     struct.pack_into(">iiiiiqqiq", mf.mm, pos, size, MESSAGE_MAGIC_CODE, 0, 0, 0, 0, mf.file_from_offset + pos, flags, 0)
     monkeypatch.setattr(clm, "SCAN_FEW", few)
-    scan = cl.scan_records(mf, pos, mf.file_size)
+    scan = cl.scan.scan_records(mf, pos, mf.file_size)
     assert (len(scan.batch), scan.verdict, scan.end) == (0, clm.INVALID, pos)

@@ -76,6 +76,7 @@ from tidalmq.schedule.timer_service import (
     find_cancel_target,
 )
 from tidalmq.schedule.timer_takeover import mark_replica
+from tidalmq.store.api import MessageStore
 from tidalmq.store.async_face import StoreFace
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
@@ -118,7 +119,7 @@ class BrokerController:
         # SQL92 subscriptions compiled once per expression (enablePropertyFilter; docs/filtering.md).
         self.filters = FilterCache()
         self.store_host_bytes = host_bytes(config.broker_ip1)
-        self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
+        self.store: MessageStore = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.store.is_slave = config.is_slave
         # Forcible cleanup keeps what some group has not consumed (docs/broker.md, "A full disk").
         self.store.consumed_commit_log_offset = lambda: consumed_commit_log_offset(self)

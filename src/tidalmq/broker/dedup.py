@@ -43,7 +43,7 @@ from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def _skipped_topic(topic: str) -> bool:
 
 
 class DuplicationWindow:
-    def __init__(self, store: DefaultMessageStore, config_dir: str, *, window_seconds: int, window_size: int,
+    def __init__(self, store: MessageStore, config_dir: str, *, window_seconds: int, window_size: int,
                  snapshot_interval_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.path = os.path.join(config_dir, SNAPSHOT_FILE)

@@ -22,7 +22,7 @@ from tidalmq.common.record import RecordError, decode_record
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
-from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS, histogram_of
+from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS, histogram_of
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController

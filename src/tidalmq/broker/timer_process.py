@@ -40,9 +40,9 @@ from tidalmq.schedule.channel import (
     json_frame,
 )
 from tidalmq.schedule.stats import ScheduleStats
-from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS
+from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS
+from tidalmq.store.api import MessageStore
 from tidalmq.store.config import MessageStoreConfig
-from tidalmq.store.message_store import DefaultMessageStore
 from tidalmq.store.results import PutStatus
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ STOP_WAIT_S = 15.0
 
 
 class TimerProcess:
-    def __init__(self, store: DefaultMessageStore, config: MessageStoreConfig, *,
+    def __init__(self, store: MessageStore, config: MessageStoreConfig, *,
                  early: EarlyChild | None = None) -> None:
         self.store = store
         self.precision_ms = config.timer_precision_ms

@@ -17,6 +17,7 @@ PROPERTY_SEPARATOR = "\x02"
 NAME_VALUE_SEPARATOR_BYTES = NAME_VALUE_SEPARATOR.encode()
 PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 PROPERTY_SEPARATOR_BYTE = PROPERTY_SEPARATOR_BYTES[0]  # what ``raw[i]`` of encoded bytes is at a separator
+NAME_VALUE_SEPARATOR_BYTE = NAME_VALUE_SEPARATOR_BYTES[0]
 
 # Property names that carry behaviour (MessageConst.java).
 KEYS = "KEYS"
@@ -233,6 +234,21 @@ def property_run_pattern(prefix: bytes, names: Iterable[bytes]) -> re.Pattern[by
     value (the properties of one layout, record_batch.batch_layout)."""
     pairs = b"".join(re.escape(n) + _VALUE_B + PROPERTY_SEPARATOR_BYTES for n in names)
     return re.compile(re.escape(prefix) + pairs)
+def inner_property_key_bytes(name: str) -> bytes:
+    """How property ``name`` stands in encoded bytes after another property: the separator, the name and the
+    name/value separator (its value follows)."""
+    return PROPERTY_SEPARATOR_BYTES + name.encode() + NAME_VALUE_SEPARATOR_BYTES
+
+
+def property_tail_finder_bytes(names: Iterable[str], end: bytes) -> re.Pattern[bytes]:
+    """``findall`` gives the value of the first of ``names`` for each run of encoded properties that ends
+    with exactly the pairs of ``names``, in that order and each after another property, right before
+    ``end`` or at the end of the text."""
+    first, *rest = names
+    pattern = inner_property_key_bytes(first) + b"([^" + PROPERTY_SEPARATOR_BYTES + b"]*)"
+    for name in rest:
+        pattern += inner_property_key_bytes(name) + b"[^" + PROPERTY_SEPARATOR_BYTES + b"]*"
+    return re.compile(pattern + PROPERTY_SEPARATOR_BYTES + b"(?=" + re.escape(end) + rb"|\Z)")
 
 
 @dataclass(slots=True)

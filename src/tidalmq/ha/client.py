@@ -14,7 +14,7 @@ import time
 
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.ha.frames import Frame, FrameError, FrameReader, RecordAssembler, encode_hello, encode_report
-from tidalmq.store.message_store import DefaultMessageStore
+from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 class HAClient:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
         self.config = config
         self.store = store
         self.master_address = ""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.ha.connection import HAConnection
-from tidalmq.store.message_store import DefaultMessageStore
+from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class _TransferRequest:
 
 
 class HAService:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, sync_flush_timeout_ms: int) -> None:
+    def __init__(self, config: BrokerConfig, store: MessageStore, sync_flush_timeout_ms: int) -> None:
         self.config = config
         self.store = store
         self.sync_flush_timeout = sync_flush_timeout_ms / 1000.0

@@ -27,7 +27,8 @@ from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.common.record import RecordError, view_record
 from tidalmq.schedule.restore import copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
-from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
+from tidalmq.store.api import MessageStore
+from tidalmq.store.message_store import PutRequest, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def _ms() -> int:
 
 
 class ScheduleMessageService:
-    def __init__(self, store: DefaultMessageStore, levels: dict[int, int], offset_path: str | Path,
+    def __init__(self, store: MessageStore, levels: dict[int, int], offset_path: str | Path,
                  stats: ScheduleStats | None = None, clock: Callable[[], int] = _ms) -> None:
         self.store = store
         self.levels = dict(sorted(levels.items()))

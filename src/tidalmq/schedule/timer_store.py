@@ -13,8 +13,6 @@ cursor's time), so it goes out at once and after everything already delivered.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ import numpy as np
 
 from tidalmq.schedule.entries import ENTRY_DTYPE, drop_cancelled, sort_dedup
 from tidalmq.schedule.timer_checkpoint import TimerCheckpoint
+from tidalmq.schedule.timer_flush import FlushPoint, TimerFlush
 from tidalmq.schedule.timer_log import (
     MAGIC_BATCH,
     MAGIC_DEFAULT,
@@ -44,18 +43,6 @@ _NO_LIMIT = 1 << 62
 
 def ms_now() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class FlushPoint:
-    """A checkpoint to write once what it claims is on disk (TimerStore.flush_point)."""
-
-    number: int
-    fds: list[int]  # a duplicate descriptor of each TimerLog segment written since the previous point
-    watermark: int
-    write_pos: int
-    commit: tuple[int, int]
-    seg_max: dict[int, int]
 
 
 @dataclass
@@ -113,10 +100,7 @@ class TimerStore:
         # entry never clears _uncommitted and the cursor wedges a revolution later).
         self._popped = (0, -1)
         self._durable_slot = 0  # slot of the commit in the checkpoint on disk
-        self._points = 0  # flush points taken
-        self._points_on_disk = 0  # the newest whose checkpoint is written
-        self._sync_lock = threading.Lock()  # one sync_point at a time
-        self._unsynced_fds: list[int] = []  # of TimerLog segments a failed sync_point left unsynced
+        self._flush: TimerFlush | None = None  # the durable commit of the files, once loaded
         self._uncommitted = False  # popped entries not yet committed
 
     # ------------------------------------------------------------------ lifecycle
@@ -142,7 +126,7 @@ class TimerStore:
             cp = TimerCheckpoint(self.slot_ms, self.wheel_slots, self.records_per_segment, read_ms=start)
             segs = log.segments()
             cp.flush_pos = segs[0] << log.shift if segs else 0
-        self._cp = cp
+        self._flush = TimerFlush(cp, self.root / "timercheck")
         self._watermark = cp.enqueue_offset
         self._seg_max: dict[int, int] = dict(cp.segment_max_slot)
         self._commit = (cp.read_ms, cp.read_offset)
@@ -164,11 +148,8 @@ class TimerStore:
         try:
             self.flush()
         finally:
-            assert self._wheel is not None
-            with self._sync_lock:
-                for fd in self._unsynced_fds:
-                    os.close(fd)
-                self._unsynced_fds = []
+            assert self._wheel is not None and self._flush is not None
+            self._flush.close()
             self._log.close()
             self._wheel.close()
             self._log = self._wheel = None
@@ -180,41 +161,20 @@ class TimerStore:
         self.sync_point(point)
         self.flushed(point, delete_consumed=False)
 
-    # A flush in three steps, for a caller whose lock guards this store (the timer service): the point is
-    # taken under the lock, synced without it (the disk's write-back, which can take a long time on a
-    # busy disk, then holds up no delivery), and ``flushed`` under the lock again.
+    # A flush in three steps (schedule/timer_flush.py): the point taken and ``flushed`` under the caller's
+    # lock, ``sync_point`` without it.
 
     def flush_point(self) -> FlushPoint:
         """What a checkpoint written now would claim, and the TimerLog segments to sync before it."""
         log, _ = self._files()
-        self._points += 1
-        return FlushPoint(self._points, log.take_dirty(), self._watermark, log.write_pos, self._commit, dict(self._seg_max))
+        assert self._flush is not None
+        return self._flush.point(log, self._watermark, self._commit, self._seg_max)
 
     def sync_point(self, point: FlushPoint) -> None:
-        """Sync the point's TimerLog segments and the wheel, then write its checkpoint, unless one taken
-        later is on disk already (checkpoints only move forward). Needs no lock of the caller's; runs one
-        at a time (a later point's checkpoint must wait for an earlier point's segments). A failed sync
-        raises OSError and keeps those segments for the next point to sync before its checkpoint."""
-        with self._sync_lock:
-            # held as unsynced until every one is synced: a failure leaves them for the next point (close()
-            # closes what is left)
-            fds = self._unsynced_fds = self._unsynced_fds + point.fds
-            _, wheel = self._files()
-            for fd in fds:
-                os.fsync(fd)
-            wheel.flush()
-            self._unsynced_fds = []
-            for fd in fds:
-                os.close(fd)
-            if point.number <= self._points_on_disk:
-                return
-            cp = self._cp
-            cp.enqueue_offset = point.watermark
-            cp.flush_pos = point.write_pos
-            cp.read_ms, cp.read_offset = point.commit
-            cp.segment_max_slot = point.seg_max
-            cp.write(self.root / "timercheck")
-            self._points_on_disk = point.number
+        """``TimerFlush.sync``: the point's segments and the wheel synced, then its checkpoint written."""
+        _, wheel = self._files()
+        assert self._flush is not None
+        self._flush.sync(point, wheel)
 
     def flushed(self, point: FlushPoint, delete_consumed: bool = True) -> None:
         """After ``sync_point``: the durable commit moves (which moves the bound on the cursor), and the
@@ -300,8 +260,9 @@ class TimerStore:
         filed = np.where(roll, far, target)
         # Appended grouped by slot (in their order within each): a slot's records from one batch are then a
         # contiguous run of its chain, which TimerLog.chain walks a run at a time, not a record at a time.
-        # In CommitLog order, a batch of messages due over many slots left every chain a record per step:
-        # entering a slot that 10,000 messages fall due in took ~90 ms of Python, delaying its deliveries.
+        # In CommitLog order, a batch of messages due over many slots left every chain a record per step,
+        # and entering a slot many messages fall due in delayed its deliveries (hot_paths_bench's "timer slot
+        # entry").
         if len(filed) > 1 and (filed[1:] < filed[:-1]).any():
             order = np.argsort(filed, kind="stable")
             recs, filed, roll = recs[order], filed[order], roll[order]

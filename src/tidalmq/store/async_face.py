@@ -1,6 +1,6 @@
 """StoreFace: the store as an event loop may use it, without ever waiting on one of the store's threads.
 
-The store (``DefaultMessageStore``) is synchronous and thread-safe; its waits (reput, flush) block the
+The store (``MessageStore``) is synchronous and thread-safe; its waits (reput, flush) block the
 caller and its lookups may read files. On the broker's event loop a block stalls every connection, so:
 
 - waits become futures completed from the store's thread through ``call_soon_threadsafe``
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 T = TypeVar("T")
 
@@ -28,7 +28,7 @@ def _settle(fut: asyncio.Future[bool], value: bool) -> None:
 
 
 class StoreFace:
-    def __init__(self, store: DefaultMessageStore) -> None:
+    def __init__(self, store: MessageStore) -> None:
         self.store = store
 
     async def wait_reput(self, offset: int, timeout: float) -> bool:
@@ -47,7 +47,7 @@ class StoreFace:
 
     async def flushed(self, offset: int) -> bool:
         """SYNC_FLUSH: True once the CommitLog is durable up to ``offset``, False when that took longer
-        than ``syncFlushTimeout``; ASYNC_FLUSH: True at once (``DefaultMessageStore.request_flush``)."""
+        than ``syncFlushTimeout``; ASYNC_FLUSH: True at once (``MessageStore.request_flush``)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
         self.store.request_flush(offset, lambda ok: loop.call_soon_threadsafe(_settle, fut, ok))

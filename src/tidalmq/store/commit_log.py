@@ -10,13 +10,13 @@ stored last. Until then the region reads as zeros, which no scan accepts, so a p
 middle of a copy leaves nothing that looks like a record. (Beyond the write position files are always
 zero: new files are preallocated, and recovery zeroes what follows the last valid record.)
 
-The reads of runs of records (reput's dispatch, recovery's checks) are ``CommitLogScan``
-(store/commit_log_scan.py); recovery at start is ``CommitLogRecovery`` (store/commit_log_recovery.py).
+Two collaborators, each owning its state: ``scan`` (``CommitLogScan``, store/commit_log_scan.py) reads runs
+of records back, for reput's dispatch and recovery's checks; ``recovery`` (``CommitLogRecovery``,
+store/commit_log_recovery.py) finds where valid data ends at start, and the CommitLog truncates there.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import struct
@@ -50,10 +50,10 @@ from tidalmq.common.record_batch import RecordBatch
 from tidalmq.common.record_batch_crc import reserve_crc as reserve_batch_crc
 from tidalmq.common.record_batch_crc import seal_crc as seal_batch_crc
 from tidalmq.store.commit_log_recovery import CommitLogRecovery
-from tidalmq.store.commit_log_scan import Preread
+from tidalmq.store.commit_log_scan import CommitLogScan
 from tidalmq.store.config import RECORD_OVERHEAD_ALLOWANCE, MessageStoreConfig, parse_delay_levels
 from tidalmq.store.mapped_file import MappedFile, MappedFileQueue, pwrite_all
-from tidalmq.store.results import AppendResult, PutRequest, PutStatus
+from tidalmq.store.results import AppendResult, DispatchBatch, PutRequest, PutStatus
 
 log = logging.getLogger("tidalmq.store")
 
@@ -63,17 +63,16 @@ _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
-# A run whose pieces average fewer bytes than this is joined and written as one buffer: pwritev costs the
-# kernel and Python's buffer export ~90 ns a piece, more than copying the bytes once more. A batch's records
-# are five pieces each, four of them small: joined, a parked batch of 512 timer messages with 100-byte
-# bodies is written in 0.27 us a message against 0.47, one of 64 with 4 KiB bodies in 0.82 against 1.03.
-# Single sends (a piece a record) of 1 KiB and more stay pwritev, which copies large pieces as fast without
-# the extra copy under the interpreter lock (docs/benchmarks.md).
+# A run whose pieces average fewer bytes than this is joined and written as one buffer: what pwritev and
+# Python's buffer export cost a piece is more than copying small pieces once more, and a batch's records
+# are five pieces each, four of them small. Single sends (a piece a record) of 1 KiB and more stay pwritev,
+# which copies large pieces as fast without the extra copy under the interpreter lock (the figures:
+# docs/benchmarks.md, "Runs joined before their write").
 _JOIN_BELOW = 1024
 
 
 
-class CommitLog(CommitLogRecovery):
+class CommitLog:
     def __init__(self, config: MessageStoreConfig, clock: Callable[[], int],
                  store_host: tuple[str, int] = ("127.0.0.1", 10911)) -> None:
         self.config = config
@@ -91,24 +90,18 @@ class CommitLog(CommitLogRecovery):
         self.confirm_offset = 0
         raw = host_bytes(store_host[0])
         self._msg_id_prefix = (raw + _I.pack(store_host[1])).hex().upper()
-        self._delay_levels = parse_delay_levels(config.message_delay_level)
-        self._max_delay_level = max(self._delay_levels) if self._delay_levels else 0
-        self._tag_codes: dict[bytes, int] = {}
-        # Topics seen by scans, by their stored bytes: DispatchBatch carries ids into _topic_names.
-        self._topic_ids: dict[bytes, int] = {}
-        self._topic_names: list[str] = []
-        self._topic_lock = threading.Lock()
-        self._preread: collections.deque[Preread] = collections.deque()
+        self.scan = CommitLogScan(self.mfq, self.file_size, parse_delay_levels(config.message_delay_level),
+                                  force_prop_crc=config.force_verify_prop_crc)
+        self.recovery = CommitLogRecovery(self.mfq, self.file_size, self.scan, check_crc=config.check_crc_on_recover,
+                                          mark_corrupt=self.mark_corrupt)
         self.on_written: Callable[[], None] = lambda: None
         self.on_no_space: Callable[[OSError], None] = lambda e: None
-        self._recovered_store_ts = 0
         # checkCRCOnRead: verify every record before it is served (off by default: it costs a CRC pass
         # over every body read, where the read path otherwise copies nothing).
         self.check_on_read = config.check_crc_on_read
         # checkPropCRCOnRead: the record CRC (``__CRC32#``) of a record that carries one, checked on every
         # read: the structure and body checks above do not see a changed byte of a property value.
         self.check_prop_crc = config.check_prop_crc_on_read
-        self.force_prop_crc = config.force_verify_prop_crc
         # CommitLog offsets of records found corrupt (by recovery or a checked read): never served.
         self.corrupt: frozenset[int] = frozenset()
         self.corrupt_records = 0
@@ -211,7 +204,7 @@ class CommitLog(CommitLogRecovery):
                     if seal:
                         seal_batch_crc(recs)
                     run.extend(recs.pieces)
-                    self._keep_preread(req.topic, req.queue_id, recs, first_phys, total, ts)
+                    self.scan.keep_preread(req.topic, req.queue_id, recs, first_phys, total, ts)
                 else:
                     phys = first_phys
                     ids = []
@@ -364,6 +357,64 @@ class CommitLog(CommitLogRecovery):
         pwrite_all(fd, [first[:8]], start, 8)  # last: makes the run visible to scans (see module doc)
         mf.wrote_position = start + n
 
+    # ------------------------------------------------------------------ recovery
+    def recover_normally(self) -> int:
+        """After a clean shutdown (RocketMQ's recoverNormally); returns the end of valid data."""
+        if not self.mfq.files:
+            self._set_recovered(0)
+            return 0
+        process_offset = self.recovery.recover_normally()
+        self._truncate(process_offset)
+        return process_offset
+
+    def recover_abnormally(self, min_timestamp: int) -> tuple[int, int]:
+        """After a crash (``CommitLogRecovery.recover_abnormally``): (end of valid data, where re-dispatch
+        must start)."""
+        if not self.mfq.files:
+            self._set_recovered(0)
+            return 0, 0
+        process_offset, rebuild_from = self.recovery.recover_abnormally(min_timestamp)
+        self._truncate(process_offset)
+        return process_offset, rebuild_from
+
+    def recover_after_process_crash(self, min_timestamp: int, check: Callable[[DispatchBatch, int], int | None],
+                                    indexed_to: int | None = None) -> tuple[int, int]:
+        """After a crash of the process alone (``CommitLogRecovery.recover_after_process_crash``)."""
+        if not self.mfq.files:
+            self._set_recovered(0)
+            return 0, 0
+        process_offset, rebuild_from = self.recovery.recover_after_process_crash(min_timestamp, check, indexed_to)
+        self._truncate(process_offset)
+        return process_offset, rebuild_from
+
+    def truncate_tail(self, offset: int) -> None:
+        """Drop everything from ``offset`` (a record boundary) on: a replica's divergent tail."""
+        self._truncate(offset)
+
+    def _truncate(self, process_offset: int) -> None:
+        self.mfq.truncate_dirty_files(process_offset)
+        for f in self.mfq.files:
+            f.flushed_position = f.wrote_position
+        self._set_recovered(process_offset)
+        self.mfq.make_next_ahead()
+
+    def _set_recovered(self, process_offset: int) -> None:
+        self.mfq.flushed_where = process_offset
+        self.confirm_offset = process_offset
+        ts = self.recovery.store_timestamp if process_offset > 0 else 0
+        self.written = (process_offset, ts)
+        self.flushed_store_timestamp = ts
+
+    def mark_corrupt(self, phys: int, reason: str) -> None:
+        """Never serve the record at ``phys`` again (until restart; recovery and checked reads find it
+        again). Logged once per record; counted in ``corrupt_records``."""
+        with self._corrupt_lock:
+            if phys in self.corrupt:
+                return
+            self.corrupt = self.corrupt | {phys}  # replaced, not mutated: readers take no lock
+            self.corrupt_records += 1
+        log.error("corrupt record at CommitLog offset %d, not served: %s", phys, reason)
+
     # ------------------------------------------------------------------ flush
     def flush(self, least_pages: int = 0) -> bool:
         """Flush written data; afterwards ``flushed_where`` covers everything written before the call."""
@@ -374,6 +425,11 @@ class CommitLog(CommitLogRecovery):
         return flushed
 
     # ------------------------------------------------------------------ read
+    def read_dispatch_requests(self, start: int, max_bytes: int) -> tuple[DispatchBatch, int, bool]:
+        """What reput dispatches: the records from ``start`` up to what is written (about ``max_bytes``),
+        the offset after them and whether an undecodable record stopped the read."""
+        return self.scan.read_dispatch_requests(start, max_bytes, self.written[0])
+
     def get_message(self, phys: int, size: int) -> memoryview | None:
         mf = self.mfq.find_mapped_file_by_offset(phys)
         if mf is None:

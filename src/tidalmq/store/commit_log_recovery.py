@@ -1,8 +1,8 @@
 """Recovery of the CommitLog at start: RocketMQ's recoverNormally (after a clean shutdown) and
-recoverAbnormally (after a crash), which find where valid data ends and truncate what follows.
+recoverAbnormally (after a crash), which find where valid data ends.
 
-``CommitLogRecovery`` is a base of ``CommitLog`` (store/commit_log.py); the scans it runs are
-``CommitLogScan.scan_records`` (store/commit_log_scan.py).
+``CommitLogRecovery`` is a collaborator of ``CommitLog`` (store/commit_log.py), which truncates what follows
+the end it finds; the scans it runs are ``CommitLogScan.scan_records`` (store/commit_log_scan.py).
 """
 
 from __future__ import annotations
@@ -12,19 +12,23 @@ from collections.abc import Callable
 import numpy as np
 
 from tidalmq.store.commit_log_scan import BLANK, END, INVALID, CommitLogScan
-from tidalmq.store.config import MessageStoreConfig
-from tidalmq.store.mapped_file import MappedFile
+from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
 from tidalmq.store.results import DispatchBatch
 
 
-class CommitLogRecovery(CommitLogScan):
-    """The recovery part of ``CommitLog``: the attributes below are the CommitLog's."""
+class CommitLogRecovery:
+    """Where the valid data of a CommitLog's files (``mfq``, which has files) ends. Bodies are CRC-checked
+    with ``check_crc`` (checkCRCOnRecover); a record whose body fails in the middle of the log is handed to
+    ``mark_corrupt`` (never served). ``store_timestamp``: that of the last valid record the walk met."""
 
-    config: MessageStoreConfig
-    confirm_offset: int
-    flushed_store_timestamp: int
-    _recovered_store_ts: int
-
+    def __init__(self, mfq: MappedFileQueue, file_size: int, scan: CommitLogScan, *, check_crc: bool,
+                 mark_corrupt: Callable[[int, str], None]) -> None:
+        self.mfq = mfq
+        self.file_size = file_size
+        self.scan_records = scan.scan_records
+        self.check_crc = check_crc
+        self.mark_corrupt = mark_corrupt
+        self.store_timestamp = 0
 
     def _scan_file(self, mf: MappedFile, check_crc: bool, since_ts: int | None = None,
                    pos: int = 0) -> tuple[int, bool, int | None]:
@@ -48,7 +52,7 @@ class CommitLogRecovery(CommitLogScan):
                         pos = first_since - mf.file_from_offset
                         continue
             if scan.last_store_timestamp:
-                self._recovered_store_ts = scan.last_store_timestamp
+                self.store_timestamp = scan.last_store_timestamp
             for phys in scan.crc_failed:
                 self.mark_corrupt(phys, "body CRC mismatch found by recovery")
             pos = scan.end
@@ -78,13 +82,7 @@ class CommitLogRecovery(CommitLogScan):
 
     def recover_normally(self) -> int:
         """After a clean shutdown: verify the last 3 files (RocketMQ's recoverNormally)."""
-        files = self.mfq.files
-        if not files:
-            self._set_recovered(0)
-            return 0
-        start = max(0, len(files) - 3)
-        process_offset, _ = self._recover_from(start, self.config.check_crc_on_recover)
-        self._truncate(process_offset)
+        process_offset, _ = self._recover_from(max(0, len(self.mfq.files) - 3), self.check_crc)
         return process_offset
 
     def recover_abnormally(self, min_timestamp: int) -> tuple[int, int]:
@@ -97,13 +95,8 @@ class CommitLogRecovery(CommitLogScan):
         timestamps are those of a record that was dispatched (or flushed) with every record before it, and
         that record is stored at or after ``min_timestamp``, so it cannot come before the first such record
         even when the clock stepped back."""
-        files = self.mfq.files
-        if not files:
-            self._set_recovered(0)
-            return 0, 0
         index = self._checkpoint_file(min_timestamp)
-        process_offset, first_since = self._recover_from(index, self.config.check_crc_on_recover, min_timestamp)
-        self._truncate(process_offset)
+        process_offset, first_since = self._recover_from(index, self.check_crc, min_timestamp)
         # No record at or after the minimum timestamp survived: everything valid is already dispatched.
         rebuild_from = process_offset if first_since is None else min(first_since, process_offset)
         return process_offset, rebuild_from
@@ -112,7 +105,7 @@ class CommitLogRecovery(CommitLogScan):
         """The newest file whose first record was stored no later than ``min_timestamp`` (0: the first)."""
         files = self.mfq.files
         for i in range(len(files) - 1, -1, -1):
-            first = self.scan_records(files[i], 0, self.file_size, check_crc=self.config.check_crc_on_recover,
+            first = self.scan_records(files[i], 0, self.file_size, check_crc=self.check_crc,
                                       max_records=1)
             ts = first.last_store_timestamp
             if len(first.batch) and ts != 0 and ts <= min_timestamp:
@@ -130,21 +123,17 @@ class CommitLogRecovery(CommitLogScan):
         entries before its index entries, so re-dispatch starts there if it comes first, and at the latest
         where the checkpoint says; indexing a record twice is harmless)."""
         files = self.mfq.files
-        if not files:
-            self._set_recovered(0)
-            return 0, 0
         start = files[self._checkpoint_file(min_timestamp)].file_from_offset
         frontier, since_at = self.first_unqueued(start, files[-1].file_from_offset + self.file_size, check,
-                                                 min_timestamp, self.config.check_crc_on_recover)
+                                                 min_timestamp, self.check_crc)
         if indexed_to is not None:
             frontier = min(frontier, max(indexed_to, since_at))
         mf = self.mfq.find_mapped_file_by_offset(frontier)
         if mf is None:  # the walk ended exactly at the end of the last file
             mf = files[-1]
             frontier = mf.file_from_offset + self.file_size
-        process_offset, _ = self._recover_from(files.index(mf), self.config.check_crc_on_recover,
+        process_offset, _ = self._recover_from(files.index(mf), self.check_crc,
                                                pos=frontier - mf.file_from_offset)
-        self._truncate(process_offset)
         return process_offset, min(frontier, process_offset)
 
     def first_unqueued(self, start: int, end: int, check: Callable[[DispatchBatch, int], int | None],
@@ -183,9 +172,9 @@ class CommitLogRecovery(CommitLogScan):
                 if hit is not None:
                     before = stamps[scan.batch.commit_log_offsets < hit]
                     if len(before):
-                        self._recovered_store_ts = int(before[-1])
+                        self.store_timestamp = int(before[-1])
                     return hit, since_at
-                self._recovered_store_ts = int(stamps[-1])
+                self.store_timestamp = int(stamps[-1])
             if scan.verdict == BLANK:
                 offset = base + self.file_size
             elif scan.verdict == INVALID or base + scan.end <= offset:
@@ -195,21 +184,3 @@ class CommitLogRecovery(CommitLogScan):
                 offset = base + scan.end
         end = min(offset, end)
         return end, end if since_at < 0 else since_at
-
-    def truncate_tail(self, offset: int) -> None:
-        """Drop everything from ``offset`` (a record boundary) on: a replica's divergent tail."""
-        self._truncate(offset)
-
-    def _truncate(self, process_offset: int) -> None:
-        self.mfq.truncate_dirty_files(process_offset)
-        for f in self.mfq.files:
-            f.flushed_position = f.wrote_position
-        self._set_recovered(process_offset)
-        self.mfq.make_next_ahead()
-
-    def _set_recovered(self, process_offset: int) -> None:
-        self.mfq.flushed_where = process_offset
-        self.confirm_offset = process_offset
-        ts = self._recovered_store_ts if process_offset > 0 else 0
-        self.written = (process_offset, ts)
-        self.flushed_store_timestamp = ts

@@ -2,8 +2,9 @@
 reput (``read_dispatch_requests``: the DispatchBatch columns the ConsumeQueues and the index are built from)
 and for recovery (where valid data ends, CRC checks).
 
-``CommitLogScan`` is a base of ``CommitLog`` (store/commit_log.py), which owns the state it reads; it is
-kept apart because it is the other half of the log's work: the append writes records, this reads them back.
+``CommitLogScan`` is a collaborator of ``CommitLog`` (store/commit_log.py): the append writes records, the
+scan reads them back. It owns what reading needs: the table of topics seen (``DispatchBatch`` carries ids
+into it), the tag-code cache, and the dispatch columns the append built for the dispatcher (``keep_preread``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ INVALID = -1
 # Records per scan_records call (bounds the numpy index arrays of one call).
 SCAN_MAX_RECORDS = 1 << 16
 # Up to this many records a scan reads them one by one: numpy's fixed cost per call (tens of
-# operations, ~100 us in all) would outweigh what it saves.
+# operations) would outweigh what it saves.
 SCAN_FEW = 8
 
 # Batches whose dispatch columns the append already built, kept for the dispatcher (bounded: past it the
@@ -83,24 +84,23 @@ class Scan(NamedTuple):
 
 
 class CommitLogScan:
-    """The scan part of ``CommitLog``: the attributes below are the CommitLog's, set by its ``__init__``."""
+    """The reads of runs of records of one CommitLog's files (``mfq``)."""
 
-    file_size: int
-    mfq: MappedFileQueue
-    written: tuple[int, int]
-    _delay_levels: dict[int, int]
-    _max_delay_level: int
-    _tag_codes: dict[bytes, int]
-    _topic_ids: dict[bytes, int]
-    _topic_names: list[str]
-    _topic_lock: threading.Lock
-    _preread: collections.deque[Preread]
-    corrupt: frozenset[int]
-    corrupt_records: int
-    _corrupt_lock: threading.Lock
-    force_prop_crc: bool  # forceVerifyPropCRC
+    def __init__(self, mfq: MappedFileQueue, file_size: int, delay_levels: dict[int, int], *,
+                 force_prop_crc: bool) -> None:
+        self.mfq = mfq
+        self.file_size = file_size
+        self._delay_levels = delay_levels
+        self._max_delay_level = max(delay_levels) if delay_levels else 0
+        self.force_prop_crc = force_prop_crc  # forceVerifyPropCRC
+        self._tag_codes: dict[bytes, int] = {}
+        # Topics seen by scans, by their stored bytes: DispatchBatch carries ids into _topic_names.
+        self._topic_ids: dict[bytes, int] = {}
+        self._topic_names: list[str] = []
+        self._topic_lock = threading.Lock()
+        self._preread: collections.deque[Preread] = collections.deque()
 
-    def _keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
+    def keep_preread(self, topic: str, queue_id: int, batch: RecordBatch, first_phys: int, nbytes: int,
                       ts: int) -> None:
         """The DispatchBatch a scan of the just-appended batch would produce, from what the append knows."""
         if topic == SCHEDULE_TOPIC:
@@ -151,16 +151,6 @@ class CommitLogScan:
         if preread and preread[0].start == offset:
             return preread.popleft()
         return None
-
-    def mark_corrupt(self, phys: int, reason: str) -> None:
-        """Never serve the record at ``phys`` again (until restart; recovery and checked reads find it
-        again). Logged once per record; counted in ``corrupt_records``."""
-        with self._corrupt_lock:
-            if phys in self.corrupt:
-                return
-            self.corrupt = self.corrupt | {phys}  # replaced, not mutated: readers take no lock
-            self.corrupt_records += 1
-        log.error("corrupt record at CommitLog offset %d, not served: %s", phys, reason)
 
     def tags_code_of(self, tags: bytes) -> int:
         """The ConsumeQueue tag hash code of a stored TAGS value (cached: tags repeat)."""
@@ -407,11 +397,10 @@ class CommitLogScan:
         delay = self._delay_levels.get(level)
         return store_ts + delay if delay is not None else store_ts + 1000
 
-    def read_dispatch_requests(self, start: int, max_bytes: int) -> tuple[DispatchBatch, int, bool]:
-        """Records from ``start`` up to what is written (about ``max_bytes``). Returns them, the offset
-        after them and whether an undecodable record stopped the read."""
+    def read_dispatch_requests(self, start: int, max_bytes: int, end_all: int) -> tuple[DispatchBatch, int, bool]:
+        """Records from ``start`` up to ``end_all`` (the end of what is written; about ``max_bytes``).
+        Returns them, the offset after them and whether an undecodable record stopped the read."""
         parts: list[DispatchBatch] = []
-        end_all = self.written[0]
         offset = start
         budget_end = start + max_bytes
         while offset < end_all and offset < budget_end:

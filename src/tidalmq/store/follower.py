@@ -27,7 +27,7 @@ from tidalmq.common.fileutil import path_under
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE
 from tidalmq.store.consume_queue import CQ_DTYPE
 from tidalmq.store.mapped_file import offset_to_file_name
-from tidalmq.store.message_store_read import OffsetLookup
+from tidalmq.store.message_reader import OffsetLookup
 from tidalmq.store.results import AppendResult, PutRequest, QueueEntries, QueueRange
 
 log = logging.getLogger("tidalmq.store")

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from itertools import chain
-from typing import cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -58,6 +58,22 @@ _LIST = {list}
 def _human_time(ms: int) -> str:
     """RocketMQ's ``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in local time."""
     return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+class IndexServiceLike(Protocol):
+    """What the store asks of its index: an ``IndexService``, or one a test or tool hands it."""
+
+    @property
+    def max_index_commit_log_offset(self) -> int: ...
+    def load(self, last_exit_ok: bool) -> bool: ...
+    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
+    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None],
+                            uniqs: Sequence[str | None], offsets: np.ndarray, timestamps: np.ndarray) -> None: ...
+    def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
+    def flush(self) -> None: ...
+    def delete_expired(self, min_commit_log_offset: int) -> Any: ...
+    def destroy(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class IndexService:

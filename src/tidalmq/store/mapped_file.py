@@ -43,7 +43,7 @@ def pwrite_all(fd: int, buffers: list[bytes | bytearray | memoryview], offset: i
     """Write ``buffers`` (``nbytes`` in all) back to back at ``offset``: pwritev, IOV_MAX buffers a call,
     looping over short writes (which regular files only do on errors such as a full disk).
 
-    The calls are made one after the other without counting each call's bytes (a len a buffer, ~0.1 us a
+    The calls are made one after the other without counting each call's bytes (a len a buffer, a cost a
     record); when what they wrote adds up to ``nbytes`` none was short. Else the run is written again from
     the start, call by call, resuming short writes: the same bytes at the same offsets, and any a short call
     displaced lie inside the run, which the second pass writes whole."""

@@ -5,9 +5,11 @@ ASYNC_FLUSH), FlushConsumeQueueService, ReputMessageService and CleanService. Th
 ``put_messages`` / ``get_message`` from its own thread; callbacks and arrival listeners run on the
 store's threads.
 
-The class is split by responsibility: the lifecycle, the put path and flushing here; the dispatchers
-the reput calls in store/message_store_dispatch.py; the read API (getMessage and what services read) in
-store/message_store_read.py; admin and runtime stats in store/message_store_admin.py.
+The store is its face (``MessageStore``, store/api.py) over parts that own their state: the CommitLog, the
+ConsumeQueueTable (every queue, and the lock that makes and removes them), the CommitLogDispatcher (what
+reput does with each round), the MessageReader (getMessage, reads by offset and key), the index, the
+checkpoint, and the services' threads. Here: the lifecycle and recovery, the put path, flushing, retention
+and the runtime figures; every read is handed to the part that holds what it reads.
 """
 
 from __future__ import annotations
@@ -17,25 +19,21 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-import numpy as np
-
-from tidalmq.common import naming as nm
-from tidalmq.common import sysflag as sf
-from tidalmq.common.fileutil import DiskFullError, UnsafePathError, path_under
+from tidalmq.common.fileutil import DiskFullError
+from tidalmq.store.abort_file import AbortFile
 from tidalmq.store.checkpoint import StoreCheckpoint
 from tidalmq.store.clean import CleanCommitLogService, CleanConsumeQueueService, CleanService
 from tidalmq.store.commit_log import CommitLog
+from tidalmq.store.commit_log_dispatcher import CommitLogDispatcher
 from tidalmq.store.config import MessageStoreConfig
-from tidalmq.store.consume_queue import ConsumeQueue
+from tidalmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
+from tidalmq.store.consume_queue_table import ConsumeQueueTable
 from tidalmq.store.disk_space import COMMIT_LOG, DiskSpaceGuard
 from tidalmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
-from tidalmq.store.index_service import IndexService
-from tidalmq.store.mapped_file import fsync_dir
-from tidalmq.store.message_store_admin import MessageStoreAdmin
-from tidalmq.store.message_store_dispatch import IndexServiceLike, MessageStoreDispatch
-from tidalmq.store.message_store_read import MessageStoreRead
+from tidalmq.store.index_service import IndexService, IndexServiceLike
+from tidalmq.store.message_reader import MAX_PULL_MSG_SIZE, MessageReader, OffsetLookup
 from tidalmq.store.reput import ReputMessageService
 from tidalmq.store.results import (
     AppendResult,
@@ -47,30 +45,13 @@ from tidalmq.store.results import (
     QueueEntries,
     QueueRange,
 )
+from tidalmq.store.store_stats import StoreStatsService
 
-__all__ = [
-    "AppendResult",
-    "DefaultMessageStore",
-    "GetMessageResult",
-    "GetStatus",
-    "MessageStoreConfig",
-    "PutRequest",
-    "PutStatus",
-    "QueueEntries",
-    "QueueRange",
-]
+# The store API's types, importable from here with the store.
+__all__ = ["AppendResult", "DefaultMessageStore", "GetMessageResult", "GetStatus", "MessageStoreConfig",
+           "PutRequest", "PutStatus", "QueueEntries", "QueueRange"]
 
 log = logging.getLogger("tidalmq.store")
-
-
-def boot_id() -> bytes:
-    """This boot of the machine (Linux's boot_id), b"" where unknown. Written into the abort file: a crash
-    recovered under the same boot id was a process crash, whose writes the page cache kept."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
-            return f.read().strip()
-    except OSError:
-        return b""
 
 
 def _ms_clock() -> int:
@@ -84,22 +65,26 @@ def _total_physical_memory() -> int:
         return 8 * 1024 ** 3
 
 
-class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAdmin):
+class DefaultMessageStore(OffsetLookup):
     def __init__(self, config: MessageStoreConfig, store_host: tuple[str, int] = ("127.0.0.1", 10911),
                  clock: Callable[[], int] = _ms_clock, *, index_service: IndexServiceLike | None = None) -> None:
         self.config = config
         self.clock = clock
         self.store_host = store_host
         self.commit_log = CommitLog(config, clock, store_host)
-        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
-        self._cq_lock = threading.Lock()
-        self._lmq_names: dict[tuple[str, str], str | None] = {}
+        self.queues = ConsumeQueueTable(config.consume_queue_path, config.mapped_file_size_consume_queue)
         if index_service is None and config.message_index_enable:
             index_service = IndexService(config.index_path, config.max_hash_slot_num, config.max_index_num)
         self.index_service: IndexServiceLike | None = index_service if config.message_index_enable else None
         self.checkpoint: StoreCheckpoint | None = None
+        self.abort_file = AbortFile(config.abort_path, config.store_path_root_dir)
+        self.disk_space = DiskSpaceGuard(clock)
+        self.stats = StoreStatsService()
+        self.dispatcher = CommitLogDispatcher(self.queues, self.index_service, self.disk_space)
+        self.reader = MessageReader(config, self.commit_log, self.queues, self.index_service, self.stats,
+                                    _total_physical_memory() * config.access_message_in_memory_max_ratio // 100)
         self._listeners: list[Callable[[dict[tuple[str, int], int]], None]] = []
-        self.reput = ReputMessageService(self.commit_log, self._dispatch, self._listeners)
+        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self._listeners)
         self.commit_log.on_written = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
         self.flush_cq_service: FlushConsumeQueueService | None = None
@@ -108,7 +93,6 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self.clean_consume_queue = CleanConsumeQueueService(self)
         self._clean_lock = threading.Lock()
         self._flush_cq_lock = threading.Lock()
-        self.disk_space = DiskSpaceGuard(clock)
         self.commit_log.on_no_space = lambda e: self.disk_space.set(COMMIT_LOG, str(e))
         # The CommitLog offset below which every message has been consumed by every group that reads its
         # topic (the broker knows the groups; a store alone knows none, so nothing counts as consumed).
@@ -123,9 +107,6 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self._loaded = False
         self._started = False
         self._shutdown = False
-        self._memory = _total_physical_memory() * config.access_message_in_memory_max_ratio // 100
-        self._stats = {"putMessageTimesTotal": 0, "putMessageSizeTotal": 0, "getMessageTimesTotalFound": 0,
-                       "getMessageTimesTotalMiss": 0, "getMessageTransferedMsgCount": 0}
 
     # ================================================================== lifecycle
     def load(self) -> bool:
@@ -134,12 +115,12 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         # Retention reads disk usage at these paths; a missing one reads as "full" (as in RocketMQ).
         os.makedirs(cfg.commit_log_path, exist_ok=True)
         os.makedirs(cfg.consume_queue_path, exist_ok=True)
-        self.last_exit_ok = not os.path.exists(cfg.abort_path)
-        self._process_crash = not self.last_exit_ok and self._crashed_in_this_boot()
+        self.last_exit_ok = not self.abort_file.exists()
+        self._process_crash = not self.last_exit_ok and self.abort_file.crashed_in_this_boot()
         log.info("store load: last exit %s", "ok" if self.last_exit_ok else
                  "ABNORMAL (process crash)" if self._process_crash else "ABNORMAL")
         ok = self.commit_log.mfq.load()
-        ok = ok and self._load_consume_queues()
+        ok = ok and self.queues.load()
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
         if self.index_service is not None:
             try:
@@ -153,45 +134,8 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self._loaded = True
         return True
 
-    def _crashed_in_this_boot(self) -> bool:
-        """The abort file names this boot: the crash was the process's, and the page cache kept its writes."""
-        try:
-            with open(self.config.abort_path, "rb") as f:
-                written_by = f.read(64).strip()
-        except OSError:
-            return False
-        return bool(written_by) and written_by == boot_id()
-
-    def _load_consume_queues(self) -> bool:
-        root = self.config.consume_queue_path
-        try:
-            topics = os.listdir(root)
-        except FileNotFoundError:
-            return True
-        for topic in topics:
-            if not nm.is_legal(nm.check_any_topic, topic):
-                # Left on disk as it is (an operator may want it), but never followed nor made a queue.
-                log.warning("ignoring %r in %s: not a legal topic name", topic, root)
-                continue
-            try:
-                tdir = path_under(root, topic)
-            except UnsafePathError as e:
-                log.warning("ignoring %r in %s: %s", topic, root, e)
-                continue
-            if not os.path.isdir(tdir):
-                continue
-            for qid in os.listdir(tdir):
-                if not qid.lstrip("-").isdigit():
-                    continue
-                cq = ConsumeQueue(topic, int(qid), root, self.cq_file_size(topic))
-                if not cq.load():
-                    return False
-                self._cqs[(topic, int(qid))] = cq
-        return True
-
     def _recover(self, last_exit_ok: bool) -> None:
-        for cq in self._cqs.values():
-            cq.recover()
+        self.queues.recover()
         assert self.checkpoint is not None
         if last_exit_ok:
             process = self.commit_log.recover_normally()
@@ -202,7 +146,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             min_ts = cp.min_timestamp_index() if self.config.message_index_safe else cp.min_timestamp()
             if self._process_crash:
                 indexed = None if self.index_service is None else self.index_service.max_index_commit_log_offset
-                process, rebuild_from = self.commit_log.recover_after_process_crash(min_ts, self._first_unqueued,
+                process, rebuild_from = self.commit_log.recover_after_process_crash(min_ts, self.queues.first_unqueued,
                                                                                     indexed)
             else:
                 process, rebuild_from = self.commit_log.recover_abnormally(min_ts)
@@ -211,16 +155,12 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         min_phy = self.commit_log.min_offset
         if min_phy < 0:
             # No CommitLog at all: the queues point at nothing (RocketMQ destroys them too).
-            for cq in self._cqs.values():
-                cq.destroy()
-            self._cqs.clear()
+            self.queues.destroy()
             min_phy = 0
-        for cq in self._cqs.values():
-            if rebuild_from is not None or cq.max_physic_offset > cut:
-                cq.truncate_dirty(cut)
-            cq.init_min_offset(min_phy)
+        self.queues.truncate_dirty(cut, every=rebuild_from is not None)
+        self.queues.init_min_offset(min_phy)
         if rebuild_from is None:
-            reput_from = max((cq.max_physic_offset for cq in self._cqs.values()), default=min_phy)
+            reput_from = self.queues.max_physic_offset(default=min_phy)
         else:
             reput_from = rebuild_from
         reput_from = min(max(reput_from, min_phy), process)
@@ -239,9 +179,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
             return False
         log.warning("store: truncating the CommitLog from %d to %d", self.commit_log.max_offset, offset)
         self.commit_log.truncate_tail(offset)
-        for cq in self._cqs.values():
-            if cq.max_physic_offset > offset:
-                cq.truncate_dirty(offset)
+        self.queues.truncate_dirty(offset)
         self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
         self._recover_topic_queue_table()
         return True
@@ -254,30 +192,8 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         self._recover_topic_queue_table()
         self.is_slave = False
 
-    def _first_unqueued(self, batch: DispatchBatch, first: int) -> int | None:
-        """The CommitLog offset of the first record of ``batch`` (from row ``first``) whose ConsumeQueue entry
-        is missing or points elsewhere, or None. Recovery after a process crash re-dispatches from there."""
-        tx = batch.sysflags[first:] & sf.TRANSACTION_TYPE_MASK
-        queued = first + np.flatnonzero((tx == sf.TRANSACTION_NOT_TYPE) | (tx == sf.TRANSACTION_COMMIT_TYPE))
-        if not len(queued):
-            return None
-        keys = (batch.topic_ids[queued] << 32) | (batch.queue_ids[queued] & 0xFFFFFFFF)
-        earliest: int | None = None
-        for key in np.unique(keys).tolist():
-            idx = queued[keys == key]
-            queue_id = key & 0xFFFFFFFF
-            queue_id = queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id
-            cq = self._cqs.get((batch.topic_names[key >> 32], queue_id))
-            phys = batch.commit_log_offsets[idx]
-            n = 0 if cq is None else cq.count_matching(batch.queue_offsets[idx], phys)
-            if n < len(idx):
-                miss = int(phys[n])
-                earliest = miss if earliest is None else min(earliest, miss)
-        return earliest
-
     def _recover_topic_queue_table(self) -> None:
-        table = {key: cq.max_offset_in_queue for key, cq in self._cqs.items()}
-        self.commit_log.topic_queue_table = table
+        self.commit_log.topic_queue_table = self.queues.max_offsets()
 
     def start(self) -> None:
         if not self._loaded:
@@ -285,10 +201,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         if self._started:
             return
         cfg = self.config
-        with open(cfg.abort_path, "wb") as f:
-            f.write(boot_id())
-            os.fsync(f.fileno())
-        fsync_dir(cfg.store_path_root_dir)
+        self.abort_file.create()
         if cfg.sync_flush:
             self.flush_service = GroupCommitService(self.commit_log, cfg.sync_flush_timeout, self._on_cl_flushed)
         else:
@@ -323,17 +236,15 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
                 clean = self.reput.behind() == 0
             except OSError:
                 log.exception("final flush failed")
-        if clean and os.path.exists(self.config.abort_path):
-            os.unlink(self.config.abort_path)
-            fsync_dir(self.config.store_path_root_dir)
+        if clean:
+            self.abort_file.delete()
         elif self._started:
             log.warning("shutdown not clean (dispatch behind %d): keeping the abort file", self.reput.behind())
         self._close()
 
     def _close(self) -> None:
         self.commit_log.close()
-        for cq in self._cqs.values():
-            cq.close()
+        self.queues.close()
         if self.index_service is not None:
             try:
                 self.index_service.close()
@@ -348,9 +259,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         if not self._shutdown:
             self.shutdown()
         self.commit_log.destroy()
-        for cq in self._cqs.values():
-            cq.destroy()
-        self._cqs.clear()
+        self.queues.destroy()
         if self.index_service is not None:
             try:
                 self.index_service.destroy()
@@ -394,7 +303,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         results = self.commit_log.put(requests, wake_reput=not dispatch_myself, blocking=blocking)
         if results is None:
             return None
-        stats = self._stats
+        stats = self.stats.counts
         ok = False
         for r in results:
             if r.status is PutStatus.PUT_OK:
@@ -465,8 +374,7 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
         advances the checkpoint to what had been dispatched before it began."""
         with self._flush_cq_lock:
             dispatched_ts = self.reput.last_dispatched_store_timestamp
-            for cq in list(self._cqs.values()):
-                cq.flush(least_pages)
+            self.queues.flush(least_pages)
             if least_pages != 0:
                 return
             if self.index_service is not None:
@@ -516,3 +424,171 @@ class DefaultMessageStore(MessageStoreDispatch, MessageStoreRead, MessageStoreAd
 
     def _clean_periodically(self) -> None:
         self.clean_expired_now(False)
+
+    # ================================================================== admin and runtime figures
+    @property
+    def disk_full(self) -> bool:
+        """Writes are being refused for lack of space (see ``store.disk_space``)."""
+        return self.disk_space.full
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return max(self.commit_log.min_offset, 0)
+
+    def flush_behind_bytes(self) -> int:
+        """CommitLog bytes written but not flushed yet (rocketmq_storage_flush_behind_bytes)."""
+        return max(0, self.commit_log.max_offset - self.commit_log.flushed_where)
+
+    def dispatch_behind_bytes(self) -> int:
+        """CommitLog bytes not dispatched to the queues yet (rocketmq_storage_dispatch_behind_bytes)."""
+        return self.reput.behind()
+
+    def earliest_message_time(self) -> int:
+        """RocketMQ's getEarliestMessageTime: the store time of the CommitLog's first message, -1 if none."""
+        try:
+            return self.commit_log.store_timestamp_at(self.min_phy_offset)
+        except (ValueError, OSError):  # its file went with a cleanup meanwhile
+            return -1
+
+    def page_cache_lock_time_ms(self) -> float:
+        """How long the CommitLog's put lock has been held by the writer holding it now, 0 when free
+        (RocketMQ's pageCacheLockTimeMills)."""
+        return self.commit_log.lock_held_ms()
+
+    def topics_and_queues(self) -> dict[str, list[int]]:
+        return self.queues.topics_and_queues()
+
+    def delete_topics(self, names: Iterable[str]) -> int:
+        """Delete the ConsumeQueues of these topics (the CommitLog keeps its records until retention)."""
+        deleted = self.queues.delete_topics(names)
+        for key in deleted:
+            self.commit_log.topic_queue_table.pop(key, None)
+        return len(deleted)
+
+    def clean_expired_consumer_queue(self, live_topics: Iterable[str]) -> int:
+        """CLEAN_EXPIRED_CONSUMEQUEUE (DefaultMessageStore.cleanExpiredConsumerQueue): delete the ConsumeQueues
+        of topics not in ``live_topics``, and the ConsumeQueue files of the others whose entries all point
+        below the CommitLog's min offset. A live topic's queue is never removed whole (RocketMQ's is when
+        all of it is expired): its offsets then carry on rather than restart at 0 under its consumers.
+        Returns the queues and files removed."""
+        live = set(live_topics)
+        removed = self.delete_topics({t for t in self.topics_and_queues() if t not in live})
+        return removed + self.queues.delete_expired_files(self.commit_log.min_offset)
+
+    def runtime_info(self) -> dict[str, str]:
+        cfg = self.config
+        info = self.stats.runtime_info()
+        info.update({
+            "commitLogMinOffset": str(self.min_phy_offset),
+            "commitLogMaxOffset": str(self.max_phy_offset),
+            "commitLogFlushedOffset": str(self.commit_log.flushed_where),
+            "commitLogCorruptRecords": str(self.commit_log.corrupt_records),
+            "dispatchBehindBytes": str(self.reput.behind()),
+            "commitLogDiskRatio": str(self.clean_commit_log.disk_usage(cfg.commit_log_path)),
+            "consumeQueueDiskRatio": str(self.clean_commit_log.disk_usage(cfg.consume_queue_path)),
+            "diskFull": str(self.disk_full).lower(),
+            "diskFullReason": self.disk_space.reason(),
+            "flushDiskType": cfg.flush_disk_type,
+        })
+        cp = self.checkpoint
+        if cp is not None:
+            info["physicMsgTimestamp"] = str(cp.physic_msg_timestamp)
+            info["logicsMsgTimestamp"] = str(cp.logics_msg_timestamp)
+        return info
+
+    # ================================================================== read (handed to the part that holds it)
+    # What the broker's services (schedule, timer, transactions, admin) read. Nothing outside store/
+    # touches ConsumeQueue arrays, mapped files or the CommitLog directly (tests/store/test_face.py).
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    max_total_bytes: int = MAX_PULL_MSG_SIZE, tag_codes: set[int] | None = None,
+                    filter: Callable[[int, memoryview], bool] | None = None) -> GetMessageResult:  # noqa: A002
+        """RocketMQ's getMessage (``MessageReader.get_message``)."""
+        if self._shutdown or not self._loaded:
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset)
+        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, max_total_bytes, tag_codes,
+                                       filter)
+
+    def consume_queues(self) -> list[ConsumeQueue]:
+        return self.queues.queues()
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get(topic, queue_id)
+
+    def queue_range(self, topic: str, queue_id: int) -> QueueRange:
+        return self.queues.queue_range(topic, queue_id)
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_n: int) -> QueueEntries:
+        """``ConsumeQueueTable.read_queue``: never past one ConsumeQueue file."""
+        return self.queues.read_queue(topic, queue_id, offset, max_n)
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self.queues
+
+    def queue_entry(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
+        """(CommitLog offset, size, tag code) of one entry; None outside the queue's range."""
+        return self.queues.queue_entry(topic, queue_id, offset)
+
+    def queue_offset_at_or_after(self, topic: str, queue_id: int, commit_log_offset: int) -> int:
+        return self.queues.queue_offset_at_or_after(topic, queue_id, commit_log_offset)
+
+    def next_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next message appended to (topic, queue) gets: ahead of
+        ``queue_range().max_offset`` by what is appended but not yet dispatched."""
+        return self.commit_log.topic_queue_table.get((topic, queue_id), 0)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.queues.queue_range(topic, queue_id).max_offset
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.queues.queue_range(topic, queue_id).min_offset
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        e = self.queues.queue_entry(topic, queue_id, offset)
+        return e[0] if e is not None else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        e = self.queues.queue_entry(topic, queue_id, offset)
+        if e is None or e[1] == BLANK_SIZE:
+            return -1
+        return self.commit_log.store_timestamp_at(e[0])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        if (topic, queue_id) not in self.queues:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, self.queues.queue_range(topic, queue_id).min_offset)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Logical offset of the first message stored at or after ``timestamp_ms``; the max offset when
+        there is none."""
+        cl = self.commit_log
+        return self.queues.offset_by_time(topic, queue_id, timestamp_ms, cl.min_offset, cl.store_timestamp_at)
+
+    def commit_log_range(self) -> tuple[int, int]:
+        """(first CommitLog offset still on disk, offset after the last record written)."""
+        return self.commit_log.min_offset, self.commit_log.written[0]
+
+    def read_commit_log_records(self, offset: int, max_bytes: int) -> tuple[DispatchBatch, int]:
+        """What reput reads of the records from ``offset`` (about ``max_bytes``): topic, queue, offsets,
+        store time, keys, ``UNIQ_KEY``, a column each; and the offset after them (no progress: nothing
+        more is readable there)."""
+        batch, nxt, _bad = self.commit_log.read_dispatch_requests(offset, max_bytes)
+        return batch, nxt
+
+    def offset_msg_id(self, commit_log_offset: int) -> str:
+        """The offset msgId of the record at ``commit_log_offset`` (store host + port + offset)."""
+        return self.commit_log.msg_id(commit_log_offset)
+
+    def select_one_message_by_offset(self, commit_log_offset: int, size: int | None = None) -> memoryview | None:
+        return self.reader.select_one_message_by_offset(commit_log_offset, size)
+
+    @property
+    def has_index(self) -> bool:
+        """True when messages are indexed by key (``query_message`` can find them)."""
+        return self.index_service is not None
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[memoryview]:
+        return self.reader.query_message(topic, key, max_num, begin_ts, end_ts)

@@ -1,16 +1,13 @@
-"""The CommitLog dispatchers of ``DefaultMessageStore`` (RocketMQ's CommitLogDispatcherBuildConsumeQueue
-and CommitLogDispatcherBuildIndex): what the reput does with each round of records it reads.
+"""The CommitLog dispatchers (RocketMQ's CommitLogDispatcherBuildConsumeQueue and
+CommitLogDispatcherBuildIndex): what the reput does with each round of records it reads.
 
-``MessageStoreDispatch`` is a base of ``DefaultMessageStore`` (store/message_store.py), which owns the
-state it writes.
+``CommitLogDispatcher`` writes into the store's ConsumeQueueTable and index; it owns the cache of the LMQ
+names of lite topics.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Sequence
-from typing import Any, Protocol
 
 import numpy as np
 
@@ -18,30 +15,13 @@ from tidalmq.common import naming as nm
 from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import DiskFullError, UnsafePathError
 from tidalmq.common.message import KEY_SEPARATOR
-from tidalmq.store.config import MessageStoreConfig
-from tidalmq.store.consume_queue import ConsumeQueue
+from tidalmq.store.consume_queue_table import ConsumeQueueTable
 from tidalmq.store.disk_space import CONSUME_QUEUE, INDEX, DiskSpaceGuard
+from tidalmq.store.index_service import IndexServiceLike
 from tidalmq.store.results import DispatchBatch
 
 log = logging.getLogger("tidalmq.store")
 LMQ_NAMES_MAX = 65536
-# The ConsumeQueue file size of every LMQ: 8,192 entries (160 KiB), fixed (files of another size would not
-# be read back). A lite topic costs one such file on disk at least.
-LMQ_FILE_SIZE = 8192 * 20
-
-
-class IndexServiceLike(Protocol):
-    @property
-    def max_index_commit_log_offset(self) -> int: ...
-    def load(self, last_exit_ok: bool) -> bool: ...
-    def build_index_batch(self, items: list[tuple[str, list[str] | None, str | None, int, int]]) -> None: ...
-    def build_index_columns(self, topics: Sequence[str], keyss: Sequence[list[str] | None],
-                            uniqs: Sequence[str | None], offsets: np.ndarray, timestamps: np.ndarray) -> None: ...
-    def query_offsets(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]: ...
-    def flush(self) -> None: ...
-    def delete_expired(self, min_commit_log_offset: int) -> Any: ...
-    def destroy(self) -> None: ...
-    def close(self) -> None: ...
 
 
 def _may_have_lite_queues(topic: str) -> bool:
@@ -52,36 +32,17 @@ def _may_have_lite_queues(topic: str) -> bool:
                 or topic.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
 
 
-class MessageStoreDispatch:
-    """The dispatch part of ``DefaultMessageStore``: the attributes below are the store's."""
+class CommitLogDispatcher:
+    """Builds the ConsumeQueues (``queues``) and the index (``index``, None without one) from each round
+    of records; a full disk is told to ``disk_space``."""
 
-    config: MessageStoreConfig
-    index_service: IndexServiceLike | None
-    disk_space: DiskSpaceGuard
-    _cqs: dict[tuple[str, int], ConsumeQueue]
-    _cq_lock: threading.Lock
-    _lmq_names: dict[tuple[str, str], str | None]  # (topic, lite topic) -> its LMQ; only the reput writes it
+    def __init__(self, queues: ConsumeQueueTable, index: IndexServiceLike | None, disk_space: DiskSpaceGuard) -> None:
+        self.queues = queues
+        self.index = index
+        self.disk_space = disk_space
+        self._lmq_names: dict[tuple[str, str], str | None] = {}  # (topic, lite topic) -> its LMQ; reput's alone
 
-
-    def cq_file_size(self, topic: str) -> int:
-        """The size of the topic's ConsumeQueue files: ``mappedFileSizeConsumeQueue``, but LMQ_FILE_SIZE for
-        a lite topic's LMQ (there may be very many, most of them small)."""
-        if topic.startswith(nm.LITE_QUEUE_PREFIX):
-            return LMQ_FILE_SIZE
-        return self.config.mapped_file_size_consume_queue
-
-    def _find_or_create_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        key = (topic, queue_id)
-        cq = self._cqs.get(key)
-        if cq is None:
-            with self._cq_lock:
-                cq = self._cqs.get(key)
-                if cq is None:
-                    cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_path, self.cq_file_size(topic))
-                    self._cqs[key] = cq
-        return cq
-
-    def _dispatch(self, batch: DispatchBatch) -> dict[tuple[str, int], int]:
+    def dispatch(self, batch: DispatchBatch) -> dict[tuple[str, int], int]:
         """CommitLogDispatcherBuildConsumeQueue + CommitLogDispatcherBuildIndex for one round."""
         tx = batch.sysflags & sf.TRANSACTION_TYPE_MASK
         names = batch.topic_names
@@ -108,7 +69,7 @@ class MessageStoreDispatch:
                     queue_id -= 1 << 32
                 topic = names[key >> 32]
                 try:
-                    cq = self._find_or_create_cq(topic, queue_id)
+                    cq = self.queues.find_or_create(topic, queue_id)
                 except UnsafePathError:
                     # A record whose topic cannot be a directory (written before the naming rules, or
                     # past them): it stays in the CommitLog, readable by offset, but is queued nowhere.
@@ -122,7 +83,7 @@ class MessageStoreDispatch:
                     self.disk_space.set(CONSUME_QUEUE, f"{topic}-{queue_id}: {e}")
                     raise
         self.disk_space.clear(CONSUME_QUEUE)
-        index = self.index_service
+        index = self.index
         if index is not None:
             try:
                 self._build_index(index, batch, tx == sf.TRANSACTION_ROLLBACK_TYPE)
@@ -155,7 +116,7 @@ class MessageStoreDispatch:
                 continue
             idx = np.array(rows, dtype=np.int64)
             try:
-                cq = self._find_or_create_cq(lmq, 0)
+                cq = self.queues.find_or_create(lmq, 0)
             except UnsafePathError:
                 log.error("lite queue %r not queued: the name is not a safe path", lmq)
                 continue
