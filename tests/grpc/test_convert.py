@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from rocketmq.grpc_protocol import Code, definition_pb2
 
 from tidalmq.client.message import MessageExt
 from tidalmq.common import message as mc
 from tidalmq.proxy import convert
+from tidalmq.proxy.protocol import definition_pb2
+
+Code = definition_pb2.Code
 
 
 def _msg(**sys: object) -> definition_pb2.Message:

@@ -102,7 +102,7 @@ def test_a_closed_connection_fails_its_requests_and_stops_the_sweep() -> None:
             conn.close()
             with pytest.raises(RemotingConnectError):
                 await asyncio.wait_for(fut, 5)
-            assert conn._sweep is None and conn._deadlines == []  # noqa: SLF001
+            assert conn._responses._sweep is None and conn._responses._deadlines == []  # noqa: SLF001
         finally:
             await client.close()
             await server.stop()

@@ -171,7 +171,8 @@ def test_server_max_connections_refuses_past_the_cap(mode: str, request: pytest.
                 s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
                 socks.append(s)
                 deadline = time.monotonic() + 5  # one at a time, so that the first three are the ones served
-                while len(server.connections) + server._sniffing + server.refused_connections < len(socks):
+                assert server.acceptor is not None  # a TLS mode: the first byte is looked at
+                while len(server.connections) + server.acceptor.sniffing + server.refused_connections < len(socks):
                     assert time.monotonic() < deadline, "the server never took the connection"
                     await asyncio.sleep(0.01)
             closed = [await loop.run_in_executor(None, closed_by_server, s, 0.5) for s in socks]

@@ -13,9 +13,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-
 from tidalmq.common import naming as nm
+from tidalmq.proxy.protocol import definition_pb2 as pb
 
 Code = pb.Code
 Action = pb.LiteSubscriptionAction
