@@ -22,7 +22,7 @@ from __future__ import annotations
 
 TURN_BYTES = 256 * 1024
 # Requests decoded and judged by the server's access validator (ACL) together, before any of them is
-# handled: back to back, the validator's code and tables stay warm (Connection._validated_ahead).
+# handled: back to back, the validator's code and tables stay warm (remoting/verdicts.py).
 VALIDATE_AHEAD = 128
 # Chunks of a connection whose verdicts the validator gives later (judge_later) at a time: while one is
 # checked the next is read and handed over; past this, reading pauses until a verdict comes.

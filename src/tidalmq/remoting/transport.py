@@ -475,7 +475,7 @@ class RemotingServer:
 
     def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> Reply:
         if self.access_validator is not None:
-            verdict = conn.verdict  # judged ahead (Connection._validated_ahead), or not
+            verdict = conn.verdict  # judged ahead (remoting/verdicts.py), or not
             refused = verdict[1] if verdict is not None and verdict[0] is cmd else self.access_validator(conn, cmd)
             if refused is not None:
                 return refused
