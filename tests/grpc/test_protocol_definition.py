@@ -4,7 +4,9 @@ scripts/gen_grpc_protocol.py makes from the .proto files, and they describe the 
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import importlib.util
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,14 @@ def _load_script() -> Any:
     return module
 
 
+def _pinned(name: str) -> str:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    return next(r.split("==")[1] for r in extra if r.split("==")[0] == name)
+
+
 def test_the_committed_generated_modules_are_what_the_script_makes() -> None:
-    pytest.importorskip("grpc_tools")
+    # protoc writes its own version into the modules: another grpcio-tools makes other text
+    assert md.version("grpcio-tools") == _pinned("grpcio-tools"), "install the test extra's grpcio-tools"
     script = _load_script()
     made = script.generated()
     assert sorted(made) == ["definition_pb2.py", "service_pb2.py", "service_pb2_grpc.py"]
