@@ -43,6 +43,12 @@ def millis(t: Any) -> int:
     return int(t.seconds * 1000 + t.nanos // 1_000_000)
 
 
+def _set_ms(ts: Any, ms: int) -> None:
+    """``ts`` (a Timestamp field) set to ``ms``; unlike FromMilliseconds, a time outside years 1-9999 that
+    a stored message carries is passed on as it is, not refused."""
+    ts.seconds, ts.nanos = ms // 1000, (ms % 1000) * 1_000_000
+
+
 def to_remoting(m: pb.Message, max_body_size: int) -> Message:
     """A 5.x client's message as TidalMQ's ``Message`` (properties as a 4.x client would set them)."""
     sp = m.system_properties
@@ -139,15 +145,15 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     sp.body_digest.checksum = hashlib.md5(m.body, usedforsecurity=False).hexdigest().upper()
     sp.body_encoding = pb.Encoding.IDENTITY
     sp.message_type = message_type(props)
-    sp.born_timestamp.FromMilliseconds(m.born_timestamp)
+    _set_ms(sp.born_timestamp, m.born_timestamp)
     sp.born_host = m.born_host[0]
-    sp.store_timestamp.FromMilliseconds(m.store_timestamp)
+    _set_ms(sp.store_timestamp, m.store_timestamp)
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
     # A delivered timer message keeps the deliver time it was sent with (GrpcConverter reads TIMER_DELIVER_MS);
     # one sent with a relative delay has TIMER_OUT_MS, its deliver time (RocketMQ would show now + delay).
     deliver = props.get(mc.TIMER_DELIVER_MS) or props.get(mc.TIMER_OUT_MS)
     if deliver and deliver.isascii() and deliver.isdigit():
-        sp.delivery_timestamp.FromMilliseconds(int(deliver))
+        _set_ms(sp.delivery_timestamp, int(deliver))
     group = props.get(mc.SHARDING_KEY)
     if group:
         sp.message_group = group
