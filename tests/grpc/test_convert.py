@@ -93,6 +93,16 @@ def test_delivered_delay_message_shows_its_deliver_time() -> None:
     assert shown({mc.REAL_TOPIC: "T"}) is None
 
 
+def test_a_stored_time_past_year_9999_is_passed_on_not_refused() -> None:
+    """Times a client wrote into a message are shown as stored, even where protobuf's Timestamp helpers
+    refuse them (years 1-9999 only): the receive of that message does not fail."""
+    huge = 99_999_999_999_999_999
+    m = MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", mc.TIMER_DELIVER_MS: str(huge)}, born_timestamp=-1)
+    sp = convert.to_grpc(m, "T").system_properties
+    assert (sp.delivery_timestamp.seconds, sp.delivery_timestamp.nanos) == (huge // 1000, 999_000_000)
+    assert (sp.born_timestamp.seconds, sp.born_timestamp.nanos) == (-1, 999_000_000)
+
+
 def test_receipt_handles() -> None:
     handle = "5 1700000000000 30000 0 0 broker-a 3 9 12345"
     m = convert.handle_message("T", handle)
