@@ -24,8 +24,8 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 
 ROOT = Path(__file__).resolve().parents[2]
-# rocketmq==0.4.4 (the official 4.x client) and rocketmq-python-client (5.x, whose gRPC stubs the broker
-# serves) both install a top-level package `rocketmq`, so the 4.x client lives in its own venv, made by
+# rocketmq==0.4.4 (the official 4.x client) and rocketmq-python-client (5.x, in the test extra for
+# tests/grpc) both install a top-level package `rocketmq`, so the 4.x client lives in its own venv, made by
 # scripts/setup.sh; the agents run on its interpreter and import only the standard library and tests.compat.
 OFFICIAL_PYTHON = Path(os.environ.get("TIDALMQ_RMQ4_PYTHON", str(ROOT / ".venv-rmq4" / "bin" / "python")))
 

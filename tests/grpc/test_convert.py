@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from rocketmq.grpc_protocol import Code, definition_pb2
 
 from tidalmq.client.message import MessageExt
 from tidalmq.common import message as mc
 from tidalmq.proxy import convert
+from tidalmq.proxy.protocol import definition_pb2
+
+Code = definition_pb2.Code
 
 
 def _msg(**sys: object) -> definition_pb2.Message:
@@ -89,6 +91,16 @@ def test_delivered_delay_message_shows_its_deliver_time() -> None:
     # sent with TIMER_DELAY_SEC: delivered with TIMER_OUT_MS only (schedule/restore.py), still a DELAY message
     assert shown({mc.TIMER_OUT_MS: "1700000005000"}) == 1_700_000_005_000
     assert shown({mc.REAL_TOPIC: "T"}) is None
+
+
+def test_a_stored_time_past_year_9999_is_passed_on_not_refused() -> None:
+    """Times a client wrote into a message are shown as stored, even where protobuf's Timestamp helpers
+    refuse them (years 1-9999 only): the receive of that message does not fail."""
+    huge = 99_999_999_999_999_999
+    m = MessageExt("T", b"x", 0, 0, 0, {mc.UNIQ_KEY: "U", mc.TIMER_DELIVER_MS: str(huge)}, born_timestamp=-1)
+    sp = convert.to_grpc(m, "T").system_properties
+    assert (sp.delivery_timestamp.seconds, sp.delivery_timestamp.nanos) == (huge // 1000, 999_000_000)
+    assert (sp.born_timestamp.seconds, sp.born_timestamp.nanos) == (-1, 999_000_000)
 
 
 def test_receipt_handles() -> None:

@@ -5,7 +5,6 @@ and its send check (tidalmq.broker.message_type), the conversions of a lite mess
 from __future__ import annotations
 
 import pytest
-from rocketmq.grpc_protocol import Code, definition_pb2
 
 from tidalmq.broker.message_type import TopicMessageType as T
 from tidalmq.broker.message_type import alter_attributes, check_lite, message_type_of, topic_message_type
@@ -15,8 +14,11 @@ from tidalmq.common import naming as nm
 from tidalmq.proxy import convert
 from tidalmq.proxy import lite as lite_module
 from tidalmq.proxy.lite import LiteError, LiteSubscriptions
+from tidalmq.proxy.protocol import definition_pb2
 
 Action = definition_pb2.LiteSubscriptionAction
+
+Code = definition_pb2.Code
 
 
 def test_lite_queue_names() -> None:

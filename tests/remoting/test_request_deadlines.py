@@ -81,7 +81,7 @@ def test_pipelined_requests_answered_then_one_unanswered() -> None:
                 batch = [conn.request(RemotingCommand(code=ECHO), 10.0) for _ in range(1000)]
                 await asyncio.wait_for(asyncio.gather(*batch), 10)
             # 5,000 deadlines of 10 s were queued; answered ones are dropped as the heap grows
-            assert len(conn._deadlines) < 5000  # noqa: SLF001
+            assert len(conn._responses._deadlines) < 5000  # noqa: SLF001
             lost = conn.request(RemotingCommand(code=HOLD), 0.1)
             with pytest.raises(RemotingTimeout):
                 await asyncio.wait_for(lost, 5)
@@ -102,7 +102,7 @@ def test_a_closed_connection_fails_its_requests_and_stops_the_sweep() -> None:
             conn.close()
             with pytest.raises(RemotingConnectError):
                 await asyncio.wait_for(fut, 5)
-            assert conn._sweep is None and conn._deadlines == []  # noqa: SLF001
+            assert conn._responses._sweep is None and conn._responses._deadlines == []  # noqa: SLF001
         finally:
             await client.close()
             await server.stop()

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 from google.protobuf.message import DecodeError
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as sv
 
 import grpc
 from tidalmq.namesrv.server import NameServer
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.handlers import NOT_SERVED, SERVICE
+from tidalmq.proxy.protocol import definition_pb2 as pb
+from tidalmq.proxy.protocol import service_pb2 as sv
 from tidalmq.proxy.server import GrpcServer
 
 pytestmark = pytest.mark.timeout(120)

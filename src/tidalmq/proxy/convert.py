@@ -12,9 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import zlib
-
-from google.protobuf.timestamp_pb2 import Timestamp
-from rocketmq.grpc_protocol import definition_pb2 as pb
+from typing import Any
 
 from tidalmq.broker.message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.client.message import Message, MessageExt
@@ -22,6 +20,7 @@ from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
+from tidalmq.proxy.protocol import definition_pb2 as pb
 from tidalmq.remoting.codes import ResponseCode
 
 Code = pb.Code
@@ -39,12 +38,15 @@ class ConvertError(ValueError):
         self.code = code
 
 
-def _ms(ts: Timestamp) -> int:
-    return ts.seconds * 1000 + ts.nanos // 1_000_000
+def millis(t: Any) -> int:
+    """A Timestamp or Duration in whole milliseconds (rounded down)."""
+    return int(t.seconds * 1000 + t.nanos // 1_000_000)
 
 
-def _timestamp(ms: int) -> Timestamp:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+def _set_ms(ts: Any, ms: int) -> None:
+    """``ts`` (a Timestamp field) set to ``ms``; unlike FromMilliseconds, a time outside years 1-9999 that
+    a stored message carries is passed on as it is, not refused."""
+    ts.seconds, ts.nanos = ms // 1000, (ms % 1000) * 1_000_000
 
 
 def to_remoting(m: pb.Message, max_body_size: int) -> Message:
@@ -81,7 +83,7 @@ def to_remoting(m: pb.Message, max_body_size: int) -> Message:
             raise ConvertError(Code.ILLEGAL_MESSAGE_GROUP, "the message group is empty")
         props[mc.SHARDING_KEY] = sp.message_group
     if sp.HasField("delivery_timestamp"):
-        props[mc.TIMER_DELIVER_MS] = str(_ms(sp.delivery_timestamp))
+        props[mc.TIMER_DELIVER_MS] = str(millis(sp.delivery_timestamp))
     if sp.HasField("lite_topic"):  # docs/grpc.md, "Lite topics"
         try:
             nm.check_lite_topic(sp.lite_topic)
@@ -143,15 +145,15 @@ def to_grpc(m: MessageExt, topic: str, receipt_handle: str = "") -> pb.Message:
     sp.body_digest.checksum = hashlib.md5(m.body, usedforsecurity=False).hexdigest().upper()
     sp.body_encoding = pb.Encoding.IDENTITY
     sp.message_type = message_type(props)
-    sp.born_timestamp.CopyFrom(_timestamp(m.born_timestamp))
+    _set_ms(sp.born_timestamp, m.born_timestamp)
     sp.born_host = m.born_host[0]
-    sp.store_timestamp.CopyFrom(_timestamp(m.store_timestamp))
+    _set_ms(sp.store_timestamp, m.store_timestamp)
     sp.store_host = f"{m.store_host[0]}:{m.store_host[1]}"
     # A delivered timer message keeps the deliver time it was sent with (GrpcConverter reads TIMER_DELIVER_MS);
     # one sent with a relative delay has TIMER_OUT_MS, its deliver time (RocketMQ would show now + delay).
     deliver = props.get(mc.TIMER_DELIVER_MS) or props.get(mc.TIMER_OUT_MS)
     if deliver and deliver.isascii() and deliver.isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
+        _set_ms(sp.delivery_timestamp, int(deliver))
     group = props.get(mc.SHARDING_KEY)
     if group:
         sp.message_group = group

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import DecodeError
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as sv
 
 import grpc
 from tidalmq.common.log_limit import LogLimiter, short_error
+from tidalmq.proxy.protocol import definition_pb2 as pb
+from tidalmq.proxy.protocol import service_pb2 as sv
+
+if TYPE_CHECKING:
+    from tidalmq.proxy.service import MessagingService
 
 log = logging.getLogger(__name__)
 _limited = LogLimiter(log)
@@ -36,7 +39,7 @@ def _status(code: int, message: str) -> pb.Status:
 
 
 class _Method:
-    def __init__(self, service: Any, name: str, request_type: Any, response_type: Any) -> None:
+    def __init__(self, service: MessagingService, name: str, request_type: Any, response_type: Any) -> None:
         self.service = service
         self.name = name
         self.request_type = request_type
@@ -45,9 +48,9 @@ class _Method:
     def refused(self, context: grpc.aio.ServicerContext) -> Any | None:
         """The answer to a caller the ACL does not know (None: no ACL, or authenticated): before the
         body is decoded, so nothing of it is parsed for a stranger."""
-        if self.service.acl is None:
+        if self.service.access.acl is None:
             return None
-        refused = self.service.refusal(context, {})
+        refused = self.service.access.refusal(context, {})
         return None if refused is None else self.response_type(status=refused)
 
     def decode(self, raw: bytes) -> Any:
@@ -131,13 +134,14 @@ def _bidi_stream(m: _Method, call: Callable[[Any, Any], AsyncIterator[Any]]) -> 
     return handle
 
 
-def generic_handler(service: Any) -> grpc.GenericRpcHandler:
+def generic_handler(service: MessagingService) -> grpc.GenericRpcHandler:
     """The handlers of every method of MessagingService, answered by ``service`` (MessagingService)."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for md in sv.DESCRIPTOR.services_by_name["MessagingService"].methods:
         request_type, response_type = getattr(sv, md.input_type.name), getattr(sv, md.output_type.name)
         m = _Method(service, md.name, request_type, response_type)
-        call = None if md.name in NOT_SERVED else getattr(service, md.name)
+        call = service.rpc(md.name)
+        assert (call is None) == (md.name in NOT_SERVED), md.name
         serialize = response_type.SerializeToString
         if md.client_streaming:
             assert call is not None

@@ -1,6 +1,6 @@
 """Lite subscriptions of the gRPC endpoint (SyncLiteSubscription): per consumer group and client, the
 parent topic it is bound to and the set of lite topics it receives. Pure state, no I/O; the service
-(proxy/service.py) reads it at each ReceiveMessage of a lite consumer (docs/grpc.md, "Lite topics").
+(proxy/activity/receive.py) reads it at each ReceiveMessage of a lite consumer (docs/grpc.md, "Lite topics").
 
 Actions as apache.rocketmq.v2.LiteSubscriptionAction and RocketMQ's LiteSubscriptionRegistry apply them:
 PARTIAL_ADD adds topics, PARTIAL_REMOVE removes them, COMPLETE_ADD replaces the whole set (the clients'
@@ -13,9 +13,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-
 from tidalmq.common import naming as nm
+from tidalmq.proxy.protocol import definition_pb2 as pb
 
 Code = pb.Code
 Action = pb.LiteSubscriptionAction

@@ -75,7 +75,7 @@ class GrpcServer:
                 raise
             self.front = front
             self.port = front.port
-            self.service.peer_of = front.real_peer
+            self.service.access.peer_of = front.real_peer
         if self._watch is not None:
             self._watch_task = asyncio.get_running_loop().create_task(self._watch())
         log.info("gRPC endpoint on %s:%d (%s)", self.host, self.port,

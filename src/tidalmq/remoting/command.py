@@ -101,7 +101,7 @@ class RemotingCommand:
                       body: bytes | memoryview | list[memoryview] | None = None) -> RemotingCommand:
         """A response to this request: same opaque and serialization, the response flag set."""
         # Positional, in the fields' order: every request is answered through here, and keyword
-        # arguments (and the enum lookup) cost twice as much as the object itself.
+        # arguments (and the enum lookup) cost more than the object itself (docs/benchmarks.md).
         return RemotingCommand(int(code), self.opaque, FLAG_RESPONSE, remark,
                                ext_fields if ext_fields is not None else {}, body, _JAVA_LANGUAGE, self.version,
                                self.serialize_type)
@@ -175,9 +175,8 @@ class ExtFieldsTemplate:
 
     ``encode`` (values as text) and ``encode_bytes`` (values as their utf-8 bytes: a recall handle is ASCII
     as it is made) are written out for the template's number of keys when it is made, one statement a value
-    (``_unrolled``): a loop over the values cost SEND_MESSAGE's three-field response 0.61 against 0.29 µs,
-    and a one-field template 0.27 against 0.10 (docs/benchmarks.md). A wrong number of values raises
-    TypeError, as any call with the wrong number of arguments does."""
+    (``_unrolled``): a loop over the values measured about twice as slow (docs/benchmarks.md). A wrong
+    number of values raises TypeError, as any call with the wrong number of arguments does."""
 
     __slots__ = ("_format", "encode", "encode_bytes")
 
@@ -334,15 +333,15 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
 # time (a producer's group, topic and flags; a 13-digit timestamp; properties whose names and values keep
 # their lengths). A shape is a regex over the header's latin-1 text that matches each field's framing (key
 # length, key, value length) literally and captures its value by length, named by its key: one C call checks
-# a header against it and hands its fields back as a dict (measured: 2.24 -> 0.89 us for a producer's SEND
-# header of 11 fields). ASCII headers only (a latin-1 character is then a byte, and what utf-8 decodes).
-# Kept per extFields length, at most _EXT_SHAPES_PER_LEN each, at most _EXT_SHAPES_MAX lengths (cleared when
-# full). A layout is learned when a length's headers come twice in a row with the same value lengths, and
-# at most once per _EXT_SCANS_PER_LEARN headers scanned: compiling one costs about 130 us, so headers whose
-# layout never repeats, or a client that changes its layout on purpose, cost a scan and a lookup each, and
-# never more than a few us of compiling a header. Headers of more than _EXT_SHAPE_FIELDS_MAX fields are
-# never learned: a compile grows with the fields (1 ms for 64, 150 ms for 10,000), and RocketMQ's headers
-# have a few dozen at most.
+# a header against it and hands its fields back as a dict, cheaper than the scan it replaces. ASCII headers
+# only (a latin-1 character is then a byte, and what utf-8 decodes). Kept per extFields length, at most
+# _EXT_SHAPES_PER_LEN each, at most _EXT_SHAPES_MAX lengths (cleared when full). A layout is learned when a
+# length's headers come twice in a row with the same value lengths, and at most once per
+# _EXT_SCANS_PER_LEARN headers scanned: compiling one costs a hundred scans or so, so headers whose layout
+# never repeats, or a client that changes its layout on purpose, cost a scan and a lookup each, and never
+# more than a little compiling a header. Headers of more than _EXT_SHAPE_FIELDS_MAX fields are never
+# learned: a compile grows with the fields, and RocketMQ's headers have a few dozen at most. The figures:
+# docs/benchmarks.md, "Figures behind remoting's and the proxy's constants".
 _EXT_SHAPES_MAX = 512
 _EXT_SHAPE_FIELDS_MAX = 64
 _EXT_SHAPES_PER_LEN = 4

@@ -1,5 +1,5 @@
-"""What a remoting server admits, as far as file descriptors go, and how it learns that a peer it has
-stopped reading from is gone.
+"""What a remoting server admits, as far as file descriptors go, how it learns that a peer it has
+stopped reading from is gone, and the sweep that closes idle and overdue connections.
 
 Every accepted connection takes a descriptor from the same table as the store's files (each CommitLog,
 ConsumeQueue and index file keeps one open), its persistence writes (topics.json, consumerOffset.json ...
@@ -12,12 +12,18 @@ lowest free descriptor, so a high one means the table is nearly full, whoever fi
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import select
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tidalmq.remoting.config import RemotingServerConfig
+
+if TYPE_CHECKING:
+    from tidalmq.remoting.transport import RemotingServer
 
 # Descriptors kept when serverReservedFileDescriptors is 0 (derived): a quarter of the limit, at least this.
 MIN_RESERVED_FDS = 64
@@ -68,3 +74,33 @@ def gone(fds: Sequence[int]) -> set[int]:
     for fd in fds:
         poller.register(fd, _GONE)
     return {fd for fd, events in poller.poll(0) if events & (_GONE | select.POLLNVAL)}
+
+
+async def sweep(server: RemotingServer) -> None:
+    """Close idle connections and those with an overdue unfinished frame, and drop those whose peer
+    went away while reading from them was paused."""
+    cfg = server.config
+    limits = [t for t in (cfg.server_channel_max_idle_time_seconds, cfg.server_frame_timeout_seconds) if t > 0]
+    period = max(0.05, min(1.0, min(limits) / 4)) if limits else 1.0
+    while True:
+        await asyncio.sleep(period)
+        now = time.monotonic()
+        for c in list(server.connections):
+            c.check_timeouts(now, cfg)
+        drop_gone_peers(server)
+
+
+def drop_gone_peers(server: RemotingServer) -> None:
+    """A connection whose reading is paused (back-pressure: a full output buffer, or
+    serverChannelMaxPendingRequests of its requests unanswered, such as held pulls) would not see its
+    peer's FIN or RST until something is written to it, which for held pulls is when they time out:
+    the sockets are polled for it instead, and a closed one is dropped with all it holds."""
+    by_fd = {fd: c for c in server.connections if c.reading_paused and (fd := c.socket_fd()) >= 0}
+    if not by_fd:
+        return
+    for fd in gone(list(by_fd)):
+        c = by_fd[fd]
+        server.log_limit.warning("gone", "dropping %s:%s: the peer closed the connection while reading from it "
+                                 "was paused", *c.remote)
+        if c.transport is not None:
+            c.transport.abort()

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import heapq
 import itertools
 import logging
 import socket
 import ssl
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from tidalmq.common.log_limit import LogLimiter, short_error
 from tidalmq.remoting import connection_limits
+from tidalmq.remoting.backpressure import NEW_TURN, PAUSE, RESUME, STOP, ReadBackpressure
 from tidalmq.remoting.codes import ResponseCode, code_name
 from tidalmq.remoting.command import (
     DEFAULT_MAX_FRAME,
@@ -35,8 +34,11 @@ from tidalmq.remoting.command import (
 )
 from tidalmq.remoting.config import RemotingServerConfig
 from tidalmq.remoting.connection_limits import ConnectionLimits
+from tidalmq.remoting.handshake import HandshakeAcceptor
+from tidalmq.remoting.response_table import ResponseTable
 from tidalmq.remoting.rpc_stats import RpcLatencyStats
 from tidalmq.remoting.tls import TLS_HANDSHAKE_FIRST_BYTE
+from tidalmq.remoting.verdicts import Validator, VerdictsAhead
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +58,12 @@ def _processor_failed(cmd: RemotingCommand, exc: BaseException) -> None:
         log.error("processor for %s failed%s", code_name(cmd.code), more, exc_info=exc)
     else:
         log.debug("processor for %s failed: %s", code_name(cmd.code), short_error(exc))
+
+
 _FLUSH_EVERY = 64  # responses queued in one read before they are written out
-# A connection's requests handled in one turn of the event loop, in body bytes (about one read's worth;
-# uvloop reads a socket again and again in one turn while data waits): past it the rest wait for the
-# next turn, reading paused meanwhile, so the requests handled so far are stored and answered first.
-# Without it a pipelining client's whole window was handled and answered as one burst, and the client,
-# refilling its window only then, left the broker idle until the next burst (16 batches of 64 in
-# flight: the broker idle a fifth of the time; docs/benchmarks.md, "A turn's share").
-_TURN_BYTES = 256 * 1024
-# Frame parts queued by send() in one loop turn before they are written out at once: a producer that
-# pipelines thousands of sends queues them in one turn, and written only at its end, the broker idled
-# while the burst was built and the producer while the broker worked through it (single async sends of
-# tidalmq.client, 2,000 in flight: 27-30k -> 32-35k msg/s, bench/client_bench.py).
+# Frame parts queued by send() in one loop turn before they are written out at once: a pipelining
+# producer's burst written only at the turn's end left each side idle while the other worked.
 _FLUSH_PARTS = 192
-# Requests decoded and judged by the server's access validator (ACL) together, before any of them is
-# handled: back to back, the validator's code and tables stay warm (see Connection._validated_ahead).
-_VALIDATE_AHEAD = 128
-# Chunks of a connection whose verdicts the validator gives later (judge_later) at a time: while one is
-# checked the next is read and handed over; past this, reading pauses until a verdict comes.
-_AWAITED_CHUNKS = 2
-_AHEAD_HELD_MAX = 2 * _VALIDATE_AHEAD  # requests decoded while a verdict is awaited, at most (about)
-_AWAITED = object()  # the verdict of a request in such a chunk, until it comes
 
 
 def next_opaque() -> int:
@@ -116,20 +103,12 @@ class Connection(asyncio.Protocol):
         self.received_at = 0.0
         self.frame_started = 0.0  # when the unfinished frame in the decoder began; 0.0: none
         self._counted = 0  # this connection's share of the server's buffered bytes
-        self._write_paused = False
-        self._inflight_paused = False
-        self._turn_used = 0  # body bytes of the requests handled in this turn of the loop (_TURN_BYTES)
-        self._turn_paused = False  # this turn's share handled: the rest waits for the next
-        self._reading_paused = False
+        self._bp = ReadBackpressure()  # when a server's connection reads (remoting/backpressure.py)
         self._got_data = False
         self._decoder = FrameDecoder(max_frame)
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        # Deadlines of ``request``s with a timeout, earliest first, and the one timer armed for the
-        # earliest (as RocketMQ's scanResponseTable, one sweep for all): a TimerHandle per request, and
-        # its cancellation, cost a pipelining client about as much as encoding the request.
-        self._deadlines: list[tuple[float, int, float, asyncio.Future[RemotingCommand]]] = []
-        self._sweep: asyncio.TimerHandle | None = None
-        self._sweep_at = 0.0
+        self._responses = ResponseTable(
+            lambda timeout: RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms"))
+        self._pending = self._responses.pending
         self._on_close = on_close
         self.transport: asyncio.Transport | None = None
         self.remote: tuple[str, int] = ("", 0)
@@ -138,19 +117,13 @@ class Connection(asyncio.Protocol):
         self._rpc_started: dict[int, tuple[int, float]] = {}
         self.attributes: dict[str, Any] = {}  # per-connection state kept by processors (client id ...)
         self._inflight: set[asyncio.Future[Any]] = set()
-        # Frames written in one loop turn go out in one writelines call (fewer syscalls), or in one per
-        # _FLUSH_PARTS parts for a long burst.
+        # Frames written in one loop turn go out in one writelines call, or one per _FLUSH_PARTS parts
         self._out: list[bytes | memoryview] = []
         self._flush_scheduled = False
-        # Requests judged by the access validator but not handled yet (reading paused in between), and
-        # the verdict on the request being dispatched (the server's _dispatch takes it instead of asking
-        # the validator again).
-        # Entries are (request, verdict); a chunk the validator judges later (judge_later) waits as
-        # [request, _AWAITED] lists, filled in when its verdicts come, _awaited chunks of them, and a frame
-        # error met meanwhile waits behind them.
-        self._ahead: deque[Any] = deque()
-        self._awaited = 0
-        self._frame_error: FrameError | None = None
+        # Requests judged by the server's access validator ahead (remoting/verdicts.py), and the verdict
+        # on the request being dispatched (the server's _dispatch takes it instead of asking again).
+        self._verdicts = VerdictsAhead(self, self._decoder, self._bp, self._verdicts_came)
+        self._ahead = self._verdicts.ahead
         self.verdict: tuple[RemotingCommand, RemotingCommand | None] | None = None
 
     # asyncio.Protocol -------------------------------------------------------------------------
@@ -184,28 +157,24 @@ class Connection(asyncio.Protocol):
         srv = self._server
         commands = self._decoder.commands()
         if srv is not None and srv.access_validator is not None:
-            commands = self._validated_ahead(commands, srv.access_validator)
+            commands = self._verdicts.judged(commands, srv.access_validator)
+        bp = self._bp
         try:
             for cmd in commands:
                 decoded = True
                 if cmd.is_response:
-                    fut = self._pending.pop(cmd.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(cmd)
+                    self._responses.answered(cmd)
                 else:
                     size = len(cmd.body) if cmd.body is not None else 0
                     self._handle_request(cmd)
                     if srv is not None:
                         if len(self._out) >= _FLUSH_EVERY:  # writing now lets the transport say it is full
                             self._flush_out()
-                        if not self._turn_used:
+                        step = bp.handled(size)
+                        if step & NEW_TURN:
                             # The turn ends after what its first request scheduled (a send's group commit)
                             asyncio.get_running_loop().call_soon(self._end_turn)
-                        self._turn_used += size + 1
-                        if self._write_paused or self._inflight_paused:
-                            break
-                        if self._turn_used >= _TURN_BYTES:
-                            self._turn_paused = True
+                        if step & STOP:
                             break
         except FrameError as e:
             remark = str(e)
@@ -219,120 +188,28 @@ class Connection(asyncio.Protocol):
         self._got_data = True
         if srv is not None:
             self._account_buffered(time.monotonic(), decoded)
-            if self._turn_paused or self._awaited:
+            if bp.turn_full or bp.awaited:
                 self._update_reading()
 
     def _end_turn(self) -> None:
         """A new turn: the answers of the last one out, then the requests it left (if its share was
         used up), reading again once those fit in a turn."""
-        self._turn_used = 0
-        if not self._turn_paused:
-            return
-        self._turn_paused = False
-        if self.transport is None:
+        if not self._bp.turn_ended() or self.transport is None:
             return
         if self._out:
             self._flush_out()
-        if not (self._write_paused or self._inflight_paused) and (self._decoder.buffered >= 4 or self._ahead):
+        if self._bp.may_handle and (self._decoder.buffered >= 4 or self._ahead):
             self._process()
-        if not self._turn_paused:
+        if not self._bp.turn_full:
             self._update_reading()
 
-    def _validated_ahead(self, commands: Generator[RemotingCommand, None, None],
-                         validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
-                         ) -> Generator[RemotingCommand, None, None]:
-        """``commands``, judged by ``validator`` up to _VALIDATE_AHEAD at a time before they are handled.
-        Interleaved with the send path, whose working set evicts it, the ACL check cost the broker about
-        twice what it costs back to back (docs/benchmarks.md#security). A validator with ``judge_later``
-        may take a chunk and give its verdicts later (the ACL's signature worker): the requests wait in
-        order, up to _AWAITED_CHUNKS chunks of a connection at a time, and handling resumes when they
-        come. Judged requests left when the caller stops (reading paused, a verdict awaited) wait in
-        self._ahead; a frame error comes after the requests decoded before it, as it would unbatched."""
-        ahead = self._ahead
-        later = getattr(validator, "judge_later", None)
-        decoder = self._decoder
-        exhausted = False
-        try:
-            while True:
-                while ahead and ahead[0][1] is not _AWAITED:
-                    cmd, self.verdict = ahead.popleft()
-                    yield cmd
-                if self._frame_error is not None:
-                    if ahead:
-                        return  # raised once the requests before it are handled
-                    error, self._frame_error = self._frame_error, None
-                    raise error
-                if exhausted or self._waiting_full:
-                    return
-                chunk: list[RemotingCommand] = []
-                first = decoder.decoded_to
-                try:
-                    for cmd in commands:
-                        chunk.append(cmd)
-                        if len(chunk) == _VALIDATE_AHEAD:
-                            break
-                    else:
-                        exhausted = True
-                except FrameError as e:
-                    self._frame_error = e
-                if not chunk:
-                    continue
-                if later is not None and self._frame_error is None:
-                    entries = [[cmd, _AWAITED] for cmd in chunk]
-                    try:
-                        with decoder.frames_view(first, decoder.decoded_to) as frames:
-                            taken = later(self, chunk, frames,
-                                          lambda verdicts, e=entries: self._verdicts_in(e, verdicts))
-                    except Exception:
-                        log.exception("the access validator could not take a chunk: judged now")
-                        taken = False
-                    if taken:
-                        self._awaited += 1
-                        ahead.extend(entries)
-                        continue
-                ahead.extend(zip(chunk, self._judged(validator, chunk), strict=True))
-        finally:
-            self.verdict = None
-            commands.close()
-
-    @property
-    def _waiting_full(self) -> bool:
-        """Enough requests wait behind a verdict to come: decode no more, read no more, until it comes."""
-        return self._awaited >= _AWAITED_CHUNKS or (self._awaited > 0 and len(self._ahead) >= _AHEAD_HELD_MAX)
-
-    def _verdicts_in(self, entries: list[list[Any]],
-                     verdicts: list[tuple[RemotingCommand, RemotingCommand | None] | None]) -> None:
-        """The verdicts on a chunk ``judge_later`` took: its requests are handled, in order."""
-        for entry, verdict in zip(entries, verdicts, strict=True):
-            entry[1] = verdict
-        self._awaited -= 1
-        if self.transport is None:
-            return
-        self._update_reading()
-        self._resume_buffered()
-
-    def _judged(self, validator: Callable[[Connection, RemotingCommand], RemotingCommand | None],
-                chunk: list[RemotingCommand]) -> list[tuple[RemotingCommand, RemotingCommand | None] | None]:
-        """The verdict on each request of ``chunk``: (request, refusal or None), or None where the
-        validator failed (judged again at dispatch, where a failing check is answered SYSTEM_ERROR) and
-        for responses. A validator with ``judge_many`` judges the chunk at once (the ACL: what holds for
-        the whole connection is looked up once, not per request)."""
-        many = getattr(validator, "judge_many", None)
-        if many is not None:
-            try:
-                return many(self, chunk)
-            except Exception:
-                return [None] * len(chunk)
-        out: list[tuple[RemotingCommand, RemotingCommand | None] | None] = []
-        for cmd in chunk:
-            try:
-                out.append(None if cmd.is_response else (cmd, validator(self, cmd)))
-            except Exception:
-                out.append(None)
-        return out
+    def _verdicts_came(self) -> None:
+        if self.transport is not None:
+            self._update_reading()
+            self._resume_buffered()
 
     def _resume_buffered(self) -> None:
-        if self.transport is not None and not self._reading_paused and (self._decoder.buffered >= 4 or self._ahead):
+        if self.transport is not None and not self._bp.reading_paused and (self._decoder.buffered >= 4 or self._ahead):
             self._process()
 
     def _account_buffered(self, now: float, decoded: bool) -> None:
@@ -363,36 +240,35 @@ class Connection(asyncio.Protocol):
         if idle > 0 and now - self.last_active > idle:
             log.info("closing %s:%s: idle for more than %ss (serverChannelMaxIdleTimeSeconds)", *self.remote, idle)
             self.transport.close()
-        elif frame > 0 and self.frame_started and not self._reading_paused and now - self.frame_started > frame:
+        elif frame > 0 and self.frame_started and not self._bp.reading_paused and now - self.frame_started > frame:
             log.warning("closing %s:%s: a frame unfinished after %ss (serverFrameTimeoutSeconds)", *self.remote, frame)
             self._reply_error_and_close(f"frame not completed within {frame}s")
 
     # backpressure: stop reading from a peer that does not read its responses or has too much pending
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self._bp.write_paused()
         self._update_reading()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self._bp.write_resumed()
         self._update_reading()
 
     def _update_reading(self) -> None:
+        """Carry out what the back-pressure state decides about reading."""
         t = self.transport
         if t is None or t.is_closing() or self._server is None:
             return
-        pause = self._write_paused or self._inflight_paused or self._turn_paused or self._waiting_full
-        if pause != self._reading_paused:
-            self._reading_paused = pause
-            if pause:
-                t.pause_reading()
-            else:
-                t.resume_reading()
-                # Requests left in the decoder when reading paused are not waiting for more bytes.
-                asyncio.get_running_loop().call_soon(self._resume_buffered)
+        decision = self._bp.decide(len(self._ahead))
+        if decision is PAUSE:
+            t.pause_reading()
+        elif decision is RESUME:
+            t.resume_reading()
+            # Requests left in the decoder when reading paused are not waiting for more bytes.
+            asyncio.get_running_loop().call_soon(self._resume_buffered)
 
     @property
     def reading_paused(self) -> bool:
-        return self._reading_paused
+        return self._bp.reading_paused
 
     def socket_fd(self) -> int:
         """The descriptor of the connection's socket; -1 when closed or unknown."""
@@ -403,14 +279,7 @@ class Connection(asyncio.Protocol):
             return -1
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(RemotingConnectError(f"connection to {self.addr} closed"))
-        self._pending.clear()
-        self._deadlines.clear()
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep = None
+        self._responses.fail_all(lambda: RemotingConnectError(f"connection to {self.addr} closed"))
         for fut in list(self._inflight):
             fut.cancel()
         self._inflight.clear()
@@ -448,15 +317,13 @@ class Connection(asyncio.Protocol):
         fut = asyncio.ensure_future(reply)
         self._inflight.add(fut)
         fut.add_done_callback(functools.partial(self._deferred_done, cmd, t0))
-        if srv is not None and len(self._inflight) >= srv.config.server_channel_max_pending_requests:
-            self._inflight_paused = True
+        if srv is not None and self._bp.deferred(len(self._inflight), srv.config.server_channel_max_pending_requests):
             self._update_reading()
 
     def _deferred_done(self, cmd: RemotingCommand, t0: float, fut: asyncio.Future[RemotingCommand | None]) -> None:
         self._inflight.discard(fut)
-        if self._inflight_paused and self._server is not None and \
-                len(self._inflight) <= self._server.config.server_channel_max_pending_requests // 2:
-            self._inflight_paused = False
+        srv = self._server
+        if srv is not None and self._bp.deferred_done(len(self._inflight), srv.config.server_channel_max_pending_requests):
             self._update_reading()
         if fut.cancelled():
             return
@@ -544,39 +411,8 @@ class Connection(asyncio.Protocol):
             del self._pending[opaque]
             fut.set_exception(RemotingConnectError(f"connection to {self.addr} is closed"))
         elif timeout is not None:
-            at = loop.time() + timeout
-            deadlines = self._deadlines
-            if len(deadlines) > 2 * len(self._pending) + 1024:  # mostly answered: keep the heap small
-                deadlines[:] = [d for d in deadlines if self._pending.get(d[1]) is d[3]]
-                heapq.heapify(deadlines)
-            heapq.heappush(deadlines, (at, opaque, timeout, fut))
-            if self._sweep is None or at < self._sweep_at:
-                self._arm_sweep(loop, at)
+            self._responses.expire(loop, opaque, timeout, fut)
         return fut
-
-    def _arm_sweep(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
-        if self._sweep is not None:
-            self._sweep.cancel()
-        self._sweep_at = at
-        self._sweep = loop.call_at(at, self._expire_due)
-
-    def _expire_due(self) -> None:
-        """Fail the requests whose deadline passed unanswered; arm the timer for the next deadline."""
-        self._sweep = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            _at, opaque, timeout, fut = heapq.heappop(deadlines)
-            if self._pending.get(opaque) is fut:
-                del self._pending[opaque]
-                if not fut.done():
-                    fut.set_exception(RemotingTimeout(f"wait response on {self.addr} timeout {int(timeout * 1000)}ms"))
-        # entries answered since they were queued go without a wake-up of their own
-        while deadlines and self._pending.get(deadlines[0][1]) is not deadlines[0][3]:
-            heapq.heappop(deadlines)
-        if deadlines:
-            self._arm_sweep(loop, deadlines[0][0])
 
     def invoke_oneway(self, cmd: RemotingCommand) -> bool:
         if not cmd.opaque:
@@ -593,7 +429,7 @@ class RemotingServer:
     """Listens on host:port and dispatches requests by code.
 
     With an SSLContext, ``tls_mode`` says what a connection may speak: ``enforcing`` TLS only,
-    ``permissive`` TLS or plain, told apart by the first byte (see ``_sniff``)."""
+    ``permissive`` TLS or plain, told apart by the first byte (remoting/handshake.py)."""
 
     def __init__(self, host: str, port: int, *, max_frame: int = DEFAULT_MAX_FRAME,
                  config: RemotingServerConfig | None = None, ssl_context: ssl.SSLContext | None = None,
@@ -610,14 +446,14 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self.close_listeners: list[Callable[[Connection], None]] = []
         # Asked before any processor (ACL, docs/acl.md): None lets the request through, a response refuses it.
-        self.access_validator: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
+        self.access_validator: Validator | None = None
         self.buffered_bytes = 0  # of unfinished frames, over all connections
         self.rpc_stats: RpcLatencyStats | None = None  # set when an exporter wants rocketmq_rpc_latency
         self._listener: socket.socket | None = None
+        self.acceptor: HandshakeAcceptor | None = None  # with TLS: who tells plain from TLS
         self._tasks: set[asyncio.Task[None]] = set()
         self.limits = ConnectionLimits.of(self.config)
-        self._sniffing = 0  # accepted sockets whose first byte is awaited (TLS modes): not connections yet
-        self._log_limit = LogLimiter(log)
+        self.log_limit = LogLimiter(log)
         self.refused_connections = 0
 
     def admit(self, fd: int, peer: tuple[str, int], others: int) -> bool:
@@ -627,7 +463,7 @@ class RemotingServer:
         if why is None:
             return True
         self.refused_connections += 1
-        self._log_limit.warning("refused", "port %s: refusing connections (%s), one from %s:%s",
+        self.log_limit.warning("refused", "port %s: refusing connections (%s), one from %s:%s",
                                 self.port, why, peer[0], peer[1])
         return False
 
@@ -639,7 +475,7 @@ class RemotingServer:
 
     def _dispatch(self, conn: Connection, cmd: RemotingCommand) -> Reply:
         if self.access_validator is not None:
-            verdict = conn.verdict  # judged ahead (Connection._validated_ahead), or not
+            verdict = conn.verdict  # judged ahead (remoting/verdicts.py), or not
             refused = verdict[1] if verdict is not None and verdict[0] is cmd else self.access_validator(conn, cmd)
             if refused is not None:
                 return refused
@@ -658,7 +494,7 @@ class RemotingServer:
             except Exception:
                 log.exception("close listener failed")
 
-    def _make_connection(self) -> Connection:
+    def make_connection(self) -> Connection:
         # The connection joins self.connections in connection_made: a TLS handshake may fail before.
         return Connection(self._dispatch, max_frame=self._max_frame, on_close=self._closed, server=self)
 
@@ -670,104 +506,17 @@ class RemotingServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._ssl is None:
-            self._server = await loop.create_server(self._make_connection, self.host, self.port, reuse_address=True)
+            self._server = await loop.create_server(self.make_connection, self.host, self.port, reuse_address=True)
             sock = self._server.sockets[0]
         else:
-            # Sockets are accepted here rather than by create_server so that the first byte can be
-            # looked at (MSG_PEEK) before the transport, plain or TLS, is built on the socket.
+            # the first byte tells plain from TLS (remoting/handshake.py)
             sock = socket.create_server((self.host, self.port), backlog=1024)
             sock.setblocking(False)
             self._listener = sock
-            self._spawn(self._accept_loop(sock))
+            self.acceptor = HandshakeAcceptor(self, self._ssl, self._spawn)
+            self._spawn(self.acceptor.accept_loop(sock))
         self.port = sock.getsockname()[1]
-        self._spawn(self._sweep())
-
-    async def _accept_loop(self, listener: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sock, peer = await loop.sock_accept(listener)
-            except OSError as e:  # out of file descriptors, say: keep serving who is connected
-                log.warning("accept on %s:%s failed: %s", self.host, self.port, e)
-                await asyncio.sleep(0.5)
-                continue
-            if not self.admit(sock.fileno(), peer, len(self.connections) + self._sniffing):
-                sock.close()
-                continue
-            self._spawn(self._sniff(sock))
-
-    async def _sniff(self, sock: socket.socket) -> None:
-        """Wait for the first byte without taking it, then hand the socket to a plain or TLS transport."""
-        loop = asyncio.get_running_loop()
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = sock.getpeername()
-        first: asyncio.Future[bytes] = loop.create_future()
-
-        def readable() -> None:
-            try:
-                b = sock.recv(1, socket.MSG_PEEK)
-            except BlockingIOError:
-                return
-            except OSError:
-                b = b""
-            loop.remove_reader(sock.fileno())
-            if not first.done():
-                first.set_result(b)
-
-        loop.add_reader(sock.fileno(), readable)
-        wait = self.config.server_channel_max_idle_time_seconds or None
-        self._sniffing += 1
-        try:
-            head = await asyncio.wait_for(first, wait)
-        except (TimeoutError, asyncio.CancelledError):
-            loop.remove_reader(sock.fileno())
-            sock.close()
-            return
-        finally:
-            self._sniffing -= 1
-        if not head:
-            sock.close()
-            return
-        is_tls = head[0] == TLS_HANDSHAKE_FIRST_BYTE
-        if not is_tls and self.tls_mode == "enforcing":
-            log.warning("closing %s:%s: a plain connection, and tls.server.mode is enforcing", peer[0], peer[1])
-            sock.close()
-            return
-        try:
-            await loop.connect_accepted_socket(self._make_connection, sock, ssl=self._ssl if is_tls else None,
-                                               ssl_handshake_timeout=30.0 if is_tls else None)
-        except (OSError, ssl.SSLError, TimeoutError) as e:
-            log.warning("closing %s:%s: TLS handshake failed: %s", peer[0], peer[1], e)
-            sock.close()
-
-    async def _sweep(self) -> None:
-        """Close idle connections and those with an overdue unfinished frame, and drop those whose peer
-        went away while reading from them was paused."""
-        cfg = self.config
-        limits = [t for t in (cfg.server_channel_max_idle_time_seconds, cfg.server_frame_timeout_seconds) if t > 0]
-        period = max(0.05, min(1.0, min(limits) / 4)) if limits else 1.0
-        while True:
-            await asyncio.sleep(period)
-            now = time.monotonic()
-            for c in list(self.connections):
-                c.check_timeouts(now, cfg)
-            self._drop_gone_peers()
-
-    def _drop_gone_peers(self) -> None:
-        """A connection whose reading is paused (back-pressure: a full output buffer, or
-        serverChannelMaxPendingRequests of its requests unanswered, such as held pulls) would not see its
-        peer's FIN or RST until something is written to it, which for held pulls is when they time out:
-        the sockets are polled for it instead, and a closed one is dropped with all it holds."""
-        by_fd = {fd: c for c in self.connections if c.reading_paused and (fd := c.socket_fd()) >= 0}
-        if not by_fd:
-            return
-        for fd in connection_limits.gone(list(by_fd)):
-            c = by_fd[fd]
-            self._log_limit.warning("gone", "dropping %s:%s: the peer closed the connection while reading from it "
-                                    "was paused", *c.remote)
-            if c.transport is not None:
-                c.transport.abort()
+        self._spawn(connection_limits.sweep(self))
 
     async def stop(self) -> None:
         for task in list(self._tasks):
