@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.broker.rawclient import runtime_info, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.client import Message, Producer
 from tidalmq.client.errors import MQBrokerError
 from tidalmq.common.record import encode_record

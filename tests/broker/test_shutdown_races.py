@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from tidalmq.broker.controller import BrokerController
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 
 

@@ -1,4 +1,4 @@
-"""Election and SyncStateSet rules against a real etcd (controller/manager.py, replicas.py), with
+"""Election and SyncStateSet rules against a real etcd (broker/controller/replicas_manager.py, controller/replicas.py), with
 stand-in brokers: each ReplicasManager ticks by hand and its broker records what it was told to do."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 from tests.broker.rawclient import run
 from tests.controller.support import Etcd
 from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.controller.replicas_manager import ReplicasManager
 from tidalmq.controller.epoch_file import EpochEntry
 from tidalmq.controller.etcd import EtcdClient
-from tidalmq.controller.manager import ReplicasManager
 from tidalmq.controller.replicas import GroupRecord, Replica, elect
 
 

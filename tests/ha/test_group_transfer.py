@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.broker.rawclient import run, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.ha.service import HAService, TransferStatus
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.transport import RemotingClient

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import tidalmq.broker.controller as controller_module
+import tidalmq.broker.broker_controller as controller_module
 from tests.broker.rawclient import runtime_info, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record

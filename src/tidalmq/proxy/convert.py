@@ -16,12 +16,12 @@ import zlib
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from tidalmq.broker.message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.remoting.codes import ResponseCode
 
 Code = pb.Code

@@ -21,13 +21,6 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 import grpc
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
 from tidalmq.acl.permission import PUB
-from tidalmq.broker.message_type import (
-    TopicMessageType,
-    check_message_type,
-    message_type_of,
-    needs_type_check,
-    topic_message_type,
-)
 from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
@@ -37,6 +30,13 @@ from tidalmq.client.selector import select_by_hash
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import (
+    TopicMessageType,
+    check_message_type,
+    message_type_of,
+    needs_type_check,
+    topic_message_type,
+)
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.config import ProxyConfig
 from tidalmq.proxy.lite import (

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.pop.revive_log import REVIVE_GROUP
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
+from tidalmq.broker.topic.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi

@@ -31,7 +31,7 @@ from tidalmq.common.record import RecordError, decode_record
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 

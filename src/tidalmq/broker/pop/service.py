@@ -13,17 +13,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.broker.client.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.message_type import TopicMessageType, priority_factor
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.pop.revive_log import CK_TAG, AckMsg, PopCheckPoint, revive_topic
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from tidalmq.broker.topic.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, priority_factor
 from tidalmq.common.message import encode_properties
 from tidalmq.common.record import POS_QUEUEID, POS_QUEUEOFFSET
 from tidalmq.remoting.codes import RequestCode as RC
@@ -32,7 +32,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,12 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
-from tidalmq.broker.message_type import (
+from tidalmq.broker.schedule.admin import refresh_timer_view
+from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
+from tidalmq.broker.topic.topic_config import PERM_RW, TopicConfig
+from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import (
     GROUP_ATTRIBUTES,
     MESSAGE_TYPE,
     TopicAttributeError,
@@ -14,11 +19,6 @@ from tidalmq.broker.message_type import (
     alter_attributes,
     parse_modification,
 )
-from tidalmq.broker.schedule_admin import refresh_timer_view
-from tidalmq.broker.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic_config import PERM_RW, TopicConfig
-from tidalmq.common import fastjson
-from tidalmq.common import naming as nm
 from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, language_name
@@ -27,7 +27,7 @@ from tidalmq.remoting.transport import Connection
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 
 class AdminProcessor:

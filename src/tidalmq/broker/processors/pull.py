@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.broker.client.consumer_manager import SubscriptionData
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x1 << 1

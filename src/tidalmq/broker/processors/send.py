@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
-from tidalmq.broker.message_type import (
+from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
+from tidalmq.broker.processors.recall import attach_recall_handle
+from tidalmq.broker.schedule.hooks import TIMER_REQUEST_PROPERTIES
+from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import (
     TopicMessageType,
     check_lite,
     check_messages,
@@ -26,11 +31,6 @@ from tidalmq.broker.message_type import (
     priority_of,
     priority_queue,
 )
-from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
-from tidalmq.broker.processors.recall import attach_recall_handle
-from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
-from tidalmq.common import message as mc
-from tidalmq.common import naming as nm
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
@@ -47,7 +47,7 @@ from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
     from tidalmq.schedule.timer_service import CancelTarget
 
 log = logging.getLogger(__name__)

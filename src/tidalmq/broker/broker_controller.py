@@ -14,19 +14,21 @@ from typing import Any
 from tidalmq.acl import RequestSigner, SessionCredentials, acl_home, broker_validator
 from tidalmq.acl.signature_worker import SignatureWorker
 from tidalmq.acl.validator import PlainAccessValidator
-from tidalmq.broker import namesrv_lookup
-from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.consumed import consumed_commit_log_offset
-from tidalmq.broker.consumer_manager import (
+from tidalmq.broker.client.consumer_manager import (
     ClientChannelInfo,
     ConsumerGroupInfo,
     ConsumerManager,
     SubscriptionData,
 )
-from tidalmq.broker.consumer_offset import ConsumerOffsetManager
+from tidalmq.broker.client.rebalance_lock import RebalanceLockManager
+from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.controller.replicas_manager import ReplicasManager
 from tidalmq.broker.live_config import FRAME_HEADROOM
-from tidalmq.broker.long_polling import PullRequestHoldService
+from tidalmq.broker.longpolling.pull_request_hold import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
+from tidalmq.broker.offset.consumed import consumed_commit_log_offset
+from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+from tidalmq.broker.out import namesrv_lookup
 from tidalmq.broker.pop.processors import PopProcessors
 from tidalmq.broker.pop.revive import PopReviveService
 from tidalmq.broker.pop.service import PopService
@@ -39,14 +41,14 @@ from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
-from tidalmq.broker.rebalance_lock import RebalanceLockManager
-from tidalmq.broker.schedule_admin import get_timer_metrics, timer_runtime_info
-from tidalmq.broker.schedule_child import EarlyChild
-from tidalmq.broker.schedule_hooks import DelayLevelRewrite, TimerRewrite
+from tidalmq.broker.schedule.admin import get_timer_metrics, timer_runtime_info
+from tidalmq.broker.schedule.child import EarlyChild
+from tidalmq.broker.schedule.hooks import DelayLevelRewrite, TimerRewrite
+from tidalmq.broker.schedule.timer_process import TimerProcess
+from tidalmq.broker.slave.slave_synchronize import SlaveSynchronize
 from tidalmq.broker.stats import BrokerStats
-from tidalmq.broker.subscription_group import SubscriptionGroupManager
-from tidalmq.broker.timer_process import TimerProcess
-from tidalmq.broker.topic_config import PERM_RW, TopicConfigManager
+from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
+from tidalmq.broker.topic.topic_config import PERM_RW, TopicConfigManager
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 from tidalmq.broker.transaction.half_service import TransactionalMessageService
 from tidalmq.common import fastjson
@@ -55,11 +57,9 @@ from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.mqversion import version_desc
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import body_crc
-from tidalmq.controller.manager import ReplicasManager
 from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.ha.client import HAClient
 from tidalmq.ha.service import HAService
-from tidalmq.ha.slave_synchronize import SlaveSynchronize
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import CURRENT_VERSION, RemotingCommand

@@ -23,7 +23,7 @@ from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
 from tidalmq.schedule.stats import LATENESS_BUCKETS_MS
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 LATENESS_QUANTILES = (("0.5", "latenessP50Ms"), ("0.99", "latenessP99Ms"), ("1", "latenessMaxMs"))
 

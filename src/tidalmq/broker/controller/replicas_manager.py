@@ -37,7 +37,7 @@ from tidalmq.controller.replicas import (
 )
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 

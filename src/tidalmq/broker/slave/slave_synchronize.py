@@ -8,15 +8,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tidalmq.broker.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic_config import TopicConfig
+from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
+from tidalmq.broker.topic.topic_config import TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingError
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 

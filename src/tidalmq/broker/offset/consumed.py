@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tidalmq.common import naming as nm
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 
 def consumed_commit_log_offset(broker: BrokerController) -> tuple[int, str]:

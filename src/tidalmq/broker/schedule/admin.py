@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tidalmq.broker.timer_process import TimerProcess
+from tidalmq.broker.schedule.timer_process import TimerProcess
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common.naming import SCHEDULE_TOPIC
@@ -25,7 +25,7 @@ from tidalmq.remoting.transport import Connection
 from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS, histogram_of
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 MAX_SCAN = 200_000
 FRESH_VIEW_WAIT_S = 1.0
