@@ -218,7 +218,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     if internal is not None:
         from tidalmq.acl import RequestSigner
 
-        broker.namesrv_signer = RequestSigner(internal)
+        broker.outer_api.signer = RequestSigner(internal)
         if broker.acl is not None:  # the gRPC endpoint reaches the broker as this identity too
             broker.acl.add_accounts((account,))
         endpoint_creds = internal
@@ -227,7 +227,7 @@ async def _standalone(args: argparse.Namespace) -> int:
 
         endpoint_creds = SessionCredentials(bc.access_key, bc.secret_key)
     await broker.start()
-    await broker.register_all()
+    await broker.outer_api.register_all()
     from tidalmq.broker.metrics.broker_metrics import start_broker_exporter
     from tidalmq.namesrv.metrics import start_namesrv_exporter
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tidalmq.controller.epoch_file import EpochFile, consistent_offset
 from tidalmq.controller.etcd import EtcdClient, EtcdError, mod_revision_is, put_op
@@ -37,13 +37,37 @@ from tidalmq.controller.replicas import (
 )
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.slave.slave_synchronize import SlaveSynchronize
+    from tidalmq.ha.client import HAClient
+    from tidalmq.ha.service import HAService
+    from tidalmq.store.config import MessageStoreConfig
+    from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
 
+class ReplicatedBroker(Protocol):
+    """What the ReplicasManager reads of its broker and tells it to do (the BrokerController)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def store(self) -> DefaultMessageStore: ...
+    @property
+    def store_config(self) -> MessageStoreConfig: ...
+    @property
+    def ha_service(self) -> HAService | None: ...  # a master's: the SyncStateSet is published to it
+    @property
+    def ha_client(self) -> HAClient | None: ...  # a slave's: it follows the master the record names
+    @property
+    def slave_sync(self) -> SlaveSynchronize | None: ...
+    async def become_master(self) -> None: ...
+    def fence_master(self) -> None: ...
+
+
 class ReplicasManager:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: ReplicatedBroker) -> None:
         self.broker = broker
         cfg = broker.config
         self.broker_id = cfg.broker_id  # the replica's own id; the NameServer sees 0 while it is master

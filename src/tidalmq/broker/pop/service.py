@@ -197,7 +197,7 @@ class PopService:
 
     def _check_invisible(self, invisible_time: int) -> None:
         b = self.broker
-        if b.timer is None:
+        if b.scheduled.timer is None:
             raise PopError(ResponseCode.SERVICE_NOT_AVAILABLE,
                            "pop needs the timer service (timerWheelEnable) to bring back unacked messages")
         max_ms = b.store_config.timer_max_delay_sec * 1000

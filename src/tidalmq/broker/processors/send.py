@@ -240,7 +240,7 @@ class SendMessageProcessor:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
-                    parked, due, due_at = b.timer_rewrite.park_batch(records, topic, queue_id)
+                    parked, due, due_at = b.scheduled.timer_rewrite.park_batch(records, topic, queue_id)
                     if parked is not None:
                         put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=parked)
                         if due is not None:  # some due already: two puts, one answer
@@ -282,7 +282,7 @@ class SendMessageProcessor:
     def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond, received: float = 0.0) -> None:
         b = self.broker
         if b.rewrite_hooks:
-            lookup = b.cancel_lookup(msg)
+            lookup = b.scheduled.cancel_lookup(msg)
             if lookup is not None:
                 # A timer cancel: its target is looked up off the loop, then the message goes on.
                 task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup, bool(received)))
