@@ -18,11 +18,11 @@ from tidalmq.broker.client.consumer_manager import (
     ClientChannelInfo,
     ConsumerGroupInfo,
     ConsumerManager,
-    SubscriptionData,
 )
 from tidalmq.broker.client.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.controller.replicas_manager import ReplicasManager
+from tidalmq.broker.filter.expression_filter import ExpressionFilters
 from tidalmq.broker.live_config import FRAME_HEADROOM
 from tidalmq.broker.longpolling.pull_request_hold import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
@@ -54,7 +54,6 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.mqversion import version_desc
 from tidalmq.common.msgid import host_bytes
-from tidalmq.filter import FilterCache, FilterSyntaxError
 from tidalmq.ha.client import HAClient
 from tidalmq.ha.service import HAService
 from tidalmq.remoting.codes import RequestCode as RC
@@ -99,7 +98,7 @@ class BrokerController:
         self.pull_hold = PullRequestHoldService()
         self.locks = RebalanceLockManager()
         # SQL92 subscriptions compiled once per expression (enablePropertyFilter; docs/filtering.md).
-        self.filters = FilterCache()
+        self.filters = ExpressionFilters(config)
         self.store_host_bytes = host_bytes(config.broker_ip1)
         self.store = DefaultMessageStore(store_config, store_host=(config.broker_ip1, config.listen_port))
         self.store.is_slave = config.is_slave
@@ -128,7 +127,9 @@ class BrokerController:
         # Scheduled delivery: delay levels and the timer, with the send-path rewrites that feed them.
         self.scheduled = ScheduleServices(self.store, store_config, cfg_dir, schedule_child)
         # Transactions: half messages, END_TRANSACTION and check-back (docs/transactions.md).
-        self.transactions = TransactionalMessageService(self, cfg_dir / "transactionState.json")
+        self.transactions = TransactionalMessageService(
+            config, self.store, self.topics, self.producers,
+            lambda req, msg: self.send_processor.store_internal(req, msg), cfg_dir / "transactionState.json")
         self.transaction_check = TransactionCheckService(self.transactions, config)
         # Hooks the later layers install; the transactions' goes first, so that the schedule hooks never
         # see a half message.
@@ -155,7 +156,9 @@ class BrokerController:
         else:
             self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout)
         # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
-        self.pop = PopService(self)
+        self.pop = PopService(config, self.store, self.topics, self.groups, self.offsets, self.filters, self.stats,
+                              self.scheduled, lambda req, msg: self.send_processor.store_internal(req, msg),
+                              self.register_soon)
         self.pop_revive = PopReviveService(self.store, self.offsets, self.pop)
         self.replicas: ReplicasManager | None = ReplicasManager(self) if config.enable_controller_mode else None
         self._slave_tasks: list[asyncio.Task[Any]] = []
@@ -428,28 +431,6 @@ class BrokerController:
                 if m in text:
                     hook(msg)
                     break
-
-    def message_filter(self, group: str, sub: SubscriptionData) -> Callable[[int, memoryview], bool] | None:
-        """The CommitLog-level filter of a subscription: SQL92 evaluated on each candidate record's
-        properties, so unmatched messages never leave the broker. None for tag subscriptions (the
-        ConsumeQueue tag-hash filter does those) and when enablePropertyFilter is off."""
-        if sub.expression_type in ("", "TAG") or not self.config.enable_property_filter:
-            return None
-        try:
-            return self.filters.get(sub.expression_type, sub.sub_string).record_filter
-        except FilterSyntaxError:
-            # check_expression refuses the pull before any read; were it skipped, deliver nothing, not all
-            return lambda tags_code, record: False
-
-    def check_expression(self, sub: SubscriptionData) -> str | None:
-        """Why a non-TAG subscription cannot be served (position and reason), or None if it can."""
-        if not self.config.enable_property_filter:
-            return f"The broker does not support consumer to filter message by {sub.expression_type}"
-        try:
-            self.filters.get(sub.expression_type, sub.sub_string)
-        except FilterSyntaxError as e:
-            return str(e)
-        return None
 
     def stats_put(self, topic: str, count: int, res: AppendResult) -> None:
         if res.status == PutStatus.PUT_OK:

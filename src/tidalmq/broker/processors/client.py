@@ -70,7 +70,7 @@ class ClientProcessor:
             if expression_type != "TAG":
                 sub = SubscriptionData(str(sd.get("topic") or ""), str(sd.get("subString") or ""),
                                        sub_version=int(sd.get("subVersion") or 0), expression_type=expression_type)
-                refused = self.broker.check_expression(sub)
+                refused = self.broker.filters.check_expression(sub)
                 if refused is not None:
                     code = (ResponseCode.SYSTEM_ERROR if not self.broker.config.enable_property_filter
                             else ResponseCode.SUBSCRIPTION_PARSE_FAILED)

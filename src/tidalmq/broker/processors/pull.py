@@ -76,7 +76,7 @@ class PullMessageProcessor:
                 return req.make_response(
                     ResponseCode.SYSTEM_ERROR,
                     f"The broker does not support consumer to filter message by {sub.expression_type}")
-            checked = b.check_expression(sub)
+            checked = b.filters.check_expression(sub)
             if checked is not None:
                 # The subscription came with the pull: it does not parse. From the heartbeat: the broker
                 # has no usable filter data for it (RocketMQ's ConsumerFilterManager would hold none).
@@ -125,7 +125,7 @@ class PullMessageProcessor:
     def _read(self, req: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
               max_bytes: int, sub: SubscriptionData, suspend_ok: bool) -> RemotingCommand | None:
         b = self.broker
-        flt = b.message_filter(group, sub)
+        flt = b.filters.message_filter(sub)
         kwargs = {}
         if max_bytes > 0:
             kwargs["max_total_bytes"] = max_bytes

@@ -47,6 +47,7 @@ class ScheduleServices:
         self.store = store
         self.store_face = StoreFace(store)
         self.store_path_root_dir = sc.store_path_root_dir
+        self.timer_max_delay_ms = sc.timer_max_delay_sec * 1000
         # RocketMQ 4 delay levels.
         self.schedule_stats = ScheduleStats()
         levels = parse_delay_levels(sc.message_delay_level)
@@ -60,10 +61,10 @@ class ScheduleServices:
             early = None
         elif sc.timer_wheel_enable:
             self.timer = TimerMessageService(store, Path(sc.store_path_root_dir), precision_ms=sc.timer_precision_ms,
-                                             max_delay_ms=sc.timer_max_delay_sec * 1000, stats=self.timer_stats)
+                                             max_delay_ms=self.timer_max_delay_ms, stats=self.timer_stats)
         if early is not None:  # no schedule process here after all
             early.discard()
-        self.timer_rewrite = TimerRewrite(sc.timer_max_delay_sec * 1000, sc.timer_precision_ms,
+        self.timer_rewrite = TimerRewrite(self.timer_max_delay_ms, sc.timer_precision_ms,
                                           lookup=self._lookup_cancel, enabled=sc.timer_wheel_enable)
         # The send path's rewrites, in their order (after the transaction hook).
         self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [
