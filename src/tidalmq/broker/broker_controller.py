@@ -42,6 +42,7 @@ from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.schedule.admin import get_timer_metrics
+from tidalmq.broker.schedule.admin import runtime_info as schedule_runtime_info
 from tidalmq.broker.schedule.child import EarlyChild
 from tidalmq.broker.schedule.services import ScheduleServices
 from tidalmq.broker.slave.slave_synchronize import SlaveSynchronize
@@ -469,7 +470,7 @@ class BrokerController:
             "connectionCount": str(len(self.server.connections)),
             "pid": str(os.getpid()),
         }
-        info.update(self.scheduled.runtime_info())
+        info.update(schedule_runtime_info(self.scheduled))
         info.update(self.transactions.runtime_info())
         info["brokerRole"] = self.config.broker_role
         # 5.x's clusterList #ACTIVATED: a broker that serves writes (a master) says true, as RocketMQ's does

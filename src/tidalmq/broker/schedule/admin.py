@@ -9,6 +9,7 @@ record's properties, so that scan is bounded by ``max_scan``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable
@@ -26,6 +27,8 @@ from tidalmq.schedule.timer_service import HISTOGRAM_BUCKETS, histogram_of
 
 if TYPE_CHECKING:
     from tidalmq.broker.schedule.services import ScheduleServices
+
+log = logging.getLogger(__name__)
 
 MAX_SCAN = 200_000
 FRESH_VIEW_WAIT_S = 1.0
@@ -106,6 +109,19 @@ def refresh_timer_view(services: ScheduleServices) -> Awaitable[object] | None:
     if not isinstance(timer, TimerProcess):
         return None
     return asyncio.get_running_loop().run_in_executor(None, timer.fresh_view, FRESH_VIEW_WAIT_S)
+
+
+def runtime_info(services: ScheduleServices) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's schedule.* and timer.* keys."""
+    info = {f"schedule.{key}": str(value) for key, value in services.schedule_stats.snapshot().items()}
+    info["schedule.caughtUp"] = str(services.schedule.caught_up)
+    for level, n in services.schedule.pending().items():
+        info[f"schedule.pending.level{level}"] = str(n)
+    try:
+        info.update(timer_runtime_info(services))
+    except Exception:
+        log.exception("timer runtime info failed")
+    return info
 
 
 def timer_runtime_info(services: ScheduleServices) -> dict[str, str]:

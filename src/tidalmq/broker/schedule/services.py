@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.schedule.admin import timer_runtime_info
 from tidalmq.broker.schedule.child import EarlyChild
 from tidalmq.broker.schedule.hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.schedule.timer_process import TimerProcess
@@ -132,15 +131,3 @@ class ScheduleServices:
             # A cancel sent right after its target: let reput index the target first (usually done).
             await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
         return await face.run(find_cancel_target, store, topic, uniq, int(time.time() * 1000))
-
-    # views ------------------------------------------------------------------------------------
-    def runtime_info(self) -> dict[str, str]:
-        info = {f"schedule.{key}": str(value) for key, value in self.schedule_stats.snapshot().items()}
-        info["schedule.caughtUp"] = str(self.schedule.caught_up)
-        for level, n in self.schedule.pending().items():
-            info[f"schedule.pending.level{level}"] = str(n)
-        try:
-            info.update(timer_runtime_info(self))
-        except Exception:
-            log.exception("timer runtime info failed")
-        return info
