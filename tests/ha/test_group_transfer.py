@@ -85,7 +85,7 @@ def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None
         await broker.start()
         client = RemotingClient()
         try:
-            svc = broker.ha_service
+            svc = broker.replication.ha_service
             assert svc is not None
             calls: list[int] = []
             real = svc.transfer

@@ -41,6 +41,7 @@ from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
+from tidalmq.broker.replication import BrokerReplication
 from tidalmq.broker.schedule.admin import get_timer_metrics
 from tidalmq.broker.schedule.admin import runtime_info as schedule_runtime_info
 from tidalmq.broker.schedule.child import EarlyChild
@@ -55,8 +56,6 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.mqversion import version_desc
 from tidalmq.common.msgid import host_bytes
-from tidalmq.ha.client import HAClient
-from tidalmq.ha.service import HAService
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import CURRENT_VERSION, RemotingCommand
 from tidalmq.remoting.config import RemotingServerConfig
@@ -80,7 +79,7 @@ class BrokerController:
         self._host = host
         # Controller mode (docs/replication.md): every replica starts as a slave; the one etcd names
         # master is promoted at runtime to the configured master role.
-        self.master_role = config.broker_role
+        master_role = config.broker_role
         if config.enable_controller_mode:
             config.broker_role = "SLAVE"
         root = Path(store_config.store_path_root_dir)
@@ -112,7 +111,7 @@ class BrokerController:
         self.config_file: Path | None = None
         self.server = RemotingServer(host, config.listen_port, max_frame=self.max_frame,
                                      config=remoting_config, ssl_context=server_context(tls), tls_mode=tls.server_mode)
-        self.outer_api = BrokerOuterAPI(config, self.topics, tls, self._on_registered)
+        self.outer_api = BrokerOuterAPI(config, self.topics, tls, lambda answer: self.replication.on_registered(answer))
         # ACL 1.0 (docs/acl.md): every request checked before its processor; a broken file stops start-up.
         self.acl: PlainAccessValidator | None = None
         self.acl_worker: SignatureWorker | None = None
@@ -147,22 +146,19 @@ class BrokerController:
         self.end_transaction_processor = EndTransactionProcessor(self)
         # Replication (docs/replication.md): a master serves slaves on haListenPort; a slave streams
         # the master's CommitLog and copies its metadata.
-        self.ha_service: HAService | None = None
-        self.ha_client: HAClient | None = None
-        self.slave_sync: SlaveSynchronize | None = None
-        if config.is_slave:
-            self.ha_client = HAClient(config, self.store)
-            self.slave_sync = SlaveSynchronize(self.outer_api, self.topics, self.offsets, self.scheduled.schedule,
-                                               self.groups)
-        else:
-            self.ha_service = HAService(config, self.store, store_config.sync_flush_timeout)
+        slave_sync = (SlaveSynchronize(self.outer_api, self.topics, self.offsets, self.scheduled.schedule, self.groups)
+                      if config.is_slave else None)
+        self.replication = BrokerReplication(config, self.store, store_config.sync_flush_timeout, slave_sync,
+                                             master_role)
         # Pop consumption (docs/pop.md): the service the remoting processors (and a gRPC endpoint) call.
         self.pop = PopService(config, self.store, self.topics, self.groups, self.offsets, self.filters, self.stats,
                               self.scheduled, lambda req, msg: self.send_processor.store_internal(req, msg),
                               self.register_soon)
         self.pop_revive = PopReviveService(self.store, self.offsets, self.pop)
-        self.replicas: ReplicasManager | None = ReplicasManager(self) if config.enable_controller_mode else None
-        self._slave_tasks: list[asyncio.Task[Any]] = []
+        self.replicas: ReplicasManager | None = None
+        if config.enable_controller_mode:
+            self.replicas = ReplicasManager(config, self.store, store_config.store_path_root_dir, self.replication,
+                                            self.become_master)
         self._register_processors()
 
     def _register_processors(self) -> None:
@@ -235,7 +231,7 @@ class BrokerController:
         ephemeral = self.config.listen_port == 0
         await self.server.start()
         self.config.listen_port = self.server.port
-        await self._start_ha(ephemeral)
+        await self.replication.start(self._loop, ephemeral)
         self._tasks.extend(await self.outer_api.start(self._loop))
         self._tasks.append(self._loop.create_task(self._housekeeping_loop()))
         self._tasks.append(self._loop.create_task(self.stats.run()))
@@ -253,48 +249,16 @@ class BrokerController:
             self._tasks.append(self._loop.create_task(self.replicas.run()))
         log.info("Broker %s listening on %s", self.config.broker_name, self.config.broker_addr)
 
-    async def _start_ha(self, ephemeral_listen_port: bool) -> None:
-        assert self._loop is not None
-        c = self.config
-        if self.ha_service is not None:
-            if c.ha_listen_port >= 0:
-                await self.ha_service.start(c.ha_listen_port)
-            elif ephemeral_listen_port:
-                await self.ha_service.start(0)
-            else:
-                try:
-                    await self.ha_service.start(c.listen_port + 1)
-                except OSError as e:
-                    # Unset haListenPort is only a default: slaves learn the port the NameServer names.
-                    log.warning("HA: listenPort+1 (%d) unavailable (%s), taking any free port", c.listen_port + 1, e)
-                    await self.ha_service.start(0)
-            c.ha_listen_port = self.ha_service.port
-        if self.ha_client is not None:
-            self.ha_client.update_master_address(c.ha_master_address)
-            self._slave_tasks.append(self._loop.create_task(self.ha_client.run()))
-        if self.slave_sync is not None:
-            self._slave_tasks.append(self._loop.create_task(self.slave_sync.run()))
-        self._tasks.extend(self._slave_tasks)
-
     async def become_master(self) -> None:
         """Controller mode's promotion at runtime: the slave side stops, the store takes puts, the
         master's services start, and the broker registers as brokerId 0."""
         assert self._loop is not None
         c = self.config
-        for t in self._slave_tasks:
-            t.cancel()
-        await asyncio.gather(*self._slave_tasks, return_exceptions=True)
-        self._tasks = [t for t in self._tasks if t not in self._slave_tasks]
-        self._slave_tasks.clear()
-        self.ha_client = None
-        self.slave_sync = None
+        await self.replication.stop_slave()
         await self._loop.run_in_executor(None, self._start_master_store)
         if self.send_processor.dedup is not None:
             self.send_processor.dedup.forget()  # rebuilt from the replicated CommitLog at the first put
-        c.broker_role = self.master_role
-        c.broker_id = 0
-        self.ha_service = HAService(c, self.store, self.store_config.sync_flush_timeout)
-        await self.ha_service.start(c.listen_port + 1 if c.ha_listen_port < 0 else c.ha_listen_port)
+        await self.replication.start_master()
         self._tasks.append(self._loop.create_task(self.transaction_check.run()))
         self._tasks.append(self._loop.create_task(self.pop_revive.run()))
         self.register_soon()
@@ -304,11 +268,6 @@ class BrokerController:
         self.store.become_master()
         self.scheduled.load_timer()
         self.scheduled.start()
-
-    def fence_master(self) -> None:
-        """Controller mode: another replica was elected; this one takes no more writes (SLAVE answers)."""
-        self.config.broker_role = "SLAVE"
-        self.store.is_slave = True
 
     def _load_and_start_store(self) -> None:
         """The configs, the store (with its recovery) and the schedule services, loaded and started."""
@@ -337,8 +296,7 @@ class BrokerController:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        if self.ha_service is not None:
-            await self.ha_service.stop()
+        await self.replication.stop()
         await self.outer_api.unregister_all()
         await self.server.stop()
         if self.acl_worker is not None:
@@ -367,16 +325,6 @@ class BrokerController:
     async def registered(self) -> None:
         """Once a registration that began after this call has ended (BrokerOuterAPI.registered)."""
         await self.outer_api.registered()
-
-    def _on_registered(self, answer: dict[str, str]) -> None:
-        """A slave learns its master from the NameServer's answer (haServerAddr, masterAddr), unless
-        haMasterAddress names it (RocketMQ's updateMasterHAServerAddrPeriodically)."""
-        if self.replicas is not None:
-            return  # controller mode: the master is the one etcd's record names
-        if self.ha_client is not None and not self.config.ha_master_address:
-            self.ha_client.update_master_address(answer.get("haServerAddr", ""))
-        if self.slave_sync is not None:
-            self.slave_sync.update_master_addr(answer.get("masterAddr", ""))
 
     # housekeeping -----------------------------------------------------------------------------
     async def _housekeeping_loop(self) -> None:
@@ -475,10 +423,7 @@ class BrokerController:
         info["brokerRole"] = self.config.broker_role
         # 5.x's clusterList #ACTIVATED: a broker that serves writes (a master) says true, as RocketMQ's does
         info["brokerActive"] = str(not self.config.is_slave).lower()
-        if self.ha_service is not None:
-            info.update(self.ha_service.runtime_info())
-        if self.ha_client is not None:
-            info.update(self.ha_client.runtime_info())
+        info.update(self.replication.runtime_info())
         if self.replicas is not None:
             info.update(self.replicas.runtime_info())
         info.update(self.pop_revive.runtime_info())

@@ -72,8 +72,9 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
     store = broker.store
     rpc = broker.server.rpc_stats
     ha_behind = None
-    if broker.ha_service is not None and broker.ha_service.connections:
-        ha_behind = max(0, store.max_phy_offset - broker.ha_service.push2slave_max_offset)
+    ha = broker.replication.ha_service
+    if ha is not None and ha.connections:
+        ha_behind = max(0, store.max_phy_offset - ha.push2slave_max_offset)
     scheduled = broker.scheduled
     timer = scheduled.timer.snapshot(ask_fresh=True) if scheduled.timer is not None else None
     cfg = broker.config

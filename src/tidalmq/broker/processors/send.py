@@ -159,7 +159,7 @@ class SendMessageProcessor:
         topic = h.get(k.topic, "")
         if not (b.config.broker_permission & 0x2):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
-        ha = b.ha_service
+        ha = b.replication.ha_service
         if ha is not None and b.config.broker_role == "SYNC_MASTER" and ha.in_sync_replicas_not_enough():
             # Controller mode, minInSyncReplicas: refused before anything is stored (RocketMQ's answer).
             raise SendError(ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
@@ -442,7 +442,7 @@ class SendMessageProcessor:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
-        ha = self.broker.ha_service
+        ha = self.broker.replication.ha_service
         if ha is not None and self.broker.config.broker_role == "SYNC_MASTER":
             ha.transfer(end, lambda status: self._complete_transfer(waiters, status))
             return
