@@ -90,7 +90,7 @@ def timer_single_send(rounds: int, n: int = 1000) -> tuple[float, float]:
 
     from tidalmq.broker.message import InnerMessage
     from tidalmq.broker.processors.recall import attach_recall_handle
-    from tidalmq.broker.schedule_hooks import TimerRewrite
+    from tidalmq.broker.schedule.hooks import TimerRewrite
 
     far = int(time.time() * 1000) + 3_600_000
     texts = [encode_properties({"UNIQ_KEY": f"{i:032X}", "WAIT": "true", "TIMER_DELIVER_MS": str(far + i)})
@@ -170,7 +170,7 @@ def stats_counting(rounds: int) -> tuple[float, float]:
     what the send and pull paths pay per request for the statistics (broker/stats.py where the tree has it)."""
     from collections import defaultdict
 
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
     b = BrokerController.__new__(BrokerController)
     b.put_counts, b.put_bytes, b.get_counts, b.get_bytes = (defaultdict(int) for _ in range(4))  # older trees
@@ -290,7 +290,7 @@ def batch_encode_and_park(rounds: int, batches: int = 200, size: int = 64) -> tu
     encode_batch_records (with its property checks and the dispatch's properties read) for messages
     carrying a UNIQ_KEY alone, the same for timer messages (a TIMER_DELIVER_MS each), and the timer
     batch's rewrite after it (TimerRewrite.park_batch). µs a message."""
-    from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES, TimerRewrite
+    from tidalmq.broker.schedule.hooks import TIMER_REQUEST_PROPERTIES, TimerRewrite
     from tidalmq.common.record_batch import encode_batch_records
 
     kw = _encode_kw()
@@ -316,7 +316,7 @@ def batch_dispatch_columns(rounds: int, batches: int = 50, size: int = 64) -> tu
     batch of ``size`` and for a timer batch parked in the timer topic. µs a message."""
     import tempfile
 
-    from tidalmq.broker.schedule_hooks import TimerRewrite
+    from tidalmq.broker.schedule.hooks import TimerRewrite
     from tidalmq.common.naming import TIMER_TOPIC
     from tidalmq.common.record_batch import encode_batch_records
     from tidalmq.store.commit_log import CommitLog
@@ -349,7 +349,7 @@ def timer_batch_append(rounds: int, messages: int = 51_200) -> tuple[float, floa
     and batches of 64 with 1 KiB ones. µs a message."""
     import tempfile
 
-    from tidalmq.broker.schedule_hooks import TimerRewrite
+    from tidalmq.broker.schedule.hooks import TimerRewrite
     from tidalmq.common.naming import TIMER_TOPIC
     from tidalmq.common.record_batch import encode_batch_records
     from tidalmq.store.commit_log import CommitLog

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tidalmq import __version__
 from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
-from tidalmq.broker.schedule_child import start_early
+from tidalmq.broker.schedule.child import start_early
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
 from tidalmq.common.top_addressing import configured_addr
 from tidalmq.console.config import DEFAULT_CONSOLE_PORT, ConsoleConfig
@@ -174,7 +174,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     asc = AddressServerConfig()
     bc, sc, rc, tls = build_broker_configs(args, data_dir, pc, cc, asc)  # refused before any port is bound
     schedule_child = start_early(bc, sc)  # its start-up runs beside the imports that follow
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
     from tidalmq.namesrv.server import NameServer
 
     if args.grpc_port is not None:
@@ -218,7 +218,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     if internal is not None:
         from tidalmq.acl import RequestSigner
 
-        broker.namesrv_signer = RequestSigner(internal)
+        broker.outer_api.signer = RequestSigner(internal)
         if broker.acl is not None:  # the gRPC endpoint reaches the broker as this identity too
             broker.acl.add_accounts((account,))
         endpoint_creds = internal
@@ -227,8 +227,8 @@ async def _standalone(args: argparse.Namespace) -> int:
 
         endpoint_creds = SessionCredentials(bc.access_key, bc.secret_key)
     await broker.start()
-    await broker.register_all()
-    from tidalmq.broker.metrics import start_broker_exporter
+    await broker.outer_api.register_all()
+    from tidalmq.broker.metrics.broker_metrics import start_broker_exporter
     from tidalmq.namesrv.metrics import start_namesrv_exporter
 
     exporters = [e for e in (
@@ -352,7 +352,7 @@ async def _broker(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or default_data_dir()
     bc, sc, rc, tls = build_broker_configs(args, data_dir)
     schedule_child = start_early(bc, sc)  # its start-up runs beside the imports that follow
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
     if args.namesrv:
         bc.namesrv_addr = args.namesrv
@@ -363,7 +363,7 @@ async def _broker(args: argparse.Namespace) -> int:
     if getattr(args, "config", None):
         broker.config_file = Path(args.config)
     await broker.start()
-    from tidalmq.broker.metrics import start_broker_exporter
+    from tidalmq.broker.metrics.broker_metrics import start_broker_exporter
 
     exporter = start_broker_exporter(broker)
     _settle_gc()

@@ -14,8 +14,8 @@ import pytest
 from tests.support import ModuleTmp
 from tidalmq.acl.permission import BROKER_ADMIN_CODES
 from tidalmq.acl.resources import request_resources
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.remoting import request_check
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand

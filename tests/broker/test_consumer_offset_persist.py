@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tidalmq.broker.consumer_offset import ConsumerOffsetManager
+from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
 from tidalmq.common import fastjson
 
 

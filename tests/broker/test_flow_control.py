@@ -13,13 +13,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests.broker.rawclient import runtime_info, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.client import Message, Producer
 from tidalmq.client.errors import MQBrokerError
 from tidalmq.common.record import encode_record
@@ -28,7 +28,7 @@ from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingClient
 from tidalmq.store.config import MessageStoreConfig
-from tidalmq.store.message_store import PutRequest, PutStatus
+from tidalmq.store.message_store import DefaultMessageStore, PutRequest, PutStatus
 
 TOPIC = "FlowControl"
 WAIT_MS = 100  # waitTimeMillsInSendQueue of these brokers (RocketMQ's default is 200)
@@ -64,7 +64,8 @@ class StalledWriter:
     """A thread that appends to the CommitLog and gets stuck holding its put lock until ``release()``."""
 
     def __init__(self, broker: BrokerController, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.store = broker.store
+        # the CommitLog's put lock is the DefaultMessageStore's, behind the MessageStore face
+        self.store = cast(DefaultMessageStore, broker.store)
         self.inside = threading.Event()
         self._go = threading.Event()
         self.result: list[PutStatus] = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from tidalmq.broker.controller import BrokerController
+from tidalmq.broker.out.broker_outer_api import BrokerOuterAPI
 from tidalmq.broker.transaction.check_service import TransactionCheckService
 
 
@@ -28,14 +28,14 @@ def test_register_loop_ends_when_cancelled_with_register_soon() -> None:
     async def body() -> None:
         stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=_registrations,
                                    config=SimpleNamespace(register_name_server_period=30_000))
-        task = asyncio.ensure_future(BrokerController._register_loop(stand_in))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(BrokerOuterAPI.run(stand_in))  # type: ignore[arg-type]
         await _cancel_with_wakeup(task, stand_in._register_event)
 
     asyncio.run(body())
 
 
 def test_a_wait_for_registration_ends_when_the_register_loop_is_cancelled() -> None:
-    """BrokerController.registered() (UPDATE_AND_CREATE_TOPIC's answer waits on it) asked while the loop
+    """BrokerOuterAPI.registered() (UPDATE_AND_CREATE_TOPIC's answer waits on it) asked while the loop
     waits for its next round, and shutdown cancels the loop in that iteration: the wait ends, the
     request is answered, nothing is left pending."""
     async def body() -> None:
@@ -47,9 +47,9 @@ def test_a_wait_for_registration_ends_when_the_register_loop_is_cancelled() -> N
         stand_in = SimpleNamespace(_register_event=asyncio.Event(), _register_waiters=[], register_all=register_all,
                                    config=SimpleNamespace(register_name_server_period=30_000),
                                    namesrv_addrs=lambda: ["127.0.0.1:9"])
-        task = asyncio.ensure_future(BrokerController._register_loop(stand_in))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(BrokerOuterAPI.run(stand_in))  # type: ignore[arg-type]
         await round_done.wait()  # the first round has taken its waiters: a new one waits for the next
-        waiting = asyncio.ensure_future(BrokerController.registered(stand_in))  # type: ignore[arg-type]
+        waiting = asyncio.ensure_future(BrokerOuterAPI.registered(stand_in))  # type: ignore[arg-type]
         await asyncio.sleep(0)  # registered() has queued its waiter and set the event ...
         assert stand_in._register_waiters and not waiting.done()
         task.cancel()  # ... and shutdown cancels the loop before it runs its round

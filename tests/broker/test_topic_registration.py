@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 from tests.support import free_port
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.common import fastjson
 from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import RequestCode, ResponseCode

@@ -1,5 +1,6 @@
-"""Election and SyncStateSet rules against a real etcd (controller/manager.py, replicas.py), with
-stand-in brokers: each ReplicasManager ticks by hand and its broker records what it was told to do."""
+"""Election and SyncStateSet rules against a real etcd (broker/controller/replicas_manager.py, controller/replicas.py), with
+stand-in brokers: each ReplicasManager ticks by hand and its broker (its replication side too) records what it
+was told to do."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import Any
 from tests.broker.rawclient import run
 from tests.controller.support import Etcd
 from tidalmq.broker.config import BrokerConfig
+from tidalmq.broker.controller.replicas_manager import ReplicasManager
 from tidalmq.controller.epoch_file import EpochEntry
 from tidalmq.controller.etcd import EtcdClient
-from tidalmq.controller.manager import ReplicasManager
 from tidalmq.controller.replicas import GroupRecord, Replica, elect
 
 
@@ -37,15 +38,19 @@ class FakeBroker:
     async def become_master(self) -> None:
         self.promoted += 1
 
-    def fence_master(self) -> None:
+    def fence(self) -> None:  # BrokerReplication's
         self.fenced += 1
+
+    def manager(self) -> ReplicasManager:
+        return ReplicasManager(self.config, self.store, self.store_config.store_path_root_dir,  # type: ignore[arg-type]
+                               self, self.become_master)  # type: ignore[arg-type]
 
 
 def _group(tmp_path: Path, etcd: Etcd, n: int, **kw: Any) -> list[tuple[FakeBroker, ReplicasManager]]:
     out = []
     for i in range(1, n + 1):
         b = FakeBroker(tmp_path, etcd, i, **kw)
-        out.append((b, ReplicasManager(b)))  # type: ignore[arg-type]
+        out.append((b, b.manager()))
     return out
 
 
@@ -157,7 +162,7 @@ def test_a_master_restarted_before_its_lease_ran_out_starts_a_new_term(tmp_path:
         assert m1.is_master and m1.record is not None and m1.record.master_epoch == 1
         b1.store.max_phy_offset = 700
         # The process restarts (a new manager, a new lease) while etcd still names it master.
-        again = ReplicasManager(b1)  # type: ignore[arg-type]
+        again = b1.manager()
         await again.prepare()
         await again.tick()
         assert again.is_master and again.record is not None

@@ -1,16 +1,21 @@
 """Lite topics without a server: the lite queue names (tidalmq.common.naming), the LITE message type
-and its send check (tidalmq.broker.message_type), the conversions of a lite message
+and its send check (tidalmq.common.attribute.topic_message_type), the conversions of a lite message
 (tidalmq.proxy.convert) and the SyncLiteSubscription actions (tidalmq.proxy.lite)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidalmq.broker.message_type import TopicMessageType as T
-from tidalmq.broker.message_type import alter_attributes, check_lite, message_type_of, topic_message_type
 from tidalmq.client.message import MessageExt
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import TopicMessageType as T
+from tidalmq.common.attribute.topic_message_type import (
+    alter_attributes,
+    check_lite,
+    message_type_of,
+    topic_message_type,
+)
 from tidalmq.proxy import convert
 from tidalmq.proxy import lite as lite_module
 from tidalmq.proxy.lite import LiteError, LiteSubscriptions

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.broker.rawclient import run, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.ha.service import HAService, TransferStatus
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.transport import RemotingClient
@@ -85,7 +85,7 @@ def test_one_wait_per_group_commit_round_not_per_message(tmp_path: Path) -> None
         await broker.start()
         client = RemotingClient()
         try:
-            svc = broker.ha_service
+            svc = broker.replication.ha_service
             assert svc is not None
             calls: list[int] = []
             real = svc.transfer

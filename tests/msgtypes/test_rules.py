@@ -10,7 +10,7 @@ import pytest
 from tidalmq.acl.permission import PUB
 from tidalmq.acl.resources import request_resources
 from tidalmq.admin_cli import attribute_modification
-from tidalmq.broker.message_type import (
+from tidalmq.common.attribute.topic_message_type import (
     GROUP_ATTRIBUTES,
     TopicAttributeError,
     TopicMessageType,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tidalmq.broker.metrics import cumulative_buckets
+from tidalmq.broker.metrics.broker_metrics import cumulative_buckets
 from tidalmq.schedule.stats import LATENESS_BUCKETS_MS, ScheduleStats
 
 

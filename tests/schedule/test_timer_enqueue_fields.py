@@ -140,7 +140,7 @@ def test_ordinary_timer_messages_are_read_as_columns_and_filed_alike(tmp_path: P
         assert part_c == part_t
         low = int(phys[3])
         kept: list[np.ndarray] = []
-        svc.enqueue.enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)  # type: ignore[arg-type]
+        svc.enqueue.enqueue_chunk(phys, sizes, tags, columns, low, 0, kept)
         assert np.concatenate(kept)["offset"].tolist() == phys[3:].tolist()
 
 

@@ -144,7 +144,7 @@ def test_a_round_of_large_records_stops_where_its_span_would_exceed_one_view(
     views: list[bool] = []
     real = EnqueueFields.chunk_fields
 
-    def chunk_fields(self: EnqueueFields, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):  # type: ignore[no-untyped-def]
+    def chunk_fields(self: EnqueueFields, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray):
         got = real(self, phys, sizes, deliver)
         views.append(got is not None)
         return got

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import tidalmq.broker.controller as controller_module
+import tidalmq.broker.schedule.services as schedule_services
 from tests.broker.rawclient import runtime_info, send_cmd
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import encode_record
@@ -63,7 +63,7 @@ def timer_record(uniq: str, deliver_ms: int) -> bytearray:
 def test_cancel_of_a_target_not_yet_indexed_does_not_block_the_loop(inproc, monkeypatch) -> None:  # noqa: ANN001
     loop, broker = inproc
     # Longer than the test holds dispatch back: the cancel must find its target once indexed, not time out.
-    monkeypatch.setattr(controller_module, "CANCEL_INDEX_WAIT_S", 10.0)
+    monkeypatch.setattr(schedule_services, "CANCEL_INDEX_WAIT_S", 10.0)
     store = broker.store
     addr = f"127.0.0.1:{broker.server.port}"
     uniq = uuid.uuid4().hex.upper()
@@ -74,7 +74,7 @@ def test_cancel_of_a_target_not_yet_indexed_does_not_block_the_loop(inproc, monk
             r = await c.invoke(addr, send_cmd(TOPIC, b"warm-up"), 5)  # creates the topic
             assert r.code == ResponseCode.SUCCESS
             deliver = int(time.time() * 1000) + 60_000
-            assert await broker.store_face.wait_reput(store.max_phy_offset, 5)
+            assert await broker.scheduled.store_face.wait_reput(store.max_phy_offset, 5)
             await asyncio.sleep(0)  # let the warm-up's queued dispatch callback run before dispatch is held
             # Hold dispatch back (reput thread and loop alike): the target is stored but not indexed.
             store.reput._round.acquire()
@@ -109,7 +109,7 @@ def test_cancel_of_a_target_not_yet_indexed_does_not_block_the_loop(inproc, monk
 
 def test_runtime_info_answers_while_the_timer_thread_holds_its_lock(inproc) -> None:  # noqa: ANN001
     loop, broker = inproc
-    timer = broker.timer
+    timer = broker.scheduled.timer
     assert timer is not None
     addr = f"127.0.0.1:{broker.server.port}"
     held, release, done = threading.Event(), threading.Event(), threading.Event()

@@ -22,10 +22,10 @@ import pytest
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
 from tests.schedule.test_timer_broker import decode_all
 from tests.support import Standalone, wait_for
-from tidalmq.broker import timer_process
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn, start_early
-from tidalmq.broker.timer_process import STATE_PAUSE_S, TimerProcess
+from tidalmq.broker.schedule import timer_process
+from tidalmq.broker.schedule.child import EarlyChild, child_config, spawn, start_early
+from tidalmq.broker.schedule.timer_process import STATE_PAUSE_S, TimerProcess
 from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.common.record import decode_record, encode_record

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tidalmq.broker.message import InnerMessage, SendError
-from tidalmq.broker.schedule_hooks import TimerRewrite
+from tidalmq.broker.schedule.hooks import TimerRewrite
 from tidalmq.common import record_batch
 from tidalmq.common.message import decode_properties, encode_properties
 from tidalmq.common.naming import TIMER_TOPIC

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from tests.broker.rawclient import send_cmd
 from tests.support import ModuleTmp
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import (
     FLAG_ONEWAY,

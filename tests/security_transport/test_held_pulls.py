@@ -21,8 +21,8 @@ import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info
 from tests.client.helpers import create_topic, uniq
+from tidalmq.broker.broker_controller import BrokerController
 from tidalmq.broker.config import BrokerConfig
-from tidalmq.broker.controller import BrokerController
 from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.config import RemotingServerConfig

@@ -32,7 +32,7 @@ class BrokerConfig:
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
     namesrv_addr: str = ""
-    # No namesrvAddr: ask the NameServer address server for the list (broker/namesrv_lookup.py)
+    # No namesrvAddr: ask the NameServer address server for the list (broker/out/namesrv_lookup.py)
     fetch_namesrv_addr_by_address_server: bool = False
     rmq_address_server_domain: str = ta.DEFAULT_DOMAIN
     rmq_address_server_sub_group: str = ta.DEFAULT_SUBGROUP
@@ -44,7 +44,7 @@ class BrokerConfig:
     default_topic_queue_nums: int = 8
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
-    # Long polling's bounds (broker/long_polling.py). RocketMQ's broker holds a pull as long as its
+    # Long polling's bounds (broker/longpolling/pull_request_hold.py). RocketMQ's broker holds a pull as long as its
     # suspendTimeoutMillis says; here no longer than this (the clients send their brokerSuspendMaxTimeMillis,
     # 15-20 s, and give up on the pull after consumerTimeoutMillisWhenSuspend, 30 s).
     broker_suspend_max_time_millis: int = 30000

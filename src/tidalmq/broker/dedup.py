@@ -42,7 +42,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
     from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ second, 601 kept; each key is ``"tps10 tps60 tps600"`` (RocketMQ's Double.toStri
 are too few snapshots).
 
 The send and pull paths count once per request (a batch adds its message count in one step), into plain
-attributes; the sampling runs on the broker's loop (``run``). The Prometheus counters (broker/metrics.py)
+attributes; the sampling runs on the broker's loop (``run``). The Prometheus counters (broker/metrics/broker_metrics.py)
 read the same items: one source of counts.
 """
 

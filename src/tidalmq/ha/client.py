@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 
-from tidalmq.broker.config import BrokerConfig
+from tidalmq.ha.config import HAConfig
 from tidalmq.ha.frames import Frame, FrameError, FrameReader, RecordAssembler, encode_hello, encode_report
 from tidalmq.store.api import MessageStore
 
@@ -28,7 +28,7 @@ CONNECT_TIMEOUT_S = 3.0
 
 
 class HAClient:
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(self, config: HAConfig, store: MessageStore) -> None:
         self.config = config
         self.store = store
         self.master_address = ""

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidalmq.broker.config import BrokerConfig
+from tidalmq.ha.config import HAConfig
 from tidalmq.ha.connection import HAConnection
 from tidalmq.store.api import MessageStore
 
@@ -52,7 +52,7 @@ class _TransferRequest:
 
 
 class HAService:
-    def __init__(self, config: BrokerConfig, store: MessageStore, sync_flush_timeout_ms: int) -> None:
+    def __init__(self, config: HAConfig, store: MessageStore, sync_flush_timeout_ms: int) -> None:
         self.config = config
         self.store = store
         self.sync_flush_timeout = sync_flush_timeout_ms / 1000.0

@@ -14,12 +14,12 @@ import hashlib
 import zlib
 from typing import Any
 
-from tidalmq.broker.message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.pop_consumer import POP_CK
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, message_type_of, priority_of
 from tidalmq.proxy.protocol import definition_pb2 as pb
 from tidalmq.remoting.codes import ResponseCode
 

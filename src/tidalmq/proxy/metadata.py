@@ -7,9 +7,9 @@ import logging
 import time
 from typing import Any
 
-from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.client.instance import ClientInstance
 from tidalmq.common import fastjson
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, topic_message_type
 from tidalmq.remoting.codes import RequestCode
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The frames between the broker and its schedule process (docs/multicore.md): a pure codec, bytes in,
-values out; the sockets are the business of broker/timer_process.py and schedule/timer_host.py.
+values out; the sockets are the business of broker/schedule/timer_process.py and schedule/timer_host.py.
 
 A frame is a 4-byte big-endian payload length, a 1-byte kind, the payload. Control payloads are JSON;
 the two hot ones are binary: a batch of deliveries (PUT, records already encoded by ``restore_record``)

@@ -1,7 +1,7 @@
 """The schedule process: TimerMessageService on a core of its own (docs/multicore.md).
 
 ``python -m tidalmq.schedule.timer_host --fd N --config JSON`` is started by the broker
-(broker/timer_process.py) with one end of a socket pair as fd N. It follows the CommitLog and the timer
+(broker/schedule/timer_process.py) with one end of a socket pair as fd N. It follows the CommitLog and the timer
 topic's ConsumeQueue read-only (store/follower.py), within what the broker publishes (STATE frames), keeps
 the timer's own files (timerwheel, timerlog/, timercheck, timerdeliver, timermetrics) and hands its
 deliveries back in PUT frames; the broker appends them and answers, and only that answer moves the

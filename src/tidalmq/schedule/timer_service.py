@@ -1,6 +1,6 @@
 """TimerMessageService: RocketMQ 5's arbitrary delivery time on top of the TimerStore.
 
-The send path (broker/schedule_hooks.TimerRewrite) parks a timer message in ``rmq_sys_wheel_timer`` queue 0 with
+The send path (broker/schedule/hooks.TimerRewrite) parks a timer message in ``rmq_sys_wheel_timer`` queue 0 with
 TIMER_OUT_MS = its deliver time; the CommitLog's dispatch copies that time into the ConsumeQueue entry's tag.
 One thread then, holding the service's lock:
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.pop.revive_log import REVIVE_GROUP
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
+from tidalmq.broker.topic.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
@@ -34,7 +34,7 @@ _DROPPED = (mc.DELAY, mc.TIMER_ENQUEUE_MS, mc.TIMER_DEQUEUE_MS, mc.TIMER_ROLL_TI
 
 def look(pop: PopService, topic: str, queue_id: int, offset: int) -> StoredMessage | None:
     """The message at ``offset`` of the queue, None when it is gone (or does not decode)."""
-    res = pop.broker.store.get_message(REVIVE_GROUP, topic, queue_id, offset, 1)
+    res = pop.store.get_message(REVIVE_GROUP, topic, queue_id, offset, 1)
     if res.status != GetStatus.FOUND or not res.buffers or res.queue_offsets[0] != offset:
         return None
     try:
@@ -44,7 +44,7 @@ def look(pop: PopService, topic: str, queue_id: int, offset: int) -> StoredMessa
 
 
 def max_times(pop: PopService, group: str) -> int:
-    sg = pop.broker.groups.find(group)
+    sg = pop.groups.find(group)
     return sg.retry_max_times if sg is not None else DEFAULT_MAX_TIMES
 
 
@@ -52,7 +52,6 @@ async def requeue(pop: PopService, group: str, topic_read: str, msg: StoredMessa
                   attempts: int, dead: bool) -> None:
     """Store ``msg`` (read from ``topic_read``, delivered ``attempts`` times before) into the group's
     pop retry topic, or its DLQ when ``dead``; PopError if the store refuses."""
-    b = pop.broker
     origin = xi.normal_topic(topic_read, group)
     props = {k: v for k, v in msg.properties.items() if k not in _DROPPED}
     lite = nm.parse_lite_queue(topic_read)
@@ -74,15 +73,15 @@ async def requeue(pop: PopService, group: str, topic_read: str, msg: StoredMessa
     props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
     if dead:
         topic = nm.dlq_topic(group)
-        b.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)  # readable, as RocketMQ's
+        pop.topics.create_system_like(topic, DLQ_QUEUE_NUMS, PERM_READ | PERM_WRITE)  # readable, as RocketMQ's
         props.setdefault(mc.DLQ_ORIGIN_TOPIC, origin)
         props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props[mc.ORIGIN_MESSAGE_ID])
         queue_id = random.randrange(DLQ_QUEUE_NUMS)
     else:
         topic = xi.pop_retry_topic(origin, group)
-        b.topics.create_system_like(topic, 1, PERM_READ | PERM_WRITE)
+        pop.topics.create_system_like(topic, 1, PERM_READ | PERM_WRITE)
         queue_id = 0
-    b.register_soon()
+    pop.register_soon()
     await pop.put_internal(InnerMessage(
         topic, queue_id, msg.body, msg.flag, encode_properties(props), msg.sysflag, msg.born_timestamp,
         host_bytes(msg.born_host[0]), msg.born_host[1], attempts + 1))

@@ -31,7 +31,8 @@ from tidalmq.common.record import RecordError, decode_record
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,10 @@ class _Orphan:
 
 
 class PopReviveService:
-    def __init__(self, broker: BrokerController, pop: PopService, *, interval_ms: int = 100, grace_ms: int = 500) -> None:
-        self.broker = broker
+    def __init__(self, store: DefaultMessageStore, offsets: ConsumerOffsetManager, pop: PopService, *,
+                 interval_ms: int = 100, grace_ms: int = 500) -> None:
+        self.store = store
+        self.offsets = offsets
         self.pop = pop
         self.interval = interval_ms / 1000.0
         self.grace_ms = grace_ms
@@ -83,10 +86,10 @@ class PopReviveService:
             await asyncio.sleep(self.interval)
 
     async def round(self) -> None:
-        b = self.broker
+        offsets = self.offsets
         topic = self.pop.revive_topic
         if self._read_offset < 0:
-            self._read_offset = max(0, b.offsets.query(REVIVE_GROUP, topic, REVIVE_QID))
+            self._read_offset = max(0, offsets.query(REVIVE_GROUP, topic, REVIVE_QID))
         self._read()
         now = now_ms()
         due = [k for k, p in self._pending.items() if p.ck.deadline + self.grace_ms <= now]
@@ -98,15 +101,14 @@ class PopReviveService:
             del self._orphans[key]
         held = [p.revive_offset for p in self._pending.values()] + [o.revive_offset for o in self._orphans.values()]
         commit = min(held, default=self._read_offset)
-        if commit != b.offsets.query(REVIVE_GROUP, topic, REVIVE_QID):
-            b.offsets.commit(REVIVE_GROUP, topic, REVIVE_QID, commit)
+        if commit != offsets.query(REVIVE_GROUP, topic, REVIVE_QID):
+            offsets.commit(REVIVE_GROUP, topic, REVIVE_QID, commit)
 
     def _read(self) -> None:
-        b = self.broker
         topic = self.pop.revive_topic
         # A bounded read a round: a backlog (after a restart) does not hold the event loop for long.
         for _ in range(READ_BATCHES_PER_ROUND):
-            res = b.store.get_message(REVIVE_GROUP, topic, REVIVE_QID, self._read_offset, 32)
+            res = self.store.get_message(REVIVE_GROUP, topic, REVIVE_QID, self._read_offset, 32)
             if res.status != GetStatus.FOUND:
                 if res.next_begin_offset > self._read_offset and res.status != GetStatus.OFFSET_OVERFLOW_ONE:
                     self._read_offset = res.next_begin_offset  # the queue's head moved on

@@ -10,21 +10,23 @@ import itertools
 import logging
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.broker.client.consumer_manager import SubscriptionData
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.message_type import TopicMessageType, priority_factor
 from tidalmq.broker.pop import requeue
 from tidalmq.broker.pop.order import OrderKey, OrderLock, OrderLocks
 from tidalmq.broker.pop.polling import PopLongPolling
 from tidalmq.broker.pop.revive_log import CK_TAG, AckMsg, PopCheckPoint, revive_topic
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE, TopicConfig
+from tidalmq.broker.topic.topic_config import PERM_READ, PERM_WRITE, TopicConfig
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as xi
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, priority_factor
 from tidalmq.common.message import encode_properties
+from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import POS_QUEUEID, POS_QUEUEOFFSET
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -32,7 +34,15 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.filter.expression_filter import ExpressionFilters
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.schedule.services import ScheduleServices
+    from tidalmq.broker.stats import BrokerStats
+    from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.broker.transaction.half_service import StoreInternal
+    from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +109,24 @@ class PopResult:
 
 
 class PopService:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.revive_topic = revive_topic(broker.config.broker_cluster_name)
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topics: TopicConfigManager,
+                 groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, filters: ExpressionFilters,
+                 stats: BrokerStats, scheduled: ScheduleServices, store_internal: StoreInternal,
+                 register_soon: Callable[[], None]) -> None:
+        """``store_internal``: the send path, for what the service stores (checkpoints, acks, retries);
+        ``register_soon``: tells the NameServers of a retry or dead-letter topic it creates."""
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.groups = groups
+        self.offsets = offsets
+        self.filters = filters
+        self.stats = stats
+        self.scheduled = scheduled
+        self.store_internal = store_internal
+        self.register_soon = register_soon
+        self.store_host_bytes = host_bytes(config.broker_ip1)
+        self.revive_topic = revive_topic(config.broker_cluster_name)
         self.order = OrderLocks()
         self.polling = PopLongPolling()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -113,7 +138,7 @@ class PopService:
     # lifecycle --------------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self.broker.topics.create_system_like(self.revive_topic, 1, PERM_READ | PERM_WRITE)
+        self.topics.create_system_like(self.revive_topic, 1, PERM_READ | PERM_WRITE)
 
     def on_arrival(self, arrivals: dict[tuple[str, int], int]) -> None:
         """From the reput thread: wake the pops and notifications waiting on these topics."""
@@ -124,13 +149,13 @@ class PopService:
     def topic_config(self, topic: str) -> TopicConfig | None:
         """The topic's config; for a lite topic's queue ``%LMQ%$<parent>$<lite>``, one readable queue (0)
         with its parent's permission, when the parent exists and is a LITE topic (docs/grpc.md)."""
-        tc = self.broker.topics.get(topic)
+        tc = self.topics.get(topic)
         if tc is not None or not topic.startswith(nm.LITE_QUEUE_PREFIX):
             return tc
         names = nm.parse_lite_queue(topic)
         if names is None:
             return None
-        parent = self.broker.topics.get(names[0])
+        parent = self.topics.get(names[0])
         if parent is None or parent.message_type != TopicMessageType.LITE:
             return None
         return TopicConfig(topic, 1, 1, parent.perm, attributes=dict(parent.attributes))
@@ -163,9 +188,8 @@ class PopService:
                     self.polling.unregister(topics, ev)
 
     def _check_pop(self, req: PopRequest) -> SubscriptionData:
-        b = self.broker
-        if not (b.config.broker_permission & PERM_READ):
-            raise PopError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] peeking message is forbidden")
+        if not (self.config.broker_permission & PERM_READ):
+            raise PopError(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] peeking message is forbidden")
         if not 1 <= req.max_nums <= MAX_POP_NUMS:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            f"the broker pops 1..{MAX_POP_NUMS} messages at a time, asked {req.max_nums}")
@@ -179,7 +203,7 @@ class PopService:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            f"queueId[{req.queue_id}] is illegal, topic:[{req.topic}] "
                            f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
-        sg = b.groups.find(req.group)
+        sg = self.groups.find(req.group)
         if sg is None:
             raise PopError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{req.group}] does not exist")
         if not sg.consume_enable:
@@ -190,23 +214,21 @@ class PopService:
                            f"(%RETRY%<group>_<topic>, at most {TOPIC_FILE_NAME_MAX} characters)")
         sub = SubscriptionData.build(req.topic, req.exp, 0, req.exp_type or "TAG")
         if sub.expression_type != "TAG":
-            why = b.check_expression(sub)
+            why = self.filters.check_expression(sub)
             if why is not None:
                 raise PopError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, why)
         return sub
 
     def _check_invisible(self, invisible_time: int) -> None:
-        b = self.broker
-        if b.timer is None:
+        if self.scheduled.timer is None:
             raise PopError(ResponseCode.SERVICE_NOT_AVAILABLE,
                            "pop needs the timer service (timerWheelEnable) to bring back unacked messages")
-        max_ms = b.store_config.timer_max_delay_sec * 1000
+        max_ms = self.scheduled.timer_max_delay_ms
         if not 0 < invisible_time <= max_ms:
             raise PopError(ResponseCode.INVALID_PARAMETER,
                            f"invisibleTime must be within 1..{max_ms} ms, got {invisible_time}")
 
     async def _pop_once(self, req: PopRequest, sub: SubscriptionData, retry: str) -> PopResult:
-        b = self.broker
         pop_time = now_ms()
         result = PopResult(pop_time, req.invisible_time)
         tc = self.topic_config(req.topic)
@@ -218,12 +240,12 @@ class PopService:
         if req.queue_id >= 0:
             qids = [req.queue_id]
         elif by_priority:
-            qids = list(range(n - 1, -1, -1) if b.config.priority_order_asc else range(n))
+            qids = list(range(n - 1, -1, -1) if self.config.priority_order_asc else range(n))
         else:
             start = next(self._queue_start) % max(n, 1)
             qids = [(start + i) % n for i in range(n)]
         sources: list[tuple[str, list[int], SubscriptionData]] = [(req.topic, qids, sub)]
-        rtc = b.topics.get(retry)
+        rtc = self.topics.get(retry)
         # Orderly messages are never retried through a topic, nor lite topics' (requeue puts them back
         # into their LMQ).
         if rtc is not None and not req.order:
@@ -257,7 +279,7 @@ class PopService:
         """Whether this pop of a PRIORITY topic uses the priority order: the first priority.factor of every
         100 pops of the group on the topic (PopConsumerService counts them the same way; the default 100:
         every pop). The others rotate over the queues, so low priorities are read under a steady high load."""
-        sg = self.broker.groups.table.get(req.group)
+        sg = self.groups.table.get(req.group)
         factor = priority_factor(sg.attributes if sg is not None else None)
         if factor >= 100:
             return True
@@ -272,32 +294,30 @@ class PopService:
         the lowest priority; over 50: always first), counted as RocketMQ's PopConsumerService counts."""
         if not by_priority:
             return next(self._rounds) % RETRY_FIRST_EVERY == 0
-        p = max(0, min(100, self.broker.config.pop_from_retry_probability_for_priority))
+        p = max(0, min(100, self.config.pop_from_retry_probability_for_priority))
         return p > 0 and next(self._rounds) % (100 // p) == 0
 
     def _rest(self, group: str, topic: str, queue_id: int) -> int:
-        store = self.broker.store
-        offset = self.broker.offsets.query(group, topic, queue_id)
+        store = self.store
+        offset = self.offsets.query(group, topic, queue_id)
         return max(0, store.get_max_offset_in_queue(topic, queue_id) - max(offset, 0))
 
     def _init_offset(self, req: PopRequest, topic: str, queue_id: int) -> int:
-        b = self.broker
-        offset = b.offsets.query(req.group, topic, queue_id)
+        offset = self.offsets.query(req.group, topic, queue_id)
         if offset >= 0:
             return offset
-        store = b.store
+        store = self.store
         if req.init_mode == INIT_MODE_MAX and topic == req.topic:
             offset = store.get_max_offset_in_queue(topic, queue_id)
         else:
             offset = store.get_min_offset_in_queue(topic, queue_id)
-        b.offsets.commit(req.group, topic, queue_id, offset)
+        self.offsets.commit(req.group, topic, queue_id, offset)
         return offset
 
     def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, sub: SubscriptionData, max_nums: int,
                    result: PopResult) -> PopCheckPoint | None:
         """Read one queue into ``result``; the checkpoint to write for what was read (None for orderly
         pops and empty reads). Runs without awaiting, so two pops never read the same range."""
-        b = self.broker
         key: OrderKey = (req.group, topic, queue_id)
         attempts = 0
         if req.order:
@@ -312,12 +332,12 @@ class PopService:
                 offset, attempts = lock.first_unacked(), lock.attempts + 1
         else:
             offset = self._init_offset(req, topic, queue_id)
-        res = b.store.get_message(req.group, topic, queue_id, offset, max_nums, tag_codes=sub.tag_codes(),
-                                  filter=b.message_filter(req.group, sub))
+        res = self.store.get_message(req.group, topic, queue_id, offset, max_nums, tag_codes=sub.tag_codes(),
+                                  filter=self.filters.message_filter(sub))
         if res.status != GetStatus.FOUND or not res.buffers:
             if res.next_begin_offset > offset and not (req.order and attempts):
                 # filtered out, or the queue's head moved past the offset: nothing there for this group
-                b.offsets.commit(req.group, topic, queue_id, res.next_begin_offset)
+                self.offsets.commit(req.group, topic, queue_id, res.next_begin_offset)
             return None
         offsets = list(res.queue_offsets)
         # Copied: the pop awaits its checkpoint before answering, and a mapped file may go meanwhile.
@@ -328,15 +348,15 @@ class PopService:
         result.start_offsets.append((topic, queue_id, offset))
         result.msg_offsets.append((topic, queue_id, offsets))
         result.rest_num += max(0, res.max_offset - res.next_begin_offset)
-        b.stats_get(req.group, topic, res.message_count, res.buffer_total_size)
+        self.stats.on_get(req.group, topic, res.message_count, res.buffer_total_size)
         if req.order:
             result.order_counts.append((topic, queue_id, attempts))
             self.order.lend(key, OrderLock(result.pop_time, req.invisible_time, offsets,
                                            max(res.next_begin_offset, offsets[-1] + 1), attempts))
             return None
-        b.offsets.commit(req.group, topic, queue_id, res.next_begin_offset)
+        self.offsets.commit(req.group, topic, queue_id, res.next_begin_offset)
         return PopCheckPoint(topic, queue_id, req.group, offset, result.pop_time, req.invisible_time, offsets,
-                             b.config.broker_name)
+                             self.config.broker_name)
 
     def _dead_letter_soon(self, key: OrderKey, lock: OrderLock, now: int) -> None:
         """An orderly lending retried retryMaxTimes: its unacked messages go to the DLQ, then the queue
@@ -359,11 +379,11 @@ class PopService:
             log.error("orderly pop: dead-lettering %s@%d for %s failed: %s", topic, queue_id, group, e)
             return
         self.order.release(key, lock)
-        self.broker.offsets.commit(group, topic, queue_id, lock.next_offset)
+        self.offsets.commit(group, topic, queue_id, lock.next_offset)
         self.polling.notify((topic,))
 
     def _give_back(self, ck: PopCheckPoint) -> None:
-        offsets = self.broker.offsets
+        offsets = self.offsets
         if ck.offsets and offsets.query(ck.group, ck.topic, ck.queue_id) > ck.start_offset:
             offsets.commit(ck.group, ck.topic, ck.queue_id, ck.start_offset)
 
@@ -381,7 +401,6 @@ class PopService:
 
     def _acked_queue(self, group: str, topic: str, retry: str, queue_id: int, offsets: list[int]) -> str:
         """The topic (``topic`` or its pop retry topic, by ``retry``) whose queue holds ``offsets``."""
-        b = self.broker
         try:
             real = xi.real_topic(topic, group, retry)
         except xi.ExtraInfoError as e:
@@ -392,8 +411,8 @@ class PopService:
         if not 0 <= queue_id < tc.read_queue_nums:
             raise PopError(ResponseCode.MESSAGE_ILLEGAL,
                            f"queueId[{queue_id}] is illegal, topic:[{real}] topicConfig.readQueueNums:[{tc.read_queue_nums}]")
-        lo = b.store.get_min_offset_in_queue(real, queue_id)
-        hi = b.store.get_max_offset_in_queue(real, queue_id)
+        lo = self.store.get_min_offset_in_queue(real, queue_id)
+        hi = self.store.get_max_offset_in_queue(real, queue_id)
         for offset in offsets:
             if not lo <= offset < hi:
                 raise PopError(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{real}@{queue_id}, offset:{offset}, "
@@ -412,7 +431,7 @@ class PopService:
             return
         real = self._acked_queue(group, topic, retry, queue_id, offsets)
         await self._ack(AckMsg(real, queue_id, group, start_offset, pop_time, tuple(offsets),
-                               self.broker.config.broker_name), pop_time + invisible_time, topic)
+                               self.config.broker_name), pop_time + invisible_time, topic)
 
     async def _ack(self, ack: AckMsg, deadline: int, topic: str) -> None:
         key: OrderKey = (ack.group, ack.topic, ack.queue_id)
@@ -420,7 +439,7 @@ class PopService:
             for offset in ack.ack_offsets:
                 commit = self.order.ack(key, ack.pop_time, offset)
                 if commit is not None:
-                    self.broker.offsets.commit(ack.group, ack.topic, ack.queue_id, commit)
+                    self.offsets.commit(ack.group, ack.topic, ack.queue_id, commit)
                     self.polling.notify((ack.topic, topic))  # the next message of the queue may be popped now
             return
         await self._put_revive(ack.tag, ack.encode(), deadline)
@@ -446,13 +465,12 @@ class PopService:
     async def notification(self, group: str, topic: str, queue_id: int, poll_time: int, order: bool = False) -> bool:
         """True as soon as the group has something to pop from the topic (or its retry topic), False when
         ``poll_time`` ms pass first."""
-        b = self.broker
         tc = self.topic_config(topic)
         if tc is None:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if queue_id >= tc.read_queue_nums or queue_id < -1:
             raise PopError(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
-        if b.groups.find(group) is None:
+        if self.groups.find(group) is None:
             raise PopError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         retry = xi.pop_retry_topic(topic, group)
         topics = (topic, retry)
@@ -473,7 +491,6 @@ class PopService:
             self.polling.unregister(topics, ev)
 
     def _has_message(self, group: str, topic: str, queue_id: int, retry: str, order: bool) -> bool:
-        b = self.broker
         tc = self.topic_config(topic)
         qids = range(tc.read_queue_nums) if tc is not None and queue_id < 0 else [queue_id]
         now = now_ms()
@@ -482,7 +499,7 @@ class PopService:
                 continue
             if self._rest(group, topic, q) > 0:
                 return True
-        rtc = b.topics.get(retry)
+        rtc = self.topics.get(retry)
         return rtc is not None and not order and any(self._rest(group, retry, q) > 0 for q in range(rtc.read_queue_nums))
 
     # the revive topic -------------------------------------------------------------------------
@@ -492,12 +509,12 @@ class PopService:
         if deliver_ms > now_ms():
             props[mc.TIMER_DELIVER_MS] = str(deliver_ms)
         await self.put_internal(InnerMessage(self.revive_topic, REVIVE_QID, body, 0, encode_properties(props), 0,
-                                             now_ms(), self.broker.store_host_bytes, self.broker.config.listen_port))
+                                             now_ms(), self.store_host_bytes, self.config.listen_port))
 
     async def put_internal(self, msg: InnerMessage) -> None:
         """Store a message the broker built, through the send path's rewrites; PopError if refused."""
         req = RemotingCommand(code=RC.SEND_MESSAGE)
-        resp = await self.broker.send_processor.store_internal(req, msg)
+        resp = await self.store_internal(req, msg)
         if resp.code != ResponseCode.SUCCESS:
             raise PopError(resp.code if resp.code else ResponseCode.SYSTEM_ERROR,
                            f"storing into {msg.topic} failed: {resp.remark}")

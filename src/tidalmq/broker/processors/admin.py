@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
-from tidalmq.broker.message_type import (
+from tidalmq.broker.schedule.admin import refresh_timer_view
+from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
+from tidalmq.broker.topic.topic_config import PERM_RW, TopicConfig
+from tidalmq.common import fastjson
+from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import (
     GROUP_ATTRIBUTES,
     MESSAGE_TYPE,
     TopicAttributeError,
@@ -14,11 +20,6 @@ from tidalmq.broker.message_type import (
     alter_attributes,
     parse_modification,
 )
-from tidalmq.broker.schedule_admin import refresh_timer_view
-from tidalmq.broker.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic_config import PERM_RW, TopicConfig
-from tidalmq.common import fastjson
-from tidalmq.common import naming as nm
 from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, language_name
@@ -27,7 +28,7 @@ from tidalmq.remoting.transport import Connection
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 
 class AdminProcessor:
@@ -126,15 +127,15 @@ class AdminProcessor:
         def build() -> RemotingCommand:
             return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
 
-        refresh = refresh_timer_view(self.broker)
+        refresh = refresh_timer_view(self.broker.scheduled)
         if refresh is None:
             return build()
 
-        async def fresh() -> RemotingCommand:
+        async def fresh(refresh: Awaitable[object]) -> RemotingCommand:
             await refresh  # the schedule process's figures as of this request, not one push ago
             return build()
 
-        return asyncio.ensure_future(fresh())
+        return asyncio.ensure_future(fresh(refresh))
 
     def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}
@@ -238,7 +239,7 @@ class AdminProcessor:
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": table}))
 
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        offsets = dict(sorted(self.broker.schedule.offsets.items()))
+        offsets = dict(sorted(self.broker.scheduled.schedule.offsets.items()))
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))
 
     def trigger_delete_files(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

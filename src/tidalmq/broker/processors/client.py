@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import ClientChannelInfo, SubscriptionData
+from tidalmq.broker.client.consumer_manager import ClientChannelInfo, SubscriptionData
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.msgid import decode_offset_msg_id
@@ -15,7 +15,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 
 def _int(h: dict[str, str], key: str) -> int:
@@ -70,7 +70,7 @@ class ClientProcessor:
             if expression_type != "TAG":
                 sub = SubscriptionData(str(sd.get("topic") or ""), str(sd.get("subString") or ""),
                                        sub_version=int(sd.get("subVersion") or 0), expression_type=expression_type)
-                refused = self.broker.check_expression(sub)
+                refused = self.broker.filters.check_expression(sub)
                 if refused is not None:
                     code = (ResponseCode.SYSTEM_ERROR if not self.broker.config.enable_property_filter
                             else ResponseCode.SUBSCRIPTION_PARSE_FAILED)

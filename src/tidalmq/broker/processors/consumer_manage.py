@@ -7,7 +7,7 @@ import random
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.topic_config import PERM_READ, PERM_WRITE
+from tidalmq.broker.topic.topic_config import PERM_READ, PERM_WRITE
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
@@ -20,7 +20,7 @@ from tidalmq.remoting.transport import Connection
 if TYPE_CHECKING:
     import asyncio
 
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 DLQ_NUMS_PER_GROUP = 1
 

@@ -18,7 +18,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tidalmq.broker.consumer_manager import SubscriptionData
+from tidalmq.broker.client.consumer_manager import SubscriptionData
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x1 << 1
@@ -76,7 +76,7 @@ class PullMessageProcessor:
                 return req.make_response(
                     ResponseCode.SYSTEM_ERROR,
                     f"The broker does not support consumer to filter message by {sub.expression_type}")
-            checked = b.check_expression(sub)
+            checked = b.filters.check_expression(sub)
             if checked is not None:
                 # The subscription came with the pull: it does not parse. From the heartbeat: the broker
                 # has no usable filter data for it (RocketMQ's ConsumerFilterManager would hold none).
@@ -125,7 +125,7 @@ class PullMessageProcessor:
     def _read(self, req: RemotingCommand, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
               max_bytes: int, sub: SubscriptionData, suspend_ok: bool) -> RemotingCommand | None:
         b = self.broker
-        flt = b.message_filter(group, sub)
+        flt = b.filters.message_filter(sub)
         kwargs = {}
         if max_bytes > 0:
             kwargs["max_total_bytes"] = max_bytes

@@ -2,7 +2,7 @@
 
 A send of a timer message is answered with a recall handle (``recallHandle`` in the send response
 header, ``attach_recall_handle``); RECALL_MESSAGE with that handle files the timer's own cancel
-(TIMER_DEL_UNIQKEY, broker/schedule_hooks.py TimerRewrite), so the message is never delivered. The gRPC
+(TIMER_DEL_UNIQKEY, broker/schedule/hooks.py TimerRewrite), so the message is never delivered. The gRPC
 endpoint calls ``RecallMessageProcessor.recall`` directly (docs/message-types.md).
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.message import InnerMessage
-from tidalmq.broker.message_type import TopicMessageType, check_message_type
-from tidalmq.broker.topic_config import PERM_WRITE
+from tidalmq.broker.topic.topic_config import PERM_WRITE
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, check_message_type
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.recall_handle import (
     RecallHandle,
@@ -32,7 +32,7 @@ from tidalmq.remoting.transport import Connection
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 RECALL_HANDLE = "recallHandle"  # SendMessageResponseHeader's field
 # Every single timer send's answer carries one: encoded from the handle's ASCII bytes, no text round trip.

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from tidalmq.broker.dedup import window_for
 from tidalmq.broker.message import InnerMessage, SendError
-from tidalmq.broker.message_type import (
+from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
+from tidalmq.broker.processors.recall import attach_recall_handle
+from tidalmq.broker.schedule.hooks import TIMER_REQUEST_PROPERTIES
+from tidalmq.common import message as mc
+from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import (
     TopicMessageType,
     check_lite,
     check_messages,
@@ -25,11 +30,6 @@ from tidalmq.broker.message_type import (
     priority_of,
     priority_queue,
 )
-from tidalmq.broker.pop.revive_log import REVIVE_TOPIC_PREFIX
-from tidalmq.broker.processors.recall import attach_recall_handle
-from tidalmq.broker.schedule_hooks import TIMER_REQUEST_PROPERTIES
-from tidalmq.common import message as mc
-from tidalmq.common import naming as nm
 from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
@@ -46,7 +46,7 @@ from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
     from tidalmq.schedule.timer_service import CancelTarget
 
 log = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class SendMessageProcessor:
         topic = h.get(k.topic, "")
         if not (b.config.broker_permission & 0x2):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
-        ha = b.ha_service
+        ha = b.replication.ha_service
         if ha is not None and b.config.broker_role == "SYNC_MASTER" and ha.in_sync_replicas_not_enough():
             # Controller mode, minInSyncReplicas: refused before anything is stored (RocketMQ's answer).
             raise SendError(ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
@@ -238,7 +238,7 @@ class SendMessageProcessor:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
-                    parked, due, due_at = b.timer_rewrite.park_batch(records, topic, queue_id)
+                    parked, due, due_at = b.scheduled.timer_rewrite.park_batch(records, topic, queue_id)
                     if parked is not None:
                         put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=parked)
                         if due is not None:  # some due already: two puts, one answer
@@ -280,7 +280,7 @@ class SendMessageProcessor:
     def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond, received: float = 0.0) -> None:
         b = self.broker
         if b.rewrite_hooks:
-            lookup = b.cancel_lookup(msg)
+            lookup = b.scheduled.cancel_lookup(msg)
             if lookup is not None:
                 # A timer cancel: its target is looked up off the loop, then the message goes on.
                 task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup, bool(received)))
@@ -440,7 +440,7 @@ class SendMessageProcessor:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
-        ha = self.broker.ha_service
+        ha = self.broker.replication.ha_service
         if ha is not None and self.broker.config.broker_role == "SYNC_MASTER":
             ha.transfer(end, lambda status: self._complete_transfer(waiters, status))
             return

@@ -20,7 +20,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 CALL_CONSUMER_TIMEOUT_S = 5.0  # RocketMQ's Broker2Client.callClient waits 5 s
 

@@ -151,7 +151,7 @@ class TransactionCheckService:
 
     def pick_producer(self, group: str) -> Connection | None:
         """A live producer connection of ``group``, in turn (getAvailableChannel)."""
-        members = self.service.broker.producers.get(group)
+        members = self.service.producers.get(group)
         if not members:
             return None
         conns = [c for c in members if c.is_open]

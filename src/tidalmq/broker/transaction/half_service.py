@@ -42,7 +42,13 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.client.consumer_manager import ClientChannelInfo
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.store.message_store import DefaultMessageStore
+
+# How the broker stores a message it built itself, through the send path (SendMessageProcessor.store_internal).
+StoreInternal = Callable[[RemotingCommand, InnerMessage], asyncio.Future[RemotingCommand]]
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +142,16 @@ class TransactionStats:
 
 
 class TransactionalMessageService:
-    def __init__(self, broker: BrokerController, state_path: str | Path, clock: Callable[[], int] = _now_ms) -> None:
-        self.broker = broker
-        self.store = broker.store
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topics: TopicConfigManager,
+                 producers: dict[str, dict[Connection, ClientChannelInfo]], store_internal: StoreInternal,
+                 state_path: str | Path, clock: Callable[[], int] = _now_ms) -> None:
+        """``producers``: the broker's producer groups and their connections (HEART_BEAT's producerDataSet)."""
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.producers = producers
+        self.store_internal = store_internal
+        self.store_host_bytes = host_bytes(config.broker_ip1)
         self.path = Path(state_path)
         self.clock = clock
         self.check_offset = 0
@@ -154,10 +167,9 @@ class TransactionalMessageService:
     # half messages ----------------------------------------------------------------------------
     def to_half(self, msg: InnerMessage) -> None:
         """parseHalfMessageInner: park ``msg`` in the half topic, its real topic and queue in properties."""
-        b = self.broker
-        if b.config.reject_transaction_message:
+        if self.config.reject_transaction_message:
             raise SendError(ResponseCode.NO_PERMISSION,
-                            f"the broker[{b.config.broker_ip1}] sending transaction message is forbidden")
+                            f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden")
         if not msg.get_property(mc.PGROUP):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL,
                             "a transactional message (TRAN_MSG=true) needs the PGROUP property: the producer group "
@@ -234,7 +246,7 @@ class TransactionalMessageService:
                                      f"The producer group wrong: the {where} belongs to producer group {pgroup!r}, "
                                      f"not {group!r}; nothing changed")
         if from_check:
-            conn_groups = {g for g, members in self.broker.producers.items() if conn in members}
+            conn_groups = {g for g, members in self.producers.items() if conn in members}
             if conn_groups and pgroup not in conn_groups:
                 self.stats.refused += 1
                 return req.make_response(ResponseCode.TRANSACTION_STATE_GROUP_WRONG,
@@ -253,7 +265,6 @@ class TransactionalMessageService:
         append holds both."""
         loop = asyncio.get_running_loop()
         out: asyncio.Future[RemotingCommand] = loop.create_future()
-        sp = self.broker.send_processor
         try:
             first = None
             if decision == COMMIT:
@@ -265,8 +276,8 @@ class TransactionalMessageService:
             futs = []
             self.inflight[k] = decision
             if first is not None:
-                futs.append(sp.store_internal(req, first))
-            futs.append(sp.store_internal(req, op))
+                futs.append(self.store_internal(req, first))
+            futs.append(self.store_internal(req, op))
         except SendError as e:
             self.inflight.pop(k, None)
             out.set_result(req.make_response(e.code, f"{decision} of transaction {k} failed: {e.remark}"))
@@ -330,7 +341,7 @@ class TransactionalMessageService:
 
     def _discarded_message(self, msg: StoredMessage) -> InnerMessage:
         """resolveDiscardMsg: a copy in TRANS_CHECK_MAX_TIME_TOPIC queue 0 for the operator to find."""
-        self.broker.topics.create_system_like(nm.TRANS_CHECK_MAX_TIME_TOPIC, 1, 6)
+        self.topics.create_system_like(nm.TRANS_CHECK_MAX_TIME_TOPIC, 1, 6)
         props = dict(msg.properties)
         props.pop(mc.TRAN_MSG, None)  # or the send path would take it for a new half message
         props[mc.TRANSACTION_CHECK_TIMES] = str(self.pending[msg.queue_offset].checks
@@ -340,10 +351,9 @@ class TransactionalMessageService:
                             _props=props)
 
     def _op_message(self, k: int, decision: str) -> InnerMessage:
-        b = self.broker
         props = {mc.TAGS: REMOVE_TAG, OP_DECISION: decision}
         return InnerMessage(nm.TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, f"{k}{OFFSET_SEPARATOR}".encode(), 0, "", 0,
-                            self.clock(), b.store_host_bytes, b.config.listen_port, _props=props)
+                            self.clock(), self.store_host_bytes, self.config.listen_port, _props=props)
 
     def internal_request(self) -> RemotingCommand:
         return RemotingCommand(code=RequestCode.END_TRANSACTION, ext_fields={})

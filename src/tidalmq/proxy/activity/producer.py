@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import grpc
 from tidalmq.acl.permission import PUB
-from tidalmq.broker.message_type import check_message_type, message_type_of, needs_type_check
 from tidalmq.client import validators
 from tidalmq.client.message import Message, SendStatus
 from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
 from tidalmq.common import message as mc
+from tidalmq.common.attribute.topic_message_type import check_message_type, message_type_of, needs_type_check
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.access import AccessCheck
 from tidalmq.proxy.activity.transaction import ProducerRegistration, transaction_id

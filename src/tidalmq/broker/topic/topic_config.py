@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidalmq.broker.message_type import TopicMessageType, topic_message_type
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
+from tidalmq.common.attribute.topic_message_type import TopicMessageType, topic_message_type
 from tidalmq.common.fileutil import persist_config, read_with_backup
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class TopicConfig:
     topic_sys_flag: int = 0
     order: bool = False
     # RocketMQ 5 topic attributes (message.type ...), real keys without the +/- of a modification
-    # (tidalmq.broker.message_type); persisted in topics.json and answered by GET_TOPIC_CONFIG as RocketMQ's.
+    # (tidalmq.common.attribute.topic_message_type); persisted in topics.json and answered by GET_TOPIC_CONFIG as RocketMQ's.
     attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

@@ -8,15 +8,19 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tidalmq.broker.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic_config import TopicConfig
+from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
+from tidalmq.broker.topic.topic_config import TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
 from tidalmq.remoting.transport import RemotingError
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.out.broker_outer_api import BrokerOuterAPI
+    from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.schedule.delay_level import ScheduleMessageService
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +29,13 @@ REQUEST_TIMEOUT_S = 5.0
 
 
 class SlaveSynchronize:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, outer_api: BrokerOuterAPI, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
+                 schedule: ScheduleMessageService, groups: SubscriptionGroupManager) -> None:
+        self.outer_api = outer_api
+        self.topics = topics
+        self.offsets = offsets
+        self.schedule = schedule
+        self.groups = groups
         self.master_addr = ""
         self._master_known = asyncio.Event()
         self.rounds = 0  # completed syncAll rounds (runtime info)
@@ -59,11 +68,8 @@ class SlaveSynchronize:
         return ok
 
     async def _fetch(self, code: int) -> dict[str, Any]:
-        cmd = RemotingCommand(code=code)
-        signer = self.broker.namesrv_signer
-        if signer is not None:  # ACL on the master: these are admin requests (the broker's own account)
-            signer.sign(cmd.ext_fields, cmd.body)
-        resp = await self.broker.namesrv_client.invoke(self.master_addr, cmd, REQUEST_TIMEOUT_S)
+        # ACL on the master: these are admin requests, signed with the broker's own account
+        resp = await self.outer_api.invoke_as_broker(self.master_addr, RemotingCommand(code=code), REQUEST_TIMEOUT_S)
         if resp.code != ResponseCode.SUCCESS:
             raise RemotingError(resp.code, f"request {code} refused: {resp.remark}")
         body = fastjson.loads(resp.body_bytes())
@@ -73,7 +79,7 @@ class SlaveSynchronize:
 
     async def _sync_topic_config(self) -> None:
         body = await self._fetch(RequestCode.GET_ALL_TOPIC_CONFIG)
-        topics = self.broker.topics
+        topics = self.topics
         version = body.get("dataVersion") or {}
         mine = topics.data_version
         if int(version.get("counter", -1)) == mine.counter and int(version.get("timestamp", -1)) == mine.timestamp:
@@ -87,7 +93,7 @@ class SlaveSynchronize:
 
     async def _sync_consumer_offset(self) -> None:
         body = await self._fetch(RequestCode.GET_ALL_CONSUMER_OFFSET)
-        offsets = self.broker.offsets
+        offsets = self.offsets
         for key, queues in (body.get("offsetTable") or {}).items():
             for qid, off in queues.items():
                 topic, _, group = str(key).rpartition("@")
@@ -96,13 +102,13 @@ class SlaveSynchronize:
 
     async def _sync_delay_offset(self) -> None:
         body = await self._fetch(RequestCode.GET_ALL_DELAY_OFFSET)
-        schedule = self.broker.schedule
+        schedule = self.schedule
         schedule.offsets.update({int(level): int(off) for level, off in (body.get("offsetTable") or {}).items()})
         await asyncio.to_thread(schedule.persist)
 
     async def _sync_subscription_group_config(self) -> None:
         body = await self._fetch(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        groups = self.broker.groups
+        groups = self.groups
         table = {name: SubscriptionGroupConfig.from_json(d)
                  for name, d in (body.get("subscriptionGroupTable") or {}).items()}
         groups.table = table

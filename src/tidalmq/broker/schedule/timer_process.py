@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from tidalmq.broker.schedule_child import EarlyChild, child_config, spawn
+from tidalmq.broker.schedule.child import EarlyChild, child_config, spawn
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule.channel import (
     ChannelError,

@@ -22,16 +22,19 @@ from typing import TYPE_CHECKING
 from tidalmq.common import naming as nm
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.client.consumer_manager import ConsumerManager
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.schedule.delay_level import ScheduleMessageService
+    from tidalmq.store.api import MessageStore
 
 
-def consumed_commit_log_offset(broker: BrokerController) -> tuple[int, str]:
+def consumed_commit_log_offset(store: MessageStore, offsets: ConsumerOffsetManager, consumers: ConsumerManager,
+                               schedule: ScheduleMessageService) -> tuple[int, str]:
     """(bound, which queue and reader hold it back, for the operator)."""
-    store = broker.store
     bound = store.max_phy_offset
     holder = ""
     for topic, queue_ids in store.topics_and_queues().items():
-        readers = _readers(broker, topic)
+        readers = _readers(offsets, consumers, schedule, topic)
         for qid in queue_ids:
             low = store.get_min_offset_in_queue(topic, qid)
             high = store.get_max_offset_in_queue(topic, qid)
@@ -60,10 +63,11 @@ class _Readers:
         return [(f"group {g}", self._offset_of[g].get(qid, -1)) for g in self.names]
 
 
-def _readers(broker: BrokerController, topic: str) -> _Readers:
+def _readers(offsets: ConsumerOffsetManager, consumers: ConsumerManager, schedule: ScheduleMessageService,
+             topic: str) -> _Readers:
     if topic == nm.SCHEDULE_TOPIC:
         # Queue id = delay level - 1; the service keeps its next offset per level.
-        offsets = {lvl - 1: off for lvl, off in broker.schedule.offsets.items()}
-        return _Readers(["delay-level service"], {"delay-level service": offsets})
-    groups = sorted(broker.offsets.groups_of_topic(topic) | set(broker.consumers.groups_subscribing(topic)))
-    return _Readers(groups, {g: broker.offsets.offsets_of(g, topic) for g in groups})
+        by_queue = {lvl - 1: off for lvl, off in schedule.offsets.items()}
+        return _Readers(["delay-level service"], {"delay-level service": by_queue})
+    groups = sorted(offsets.groups_of_topic(topic) | set(consumers.groups_subscribing(topic)))
+    return _Readers(groups, {g: offsets.offsets_of(g, topic) for g in groups})

@@ -9,12 +9,13 @@ record's properties, so that scan is bounded by ``max_scan``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tidalmq.broker.timer_process import TimerProcess
+from tidalmq.broker.schedule.timer_process import TimerProcess
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common.naming import SCHEDULE_TOPIC
@@ -25,15 +26,17 @@ from tidalmq.remoting.transport import Connection
 from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS, histogram_of
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.schedule.services import ScheduleServices
+
+log = logging.getLogger(__name__)
 
 MAX_SCAN = 200_000
 FRESH_VIEW_WAIT_S = 1.0
 
 
-def delay_level_by_topic(broker: BrokerController, now_ms: int, max_scan: int = MAX_SCAN) -> tuple[dict[str, Counter[int]], bool]:
+def delay_level_by_topic(services: ScheduleServices, now_ms: int, max_scan: int = MAX_SCAN) -> tuple[dict[str, Counter[int]], bool]:
     """Pending delay-level messages per real topic as {topic: Counter(deliver minute -> n)}; True if truncated."""
-    store, svc = broker.store, broker.schedule
+    store, svc = services.store, services.schedule
     out: dict[str, Counter[int]] = {}
     budget = max_scan
     for level in svc.levels:
@@ -64,10 +67,10 @@ def delay_level_by_topic(broker: BrokerController, now_ms: int, max_scan: int = 
     return out, False
 
 
-def schedule_report(broker: BrokerController) -> dict[str, Any]:
+def schedule_report(services: ScheduleServices) -> dict[str, Any]:
     now = int(time.time() * 1000)
-    delay, truncated = delay_level_by_topic(broker, now)
-    timer = broker.timer
+    delay, truncated = delay_level_by_topic(services, now)
+    timer = services.timer
     if timer is not None:
         timer.fresh_view(FRESH_VIEW_WAIT_S)  # this report runs in an executor: it may wait a little
     timer_topics = timer.topic_minutes() if timer is not None else {}
@@ -81,35 +84,48 @@ def schedule_report(broker: BrokerController) -> dict[str, Any]:
     return {
         "now": now,
         "timer": timer.snapshot() if timer is not None else None,
-        "delayLevel": {**broker.schedule_stats.snapshot(),
-                       "pending": {str(k): v for k, v in broker.schedule.pending().items()}},
+        "delayLevel": {**services.schedule_stats.snapshot(),
+                       "pending": {str(k): v for k, v in services.schedule.pending().items()}},
         "topics": topics,
         "delayLevelScanTruncated": truncated,
         "histogramBuckets": list(HISTOGRAM_BUCKETS),
     }
 
 
-def get_timer_metrics(broker: BrokerController, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+def get_timer_metrics(services: ScheduleServices, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
     """GET_TIMER_METRICS (61): our JSON report (RocketMQ answers its TimerMetrics table here)."""
     loop = asyncio.get_running_loop()
 
     def build() -> RemotingCommand:
-        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(schedule_report(broker)))
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(schedule_report(services)))
 
     return loop.run_in_executor(None, build)
 
 
-def refresh_timer_view(broker: BrokerController) -> Awaitable[object] | None:
+def refresh_timer_view(services: ScheduleServices) -> Awaitable[object] | None:
     """With the schedule process (timerProcessEnable): ask it for a fresh view, off the event loop, at most
     FRESH_VIEW_WAIT_S; None in the broker's own process, whose counters are read directly."""
-    timer = broker.timer
+    timer = services.timer
     if not isinstance(timer, TimerProcess):
         return None
     return asyncio.get_running_loop().run_in_executor(None, timer.fresh_view, FRESH_VIEW_WAIT_S)
 
 
-def timer_runtime_info(broker: BrokerController) -> dict[str, str]:
-    timer = broker.timer
+def runtime_info(services: ScheduleServices) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's schedule.* and timer.* keys."""
+    info = {f"schedule.{key}": str(value) for key, value in services.schedule_stats.snapshot().items()}
+    info["schedule.caughtUp"] = str(services.schedule.caught_up)
+    for level, n in services.schedule.pending().items():
+        info[f"schedule.pending.level{level}"] = str(n)
+    try:
+        info.update(timer_runtime_info(services))
+    except Exception:
+        log.exception("timer runtime info failed")
+    return info
+
+
+def timer_runtime_info(services: ScheduleServices) -> dict[str, str]:
+    timer = services.timer
     if timer is None:
         return {"timer.enabled": "false"}
     info = {"timer.enabled": "true"}

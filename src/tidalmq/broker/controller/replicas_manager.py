@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from tidalmq.controller.epoch_file import EpochFile, consistent_offset
@@ -37,15 +38,23 @@ from tidalmq.controller.replicas import (
 )
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.replication import BrokerReplication
+    from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
 
 class ReplicasManager:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, store_path_root_dir: str,
+                 replication: BrokerReplication, promote: Callable[[], Awaitable[None]]) -> None:
+        """``replication``: the broker's HA side, told whom to follow and fenced when replaced; ``promote``:
+        makes the broker master (BrokerController.become_master)."""
+        self.config = config
+        self.store = store
+        self.replication = replication
+        self.promote = promote
+        cfg = config
         self.broker_id = cfg.broker_id  # the replica's own id; the NameServer sees 0 while it is master
         self.etcd = EtcdClient(cfg.controller_etcd_endpoints)
         self.prefix = group_prefix(cfg.broker_cluster_name, cfg.broker_name)
@@ -53,7 +62,7 @@ class ReplicasManager:
         self.alive_key = f"{self.prefix}alive/{self.broker_id}"
         self.ttl = cfg.controller_lease_ttl_seconds
         self.max_lag_s = cfg.sync_state_set_max_lag_ms / 1000.0
-        self.epoch_file = EpochFile(broker.store_config.store_path_root_dir)
+        self.epoch_file = EpochFile(store_path_root_dir)
         self.lease = 0
         self.record: GroupRecord | None = None
         self.record_revision = 0
@@ -74,7 +83,7 @@ class ReplicasManager:
     def truncate_divergent_tail(self) -> None:
         """Between the store's load and start (an executor thread): cut what this replica wrote in a term
         the group's history does not have past where that term ended (AutoSwitchHAClient's truncation)."""
-        store = self.broker.store
+        store = self.store
         local_max = store.max_phy_offset
         if self.record is None or self.record.master_broker_id == self.broker_id:
             return
@@ -140,8 +149,8 @@ class ReplicasManager:
                 self._follow(record)
 
     def me(self) -> Replica:
-        c = self.broker.config
-        return Replica(self.broker_id, c.broker_addr, c.ha_server_addr, self.broker.store.max_phy_offset,
+        c = self.config
+        return Replica(self.broker_id, c.broker_addr, c.ha_server_addr, self.store.max_phy_offset,
                        self.epoch_file.last_epoch)
 
     async def _read_record(self) -> None:
@@ -173,20 +182,20 @@ class ReplicasManager:
             log.warning("controller: elected master of %s, epoch %d, SyncStateSet %s", self.prefix,
                         self.record.master_epoch, sorted(self.record.sync_state_set))
             self.is_master = True
-            await self.broker.become_master()
+            await self.promote()
         self._publish_sync_state_set()
         return True
 
     def _publish_sync_state_set(self) -> None:
         """The HAService waits for the SyncStateSet's replicas (allAckInSyncStateSet, minInSyncReplicas)."""
-        ha = self.broker.ha_service
+        ha = self.replication.ha_service
         r = self.record
         if self.is_master and ha is not None and r is not None and r.master_broker_id == self.broker_id:
             ha.set_sync_state_set(self.broker_id, r.sync_state_set)
 
     async def _alter_sync_state_set(self, record: GroupRecord, alive: dict[int, Replica]) -> None:
         now = time.monotonic()
-        self.tracker.sample(now, self.broker.store.max_phy_offset, self.max_lag_s * 2)
+        self.tracker.sample(now, self.store.max_phy_offset, self.max_lag_s * 2)
         for i, r in alive.items():
             if i != self.broker_id and r.epoch == record.master_epoch:
                 self.tracker.report(i, r.max_phy_offset)
@@ -196,13 +205,13 @@ class ReplicasManager:
             log.info("controller: SyncStateSet %s -> %s", sorted(record.sync_state_set), sorted(new.sync_state_set))
 
     def _follow(self, record: GroupRecord) -> None:
-        b = self.broker
+        b = self.replication
         if b.ha_client is not None:
             b.ha_client.update_master_address(record.master_ha_address)
         if b.slave_sync is not None:
             b.slave_sync.update_master_addr(record.master_address)
         if [tuple(e) for e in self.epoch_file.entries] != [tuple(e) for e in record.epochs]:
-            local_max = b.store.max_phy_offset
+            local_max = self.store.max_phy_offset
             if consistent_offset(self.epoch_file.entries, list(record.epochs), local_max) < local_max:
                 # Ahead of the new master's history while running: only a restart truncates (the store
                 # must be stopped for that); until then this replica takes nothing from it.
@@ -217,7 +226,7 @@ class ReplicasManager:
         log.error("controller: no longer master (%s): refusing writes; restart to rejoin as a slave", why)
         self.is_master = False
         self.fenced = True
-        self.broker.fence_master()
+        self.replication.fence()
 
     async def stop(self) -> None:
         self.stopping = True

@@ -29,7 +29,7 @@ class SubscriptionGroupConfig:
     # RocketMQ 5: a FIFO group (the gRPC endpoint tells its 5.x consumers so and pops in order).
     consume_message_orderly: bool = False
     # RocketMQ 5 group attributes (priority.factor ...), real keys; an update request carries signed ones
-    # (+key=value, -key), applied by the admin processor (tidalmq.broker.message_type.GROUP_ATTRIBUTES).
+    # (+key=value, -key), applied by the admin processor (tidalmq.common.attribute.topic_message_type.GROUP_ATTRIBUTES).
     attributes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

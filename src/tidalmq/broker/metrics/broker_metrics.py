@@ -23,7 +23,7 @@ from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
 from tidalmq.schedule.stats import LATENESS_BUCKETS_MS
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.broker_controller import BrokerController
 
 LATENESS_QUANTILES = (("0.5", "latenessP50Ms"), ("0.99", "latenessP99Ms"), ("1", "latenessMaxMs"))
 
@@ -72,9 +72,11 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
     store = broker.store
     rpc = broker.server.rpc_stats
     ha_behind = None
-    if broker.ha_service is not None and broker.ha_service.connections:
-        ha_behind = max(0, store.max_phy_offset - broker.ha_service.push2slave_max_offset)
-    timer = broker.timer.snapshot(ask_fresh=True) if broker.timer is not None else None
+    ha = broker.replication.ha_service
+    if ha is not None and ha.connections:
+        ha_behind = max(0, store.max_phy_offset - ha.push2slave_max_offset)
+    scheduled = broker.scheduled
+    timer = scheduled.timer.snapshot(ask_fresh=True) if scheduled.timer is not None else None
     cfg = broker.config
     return BrokerSnapshot(
         put_counts=broker.stats.per_topic(TOPIC_PUT_NUMS), put_bytes=broker.stats.per_topic(TOPIC_PUT_SIZE),
@@ -86,10 +88,10 @@ def snapshot(broker: BrokerController) -> BrokerSnapshot:
         flush_behind=store.flush_behind_bytes(),
         dispatch_behind=store.dispatch_behind_bytes(),
         disk_full=bool(store.disk_full),
-        delay_pending=broker.schedule.pending(),
+        delay_pending=scheduled.schedule.pending(),
         # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
-        delay_stats={**broker.schedule_stats.snapshot(), "enqueued": _value(broker, TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
-                     "latenessHistogram": broker.schedule_stats.lateness_histogram()},
+        delay_stats={**scheduled.schedule_stats.snapshot(), "enqueued": _value(broker, TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
+                     "latenessHistogram": scheduled.schedule_stats.lateness_histogram()},
         timer=timer, ha_behind=ha_behind, store_root=broker.store_config.store_path_root_dir,
         common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},
     )

@@ -1,0 +1,1 @@
+"""Controller mode on the broker's side: the ReplicasManager (RocketMQ's broker/controller)."""

@@ -1,0 +1,1 @@
+"""Subscriptions' expressions on the broker's side (RocketMQ's broker/filter)."""

@@ -1,0 +1,1 @@
+"""Long polling: pulls held until a message arrives (RocketMQ's broker/longpolling)."""

@@ -1,0 +1,1 @@
+"""The broker's Prometheus metrics (RocketMQ's broker/metrics)."""

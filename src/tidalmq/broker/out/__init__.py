@@ -1,0 +1,1 @@
+"""The broker's outgoing calls to the NameServers (RocketMQ's broker/out)."""

@@ -1,0 +1,1 @@
+"""A slave's copy of its master's metadata: SlaveSynchronize (RocketMQ's broker/slave)."""

@@ -1,0 +1,1 @@
+"""Subscription groups: the SubscriptionGroupManager (RocketMQ's broker/subscription)."""

@@ -1,0 +1,1 @@
+"""Topic configuration: TopicConfig and the TopicConfigManager (RocketMQ's broker/topic)."""

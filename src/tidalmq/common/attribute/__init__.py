@@ -1,0 +1,1 @@
+"""Topic and group attributes (RocketMQ's common/attribute)."""
