@@ -110,10 +110,10 @@ def _args(t: Target, args: Sequence[str]) -> list[str]:
     return [a.format(**ids) for a in args] + ["-n", t.namesrv]
 
 
-def _tidal_mqadmin(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+def _tidal_mqadmin(args: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "NAMESRV_ADDR"}
     cmd = [sys.executable, "-c", "import sys; from tidalmq.mqadmin import main; sys.exit(main())", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)
 
 
 @dataclass

@@ -80,13 +80,43 @@ def print_msg(m: MessageExt) -> None:
 
 
 async def query_by_id(admin: Admin, args: argparse.Namespace) -> int:
-    print_msg(await admin.view_message(args.msgId))
+    m = await admin.view_message(args.msgId)
+    print_msg(m)
+    await print_tracks(admin, m)
     return 0
 
 
 async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
-    print_msg(await admin.view_message(args.msgId, args.topic))
+    m = await admin.view_message(args.msgId, args.topic)
+    print_msg(m)
+    await print_tracks(admin, m)
     return 0
+
+
+async def print_tracks(admin: Admin, m: MessageExt) -> None:
+    """RocketMQ's message tracks after the message: each group that consumes its topic, and whether it
+    has consumed it (MessageTrack lines; ``WARN: No Consumer`` when no group does)."""
+    groups = await admin.groups_consuming(m.topic)
+    if not groups:
+        print("\n\nWARN: No Consumer", end="")
+        return
+    consumed = await admin.consumed_by(m)
+    print("\n")
+    for group in groups:
+        info = await admin.consumer_connection_info(group)
+        desc = "null"
+        if not info.get("connectionSet"):
+            track = "NOT_ONLINE"
+            desc = f"CODE:{int(ResponseCode.CONSUMER_NOT_ONLINE)} DESC:the consumer group[{group}] not online"
+        elif info.get("consumeType") == "CONSUME_ACTIVELY":
+            track = "PULL"
+        elif consumed.get(group):
+            sub = (info.get("subscriptionTable") or {}).get(m.topic) or {}
+            tags = set(sub.get("tagsSet") or [])
+            track = "CONSUMED" if not tags or "*" in tags or m.tags in tags else "CONSUMED_BUT_FILTERED"
+        else:
+            track = "NOT_CONSUME_YET"
+        print(f"MessageTrack [consumerGroup={group}, trackType={track}, exceptionDesc={desc}]")
 
 
 async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
@@ -115,7 +145,7 @@ def _index_key(m: MessageExt, key: str, msg_id: str) -> str:
 
 async def send_message(admin: Admin, args: argparse.Namespace) -> int:
     producer = Producer("PID_MQADMIN_SEND", admin.namesrv_addrs[0] if len(admin.namesrv_addrs) == 1
-                        else ";".join(admin.namesrv_addrs), credentials=args.credentials)
+                        else ";".join(admin.namesrv_addrs), credentials=args.credentials, tls=args.tls)
     await producer.start()
     try:
         queue = None
@@ -252,7 +282,7 @@ def message_text(m: MessageExt) -> str:
     """MessageExt.toString of a pulled message, as RocketMQ's printMsgByQueue prints it (the properties
     in key order; Java's HashMap has its own)."""
     props = ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))
-    tx = m.properties.get("UNIQ_KEY") if m.properties.get("TRAN_MSG", "").lower() == "true" else None
+    tx = m.properties.get("UNIQ_KEY", "null") if m.properties.get("TRAN_MSG", "").lower() == "true" else "null"
     return (f"MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, storeSize={m.store_size}, "
             f"queueOffset={m.queue_offset}, sysFlag={m.sysflag}, bornTimestamp={m.born_timestamp}, "
             f"bornHost={_java_host(m.born_host)}, storeTimestamp={m.store_timestamp}, "
@@ -271,7 +301,8 @@ async def print_by_queue(admin: Admin, args: argparse.Namespace) -> int:
         codecs.lookup(args.charsetName)
     except LookupError:
         raise UsageError(f"unknown charset {args.charsetName!r}") from None
-    consumer = PullConsumer(TOOLS_CONSUMER_GROUP, ";".join(admin.namesrv_addrs) or None, credentials=args.credentials)
+    consumer = PullConsumer(TOOLS_CONSUMER_GROUP, ";".join(admin.namesrv_addrs) or None, credentials=args.credentials,
+                            tls=args.tls)
     await consumer.start()
     counts: dict[str, int] = {}
     try:
