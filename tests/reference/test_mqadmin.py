@@ -134,17 +134,20 @@ def answers(apache: ApacheRocketMQ, tidal: Standalone, rocketmq_jars: Path, modu
         targets.append(Target(server.namesrv_addr, server.broker_addr, cluster, broker, ids))
     ref, tmq = targets
     out = Answers({}, {}, {}, ref, tmq)
+    def run(t: Target) -> dict[str, subprocess.CompletedProcess[str]]:
+        answers = {}
+        for name, args in COMMANDS.items():
+            answers[name] = mqadmin(rocketmq_jars, home / t.cluster, _args(t, args))
+            # TidalMQ's tool right after Apache's, against the state Apache's saw: the mutating commands
+            # are idempotent (create again, reset again); deleteTopic would find the topic gone
+            if t is tmq and name != "deleteTopic":
+                out.own[name] = _tidal_mqadmin(_args(tmq, args))
+        return answers
+
     # the two servers' runs side by side (each server's in order: some commands change what the next sees)
     with ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(lambda t=t: {n: mqadmin(rocketmq_jars, home / n_, _args(t, a))
-                                         for n, a in COMMANDS.items() for n_ in [t.cluster]})
-                for t in (ref, tmq)]
+        runs = [pool.submit(run, t) for t in (ref, tmq)]
         out.apache, out.tidal = runs[0].result(), runs[1].result()
-    # TidalMQ's tool against a second copy of the TidalMQ answers' state: the mutating commands are
-    # idempotent (create again, reset again), deleteTopic then finds the topic gone on both
-    for name, args in COMMANDS.items():
-        if name != "deleteTopic":
-            out.own[name] = _tidal_mqadmin(_args(tmq, args))
     return out
 
 
