@@ -301,12 +301,14 @@ async def _console(args: argparse.Namespace) -> int:
         print(f"tidalmq console: {e}", file=sys.stderr)
         return 2
     console = ConsoleServer(args.host, args.port, args.namesrv or "", credentials, tls=admin_tls(args),
-                            allowed_hosts=tuple(args.allowed_host))
+                            allowed_hosts=tuple(args.allowed_host), namesrv_domain=args.namesrv_domain,
+                            namesrv_domain_subgroup=args.namesrv_domain_subgroup)
     await console.start()
     login = " (login: the accessKey and secretKey)" if credentials is not None else ""
     stop = _stop_on_signal()
-    print(f"TidalMQ {__version__} console ready: http://{args.host}:{console.port}/ namesrv "
-          f"{';'.join(console.admin.namesrv_addrs)}{login}", flush=True)
+    where = ";".join(console.admin.namesrv_addrs) or f"from {console.admin.ws_addr}"
+    print(f"TidalMQ {__version__} console ready: http://{args.host}:{console.port}/ namesrv {where}{login}",
+          flush=True)
     await stop.wait()
     await console.stop()
     return 0
@@ -501,6 +503,11 @@ def make_parser() -> argparse.ArgumentParser:
     from tidalmq.admin_cli import add_connection_options
 
     add_connection_options(p)
+    p.add_argument("--namesrv-domain", metavar="HOST[:PORT]",
+                   help="without -n: ask this NameServer address server for the list, and again every two minutes "
+                        "(RocketMQ's rocketmq.namesrv.domain; default $rocketmq.namesrv.domain)")
+    p.add_argument("--namesrv-domain-subgroup", metavar="NAME",
+                   help="the address server's path /rocketmq/NAME (default nsaddr)")
 
     p = sub.add_parser("proxy", help="the gRPC endpoint (RocketMQ 5 clients) in front of a cluster")
     p.add_argument("-n", "--namesrv", help="NameServer address(es), HOST:PORT;HOST:PORT")
@@ -560,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tidalmq: configuration error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # The reader of our output went away (`tidalmq admin topic list | head`): not an error.
+        # The reader of our output went away (`tidalmq admin dlq list G | head`): not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:

@@ -16,6 +16,7 @@ import pytest
 from tests.acl.conftest import ADMIN, USER, acl_text
 from tests.broker.rawclient import pull_cmd, run, send_cmd
 from tests.client.helpers import create_topic, uniq
+from tests.mqadmin.support import MQADMIN
 from tests.support import Standalone, free_port
 from tidalmq.acl import RequestSigner, SessionCredentials, namesrv_validator
 from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
@@ -416,34 +417,44 @@ def test_broker_signs_with_its_configured_account(tmp_path: Path, monkeypatch: p
         run(go())
 
 
-# ---- tidalmq admin --------------------------------------------------------------------------------------
+# ---- mqadmin and tidalmq admin ---------------------------------------------------------------------------
 
-def _cli(s: Standalone, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _cli(s: Standalone, *args: str, env: dict[str, str] | None = None, tool: str = "admin") -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("TIDALMQ_ACCESS_KEY", "TIDALMQ_SECRET_KEY", "ROCKETMQ_HOME")}
-    return subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args],
-                          capture_output=True, text=True, timeout=60, env={**base, **(env or {})})
+    cmd = [MQADMIN, *args, "-n", s.namesrv_addr] if tool == "mqadmin" else \
+        [sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**base, **(env or {})})
 
 
 def test_admin_cli_signs_with_options_environment_or_tools_yml(acl_standalone: Standalone, tmp_path: Path) -> None:
-    topic = uniq("cli")
-    refused = _cli(acl_standalone, "topic", "create", topic, "-q", "2")
+    topic, addr = uniq("cli"), acl_standalone.broker_addr
+    create = ["updateTopic", "-b", addr, "-t", topic, "-r", "2", "-w", "2"]
+    refused = _cli(acl_standalone, *create, tool="mqadmin")
     assert refused.returncode == 1
-    assert f"error 1: {ACL_REMARK}No accessKey is configured" in refused.stderr
-    not_admin = _cli(acl_standalone, "--access-key", USER.access_key, "--secret-key", USER.secret_key,
-                     "topic", "create", topic)
+    assert f"CODE: 1 DESC: {ACL_REMARK}No accessKey is configured" in refused.stderr
+    user = {"TIDALMQ_ACCESS_KEY": USER.access_key, "TIDALMQ_SECRET_KEY": USER.secret_key}
+    not_admin = _cli(acl_standalone, *create, env=user, tool="mqadmin")
     assert not_admin.returncode == 1 and "Need admin permission" in not_admin.stderr
-    ok = _cli(acl_standalone, "--access-key", ADMIN.access_key, "--secret-key", ADMIN.secret_key,
-              "topic", "create", topic, "-q", "2")
-    assert ok.returncode == 0, ok.stderr
     env = {"TIDALMQ_ACCESS_KEY": ADMIN.access_key, "TIDALMQ_SECRET_KEY": ADMIN.secret_key}
-    status = _cli(acl_standalone, "topic", "status", topic, env=env)
-    assert status.returncode == 0 and len(status.stdout.strip().splitlines()) == 3, status.stdout + status.stderr
+    ok = _cli(acl_standalone, *create, env=env, tool="mqadmin")
+    assert ok.returncode == 0, ok.stderr
+    status = _cli(acl_standalone, "topicStatus", "-t", topic, env=env, tool="mqadmin")
+    assert status.returncode == 0, status.stdout + status.stderr
+    rows = [ln for ln in status.stdout.splitlines()[1:] if ln.strip() and not ln.startswith("Topic Put TPS")]
+    assert len(rows) == 2, status.stdout  # a row per queue
     # mqadmin's $ROCKETMQ_HOME/conf/tools.yml
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "tools.yml").write_text(f"accessKey: {ADMIN.access_key}\nsecretKey: {ADMIN.secret_key}\n")
-    deleted = _cli(acl_standalone, "topic", "delete", topic, env={"ROCKETMQ_HOME": str(tmp_path)})
+    deleted = _cli(acl_standalone, "deleteTopic", "-c", "DefaultCluster", "-t", topic,
+                   env={"ROCKETMQ_HOME": str(tmp_path)}, tool="mqadmin")
     assert deleted.returncode == 0, deleted.stderr
-    half = _cli(acl_standalone, "--access-key", ADMIN.access_key, "topic", "list")
+    half = _cli(acl_standalone, "topicList", env={"TIDALMQ_ACCESS_KEY": ADMIN.access_key}, tool="mqadmin")
+    assert half.returncode == 2 and "secret key" in half.stderr
+    # tidalmq admin's options, the same account resolution
+    group = uniq("cliG")
+    listed = _cli(acl_standalone, "--access-key", ADMIN.access_key, "--secret-key", ADMIN.secret_key, "dlq", "list", group)
+    assert listed.returncode == 0 and f"group {group} has no dead letters" in listed.stdout, listed.stderr
+    half = _cli(acl_standalone, "--access-key", ADMIN.access_key, "dlq", "list", group)
     assert half.returncode == 2 and "secret key" in half.stderr
 
 

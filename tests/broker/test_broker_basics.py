@@ -6,13 +6,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
 from tests.broker.rawclient import pull_cmd, records, run, runtime_info, send_cmd, wait_max_offset
+from tests.mqadmin.support import run_mqadmin
 from tests.support import Standalone
 from tidalmq.common import fastjson
 from tidalmq.common.record import decode_record
@@ -112,15 +112,20 @@ def test_query_by_key_and_view_by_id(shared_standalone: Standalone) -> None:
 
 
 def admin(s: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args],
-                          capture_output=True, text=True, timeout=60)
+    return run_mqadmin(s.namesrv_addr, *args)
+
+
+def _lag(progress: subprocess.CompletedProcess[str]) -> int:
+    assert progress.returncode == 0, progress.stderr
+    (line,) = [ln for ln in progress.stdout.splitlines() if ln.startswith("Consume Diff Total:")]
+    return int(line.split(":")[1])
 
 
 def test_admin_topics_and_progress_survive_restart(standalone: Standalone) -> None:
-    out = admin(standalone, "topic", "create", "AdminT", "-q", "2")
+    out = admin(standalone, "updateTopic", "-b", standalone.broker_addr, "-t", "AdminT", "-r", "2", "-w", "2")
     assert out.returncode == 0, out.stderr
-    assert "AdminT" in admin(standalone, "topic", "list").stdout
-    bad = admin(standalone, "topic", "create", "bad name")
+    assert "AdminT" in admin(standalone, "topicList").stdout.split()
+    bad = admin(standalone, "updateTopic", "-b", standalone.broker_addr, "-t", "bad name")
     assert bad.returncode == 2 and "illegal characters" in bad.stderr
 
     async def produce_and_commit() -> None:
@@ -135,13 +140,11 @@ def test_admin_topics_and_progress_survive_restart(standalone: Standalone) -> No
             await c.close()
 
     run(produce_and_commit())
-    status = admin(standalone, "topic", "status", "AdminT")
+    status = admin(standalone, "topicStatus", "-t", "AdminT")
     assert status.returncode == 0, status.stderr
-    lines = status.stdout.split()
-    assert "maxOffset" in lines
-    progress = admin(standalone, "progress", "AdminG", "-t", "AdminT")
-    assert progress.returncode == 0, progress.stderr
-    assert "total lag: 3" in progress.stdout  # queue 0: 3 sent, 2 consumed; queue 1: 2 sent, none consumed -> 1 + 2
+    assert status.stdout.split()[:4] == ["#Broker", "Name", "#QID", "#Min"]
+    # queue 0: 3 sent, 2 consumed; queue 1: 2 sent, none consumed -> 1 + 2
+    assert _lag(admin(standalone, "consumerProgress", "-g", "AdminG", "-t", "AdminT")) == 3
     standalone.stop()
     standalone.start()
 
@@ -157,15 +160,14 @@ def test_admin_topics_and_progress_survive_restart(standalone: Standalone) -> No
             await c.close()
 
     run(check_after_restart())
-    assert "total lag: 3" in admin(standalone, "progress", "AdminG", "-t", "AdminT").stdout
+    assert _lag(admin(standalone, "consumerProgress", "-g", "AdminG", "-t", "AdminT")) == 3
 
 
 def test_unreachable_namesrv_is_a_clear_admin_error() -> None:
     from tests.support import free_port
 
-    out = subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", f"127.0.0.1:{free_port()}", "topic", "list"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "connect to" in out.stderr
+    out = run_mqadmin(f"127.0.0.1:{free_port()}", "topicList")
+    assert out.returncode == 1 and "connect failed" in out.stderr
 
 
 @pytest.mark.parametrize("flag", ["--set", "-c"])

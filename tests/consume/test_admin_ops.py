@@ -1,6 +1,6 @@
-"""Operator tools of issue 5 through `tidalmq admin` and the Admin API, with TidalMQ's own client:
-dead letters listed and re-sent, rewind applied to a live consumer, query by key and id with the
-groups that consumed the message, and the clear answers to bad input."""
+"""Operator tools of issue 5 through `mqadmin`, `tidalmq admin dlq list` and the Admin API, with TidalMQ's
+own client: dead letters listed and re-sent, rewind applied to a live consumer, query by key and id with
+the groups that consumed the message, and the clear answers to bad input."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from tests.client.helpers import create_topic, send_sentinels, uniq, wait_until
+from tests.mqadmin.support import run_mqadmin
 from tests.support import ModuleTmp, Standalone
 from tidalmq.client import Admin, ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer
 from tidalmq.client.admin import AdminError
+from tidalmq.client.message import MessageQueue
 
 LEVELS = " ".join(["1s"] * 18)
 
@@ -36,6 +38,10 @@ def run(fn: Callable[[], Awaitable[None]], timeout: float = 60) -> None:
 def admin_cli(s: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, *args],
                           capture_output=True, text=True, timeout=60)
+
+
+def mqadmin(s: Standalone, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_mqadmin(s.namesrv_addr, *args)
 
 
 def test_dead_letters_listed_and_resent(broker: Standalone) -> None:
@@ -73,12 +79,14 @@ def test_dead_letters_listed_and_resent(broker: Standalone) -> None:
     listed = admin_cli(broker, "dlq", "list", group)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.count(topic) == 3 and "dk1" in listed.stdout
-    unknown = admin_cli(broker, "dlq", "resend", group, "NOTADEADLETTER")
+    unknown = mqadmin(broker, "resendDlqMessage", "-g", group, "-i", "NOTADEADLETTER")
     assert unknown.returncode == 1 and "not dead letters" in unknown.stderr
     one_id = next(m.msg_id for m in seen if m.keys == ["dk1"])
-    resent = admin_cli(broker, "dlq", "resend", group, one_id)
+    resent = mqadmin(broker, "resendDlqMessage", "-g", group, "-i", one_id)
     assert resent.returncode == 0, resent.stderr
-    assert "1 dead letters re-sent" in resent.stdout
+    header, *rows = resent.stdout.splitlines()
+    assert header.split() == ["#Old", "MsgId", "#New", "MsgId"]
+    assert [r.split()[0] for r in rows] == [one_id]
 
     got: list[MessageExt] = []
 
@@ -123,8 +131,10 @@ def test_rewind_cli_replays_on_a_live_consumer(broker: Standalone) -> None:
             for i in range(6):
                 await p.send(Message(topic, f"new-{i}"))
         await wait_until(lambda: len(got) == 12, 20, "first pass")
-        out = await asyncio.to_thread(admin_cli, broker, "rewind", group, "-t", topic, "--timestamp", str(state["cut"]))
+        out = await asyncio.to_thread(mqadmin, broker, "resetOffsetByTime", "-g", group, "-t", topic,
+                                      "-s", str(state["cut"]))
         assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"rollback consumer offset by specified group[{group}], topic[{topic}]")
         await wait_until(lambda: len(got) >= 18, 30, "the replay")
         async with Producer(uniq("PG"), ns) as p:
             sentinels = {b.decode() for b in await send_sentinels(p, topic)}
@@ -133,8 +143,8 @@ def test_rewind_cli_replays_on_a_live_consumer(broker: Standalone) -> None:
         assert sorted(b for b in got[12:] if b not in sentinels) == sorted(f"new-{i}" for i in range(6))
 
     run(body)
-    bad = admin_cli(broker, "rewind", "NoSuchGroupAtAll", "--latest")
-    assert bad.returncode == 1 and "nothing to rewind" in bad.stderr
+    bad = mqadmin(broker, "resetOffsetByTime", "-g", "NoSuchGroupAtAll", "-t", "NoSuchTopicAtAll", "-s", "now")
+    assert bad.returncode == 1 and "CODE: 17" in bad.stderr  # TOPIC_NOT_EXIST: the topic has no route
 
 
 def test_query_by_key_and_id_with_consumers(broker: Standalone) -> None:
@@ -153,22 +163,35 @@ def test_query_by_key_and_id_with_consumers(broker: Standalone) -> None:
         async def on(msgs: list[MessageExt]) -> None:
             got.extend(msgs)
 
-        c = PushConsumer(group, ns, listener=on, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        c = PushConsumer(group, ns, listener=on, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                         persist_offset_interval=0.2)
         c.subscribe(topic)
         await c.start()
-        await wait_until(lambda: len(got) == 2, 20, "consumed")
-        await c.shutdown()  # commits the offsets
-        async with Admin(ns) as admin:
-            with pytest.raises(AdminError) as e:
-                await admin.view_message("00" * 16, topic)
-            assert e.value.code == 22
+        try:
+            await wait_until(lambda: len(got) == 2, 20, "consumed")
+            async with Admin(ns) as admin:
+                with pytest.raises(AdminError) as e:
+                    await admin.view_message("00" * 16, topic)
+                assert e.value.code == 22
+                mq = MessageQueue(topic, got[0].broker_name, 0)
+                deadline = time.monotonic() + 20
+                while await admin.query_offset(group, mq) < 2:  # committed: the message counts as consumed
+                    assert time.monotonic() < deadline, "the offsets were never committed"
+                    await asyncio.sleep(0.05)
+            # the message tracks of queryMsgByUniqueKey: the group online, past the message
+            out = await asyncio.to_thread(mqadmin, broker, "queryMsgByUniqueKey", "-i", state["id"], "-t", topic)
+            assert out.returncode == 0, out.stderr
+            assert f"MessageTrack [consumerGroup={group}, trackType=CONSUMED, exceptionDesc=null]" in out.stdout
+        finally:
+            await c.shutdown()
 
     run(body)
-    out = admin_cli(broker, "query", "key", topic, "order-9")
+    out = mqadmin(broker, "queryMsgByKey", "-t", topic, "-k", "order-9")
     assert out.returncode == 0, out.stderr
-    assert "order-9" in out.stdout and "order-10" not in out.stdout
-    out = admin_cli(broker, "query", "id", state["id"], "-t", topic)
-    assert out.returncode == 0, out.stderr
-    assert f"group {group}: consumed" in out.stdout
-    out = admin_cli(broker, "query", "key", topic, "nothing-here")
-    assert out.returncode == 1 and "no message with key" in out.stderr
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:2] == ["#Message", "ID"]
+    assert [r.split()[0] for r in rows] == [state["id"]]
+    out = mqadmin(broker, "queryMsgByUniqueKey", "-i", state["id"], "-t", topic)  # the group gone offline
+    assert f"MessageTrack [consumerGroup={group}, trackType=NOT_ONLINE" in out.stdout
+    out = mqadmin(broker, "queryMsgByKey", "-t", topic, "-k", "nothing-here")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 1  # as RocketMQ's: the header, no row

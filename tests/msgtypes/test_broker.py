@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.client.helpers import uniq
+from tests.mqadmin.support import run_mqadmin
 from tests.support import ModuleTmp, Standalone
 from tidalmq.client import (
     Admin,
@@ -203,8 +202,8 @@ def test_type_check_refuses_each_mismatch_and_stores_nothing(checked: Standalone
 
 def test_cli_creates_a_topic_with_attributes(checked: Standalone) -> None:
     topic = uniq("CliAttr")
-    out = subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", checked.namesrv_addr, "topic", "create",
-                          topic, "--attr", "message.type=TRANSACTION"], capture_output=True, text=True, timeout=60)
+    out = run_mqadmin(checked.namesrv_addr, "updateTopic", "-b", checked.broker_addr, "-t", topic,
+                      "-a", "message.type=TRANSACTION")
     assert out.returncode == 0, out.stderr
 
     async def body() -> None:

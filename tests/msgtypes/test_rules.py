@@ -9,7 +9,6 @@ import pytest
 
 from tidalmq.acl.permission import PUB
 from tidalmq.acl.resources import request_resources
-from tidalmq.admin_cli import attribute_modification
 from tidalmq.common.attribute.topic_message_type import (
     GROUP_ATTRIBUTES,
     TopicAttributeError,
@@ -25,6 +24,7 @@ from tidalmq.common.attribute.topic_message_type import (
     topic_message_type,
 )
 from tidalmq.common.recall_handle import RecallHandle, RecallHandleError, decode_recall_handle
+from tidalmq.mqadmin.topic import attribute_modification
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
 
@@ -158,8 +158,8 @@ def test_recall_handle_with_a_property_separator_is_invalid() -> None:
 
 
 def test_cli_attr_flags() -> None:
-    assert attribute_modification(["message.type=DELAY", "-reserve.time"]) == "+message.type=DELAY,-reserve.time"
-    assert attribute_modification([]) is None
+    assert attribute_modification("message.type=DELAY,-reserve.time") == "+message.type=DELAY,-reserve.time"
+    assert attribute_modification("+message.type=FIFO") == "+message.type=FIFO"
 
 
 def test_recall_needs_pub_on_its_topic_under_acl() -> None:

@@ -22,14 +22,17 @@ def client4_classpath(cache: Path) -> str:
 
 
 def client4_command(cache: Path, home: Path, namesrv: str, scenarios: list[str],
-                    access: tuple[str, str] | None = None) -> list[str]:
+                    access: tuple[str, str] | None = None, *, run_id: str | None = None,
+                    properties: dict[str, str] | None = None) -> list[str]:
+    """The JVM's command line; ``namesrv`` "-" sets none (the clients then find it as RocketMQ's do, e.g.
+    through ``properties`` rocketmq.namesrv.domain), ``run_id`` names the run's topics and groups."""
     home.mkdir(parents=True, exist_ok=True)
     props = [f"-Duser.home={home}", f"-Drocketmq.client.localOffsetStoreDir={home / 'offsets'}",
-             f"-Drocketmq.client.logRoot={home / 'logs'}"]
+             f"-Drocketmq.client.logRoot={home / 'logs'}", *(f"-D{k}={v}" for k, v in (properties or {}).items())]
     if access is not None:
         props += [f"-Dj4.accessKey={access[0]}", f"-Dj4.secretKey={access[1]}"]
     return ["java", "-Xms64m", "-Xmx256m", *JAVA_OPTS_COMMON, *props, "-cp", client4_classpath(cache),
-            "tidalmq.reference.Client4", namesrv, uuid.uuid4().hex[:8], *scenarios]
+            "tidalmq.reference.Client4", namesrv, run_id or uuid.uuid4().hex[:8], *scenarios]
 
 
 def parse_events(lines: list[str]) -> dict[str, list[Event]]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import subprocess
-import sys
 import time
 import uuid
 
 import pytest
 
 from tests.broker.rawclient import pull_cmd, runtime_info, send_cmd
+from tests.mqadmin.support import run_mqadmin
 from tests.schedule.test_timer_rewrite import batch_item
 from tests.support import ModuleTmp, Standalone
 from tidalmq.client.admin import Admin, AdminError
@@ -278,12 +277,11 @@ def test_admin_cancel_and_schedule_stats(broker: Standalone) -> None:
             await c.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 40))
-    cli = [sys.executable, "-m", "tidalmq.cli", "admin", "-n", broker.namesrv_addr, "schedule"]
-    out = subprocess.run([*cli, "stats"], capture_output=True, text=True, timeout=30)
+    out = run_mqadmin(broker.namesrv_addr, "scheduleStats")
     assert out.returncode == 0, out.stderr
     assert "TimerAdmin" in out.stdout and "lateness" in out.stdout
-    out = subprocess.run([*cli, "cancel", "TimerAdmin", uid()], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 1 and "22" in out.stderr and "no scheduled message" in out.stderr
+    out = run_mqadmin(broker.namesrv_addr, "cancelScheduledMessage", "-t", "TimerAdmin", "-i", uid())
+    assert out.returncode == 1 and "CODE: 22" in out.stderr and "no scheduled message" in out.stderr
 
 
 def batch_cmd(topic: str, items: list[tuple[bytes, dict[str, str]]], queue_id: int = 0) -> RemotingCommand:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.client.helpers import create_topic, uniq
+from tests.mqadmin.support import run_mqadmin
 from tests.security_transport.conftest import Certs, server_tls
 from tests.support import Standalone
 from tidalmq.client import Message, Producer, PullConsumer, PullStatus, tls_context
@@ -59,11 +58,14 @@ def test_enforcing_tls_round_trip_and_plain_refused(tmp_path: Path, certs: Certs
         run(refused(s.namesrv_addr, None))
         # A client that verifies against another CA refuses the server.
         run(refused(s.namesrv_addr, tls_context(trust_cert_path=str(certs.other_ca))))
-        out = subprocess.run([sys.executable, "-m", "tidalmq.cli", "admin", "-n", s.namesrv_addr, "--tls",
-                              "--tls-ca", str(certs.ca), "topic", "list"],
-                             capture_output=True, text=True, timeout=30)
+        # mqadmin takes TLS as RocketMQ's tools do, from the tls.* keys (the environment's here)
+        out = run_mqadmin(s.namesrv_addr, "topicList", env={"tls.enable": "true", "tls.client.authServer": "true",
+                                                            "tls.client.trustCertPath": str(certs.ca)})
         assert out.returncode == 0, out.stderr
         assert "TBW102" in out.stdout
+        out = run_mqadmin(s.namesrv_addr, "topicList", env={"tls.enable": "true", "tls.client.authServer": "true",
+                                                            "tls.client.trustCertPath": str(certs.other_ca)})
+        assert out.returncode == 1, out.stdout  # the server's certificate is not signed by that CA
         assert "a plain connection, and tls.server.mode is enforcing" in s.log_tail(200)
 
 

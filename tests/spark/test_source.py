@@ -125,7 +125,7 @@ def test_stream_latest_sees_new_messages_and_commits_group(spark, spark_broker, 
         rows = spark.sql("select body from live").collect()
         assert sorted(bytes(r.body).decode() for r in rows) == sorted(f"m{i}" for i in range(10, 60))
         # Spark commits a batch's end when it plans the next one (as with Kafka): one more message, and
-        # everything before it is committed to the broker, where tidalmq admin shows the pipeline's lag
+        # everything before it is committed to the broker, where mqadmin consumerProgress shows the pipeline's lag
         from tidalmq.client.sync import Admin
 
         produce(ns, topic, 1, start=60)

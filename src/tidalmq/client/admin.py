@@ -343,15 +343,7 @@ class Admin:
 
     async def consumer_running_info(self, group: str, client_id: str) -> dict:
         """GET_CONSUMER_RUNNING_INFO, asked of the consumer through a master that has it online."""
-        last: AdminError | None = None
-        for addr in (await self.master_addrs()).values():
-            try:
-                resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO,
-                                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"})
-                return fastjson.loads(resp.body_bytes())
-            except AdminError as e:
-                last = e
-        raise last or AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer {client_id} is not online")
+        return await self.running_info(group, client_id)
 
     async def total_lag(self, group: str, topic: str | None = None) -> int:
         """What the group has yet to consume, over all queues of its topics."""
@@ -760,6 +752,26 @@ class Admin:
                 out[group] = offset > msg.queue_offset
         return out
 
+
+    # mqadmin's consumerStatus ------------------------------------------------------------------
+    async def consumer_connections_on(self, addr: str, group: str) -> list[dict]:
+        """The group's online consumers on one broker (mqadmin's ``-b``); AdminError CONSUMER_NOT_ONLINE
+        when it has none, as RocketMQ's examineConsumerConnectionInfo."""
+        resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        return list(fastjson.loads(resp.body_bytes()).get("connectionSet", []))
+
+    async def running_info(self, group: str, client_id: str, *, jstack: bool = False) -> dict:
+        """GET_CONSUMER_RUNNING_INFO with ``jstackEnable`` as asked (the consumer then adds its threads'
+        stacks), through each master in turn until one has the consumer online."""
+        last: AdminError | None = None
+        for addr in (await self.master_addrs()).values():
+            try:
+                resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO, {
+                    "consumerGroup": group, "clientId": client_id, "jstackEnable": str(jstack).lower()})
+                return fastjson.loads(resp.body_bytes())
+            except AdminError as e:
+                last = e
+        raise last or AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer {client_id} is not online")
 
 @dataclass
 class RewindResult:

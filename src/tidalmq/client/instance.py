@@ -434,6 +434,7 @@ class ClientInstance:
             c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
             if c is None:
                 return cmd.make_response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
-            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(c.running_info()))
+            return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(
+                c.running_info(jstack=cmd.ext_fields.get("jstackEnable") == "true")))
         return cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                  f"request code {cmd.code} not supported by the TidalMQ client")

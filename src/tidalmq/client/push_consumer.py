@@ -44,6 +44,7 @@ from tidalmq.client.push.pull_service import (
 from tidalmq.client.push.queue_lock import LOCK_INTERVAL, QueueLocker
 from tidalmq.client.push.rebalance import RebalancePush
 from tidalmq.client.push.send_back import INNER_PRODUCER_GROUP, SendBack, max_reconsume
+from tidalmq.client.running_info import push_running_info
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
@@ -202,17 +203,9 @@ class PushConsumer(ClientLifecycle):
             self.group, consume_type="CONSUME_PASSIVELY", message_model=self.message_model.value,
             consume_from_where=self.consume_from_where.value, subscriptions=self._all_subscriptions().values())
 
-    def running_info(self) -> dict[str, Any]:
-        return {
-            "properties": {"consumeType": "CONSUME_PASSIVELY", "consumeOrderly": str(self.orderly).lower(),
-                           "PROP_CLIENT_VERSION": "TidalMQ", "PROP_CONSUMER_START_TIMESTAMP": str(self._started_ms)},
-            "subscriptionSet": [s.to_json() for s in self._all_subscriptions().values()],
-            # the queues this consumer holds, keyed as fastjson writes a MessageQueue key (mqadmin's
-            # consumerProgress -s reads which client holds which queue from here)
-            "mqTable": {fastjson.object_key({"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}):
-                        {"droped": False} for mq in self.assigned_queues},
-            "statusTable": {}, "jstack": "",
-        }
+    def running_info(self, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's answer, RocketMQ's ConsumerRunningInfo (mqadmin consumerStatus)."""
+        return push_running_info(self, self._all_subscriptions().values(), self._pqs, self._started_ms, jstack)
 
     @property
     def _pqs(self) -> dict[MessageQueue, ProcessQueue]:

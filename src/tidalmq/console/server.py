@@ -24,6 +24,7 @@ from urllib.parse import quote
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client.message import MessageExt
 from tidalmq.common.naming import NameError_, is_system_topic
+from tidalmq.common.top_addressing import FETCH_INTERVAL_S
 from tidalmq.console import pages as P
 from tidalmq.console.cluster_admin import ClusterAdmin, UnlistedAddress
 from tidalmq.console.http import HttpError, HttpServer, Request, Response
@@ -45,9 +46,12 @@ class ConsoleServer:
     """``await ConsoleServer("127.0.0.1", 8082, "127.0.0.1:9876").start()``; ``port`` names the bound port."""
 
     def __init__(self, host: str, port: int, namesrv_addr: str, credentials: SessionCredentials | None = None,
-                 *, tls: TlsOption = None, allowed_hosts: tuple[str, ...] = ()) -> None:
-        # requests go only to the NameServers and the brokers they list (cluster_admin.py)
-        self.admin = ClusterAdmin(namesrv_addr, credentials=credentials, tls=tls)
+                 *, tls: TlsOption = None, allowed_hosts: tuple[str, ...] = (), namesrv_domain: str | None = None,
+                 namesrv_domain_subgroup: str | None = None, fetch_interval: float = FETCH_INTERVAL_S) -> None:
+        # requests go only to the NameServers and the brokers they list (cluster_admin.py); with no address
+        # but an address server, the list is asked of it and asked again (cluster_admin.py)
+        self.admin = ClusterAdmin(namesrv_addr, credentials=credentials, tls=tls, namesrv_domain=namesrv_domain,
+                                  namesrv_domain_subgroup=namesrv_domain_subgroup, fetch_interval=fetch_interval)
         self.credentials = credentials
         self.allowed_hosts = {h.strip().lower() for h in allowed_hosts if h.strip()} | {"localhost"}
         self.csrf = secrets.token_urlsafe(32)  # per process: a page shows it, another site cannot read it

@@ -2,12 +2,16 @@
 lines, so operators' scripts that shell out to RocketMQ's ``mqadmin`` work against TidalMQ (docs/mqadmin.md).
 
 Exit status 0 on success, 1 when the broker or NameServer refuses (``CODE: n DESC: remark`` on stderr, one
-line), 2 for bad usage."""
+line), 2 for bad usage.
+
+TLS as RocketMQ's tools take it from the JVM's system properties: the environment's ``tls.enable=true`` and
+``tls.client.*`` / ``tls.config.file`` keys (``env tls.enable=true mqadmin topicList``; docs/tls.md)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from tidalmq.admin_cli import admin_credentials
@@ -15,6 +19,7 @@ from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common.naming import NameError_
 from tidalmq.mqadmin import cluster, group, message, stats, tidal, topic
 from tidalmq.mqadmin.common import UsageError
+from tidalmq.remoting.tls import client_context_from, tls_config
 from tidalmq.remoting.transport import RemotingError
 
 
@@ -32,7 +37,7 @@ def _fail(text: str, status: int) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with Admin(args.namesrv, credentials=args.credentials) as admin:
+    async with Admin(args.namesrv, credentials=args.credentials, tls=args.tls) as admin:
         return int(await args.func(admin, args))
 
 
@@ -43,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     args.access_key = args.secret_key = None
     try:
         args.credentials = admin_credentials(args)
+        # the producer and pull consumer some subcommands start speak TLS alike
+        args.tls = client_context_from(tls_config(dict(os.environ)))
         return asyncio.run(_run(args))
     except (UsageError, ValueError, NameError_) as e:
         return _fail(str(e), 2)

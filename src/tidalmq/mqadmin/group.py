@@ -1,16 +1,21 @@
-"""Group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection, producerConnection,
-resetOffsetByTime (RocketMQ's ``tools/command/consumer`` and ``offset``)."""
+"""Group subcommands: updateSubGroup, deleteSubGroup, consumerProgress, consumerStatus, consumerConnection,
+producerConnection, resetOffsetByTime, cloneGroupOffset (RocketMQ's ``tools/command/consumer`` and ``offset``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
+from pathlib import Path
 
 from tidalmq.client.admin import Admin, AdminError
+from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common.mqversion import version_desc
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX
 from tidalmq.mqadmin.common import Progress, UsageError, command, day_time, front, parse_timestamp, when
+from tidalmq.mqadmin.running_info import format_running_info, process_queue_warnings, same_subscription
 from tidalmq.remoting.codes import ResponseCode
 
 
@@ -61,6 +66,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-t", "--topicName", help="topic name (with -g)")
     p.add_argument("-s", "--showClientIP", default="false", help="Show Client IP per Queue (true|false)")
     p.add_argument("-c", "--cluster", help="Cluster name (accepted; the group's brokers are every master)")
+    p = command(sub, "consumerStatus", "Query consumer's internal data structure.", consumer_status)
+    p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
+    p.add_argument("-i", "--clientId", help="The consumer's client id")
+    p.add_argument("-b", "--brokerAddr", help="broker address")
+    p.add_argument("-s", "--jstack", action="store_true", help="Run jstack command in the consumer progress")
+    p = command(sub, "cloneGroupOffset", "Clone offset from other group.", clone_group_offset)
+    p.add_argument("-s", "--srcGroup", required=True, help="set source consumer group")
+    p.add_argument("-d", "--destGroup", required=True, help="set destination consumer group")
+    p.add_argument("-t", "--topic", required=True, help="set the topic")
+    p.add_argument("-o", "--offline", help="the group or the topic is offline (accepted; as RocketMQ's, unused)")
     p = command(sub, "consumerConnection", "Query consumer's socket connection, client version and subscription",
                 consumer_connection)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group name")
@@ -285,3 +300,57 @@ async def _reset_offline(admin: Admin, args: argparse.Namespace, ts: int) -> Non
 
 
 _OLD_RESET = "{:<20}  {:<20}  {:<20}  {:<20}  {:<20}  {:<20}"
+
+
+async def consumer_status(admin: Admin, args: argparse.Namespace) -> int:
+    """RocketMQ's consumerStatus: each online consumer's ConsumerRunningInfo written to ``<now>/<clientId>``
+    (a line per consumer naming its file), then the group's analysis; with -i one consumer's, printed."""
+    group = args.consumerGroup.strip()
+    if args.brokerAddr:
+        conns = await admin.consumer_connections_on(args.brokerAddr.strip(), group)
+    else:
+        conns = list({str(c.get("clientId", "")): c for c in await admin.consumer_connections(group)}.values())
+    if not conns:
+        raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, "Not found the consumer group connection")
+    if args.clientId is not None:
+        info = await admin.running_info(group, args.clientId.strip(), jstack=args.jstack)
+        print(format_running_info(info), end="")
+        return 0
+    now = int(time.time() * 1000)
+    infos: dict[str, dict] = {}
+    print(f"{'#Index':<10} {'#ClientId':<40} {'#Version':<20} #ConsumerRunningInfoFile")
+    for conn in sorted(conns, key=lambda c: str(c.get("clientId", ""))):
+        client_id = str(conn.get("clientId", ""))
+        try:
+            info = await admin.running_info(group, client_id, jstack=args.jstack)
+        except AdminError as e:  # as RocketMQ's: that consumer is left out, the others listed
+            print(f"mqadmin: {client_id}: CODE: {e.code} DESC: {e.remark}", file=sys.stderr)
+            continue
+        infos[client_id] = info
+        path = Path(str(now)) / client_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(format_running_info(info))
+        print(f"{len(infos):<10} {client_id:<40} {version_desc(int(conn.get('version', 0))):<20} {path}")
+    if infos:
+        if same_subscription(infos):
+            print("\n\nSame subscription in the same group of consumer", end="")
+            print("\n\nRebalance OK")
+            for client_id in sorted(infos):
+                print(process_queue_warnings(client_id, infos[client_id]), end="")
+        else:
+            print("\n\nWARN: Different subscription in the same group of consumer!!!", end="")
+    return 0
+
+
+async def clone_group_offset(admin: Admin, args: argparse.Namespace) -> int:
+    """RocketMQ's cloneGroupOffset: every committed offset of the source group (each topic it has offsets
+    of, as RocketMQ's examineConsumeStats returns them) set for the destination group."""
+    src, dest, topic = args.srcGroup.strip(), args.destGroup.strip(), args.topic.strip()
+    stats = await admin.consume_stats(src)
+    if stats.queues:
+        await admin.route(topic)  # as RocketMQ's: a topic without a route fails the command
+        for q in stats.queues:
+            if q.consumer_offset >= 0:
+                await admin.update_offset(dest, MessageQueue(q.topic, q.broker_name, q.queue_id), q.consumer_offset)
+    print(f"clone group offset success. srcGroup[{src}], destGroup=[{dest}], topic[{topic}]", end="")
+    return 0

@@ -1,15 +1,23 @@
-"""Message subcommands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, sendMessage (RocketMQ's
-``tools/command/message``)."""
+"""Message subcommands: queryMsgById, queryMsgByUniqueKey, queryMsgByKey, sendMessage, queryMsgByOffset,
+printMsg, printMsgByQueue, consumeMessage (RocketMQ's ``tools/command/message``)."""
 
 from __future__ import annotations
 
 import argparse
+import codecs
+import sys
 
 from tidalmq.client.admin import Admin, AdminError
-from tidalmq.client.message import Message, MessageExt, MessageQueue
+from tidalmq.client.errors import MQClientError
+from tidalmq.client.message import Message, MessageExt, MessageQueue, PullStatus
 from tidalmq.client.producer import Producer
+from tidalmq.client.pull_consumer import PullConsumer
+from tidalmq.common.record import body_crc
 from tidalmq.mqadmin.common import Progress, UsageError, command, parse_timestamp, when
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.transport import RemotingError
+
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's MixAll.TOOLS_CONSUMER_GROUP
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,13 +80,43 @@ def print_msg(m: MessageExt) -> None:
 
 
 async def query_by_id(admin: Admin, args: argparse.Namespace) -> int:
-    print_msg(await admin.view_message(args.msgId))
+    m = await admin.view_message(args.msgId)
+    print_msg(m)
+    await print_tracks(admin, m)
     return 0
 
 
 async def query_by_unique_key(admin: Admin, args: argparse.Namespace) -> int:
-    print_msg(await admin.view_message(args.msgId, args.topic))
+    m = await admin.view_message(args.msgId, args.topic)
+    print_msg(m)
+    await print_tracks(admin, m)
     return 0
+
+
+async def print_tracks(admin: Admin, m: MessageExt) -> None:
+    """RocketMQ's message tracks after the message: each group that consumes its topic, and whether it
+    has consumed it (MessageTrack lines; ``WARN: No Consumer`` when no group does)."""
+    groups = await admin.groups_consuming(m.topic)
+    if not groups:
+        print("\n\nWARN: No Consumer", end="")
+        return
+    consumed = await admin.consumed_by(m)
+    print("\n")
+    for group in groups:
+        info = await admin.consumer_connection_info(group)
+        desc = "null"
+        if not info.get("connectionSet"):
+            track = "NOT_ONLINE"
+            desc = f"CODE:{int(ResponseCode.CONSUMER_NOT_ONLINE)} DESC:the consumer group[{group}] not online"
+        elif info.get("consumeType") == "CONSUME_ACTIVELY":
+            track = "PULL"
+        elif consumed.get(group):
+            sub = (info.get("subscriptionTable") or {}).get(m.topic) or {}
+            tags = set(sub.get("tagsSet") or [])
+            track = "CONSUMED" if not tags or "*" in tags or m.tags in tags else "CONSUMED_BUT_FILTERED"
+        else:
+            track = "NOT_CONSUME_YET"
+        print(f"MessageTrack [consumerGroup={group}, trackType={track}, exceptionDesc={desc}]")
 
 
 async def query_by_key(admin: Admin, args: argparse.Namespace) -> int:
@@ -107,7 +145,7 @@ def _index_key(m: MessageExt, key: str, msg_id: str) -> str:
 
 async def send_message(admin: Admin, args: argparse.Namespace) -> int:
     producer = Producer("PID_MQADMIN_SEND", admin.namesrv_addrs[0] if len(admin.namesrv_addrs) == 1
-                        else ";".join(admin.namesrv_addrs), credentials=args.credentials)
+                        else ";".join(admin.namesrv_addrs), credentials=args.credentials, tls=args.tls)
     await producer.start()
     try:
         queue = None
@@ -135,6 +173,19 @@ def register_scans(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-b", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
     p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
     p.add_argument("-d", "--printBody", default="true", help="print body")
+    p = command(sub, "printMsgByQueue", "Print Message Detail by queueId.", print_by_queue)
+    p.add_argument("-t", "--topic", required=True, help="topic name")
+    p.add_argument("-a", "--brokerName", required=True, help="broker name")
+    p.add_argument("-i", "--queueId", type=int, required=True, help="queue id")
+    p.add_argument("-c", "--charsetName", default="UTF-8", help="CharsetName(eg: UTF-8,GBK)")
+    p.add_argument("-s", "--subExpression", default="*", help="Subscribe Expression(eg: TagA || TagB)")
+    p.add_argument("-b", "--beginTimestamp", help="Begin timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    p.add_argument("-e", "--endTimestamp", help="End timestamp[currentTimeMillis|yyyy-MM-dd#HH:mm:ss:SSS]")
+    # Java's Boolean.parseBoolean: "true" in any case is true, anything else false
+    p.add_argument("-p", "--print msg", dest="printMsg", type=_java_bool, default=False,
+                   help="print msg. eg: true | false(default)")
+    p.add_argument("-d", "--printBody", type=_java_bool, default=False, help="print body. eg: true | false(default)")
+    p.add_argument("-f", "--calculate", type=_java_bool, default=False, help="calculate by tag. eg: true | false(default)")
     p = command(sub, "consumeMessage", "Consume message", consume_message)
     p.add_argument("-t", "--topic", required=True, help="Topic name")
     p.add_argument("-b", "--brokerName", help="Broker name")
@@ -216,4 +267,72 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> int:
                 _print_line(m, True)
         print(f"MessageQueue [topic={mq.topic}, brokerName={mq.broker_name}, queueId={mq.queue_id}] print msg "
               f"finished. status={'NO_NEW_MSG' if last >= q.max_offset else 'FOUND'}, offset={max(last, first)}")
+    return 0
+
+
+def _java_bool(text: str) -> bool:
+    return text.strip().lower() == "true"
+
+
+def _java_host(h: tuple[str, int]) -> str:
+    return f"/{h[0]}:{h[1]}"  # InetSocketAddress.toString of an address without a host name
+
+
+def message_text(m: MessageExt) -> str:
+    """MessageExt.toString of a pulled message, as RocketMQ's printMsgByQueue prints it (the properties
+    in key order; Java's HashMap has its own)."""
+    props = ", ".join(f"{k}={v}" for k, v in sorted(m.properties.items()))
+    tx = m.properties.get("UNIQ_KEY", "null") if m.properties.get("TRAN_MSG", "").lower() == "true" else "null"
+    return (f"MessageExt [brokerName={m.broker_name}, queueId={m.queue_id}, storeSize={m.store_size}, "
+            f"queueOffset={m.queue_offset}, sysFlag={m.sysflag}, bornTimestamp={m.born_timestamp}, "
+            f"bornHost={_java_host(m.born_host)}, storeTimestamp={m.store_timestamp}, "
+            f"storeHost={_java_host(m.store_host)}, msgId={m.offset_msg_id}, commitLogOffset={m.commit_log_offset}, "
+            f"bodyCRC={body_crc(m.body)}, reconsumeTimes={m.reconsume_times}, "
+            f"preparedTransactionOffset={m.prepared_transaction_offset}, toString()=Message{{topic='{m.topic}', "
+            f"flag={m.flag}, properties={{{props}}}, body=[{', '.join(str(b - 256 if b > 127 else b) for b in m.body)}], "
+            f"transactionId='{tx}'}}]")
+
+
+async def print_by_queue(admin: Admin, args: argparse.Namespace) -> int:
+    """RocketMQ's printMsgByQueue: one queue pulled 32 at a time from its min offset (or -b's) to its max
+    (or -e's), as the tools' consumer group TOOLS_CONSUMER: each message with -p true, a count per tag with
+    -f true. Pulling stops at the first batch the filter -s leaves empty on the broker, as RocketMQ's does."""
+    try:
+        codecs.lookup(args.charsetName)
+    except LookupError:
+        raise UsageError(f"unknown charset {args.charsetName!r}") from None
+    consumer = PullConsumer(TOOLS_CONSUMER_GROUP, ";".join(admin.namesrv_addrs) or None, credentials=args.credentials,
+                            tls=args.tls)
+    await consumer.start()
+    counts: dict[str, int] = {}
+    try:
+        mq = MessageQueue(args.topic.strip(), args.brokerName.strip(), args.queueId)
+        low = await consumer.min_offset(mq)
+        high = await consumer.max_offset(mq)
+        if args.beginTimestamp:
+            low = await consumer.search_offset(mq, parse_timestamp(args.beginTimestamp.strip()))
+        if args.endTimestamp:
+            high = await consumer.search_offset(mq, parse_timestamp(args.endTimestamp.strip()))
+        offset = low
+        while offset < high:
+            try:
+                res = await consumer.pull(mq, offset, 32, args.subExpression.strip())
+            except (MQClientError, RemotingError) as e:  # as RocketMQ's: reported, then the counts
+                print(f"mqadmin: pull {offset}: {e}", file=sys.stderr)
+                break
+            offset = res.next_begin_offset
+            if res.status != PullStatus.FOUND:
+                break
+            for m in res.messages:
+                m.properties = {**m.properties, "MIN_OFFSET": str(res.min_offset), "MAX_OFFSET": str(res.max_offset)}
+                if m.tags and m.tags.strip():
+                    counts[m.tags] = counts.get(m.tags, 0) + 1
+                if args.printMsg:
+                    body = m.body.decode(args.charsetName, "replace") if args.printBody else "NOT PRINT BODY"
+                    print(f"MSGID: {m.msg_id} {message_text(m)} BODY: {body}")
+    finally:
+        await consumer.shutdown()
+    if args.calculate:
+        for tag, n in sorted(counts.items(), key=lambda e: (-e[1], e[0])):
+            print(f"Tag: {tag:<30} Count: {n}")
     return 0

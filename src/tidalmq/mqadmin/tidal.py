@@ -1,11 +1,9 @@
-"""TidalMQ's own subcommands, RocketMQ-style: scheduled-message stats and cancel, dead-letter re-send.
-They share ``tidalmq admin``'s client calls and printing (admin_cli)."""
+"""TidalMQ's own subcommands, RocketMQ-style: scheduled-message stats and cancel, dead-letter re-send."""
 
 from __future__ import annotations
 
 import argparse
 
-from tidalmq.admin_cli import _run_schedule
 from tidalmq.client.admin import Admin
 from tidalmq.mqadmin.common import Progress, UsageError, command
 
@@ -23,12 +21,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 async def schedule_stats(admin: Admin, args: argparse.Namespace) -> int:
-    return await _run_schedule(admin, argparse.Namespace(schedule_cmd="stats"))
+    """Each broker's scheduled messages: the timer's and the delay levels' counts, rates and lateness, and
+    a line per real topic with its pending messages by deliver time (due, next minute, hour, day, beyond)."""
+    for name, rep in (await admin.schedule_stats()).items():
+        t = rep.get("timer") or {}
+        d = rep.get("delayLevel") or {}
+        print(f"broker {name}")
+        print(f"  timer: pending {t.get('pending', 0)}, enqueued {t.get('enqueued', 0)} ({t.get('enqueueTps', 0)}/s), "
+              f"delivered {t.get('delivered', 0)} ({t.get('deliverTps', 0)}/s), early {t.get('early', 0)}, "
+              f"lateness p50/p99/max {t.get('latenessP50Ms', 0)}/{t.get('latenessP99Ms', 0)}/{t.get('latenessMaxMs', 0)} ms, "
+              f"behind now {t.get('latenessNowMs', 0)} ms, precision {t.get('precisionMs', '-')} ms")
+        print(f"  timer: duplicates skipped {t.get('duplicatesSkipped', 0)}, redelivered {t.get('redelivered', 0)}, "
+              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)})")
+        print(f"  delay levels: delivered {d.get('delivered', 0)}, lateness p50/p99/max "
+              f"{d.get('latenessP50Ms', 0)}/{d.get('latenessP99Ms', 0)}/{d.get('latenessMaxMs', 0)} ms, "
+              f"pending by level {d.get('pending', {})}")
+        buckets = rep.get("histogramBuckets", ["due", "minute", "hour", "day", "beyond"])
+        topics = rep.get("topics", {})
+        if topics:
+            print(f"{'#Topic':<48}  {'#Pending':<10}  {'#DelayLevel':<12}  {'#Timer':<10}  "
+                  + "  ".join(f"#{b.capitalize():<10}" for b in buckets))
+            for topic, v in topics.items():
+                print(f"{topic:<48}  {v['pending']:<10}  {v['delayLevel']:<12}  {v['timer']:<10}  "
+                      + "  ".join(f"{v['histogram'][b]:<11}" for b in buckets))
+        if rep.get("delayLevelScanTruncated"):
+            print("  (delay-level counts truncated: too many pending to scan)")
+    return 0
 
 
 async def cancel_scheduled(admin: Admin, args: argparse.Namespace) -> int:
-    return await _run_schedule(admin, argparse.Namespace(schedule_cmd="cancel", topic=args.topic,
-                                                         uniq_key=args.msgId, deliver_ms=args.deliverTimeMs))
+    name = await admin.cancel_scheduled(args.topic, args.msgId, args.deliverTimeMs)
+    print(f"cancel {args.topic} {args.msgId} on {name}: success")
+    return 0
 
 
 async def resend_dlq(admin: Admin, args: argparse.Namespace) -> int:

@@ -70,9 +70,7 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> int:
         addrs = sorted((await admin.master_addrs(args.clusterName)).values())
         if not addrs:
             raise AdminError(ResponseCode.BROKER_NOT_EXIST, f"no master broker in cluster {args.clusterName}")
-    attributes = args.attributes
-    if attributes:  # RocketMQ's tools accept "a=b" for "+a=b" too
-        attributes = ",".join(a if a.startswith(("+", "-")) else "+" + a for a in attributes.split(","))
+    attributes = attribute_modification(args.attributes) if args.attributes else None
     await admin.create_topic(args.topic, args.readQueueNums, write_queue_nums=args.writeQueueNums, perm=args.perm,
                              order=args.order == "true", attributes=attributes, broker_addrs=addrs)
     for addr in addrs:
@@ -87,6 +85,11 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> int:
           f"writeQueueNums={args.writeQueueNums}, perm={_perm_text(args.perm)}, topicFilterType=SINGLE_TAG, "
           f"topicSysFlag=0, order={args.order}, attributes={{{args.attributes or ''}}}]")
     return 0
+
+
+def attribute_modification(text: str) -> str:
+    """``-a``'s text as RocketMQ's modification text: RocketMQ's tools accept ``a=b`` for ``+a=b``."""
+    return ",".join(a if a.startswith(("+", "-")) else "+" + a for a in text.split(","))
 
 
 def _perm_text(perm: int) -> str:

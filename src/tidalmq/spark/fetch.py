@@ -168,7 +168,7 @@ class Catalog:
                            f"option 'nameserver': asking {self.opts.nameserver} for the route of topic {topic!r}")
         if route is None or not route.queue_datas:
             raise TidalMQOptionError(f"topic {topic!r} does not exist on the NameServer {self.opts.nameserver} "
-                                     "(create it with `tidalmq admin topic create` or write to it first)")
+                                     "(create it with `mqadmin updateTopic` or write to it first)")
         return route.subscribe_queues()
 
     def all_queues(self, *, strict: bool = True) -> list[MessageQueue]:

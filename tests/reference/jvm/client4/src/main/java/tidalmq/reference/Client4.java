@@ -25,18 +25,20 @@ import org.apache.rocketmq.remoting.RPCHook;
 /**
  * Runs the named scenarios of the 4.x Java client against one NameServer, side by side, and prints what a
  * user observes as JSON lines: {"scenario": ..., "event": ..., ...}. Usage:
- * Client4 NAMESRV RUN_ID SCENARIO... (RUN_ID keeps each run's topics and groups apart).
+ * Client4 NAMESRV RUN_ID SCENARIO... (RUN_ID keeps each run's topics and groups apart). NAMESRV "-": no
+ * namesrvAddr is set, the clients find the NameServers as RocketMQ's do without one (rocketmq.namesrv.addr,
+ * NAMESRV_ADDR, else the address server of rocketmq.namesrv.domain / .subgroup).
  * The ACL credentials, when set, come from the properties j4.accessKey / j4.secretKey.
  */
 public final class Client4 {
-    static String namesrv;
+    static String namesrv;  // null: none set (the address server's)
     static String runId;
 
     private Client4() {
     }
 
     public static void main(String[] args) throws Exception {
-        namesrv = args[0];
+        namesrv = "-".equals(args[0]) ? null : args[0];
         runId = args[1];
         List<String> names = Arrays.asList(args).subList(2, args.length);
         ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, names.size()));
@@ -77,7 +79,9 @@ public final class Client4 {
 
     static DefaultMQProducer producer(String name) throws MQClientException {
         DefaultMQProducer p = new DefaultMQProducer(group(name), aclHook(), false, null);
-        p.setNamesrvAddr(namesrv);
+        if (namesrv != null) {
+            p.setNamesrvAddr(namesrv);
+        }
         p.setInstanceName("p-" + name);
         p.setSendMsgTimeout(10000);
         p.start();
@@ -87,7 +91,9 @@ public final class Client4 {
     static DefaultMQPushConsumer pushConsumer(String name) {
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group(name), aclHook(),
             new org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely());
-        c.setNamesrvAddr(namesrv);
+        if (namesrv != null) {
+            c.setNamesrvAddr(namesrv);
+        }
         c.setInstanceName("c-" + name);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         return c;
@@ -95,7 +101,9 @@ public final class Client4 {
 
     static DefaultLitePullConsumer litePullConsumer(String name) {
         DefaultLitePullConsumer c = new DefaultLitePullConsumer(group(name), aclHook());
-        c.setNamesrvAddr(namesrv);
+        if (namesrv != null) {
+            c.setNamesrvAddr(namesrv);
+        }
         c.setInstanceName("l-" + name);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setPollTimeoutMillis(1000);

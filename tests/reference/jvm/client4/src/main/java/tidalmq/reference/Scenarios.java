@@ -61,6 +61,7 @@ final class Scenarios {
             case "noroute": noroute(); break;
             case "acl": acl(); break;
             case "reset": reset(); break;
+            case "moved": Moved.run(); break;
             default: throw new IllegalArgumentException("no scenario " + name);
         }
     }
