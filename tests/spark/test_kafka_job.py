@@ -34,6 +34,7 @@ def _kill(p: subprocess.Popen[bytes]) -> None:
         p.wait(30)
 
 
+@pytest.mark.timeout(600)  # two driver processes (Spark's start-up each) and the batch write back
 def test_unchanged_kafka_job_writes_each_message_once(spark, spark_broker, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 

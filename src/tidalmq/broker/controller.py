@@ -427,7 +427,9 @@ class BrokerController:
         # and ConsumeQueues; what these failed to write is recovered from the CommitLog at the next start.
         for what, step in (("delay-level service", self.schedule.shutdown),
                            ("timer service", self.timer.shutdown if self.timer is not None else None),
-                           ("transaction state", self.transactions.persist)):
+                           ("transaction state", self.transactions.persist),
+                           ("de-duplication window", self.send_processor.dedup.snapshot
+                            if self.send_processor.dedup is not None else None)):
             if step is None:
                 continue
             try:
