@@ -4,6 +4,7 @@ answered with the original's result and not stored again; the window is bounded 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from tests.broker.rawclient import run, send_cmd, wait_max_offset
 from tests.store.conftest import FakeClock, FakeIndex, put_one, small_config
 from tests.support import Standalone
-from tidalmq.broker.dedup import SNAPSHOT_FILE, DuplicationWindow, Original, window_key
+from tidalmq.broker.dedup import SNAPSHOT_FILE, DuplicationWindow, window_key
+from tidalmq.broker.dedup_index import KeyIndex, key_hash
 from tidalmq.client.message import Message, MessageQueue
 from tidalmq.client.producer import Producer
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -96,20 +98,39 @@ def test_batch_duplicates_whole_and_partial(dedup_broker: Standalone) -> None:
 
 
 def test_window_is_bounded_by_size(tmp_path: Path) -> None:
+    """The window holds at least its newest ``duplicationWindowSize`` keys and drops older ones a segment at
+    a time (a segment is a quarter of a small window: one key here; 1/64 of a large one)."""
     with Standalone(tmp_path / "data", {**SMALL, "duplicationWindowSize": "3"}) as s:
         async def scenario() -> None:
             c = RemotingClient()
             try:
                 first = await send(c, s.broker_addr, "DedupBound", key(1))
                 assert answer(await send(c, s.broker_addr, "DedupBound", key(1))) == answer(first)
-                for i in range(2, 5):  # three newer keys push key 1 out of a window of 3
+                for i in range(2, 4):
                     await send(c, s.broker_addr, "DedupBound", key(i))
+                assert answer(await send(c, s.broker_addr, "DedupBound", key(1))) == answer(first)
+                await send(c, s.broker_addr, "DedupBound", key(4))  # three newer keys push key 1 out
                 late = await send(c, s.broker_addr, "DedupBound", key(1))
                 assert late.ext_fields["queueOffset"] == "4"
             finally:
                 await c.close()
 
         run(scenario())
+
+
+def test_key_index_bounds_and_lookup() -> None:
+    now = [1_000_000.0]
+    idx = KeyIndex(window_size=8, window_ms=60_000, clock=lambda: now[0])  # segments of 2 keys
+    ts = int(now[0] * 1000)
+    for i in range(10):
+        idx.add(key_hash(key(i)), 100 * i, ts)
+        idx.evict()
+    assert idx.segment_size == 2 and 8 <= len(idx) <= 8 + 2
+    assert idx.lookup([key_hash(key(9)), key_hash(key(2)), key_hash("absent")]) == [900, 200, None]
+    assert idx.lookup([key_hash(key(0)), key_hash(key(1))]) == [None, None]  # past the bound
+    now[0] += 61  # and by age: every key older than the window's seconds goes
+    idx.evict()
+    assert len(idx) == 0 and idx.lookup([key_hash(key(9)), key_hash(key(2))]) == [None, None]
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
@@ -153,27 +174,22 @@ def test_window_survives_restart(tmp_path: Path, how: str) -> None:
         run(after())
 
 
-class _Store:
-    """What the window reads of the store: an empty CommitLog."""
-
-    @staticmethod
-    def commit_log_range() -> tuple[int, int]:
-        return 0, 0
-
-    @staticmethod
-    def offset_msg_id(phys: int) -> str:
-        return f"{phys:032X}"
-
-
 def test_window_drops_keys_older_than_its_seconds(tmp_path: Path) -> None:
-    now = [1_000_000.0]
-    w = DuplicationWindow(_Store(), str(tmp_path), window_seconds=60, window_size=100,  # type: ignore[arg-type]
-                          clock=lambda: now[0])
-    w.ensure_loaded()
-    w.entries["old"] = Original(0, 0, 0, int((now[0] - 61) * 1000))
-    w.entries["new"] = Original(100, 0, 1, int((now[0] - 1) * 1000))
-    w._evict()
-    assert list(w.entries) == ["new"]
+    clock = FakeClock()
+    store = DefaultMessageStore(small_config(str(tmp_path / "store")), clock=clock, index_service=FakeIndex())
+    assert store.load()
+    store.start()
+    try:
+        put_one(store, "Aged", uniq=key(1))
+        w = DuplicationWindow(store, str(tmp_path), window_seconds=60, window_size=100,
+                              clock=lambda: clock.now / 1000)
+        w.ensure_loaded()
+        assert window_key("Aged", key(1)) in w
+        clock.now += 61_000
+        w._evict()
+        assert window_key("Aged", key(1)) not in w
+    finally:
+        store.shutdown()
 
 
 def test_idempotent_producer_rides_out_a_restart_and_stores_once(dedup_broker: Standalone) -> None:
@@ -232,10 +248,10 @@ def test_a_window_forgotten_at_promotion_is_rebuilt_with_what_was_replicated(tmp
                               clock=lambda: clock.now / 1000)
         w.ensure_loaded()  # as a slave: nothing stored yet
         put_one(store, "Replicated", uniq=key(1))  # what the HA client appends
-        assert window_key("Replicated", key(1)) not in w.entries
+        assert window_key("Replicated", key(1)) not in w
         w.forget()
         w.ensure_loaded()
-        assert window_key("Replicated", key(1)) in w.entries
+        assert window_key("Replicated", key(1)) in w
     finally:
         store.shutdown()
 
@@ -274,3 +290,66 @@ def test_timer_batch_stored_as_two_puts_is_answered_once_and_stored_once(dedup_b
             await c.close()
 
     run(scenario())
+
+
+def test_replay_without_a_snapshot_starts_on_a_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """No duplication.json (a first start with dedup, a crash before any snapshot): the replay of the
+    CommitLog's tail starts where a CommitLog file starts, not a fixed byte count before the end, which
+    falls inside a record (issue #45: 0 keys rebuilt, 'undecodable record')."""
+    import tidalmq.broker.dedup as dedup
+
+    monkeypatch.setattr(dedup, "_REBUILD_BYTES", 1000)  # inside the last 16 KiB file, mid-record
+    clock = FakeClock()
+    store = DefaultMessageStore(small_config(str(tmp_path / "store")), clock=clock, index_service=FakeIndex())
+    assert store.load()
+    store.start()
+    try:
+        for i in range(200):  # more than one 16 KiB file
+            put_one(store, "Tail", uniq=key(i))
+        first, end = store.commit_log_range()
+        assert end > 16 * 1024 and end % (16 * 1024) > 1000
+        w = DuplicationWindow(store, str(tmp_path / "config"), window_seconds=3600, window_size=1000,
+                              clock=lambda: clock.now / 1000)
+        with caplog.at_level("ERROR"):
+            w.ensure_loaded()
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+        file_start = end - end % (16 * 1024)
+        kept = [i for i in range(200) if window_key("Tail", key(i)) in w]
+        assert kept and kept == list(range(kept[0], 200)) and len(w.index) == len(kept)
+        # every record of the last file, not just the last 1000 bytes' worth
+        assert w.original(window_key("Tail", key(kept[0]))).phys >= file_start > end - 1000 - 16 * 1024  # type: ignore[union-attr]
+        assert (tmp_path / "config" / SNAPSHOT_FILE).exists()  # written at load: a crash now finds it
+    finally:
+        store.shutdown()
+
+
+def test_window_of_segments_is_saved_at_shutdown_and_loaded(tmp_path: Path) -> None:
+    """Segments are saved as files; a stop writes the snapshot, so a restart loads them and replays only
+    what is newer (here: nothing), and answers every key from before the stop."""
+    settings = {**SMALL, "duplicationWindowSize": "40", "duplicationSnapshotIntervalSeconds": "3600"}
+    s = Standalone(tmp_path / "data", settings)
+    answers: dict[int, tuple[str, str, str]] = {}
+
+    async def scenario(first: bool) -> None:
+        c = RemotingClient()
+        try:
+            for i in range(30):
+                r = answer(await send(c, s.broker_addr, "DedupSeg", key(i)))
+                if first:
+                    answers[i] = r
+                else:
+                    assert r == answers[i]
+            assert await max_offset(c, s.broker_addr, "DedupSeg") == 30
+        finally:
+            await c.close()
+
+    with s:
+        run(scenario(True))
+        s.stop()
+        config = tmp_path / "data" / "store" / "config"
+        snap = json.loads((config / SNAPSHOT_FILE).read_text())
+        assert len(snap["segments"]) == 2, snap  # 3 segments of 10 keys; the newest is rebuilt by the replay
+        assert sorted(p.name for p in (config / "duplication").iterdir()) == sorted(snap["segments"])
+        s.start()
+        run(scenario(False))

@@ -77,3 +77,41 @@ def test_min_offsets_per_trigger_rule() -> None:
     # too few: held until maxTriggerDelay has passed since the last batch
     assert hold_back(3, 10, 90.0, 100.0, 60.0)
     assert not hold_back(3, 10, 40.0, 100.0, 60.0)
+
+
+def test_a_kafka_job_gets_kafka_schema_and_its_other_options() -> None:
+    """Naming the topic Kafka's way (subscribe, subscribePattern, assign) gives Kafka's schema unless the job
+    says otherwise; Kafka's global timestamps, poll timeout and group prefix are taken."""
+    assert parse_read_options({**NS, "subscribe": "A"}, streaming=True).kafka_schema
+    assert parse_read_options({**NS, "subscribePattern": "A.*"}, streaming=True).kafka_schema
+    assert parse_read_options({**NS, "assign": '{"A": [0]}'}, streaming=False).kafka_schema
+    assert not parse_read_options({**NS, "topic": "A"}, streaming=True).kafka_schema
+    assert not parse_read_options({**NS, "subscribe": "A", "kafkaCompatibleSchema": "false"}, streaming=True).kafka_schema
+    o = parse_read_options({**NS, "subscribe": "A", "startingTimestamp": "1700000000000", "endingTimestamp": "1700000001000",
+                            "kafkaConsumer.pollTimeoutMs": "2500", "groupIdPrefix": "etl"}, streaming=False)
+    assert (o.starting.kind, o.starting.timestamp_ms) == ("timestamp", 1_700_000_000_000)
+    assert (o.ending.kind, o.ending.timestamp_ms) == ("timestamp", 1_700_000_001_000)
+    assert o.pull_timeout_s == 2.5
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"subscribe": "A", "kafka.bootstrap.servers": "h:9092"}, "takes the NameServer's address as option 'nameserver'"),
+    ({"subscribe": "A", "kafka.security.protocol": "SSL"}, "Kafka client setting.*server option is 'nameserver'"),
+    ({"subscribe": "A", "maxOffsetsPerTrigger": "abc"}, "option 'maxOffsetsPerTrigger' must be an integer"),
+    ({"subscribe": "A", "kafkaConsumer.pollTimeoutMs": "0"}, "option 'kafkaConsumer.pollTimeoutMs' must be >= 1"),
+    ({"subscribe": "A", "startingTimestamp": "soon"}, "option 'startingTimestamp'"),
+    ({"subscribe": "A", "startingTimestamp": "5", "startingOffsets": "earliest"}, "give one of them"),
+])
+def test_kafka_errors_name_the_option_as_given(options: dict[str, str], needle: str) -> None:
+    with pytest.raises(TidalMQOptionError, match=needle):
+        parse_read_options({**NS, **options}, streaming=True)
+    with pytest.raises(TidalMQOptionError, match="'maxOffsetsPerTrigger' is for streaming"):
+        parse_read_options({**NS, "subscribe": "A", "maxOffsetsPerTrigger": "5"}, streaming=False)
+
+
+def test_the_sinks_kafka_server_option_points_at_nameserver() -> None:
+    from tidalmq.spark.options import parse_write_options
+
+    with pytest.raises(TidalMQOptionError, match="sink takes the NameServer's address as option 'nameserver'"):
+        parse_write_options({**NS, "kafka.bootstrap.servers": "h:9092"}, streaming=False)
+    assert parse_write_options(NS, streaming=False).send_timeout_s == 120.0  # Kafka's delivery.timeout.ms

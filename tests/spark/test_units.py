@@ -3,6 +3,8 @@ default suite; they import neither pyspark nor pyarrow."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tidalmq.spark.options import TidalMQOptionError, parse_read_options, parse_write_options
@@ -84,12 +86,12 @@ def test_retry_options_and_sql92_syntax() -> None:
     assert parse_write_options({"nameserver": "h:1", "writeId": " nightly "}, streaming=False).write_id == "nightly"
 
 
-def test_retries_stop_at_the_count_or_deadline_and_name_the_cause() -> None:
+def test_retries_run_to_the_deadline_and_name_the_cause() -> None:
     import asyncio
 
     from tidalmq.client.errors import MQBrokerError, MQClientError
     from tidalmq.spark.options import RetryPolicy
-    from tidalmq.spark.retry import RetriesExhausted, retry_async, retry_sync
+    from tidalmq.spark.retry import RetriesExhausted, gives_up, retry_async, retry_sync
 
     calls: list[int] = []
 
@@ -97,9 +99,20 @@ def test_retries_stop_at_the_count_or_deadline_and_name_the_cause() -> None:
         calls.append(1)
         raise MQClientError(10001, "connect to 127.0.0.1:1 failed")
 
-    with pytest.raises(RetriesExhausted, match=r"reading offsets failed after 3 tries .*client-side error 10001"):
-        retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.001, deadline_s=10), "reading offsets")
+    # the deadline, not the count, ends the driver's retries (a caught-up stream waiting out an outage) ...
+    began = time.monotonic()
+    with pytest.raises(RetriesExhausted, match=r"reading offsets failed after \d+ tries .*client-side error 10001"):
+        retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.001, deadline_s=0.3), "reading offsets")
+    assert len(calls) > 3 and time.monotonic() - began >= 0.25
+    # ... and a deadline shorter than the count's pauses still gets numRetries retries
+    calls.clear()
+    with pytest.raises(RetriesExhausted, match=r"failed after 3 tries"):
+        retry_sync(refused, RetryPolicy(num_retries=2, interval_s=0.02, deadline_s=0.001), "reading offsets")
     assert len(calls) == 3
+    assert not gives_up(RetryPolicy(num_retries=3, deadline_s=60.0), 40, 59.0, True)
+    assert gives_up(RetryPolicy(num_retries=3, deadline_s=60.0), 40, 61.0, True)
+    assert not gives_up(RetryPolicy(num_retries=3, deadline_s=1.0), 3, 5.0, True)
+    assert gives_up(RetryPolicy(num_retries=3, deadline_s=1.0), 3, 5.0, False)
 
     calls.clear()  # uncounted: only the deadline ends the tries (the sink's NameServer check)
     with pytest.raises(RetriesExhausted, match=r"checking failed after \d+ tries"):

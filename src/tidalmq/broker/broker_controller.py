@@ -309,7 +309,11 @@ class BrokerController:
         self.topics.persist()
         # A failure here (a full disk, say) must not skip the store's shutdown, which flushes the CommitLog
         # and ConsumeQueues; what these failed to write is recovered from the CommitLog at the next start.
-        for what, step in (*self.scheduled.shutdown_steps(), ("transaction state", self.transactions.persist)):
+        dedup = self.send_processor.dedup
+        steps = [*self.scheduled.shutdown_steps(), ("transaction state", self.transactions.persist)]
+        if dedup is not None:
+            steps.append(("de-duplication window", dedup.snapshot))
+        for what, step in steps:
             try:
                 step()
             except OSError as e:

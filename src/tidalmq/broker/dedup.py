@@ -29,13 +29,19 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from tidalmq.broker.dedup_index import KeyIndex, Segment, key_hash
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
-from tidalmq.common.record import DispatchProperties, dispatch_properties, properties_span
+from tidalmq.common.record import (
+    DispatchProperties,
+    RecordError,
+    dispatch_properties,
+    properties_span,
+    view_record,
+)
 from tidalmq.common.record_batch import RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILE = "duplication.json"
+SEGMENT_DIR = "duplication"  # the window's saved segments (broker/dedup_index.py), beside the snapshot
 _REBUILD_BYTES = 64 << 20  # replayed when there is no snapshot (a first start with dedup, a lost file)
 _REPLAY_CHUNK = 8 << 20
 _UNIQ = b"UNIQ_KEY"
@@ -117,11 +124,12 @@ class DuplicationWindow:
                  snapshot_interval_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.path = os.path.join(config_dir, SNAPSHOT_FILE)
+        self.segment_dir = os.path.join(config_dir, SEGMENT_DIR)
         self.window_ms = window_seconds * 1000
         self.window_size = window_size
         self.snapshot_interval_s = snapshot_interval_s
         self.clock = clock
-        self.entries: OrderedDict[str, Original] = OrderedDict()
+        self.index = KeyIndex(window_size, self.window_ms, clock)
         self.in_flight: dict[int, list[str | None]] = {}  # id(put) -> its keys, until settled
         self._in_flight_keys: set[str] = set()
         self.duplicates = 0  # sends (records) answered from the window
@@ -129,84 +137,125 @@ class DuplicationWindow:
         self._last_snapshot = 0.0
         self._snapshot_lock = threading.Lock()
 
+    def __contains__(self, key: str) -> bool:
+        return self.original(key) is not None
+
+    def original(self, key: str) -> Original | None:
+        """Where the window's copy of ``key`` was stored, or None."""
+        return self._originals([key])[0]
+
     # ---- load and snapshot ----------------------------------------------------------------------
     def ensure_loaded(self) -> None:
-        """Replay the CommitLog from the oldest entry's offset; before the first put of this boot."""
+        """Load the saved segments and replay the CommitLog from where they end; before the first put of
+        this boot. Without a snapshot the replay starts at the CommitLog file that holds the last
+        ``_REBUILD_BYTES`` (a file starts with a record; an offset inside one may not)."""
         if self._loaded:
             return
         self._loaded = True
         first, end = self.store.commit_log_range()
-        start = max(first, end - _REBUILD_BYTES)
+        file_size = self.store.config.mapped_file_size_commit_log
+        tail = max(first, end - _REBUILD_BYTES)
+        start = max(first, tail - tail % file_size)
+        segments: list[Segment] = []
         try:
             with open(self.path, encoding="utf-8") as f:
-                start = max(first, min(int(json.load(f)["start"]), end))
+                snap = json.load(f)
+            segments = [Segment.load(os.path.join(self.segment_dir, name)) for name in snap.get("segments", [])]
+            start = max(first, min(int(snap["start"]), end))
         except FileNotFoundError:
             pass
-        except (ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            segments = []
             log.warning("duplication snapshot %s unreadable (%s): rebuilding from the CommitLog tail", self.path, e)
+        began = time.monotonic()
+        self.index.load(segments)
         self._replay(start)
-        self._last_snapshot = time.monotonic()
-        log.info("duplication window: %d keys (replayed the CommitLog from %d)", len(self.entries), start)
+        log.info("duplication window: %d keys (%d saved segments, replayed the CommitLog from %d in %.2f s)",
+                 len(self.index), len(segments), start, time.monotonic() - began)
+        self.snapshot()  # from now on a crash finds where this boot's window starts
 
     def forget(self) -> None:
         """Drop the window so that the next put rebuilds it from the CommitLog: a replica promoted to master
         at runtime (controller mode) holds the old master's records, replicated after any window it built
         while a slave (a send refused there still loads it)."""
-        self.entries.clear()
+        self.index.clear()
         self._loaded = False
 
     def _replay(self, start: int) -> None:
         _first, end = self.store.commit_log_range()
         offset = start
-        entries = self.entries
+        index = self.index
         while offset < end:
             batch, nxt = self.store.read_commit_log_records(offset, _REPLAY_CHUNK)
             names = batch.topic_names
-            for t, q, phys, qoff, ts, key in zip(batch.topic_ids.tolist(), batch.queue_ids.tolist(),
-                                                 batch.commit_log_offsets.tolist(), batch.queue_offsets.tolist(),
-                                                 batch.store_timestamps.tolist(), batch.uniq_keys, strict=True):
+            for t, phys, ts, key in zip(batch.topic_ids.tolist(), batch.commit_log_offsets.tolist(),
+                                        batch.store_timestamps.tolist(), batch.uniq_keys, strict=True):
                 if key and not _skipped_topic(names[t]):
-                    entries.setdefault(window_key(names[t], key), Original(phys, q, qoff, ts))
-            self._evict()
+                    index.add(key_hash(window_key(names[t], key)), phys, ts)
+            index.evict()
             if nxt <= offset:
                 break
             offset = nxt
 
     def snapshot(self, *, background: bool = False) -> None:
-        """Write where the window starts in the CommitLog (atomically: a temp file renamed; fsync'd by a
-        worker thread when ``background``)."""
-        first = next(iter(self.entries.values()), None)
-        start = first.phys if first is not None else self.store.commit_log_range()[1]
+        """Save the segments not saved yet and write which are the window's and where the replay starts
+        (atomically: temp files renamed; by a worker thread when ``background``). Nothing before the
+        window is loaded: its keys are not known yet, and the last snapshot still says where they are."""
+        if not self._loaded:
+            return
+        start = self.index.replay_start(self.store.commit_log_range()[1])
+        saved = list(self.index.saved())
         self._last_snapshot = time.monotonic()
         if background:
-            asyncio.get_running_loop().run_in_executor(None, self._write, start)
+            asyncio.get_running_loop().run_in_executor(None, self._write, start, saved)
         else:
-            self._write(start)
+            self._write(start, saved)
 
-    def _write(self, start: int) -> None:
+    def _write(self, start: int, saved: list[Segment]) -> None:
         with self._snapshot_lock:
+            os.makedirs(self.segment_dir, exist_ok=True)
+            for seg in saved:
+                seg.save(self.segment_dir)
             tmp = self.path + ".tmp"
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"start": start}, f)
+                json.dump({"start": start, "segments": [seg.name for seg in saved]}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+            keep = {seg.name for seg in saved}
+            for name in os.listdir(self.segment_dir):  # evicted segments, and temp files of a crash
+                if name not in keep:
+                    os.remove(os.path.join(self.segment_dir, name))
 
     def snapshot_due(self) -> bool:
         return self._loaded and time.monotonic() - self._last_snapshot >= self.snapshot_interval_s
 
     # ---- the send path ----------------------------------------------------------------------------
+    def _originals(self, keys: list[str | None]) -> list[Original | None]:
+        """The stored original of each key (None: not in the window). A hash the window holds is checked
+        against the record it points at, which also says the original's queue and queue offset."""
+        hashes = [key_hash(k) if k is not None else 0 for k in keys]
+        out: list[Original | None] = []
+        for k, phys in zip(keys, self.index.lookup(hashes), strict=True):
+            out.append(None if k is None or phys is None else self._original_at(phys, k))
+        return out
+
+    def _original_at(self, phys: int, key: str) -> Original | None:
+        raw = self.store.select_one_message_by_offset(phys)
+        if raw is None:
+            return None
+        try:
+            v = view_record(raw)
+            topic, _, uniq = key.partition("/")
+            if v.topic != topic or v.properties.get(mc.UNIQ_KEY) != uniq:
+                return None  # another key with the same hash
+        except RecordError:
+            return None
+        return Original(phys, v.queue_id, v.queue_offset, v.store_timestamp)
+
     def _evict(self) -> None:
-        entries = self.entries
-        while len(entries) > self.window_size:
-            entries.popitem(last=False)
-        horizon = int(self.clock() * 1000) - self.window_ms
-        while entries:
-            first = next(iter(entries.values()))
-            if first.store_ts >= horizon:
-                break
-            entries.popitem(last=False)
+        if self.index.evict() and self._loaded:
+            self._last_snapshot = 0.0  # segments went: the next settle writes a snapshot without them
 
     def _answer(self, req: RemotingCommand, originals: list[Original]) -> RemotingCommand:
         first = originals[0]
@@ -226,18 +275,13 @@ class DuplicationWindow:
         if _skipped_topic(put.topic):
             return put
         keys = put_keys(put)
-        entries, flying = self.entries, self._in_flight_keys
-        known: list[Original | None] = []
-        found = 0
-        for k in keys:  # one pass: most sends are new keys, and nothing else is done for them
-            o = None
-            if k is not None:
-                if k in flying:
-                    reply(req.make_response(ResponseCode.SYSTEM_BUSY, IN_FLIGHT_REMARK.format(k)))
-                    return None
-                o = entries.get(k)
-                found += o is not None
-            known.append(o)
+        flying = self._in_flight_keys
+        for k in keys:
+            if k is not None and k in flying:
+                reply(req.make_response(ResponseCode.SYSTEM_BUSY, IN_FLIGHT_REMARK.format(k)))
+                return None
+        known = self._originals(keys)
+        found = sum(o is not None for o in known)
         if found and found == len(known):
             self.duplicates += found
             reply(self._answer(req, [o for o in known if o is not None]))
@@ -260,12 +304,15 @@ class DuplicationWindow:
         self._in_flight_keys.difference_update(k for k in keys if k)
         if res is None or res.status != PutStatus.PUT_OK:
             return
-        entries = self.entries
-        qid, qoff, ts = put.queue_id, res.queue_offset, res.store_timestamp
-        for i, (key, phys) in enumerate(zip(keys, _record_offsets(put, res), strict=True)):
-            if key and key not in entries:
-                entries[key] = Original(phys, qid, qoff + i, ts)
+        index = self.index
+        frozen = len(index.segments)
+        ts = res.store_timestamp
+        for key, phys in zip(keys, _record_offsets(put, res), strict=True):
+            if key:
+                index.add(key_hash(key), phys, ts)
         self._evict()
+        if len(index.segments) != frozen:
+            self._last_snapshot = 0.0  # a new segment: saved at once, not at the next interval
         if self.snapshot_due():
             self.snapshot(background=True)
 

@@ -71,8 +71,13 @@ def offsets_from_dict(d: dict[str, dict[str, int]] | None) -> dict[QueueKey, int
 class Catalog:
     """Queues and offsets of the topics a query reads (driver side; blocking)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, *, loaded: bool = False) -> None:
+        """``loaded``: the query's topics were found at ``load()``, so a NameServer that knows one of them no
+        more is taken as not knowing it *yet* (a NameServer restarted before its brokers re-registered:
+        1-2 s for a standalone, up to the brokers' 30 s heartbeat on a cluster) and asked again until
+        ``retryDeadlineMs``; at ``load()`` itself an unknown topic fails at once."""
         self.opts = opts
+        self.loaded = loaded
         self._consumer = PullConsumer(opts.pull_group, opts.nameserver, pull_timeout=opts.pull_timeout_s)
         self._consumer._instance.request_timeout = opts.request_timeout_s
         self._started = False
@@ -163,9 +168,19 @@ class Catalog:
                       and not t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX)))
 
     def queues(self, topic: str) -> list[MessageQueue]:
+        from tidalmq.remoting.codes import ResponseCode
+
         inst = self._consumer._instance
-        route = self._call(lambda: inst.update_route(topic),
-                           f"option 'nameserver': asking {self.opts.nameserver} for the route of topic {topic!r}")
+
+        async def lookup() -> Any:
+            route = await inst.update_route(topic)
+            if (route is None or not route.queue_datas) and self.loaded:
+                raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"the NameServer has no route of topic {topic!r} "
+                                    "(yet: its brokers have not registered it since it restarted?)")
+            return route
+
+        route = self._call(lookup, f"option 'nameserver': asking {self.opts.nameserver} for the route of topic "
+                           f"{topic!r}")
         if route is None or not route.queue_datas:
             raise TidalMQOptionError(f"topic {topic!r} does not exist on the NameServer {self.opts.nameserver} "
                                      "(create it with `mqadmin updateTopic` or write to it first)")

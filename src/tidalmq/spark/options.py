@@ -29,14 +29,21 @@ READ_OPTIONS = (
     # Spark's Kafka source spellings, so a Kafka job ports by changing the format name and the address
     "subscribe", "subscribePattern", "assign", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "includeHeaders", "kafkaCompatibleSchema",
+    "startingTimestamp", "endingTimestamp", "kafkaConsumer.pollTimeoutMs", "groupIdPrefix",
 )
 # Kafka's name -> ours, for options that mean exactly the same thing.
-KAFKA_ALIASES = {"subscribe": "topic", "subscribePattern": "topicPattern", "maxOffsetsPerTrigger": "maxMessagesPerTrigger"}
+KAFKA_ALIASES = {"subscribe": "topic", "subscribePattern": "topicPattern", "maxOffsetsPerTrigger": "maxMessagesPerTrigger",
+                 "kafkaConsumer.pollTimeoutMs": "pullTimeoutMs"}
+# Kafka's ways of naming what is read: given one of them, the source answers with Kafka's schema by default.
+KAFKA_SUBSCRIPTIONS = ("subscribe", "subscribePattern", "assign")
 DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60.0  # Kafka's default maxTriggerDelay
 WRITE_OPTIONS = (
     "nameserver", "topic", "producerGroup", "batchSize", "maxInflight", "sendTimeoutMs", "retries",
     "requestTimeoutMs", "writeId",
 )
+# As Kafka's producer's delivery.timeout.ms (120 s): a send rides out a broker restart (recovery, the
+# de-duplication window's load) and the NameServer's re-registration.
+DEFAULT_SEND_TIMEOUT_MS = 120_000
 # Options Spark itself (or a Spark-level convention) puts into a source's or sink's option map.
 _SPARK_OPTIONS = {"checkpointlocation", "queryname", "path"}
 
@@ -65,11 +72,11 @@ class StartSpec:
 @dataclass(frozen=True)
 class RetryPolicy:
     """How the source rides out a broker or NameServer blip (Kafka's ``fetchOffset.numRetries`` /
-    ``fetchOffset.retryIntervalMs``, and a total deadline): a failed route lookup, offset query or pull is
-    tried again after ``interval_s`` doubling up to 2 s, ``num_retries`` times for the driver's offset
-    queries, and for pulls as long as ``deadline_s`` allows; then it fails with the cause."""
+    ``fetchOffset.retryIntervalMs``, and a total deadline like Kafka's ``default.api.timeout.ms``): a
+    failed route lookup, offset query or pull is tried again after ``interval_s`` doubling up to 2 s until
+    ``deadline_s`` (the driver's queries at least ``num_retries`` times); then it fails with the cause."""
 
-    num_retries: int = 10
+    num_retries: int = 3
     interval_s: float = 0.1
     deadline_s: float = 60.0
 
@@ -125,7 +132,7 @@ class WriteOptions:
     producer_group: str = DEFAULT_WRITE_GROUP
     batch_size: int = 256
     max_inflight: int = 32
-    send_timeout_s: float = 10.0
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_MS / 1000.0
     retries: int = 2
     request_timeout_s: float = 5.0
     write_id: str | None = None  # names a batch write for deterministic message keys (exactly-once re-runs)
@@ -148,6 +155,8 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
                 raise TidalMQOptionError(
                     f"the tidalmq {what} takes no path (got {value!r}): name the topic with option 'topic'")
             continue
+        if k.startswith("kafka."):
+            raise TidalMQOptionError(_kafka_setting(key, what))
         if k not in canon:
             close = [c for c in known if c.lower().startswith(k[:4])]
             hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
@@ -157,17 +166,36 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...], what: str) 
     return out
 
 
+def _kafka_setting(key: str, what: str) -> str:
+    """The error for a ``kafka.*`` option: Kafka's client settings; the address is the one that ports."""
+    if key.lower() == "kafka.bootstrap.servers":
+        return (f"option {key!r} is Kafka's: the tidalmq {what} takes the NameServer's address as option "
+                "'nameserver' (host:port[;host:port])")
+    return (f"option {key!r} is a Kafka client setting, which TidalMQ has no use for (the tidalmq {what}'s "
+            "server option is 'nameserver'); leave it out")
+
+
 def _int(opts: dict[str, str], name: str, default: int | None, *, minimum: int = 1) -> int | None:
     raw = opts.get(name)
     if raw is None or raw.strip() == "":
         return default
+    label = _spelling(opts, name)
     try:
         value = int(raw.strip())
     except ValueError:
-        raise TidalMQOptionError(f"option {name!r} must be an integer, got {raw!r}") from None
+        raise TidalMQOptionError(f"option {label!r} must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise TidalMQOptionError(f"option {name!r} must be >= {minimum}, got {value}")
+        raise TidalMQOptionError(f"option {label!r} must be >= {minimum}, got {value}")
     return value
+
+
+_SPELLED = "\x00spelled"  # where parse_read_options keeps the spelling a renamed (Kafka) option was given in
+
+
+def _spelling(opts: dict[str, str], name: str) -> str:
+    """The name the user gave option ``name`` under (Kafka's, for an alias)."""
+    given = opts.get(_SPELLED + name)
+    return given if given is not None else name
 
 
 def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
@@ -316,12 +344,21 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
     (``DataSource.schema``): every check but the batch-only/streaming-only ones."""
     what = "streaming source" if streaming else "source"
     opts = _check_known(options, READ_OPTIONS, what)
+    options_given = set(opts)
     for kafka_name, ours in KAFKA_ALIASES.items():
         if kafka_name in opts:
             if ours in opts:
                 raise TidalMQOptionError(f"options {kafka_name!r} (Kafka's spelling) and {ours!r} are the same "
                                          "option: give one of them")
             opts[ours] = opts.pop(kafka_name)
+            opts[_SPELLED + ours] = kafka_name
+    for kafka_name, ours in (("startingTimestamp", "startingOffsets"), ("endingTimestamp", "endingOffsets")):
+        if kafka_name in opts:  # Kafka's global timestamp: every queue from its first message at or after it
+            if ours in opts:
+                raise TidalMQOptionError(f"options {kafka_name!r} and {ours!r} both say where reading starts "
+                                         "(ends): give one of them")
+            raw = opts.pop(kafka_name)
+            opts[ours] = f"timestamp:{parse_timestamp(raw, kafka_name)}"
     ns = _nameserver(opts, what)
     topic_raw = (opts.get("topic") or "").strip()
     pattern = (opts.get("topicPattern") or "").strip() or None
@@ -367,7 +404,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         ending = parse_offsets(opts.get("endingOffsets"), "endingOffsets", "latest", allow_earliest=False)
     for name in ("maxMessagesPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
         if streaming is False and name in opts:
-            raise TidalMQOptionError(f"option {name!r} is for streaming queries (spark.readStream)")
+            raise TidalMQOptionError(f"option {_spelling(opts, name)!r} is for streaming queries (spark.readStream)")
     for spec, name in ((starting, "startingOffsets"), (ending, "endingOffsets")):
         if spec.kind in ("queues", "timestamps") and topics:
             extra = set(spec.queues) - set(topics)
@@ -383,7 +420,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         raise TidalMQOptionError(f"option 'minOffsetsPerTrigger' ({min_per_trigger}) is larger than "
                                  f"'maxOffsetsPerTrigger'/'maxMessagesPerTrigger' ({max_per_trigger})")
     delay_raw = (opts.get("maxTriggerDelay") or "").strip()
-    kafka_schema = _bool(opts, "kafkaCompatibleSchema", False)
+    # A Kafka job names its topics Kafka's way and reads Kafka's columns: that is its default schema.
+    kafka_schema = _bool(opts, "kafkaCompatibleSchema", any(k in options_given for k in KAFKA_SUBSCRIPTIONS))
     include_headers = _bool(opts, "includeHeaders", False)
     if include_headers and not kafka_schema:
         raise TidalMQOptionError("option 'includeHeaders' adds Kafka's 'headers' column: it needs "
@@ -418,7 +456,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         pull_timeout_s=(_int(opts, "pullTimeoutMs", 10_000) or 10_000) / 1000.0,
         request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
         retry=RetryPolicy(
-            num_retries=_int(opts, "fetchOffset.numRetries", 10, minimum=0) or 0,
+            num_retries=_int(opts, "fetchOffset.numRetries", 3, minimum=0) or 0,
             interval_s=(_int(opts, "fetchOffset.retryIntervalMs", 100, minimum=0) or 0) / 1000.0,
             deadline_s=(_int(opts, "retryDeadlineMs", 60_000) or 60_000) / 1000.0,
         ),
@@ -448,7 +486,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool) -> Write
         producer_group=group,
         batch_size=_int(opts, "batchSize", 256) or 256,
         max_inflight=_int(opts, "maxInflight", 32) or 32,
-        send_timeout_s=(_int(opts, "sendTimeoutMs", 10_000) or 10_000) / 1000.0,
+        send_timeout_s=(_int(opts, "sendTimeoutMs", DEFAULT_SEND_TIMEOUT_MS) or DEFAULT_SEND_TIMEOUT_MS) / 1000.0,
         retries=_int(opts, "retries", 2, minimum=0) or 0,
         request_timeout_s=(_int(opts, "requestTimeoutMs", 5_000) or 5_000) / 1000.0,
         write_id=(opts.get("writeId") or "").strip() or None,

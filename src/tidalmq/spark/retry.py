@@ -2,8 +2,9 @@
 
 A broker restart or a NameServer blip shows as a refused or broken connection, a timeout, or a broker's
 "busy / not available" answer; those are tried again (``RetryPolicy``: pause doubling from
-``fetchOffset.retryIntervalMs`` to 2 s, at most ``fetchOffset.numRetries`` retries where a count applies,
-never past ``retryDeadlineMs``). Anything else (a refused subscription, a topic that does not exist) fails
+``fetchOffset.retryIntervalMs`` to 2 s, until ``retryDeadlineMs``, as Kafka's clients give up after
+``default.api.timeout.ms``; the driver's queries are tried at least ``fetchOffset.numRetries`` times more
+even past a short deadline). Anything else (a refused subscription, a topic that does not exist) fails
 at once. When the retries run out the error names the operation, the tries, the time and the last cause.
 """
 
@@ -42,6 +43,15 @@ def describe(e: BaseException) -> str:
     return f"client-side error: {type(e).__name__}: {e}"
 
 
+def gives_up(policy: RetryPolicy, tries: int, elapsed_s: float, counted: bool) -> bool:
+    """Whether a call that failed ``tries`` times stops: the deadline bounds every retry (a caught-up
+    stream waiting out a 30 s outage must not end after a count of short pauses), and ``counted`` calls
+    get their ``num_retries`` retries even where the deadline is shorter."""
+    if elapsed_s <= policy.deadline_s:
+        return False
+    return not counted or tries > policy.num_retries
+
+
 class RetriesExhausted(RuntimeError):
     """Retries ran out; ``__cause__`` is the last failure."""
 
@@ -54,8 +64,8 @@ def _exhausted(what: str, tries: int, began: float, policy: RetryPolicy, last: B
 
 async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str, *,
                       counted: bool = True) -> T:
-    """``await call()`` until it succeeds or fails for good. ``counted``: at most ``num_retries``
-    retries (the driver's queries); otherwise only the deadline bounds them (pulls)."""
+    """``await call()`` until it succeeds or fails for good: retried until the deadline; ``counted`` (the
+    driver's queries): and at least ``num_retries`` times, whatever the deadline."""
     began = time.monotonic()
     tries = 0
     while True:
@@ -66,7 +76,7 @@ async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, wha
             if not transient(e):
                 raise
             pause = policy.pause(tries)
-            if (counted and tries > policy.num_retries) or time.monotonic() + pause - began > policy.deadline_s:
+            if gives_up(policy, tries, time.monotonic() + pause - began, counted):
                 raise _exhausted(what, tries, began, policy, e) from e
         await asyncio.sleep(pause)
 
@@ -83,6 +93,6 @@ def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str, *, counted
             if not transient(e):
                 raise
             pause = policy.pause(tries)
-            if (counted and tries > policy.num_retries) or time.monotonic() + pause - began > policy.deadline_s:
+            if gives_up(policy, tries, time.monotonic() + pause - began, counted):
                 raise _exhausted(what, tries, began, policy, e) from e
         time.sleep(pause)

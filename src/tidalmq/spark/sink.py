@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tidalmq.spark.kafka_columns import KAFKA_COLUMNS, from_kafka, is_kafka_header, kafka_conversions
 from tidalmq.spark.options import TidalMQOptionError, WriteOptions, parse_write_options
 
 DELIVER_MS_PROPERTY = "TIDALMQ_DELIVER_MS"  # the requested deliver time, kept on delivery (lateness reports)
@@ -98,15 +99,28 @@ def check_sink_schema(schema: StructType, opts: WriteOptions) -> dict[str, str]:
     canon = {k.lower(): k for k in _ACCEPTED}
     for f in schema.fields:
         key = canon.get(f.name.lower())
+        kafka = KAFKA_COLUMNS.get(f.name.lower())
+        if kafka is not None:
+            key = kafka[0]
+            if key in cols:
+                raise TidalMQSchemaError(f"columns {cols[key]!r} and {f.name!r} are both written as the message's "
+                                         f"{key}: give one of them")
+        elif key in cols:
+            raise TidalMQSchemaError(f"columns {cols[key]!r} and {f.name!r} are both written as the message's "
+                                     f"{key}: give one of them")
         if key is None:
+            hint = (" (Kafka's 'partition': TidalMQ picks the queue; a 'shardingKey' keeps one key's rows in "
+                    "order)") if f.name.lower() == "partition" else " (select or rename the DataFrame's columns)"
             raise TidalMQSchemaError(f"column {f.name!r} is not a column the tidalmq sink writes; the columns are "
-                                     f"{', '.join(_ACCEPTED)} (select or rename the DataFrame's columns)")
-        what, types = _ACCEPTED[key]
+                                     f"{', '.join(_ACCEPTED)}, or Kafka's {', '.join(KAFKA_COLUMNS)}{hint}")
+        what, types = (kafka[1], kafka[2]) if kafka is not None else _ACCEPTED[key]
         dt = f.dataType
         ok = isinstance(dt, types)
-        if ok and key == "keys" and isinstance(dt, ArrayType):
+        if ok and kafka is not None and key == "properties":
+            ok = isinstance(dt, ArrayType) and is_kafka_header(dt.elementType)
+        if ok and kafka is None and key == "keys" and isinstance(dt, ArrayType):
             ok = isinstance(dt.elementType, StringType)
-        if ok and key == "properties":
+        if ok and kafka is None and key == "properties":
             ok = isinstance(dt, MapType) and isinstance(dt.keyType, StringType) and isinstance(dt.valueType, StringType)
         if not ok:
             raise TidalMQSchemaError(f"column {f.name!r} must be {what} for the tidalmq sink, but it is "
@@ -161,12 +175,24 @@ class _WriterBase:
     def __init__(self, options: Any, schema: StructType, *, streaming: bool) -> None:
         self.opts = parse_write_options(options, streaming=streaming)
         self.columns = check_sink_schema(schema, self.opts)
+        self.conversions = kafka_conversions(schema, self.columns)
         self.streaming = streaming
         _check_nameserver(self.opts)
 
     def _write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         keys = message_keys(self.opts.write_id, streaming=self.streaming)
+        if self.conversions:
+            iterator = self._converted(iterator)
         return asyncio.run(_send_all(self.opts, self.columns, iterator, keys))
+
+    def _converted(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        rows = 0
+        for rb in iterator:
+            try:
+                yield from_kafka(rb, self.conversions)
+            except ValueError as e:
+                raise TidalMQSinkError(f"tidalmq sink: batch at row {rows}: {e}") from None
+            rows += rb.num_rows
 
 
 class TidalMQBatchWriter(_WriterBase, DataSourceArrowWriter):

@@ -168,7 +168,7 @@ class TidalMQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRangePartition]:
         opts = self.opts
-        with fetch.Catalog(opts) as cat:
+        with fetch.Catalog(opts, loaded=True) as cat:
             queues = cat.all_queues()
             bounds = cat.min_max(queues)
             start = cat.resolve(opts.starting, queues, bounds, "startingOffsets")
@@ -209,7 +209,7 @@ class TidalMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def catalog(self) -> fetch.Catalog:
         if self._catalog is None:
-            self._catalog = fetch.Catalog(self.opts).start()
+            self._catalog = fetch.Catalog(self.opts, loaded=True).start()
         return self._catalog
 
     def _bounds(self) -> tuple[list[Any], dict[fetch.QueueKey, tuple[int, int]]]:
