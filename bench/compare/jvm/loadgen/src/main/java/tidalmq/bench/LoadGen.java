@@ -191,6 +191,7 @@ public final class LoadGen {
         long[] sent = send(producer, topic, expected, 0);
         double t1 = nowMs();
         System.out.println("{\"event\":\"sent\",\"count\":" + sent[0] + ",\"errors\":" + sent[1]
+            + ",\"first_error\":\"" + jsonText(firstError) + "\""
             + ",\"send_s\":" + (t1 - t0) / 1000 + ",\"t0_ms\":" + t0 + "}");
         System.out.flush();
         String got = "";
@@ -205,6 +206,12 @@ public final class LoadGen {
     }
 
     /** The phase's sends, ids from ``idBase``; [acknowledged, failed]. */
+    private String firstError = "";
+
+    private static String jsonText(Object o) {
+        return String.valueOf(o).replace("\\", "\\\\").replace("\"", "'").replace("\n", " ");
+    }
+
     private long[] send(DefaultMQProducer producer, String topic, int count, int idBase) throws Exception {
         int window = intArg("window", 256);
         int batch = intArg("batch", 0);
@@ -292,8 +299,8 @@ public final class LoadGen {
             default -> throw new IllegalArgumentException("unknown phase " + phase);
         }
         inFlight.acquire(window);
-        if (firstError.get() != null) {
-            System.err.println("first send error: " + firstError.get());
+        if (firstError.get() != null && this.firstError.isEmpty()) {
+            this.firstError = String.valueOf(firstError.get());
         }
         return new long[] {ok.get(), failed.get()};
     }
@@ -328,8 +335,7 @@ public final class LoadGen {
         try {
             new LoadGen(a).run();
         } catch (Throwable e) {
-            System.out.println("{\"event\":\"error\",\"error\":\"" + String.valueOf(e).replace("\\", "\\\\")
-                .replace("\"", "'").replace("\n", " ") + "\"}");
+            System.out.println("{\"event\":\"error\",\"error\":\"" + jsonText(e) + "\"}");
             System.out.flush();
             System.exit(2);
         }
