@@ -89,6 +89,34 @@ def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
             "enqueue_per_s": sent / took if took else float("nan"), "enqueue_per_s_by_tenth": rates}
 
 
+def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[str, Any]:
+    """DUE_RATE due/s over ``window`` seconds, sent in random order before the window starts (planned from the
+    enqueue ``rate`` of the same client: the Java load generator's for a Java peer)."""
+    m = DUE_RATE * window
+    rate = rate if rate == rate and rate > 0 else 10_000.0
+    lead_s = m / rate * 1.5 + 3
+    if java:
+        r = jload.Phase(s, topic="plate", phase="timer-late", rate=DUE_RATE, seconds=window, lead_ms=int(lead_s * 1000),
+                        size=workloads.SCHED_BODY, window=jload.WINDOW, wait_s=lead_s + window + 60).run(lead_s + 600)
+        return {"late_expected": m, "late_delivered": r["received"], "late_p50_ms": r["p50_ms"],
+                "late_p99_ms": r["p99_ms"], "late_early": r["early"]}
+    t_start = int((time.time() + lead_s) * 1000)
+    cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
+    deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
+    random.shuffle(deliver)
+    cl = workloads.client_of(peer, s.conn())
+    try:
+        cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
+    finally:
+        cl.close()
+    seen: dict[int, float] = {}
+    for i, recv, due in cons.result():
+        seen.setdefault(i, recv - due)
+    lat = sorted(seen.values())
+    return {"late_expected": m, "late_delivered": len(lat), "late_p50_ms": percentile(lat, 50),
+            "late_p99_ms": percentile(lat, 99), "late_early": sum(1 for x in lat if x < 0)}
+
+
 def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str, Any]:
     why = disk_check(n, tmp)
     if why:
@@ -136,24 +164,8 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
                    due_after_restart_delivered=len({i for i, _, _ in got}), due_after_restart=few)
         # lateness at DUE_RATE due/s with N pending
         window = 1 if quick else 5
-        m = DUE_RATE * window
-        rate = out["enqueue_per_s"] if out["enqueue_per_s"] == out["enqueue_per_s"] else 10_000.0
-        t_start = int((time.time() + m / rate * 1.5 + 3) * 1000)
-        cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
-        deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
-        random.shuffle(deliver)
-        cl = workloads.client_of(peer, s.conn())
-        try:
-            cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
-        finally:
-            cl.close()
-        got = cons.result()
-        seen: dict[int, float] = {}
-        for i, r, d in got:
-            seen.setdefault(i, r - d)
-        lat = sorted(seen.values())
-        out.update(late_due_per_s=DUE_RATE, late_expected=m, late_delivered=len(lat),
-                   late_p50_ms=percentile(lat, 50), late_p99_ms=percentile(lat, 99))
+        out.update(late_due_per_s=DUE_RATE, **lateness(peer, s, out["enqueue_per_s"], window,
+                                                     getattr(mod, "workloads", None) is jload))
         return out
     finally:
         s.stop()
