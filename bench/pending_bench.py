@@ -3,14 +3,17 @@
 For each N: the enqueue rate per tenth of N (does it fall as N grows?), disk bytes and anonymous RSS per
 pending message, SIGKILL and restart with N pending (seconds to ready, to the first delivery of a few
 messages due 3 s after the kill), then lateness p50/p99 at 10,000 due/s while the N are still pending. The
-peers are bench/compare's (TidalMQ, Apache RocketMQ 5 with its timer); each enqueue is cut at --budget
+peers are bench/compare's: TidalMQ through tidalmq.client (batches), Apache RocketMQ 5 (timer at 100 ms)
+through the Java load generator's single async sends (``rocketmq_java``: its own official client, far
+faster than Python single sends) or through tidalmq.client (``rocketmq``). Each enqueue is cut at --budget
 seconds, so a peer is measured up to the N it sustains in that time.
 
-    .venv/bin/python bench/pending_bench.py [--quick] [--full] [--peer tidalmq --peer rocketmq]
-        [--budget 900] [--compare bench/out/pending-latest.json]
+    .venv/bin/python bench/pending_bench.py [--quick] [--with-1e8] [--peer tidalmq --peer rocketmq_java]
+        [--budget 1200] [--compare bench/out/pending-latest.json]
 
-N = 10^6 and 10^7 (--full adds 10^8; --quick: 2*10^4 and 10^5). Data dirs live in a temp dir removed at the
-end, failed or not.
+N = 10^6 and 10^7 (--with-1e8 adds 10^8, after checking the free disk: ~DISK_PER_MSG bytes a message;
+--quick: 2*10^4 and 10^5). `bash bench/compare/run.sh` runs this as W6 and writes its rows into
+bench/RESULTS.md. Data dirs live in a temp dir removed at the end, failed or not.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ for p in (ROOT, ROOT / "src"):
         sys.path.insert(0, str(p))
 
 from bench.common import compare, percentile, print_machine, save  # noqa: E402
-from bench.compare import workloads  # noqa: E402
+from bench.compare import jload, workloads  # noqa: E402
 
 DAY_MS = 86_400_000
 # a disk budget per pending message, with room to spare: the CommitLog record (~250 B for a 100-byte body
@@ -40,6 +43,27 @@ DAY_MS = 86_400_000
 DISK_PER_MSG = 600
 CHUNK = 10_000
 DUE_RATE = 10_000
+PEERS = ("tidalmq", "rocketmq_java", "rocketmq", "rocketmq_p100")
+DEFAULT_PEERS = ("tidalmq", "rocketmq_java")
+SIZES, QUICK_SIZES, HUGE = (10**6, 10**7), (20_000, 100_000), 10**8
+
+
+def sizes(quick: bool, with_1e8: bool) -> list[int]:
+    return list(QUICK_SIZES) if quick else list(SIZES) + ([HUGE] if with_1e8 else [])
+
+
+def disk_needed(n: int) -> int:
+    return n * DISK_PER_MSG
+
+
+def disk_check(n: int, where: Path) -> str | None:
+    """None when ``where`` has room for N pending (one N at a time: each data dir is removed after its N),
+    else what it needs and has."""
+    free = shutil.disk_usage(where).free
+    if disk_needed(n) > free * 0.8:
+        return (f"N={n:,} needs ~{disk_needed(n) / 2**30:.0f} GiB free under {where} (~{DISK_PER_MSG} B a "
+                f"pending message, with room to spare); {free / 2**30:.0f} GiB free")
+    return None
 
 
 def du(path: Path) -> int:
@@ -65,10 +89,38 @@ def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
             "enqueue_per_s": sent / took if took else float("nan"), "enqueue_per_s_by_tenth": rates}
 
 
+def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[str, Any]:
+    """DUE_RATE due/s over ``window`` seconds, sent in random order before the window starts (planned from the
+    enqueue ``rate`` of the same client: the Java load generator's for a Java peer)."""
+    m = DUE_RATE * window
+    rate = rate if rate == rate and rate > 0 else 10_000.0
+    lead_s = m / rate * 1.5 + 3
+    if java:
+        r = jload.Phase(s, topic="plate", phase="timer-late", rate=DUE_RATE, seconds=window, lead_ms=int(lead_s * 1000),
+                        size=workloads.SCHED_BODY, window=jload.WINDOW, wait_s=lead_s + window + 60).run(lead_s + 600)
+        return {"late_expected": m, "late_delivered": r["received"], "late_p50_ms": r["p50_ms"],
+                "late_p99_ms": r["p99_ms"], "late_early": r["early"]}
+    t_start = int((time.time() + lead_s) * 1000)
+    cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
+    deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
+    random.shuffle(deliver)
+    cl = workloads.client_of(peer, s.conn())
+    try:
+        cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
+    finally:
+        cl.close()
+    seen: dict[int, float] = {}
+    for i, recv, due in cons.result():
+        seen.setdefault(i, recv - due)
+    lat = sorted(seen.values())
+    return {"late_expected": m, "late_delivered": len(lat), "late_p50_ms": percentile(lat, 50),
+            "late_p99_ms": percentile(lat, 99), "late_early": sum(1 for x in lat if x < 0)}
+
+
 def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str, Any]:
-    free = shutil.disk_usage(tmp).free
-    if n * DISK_PER_MSG > free * 0.8:
-        return {"target": n, "skipped": f"needs ~{n * DISK_PER_MSG / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"}
+    why = disk_check(n, tmp)
+    if why:
+        return {"target": n, "skipped": why}
     mod = importlib.import_module(f"bench.compare.peers.{peer}")
     why = mod.Server.available()
     if why:
@@ -82,7 +134,10 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
                 cl.setup(d, True)
             time.sleep(1.0)
             anon0 = s.rss_anon()
-            out = enqueue(cl, n, budget_s)
+            if getattr(mod, "workloads", None) is jload:  # the peer's client is the Java load generator
+                out = jload.enqueue_pending(s, "pbulk", n, budget_s, 7 * DAY_MS, 30 * DAY_MS)
+            else:
+                out = enqueue(cl, n, budget_s)
             time.sleep(3.0)  # the work left after the last acknowledgement
             pend = out["pending"]
             out.update(disk_bytes_per_msg=du(s.workdir) / pend if pend else float("nan"),
@@ -109,58 +164,52 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
                    due_after_restart_delivered=len({i for i, _, _ in got}), due_after_restart=few)
         # lateness at DUE_RATE due/s with N pending
         window = 1 if quick else 5
-        m = DUE_RATE * window
-        rate = out["enqueue_per_s"] if out["enqueue_per_s"] == out["enqueue_per_s"] else 10_000.0
-        t_start = int((time.time() + m / rate * 1.5 + 3) * 1000)
-        cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
-        deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
-        random.shuffle(deliver)
-        cl = workloads.client_of(peer, s.conn())
-        try:
-            cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
-        finally:
-            cl.close()
-        got = cons.result()
-        seen: dict[int, float] = {}
-        for i, r, d in got:
-            seen.setdefault(i, r - d)
-        lat = sorted(seen.values())
-        out.update(late_due_per_s=DUE_RATE, late_expected=m, late_delivered=len(lat),
-                   late_p50_ms=percentile(lat, 50), late_p99_ms=percentile(lat, 99))
+        out.update(late_due_per_s=DUE_RATE, **lateness(peer, s, out["enqueue_per_s"], window,
+                                                     getattr(mod, "workloads", None) is jload))
         return out
     finally:
         s.stop()
         shutil.rmtree(s.workdir, ignore_errors=True)
 
 
+def run(peers: list[str], ns: list[int], quick: bool, budget: float, tmp: Path) -> dict[str, Any]:
+    """Every peer at every N (smallest first; a peer cut short is not tried at a larger N)."""
+    results: dict[str, Any] = {}
+    for peer in peers:
+        for n in ns:
+            try:
+                r = one(peer, n, quick, budget, tmp)
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                r = {"target": n, "error": f"{type(e).__name__}: {e}"}
+            results[f"{peer}_{n}"] = r
+            shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+            print(f"{peer} N={n:,}: {shown}", flush=True)
+            if r.get("cut_short"):
+                break  # a larger N would be cut as well
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="N = 2*10^4 and 10^5: a dry run")
-    ap.add_argument("--full", action="store_true", help="add N = 10^8 (checks the free disk first)")
-    ap.add_argument("--peer", action="append", choices=("tidalmq", "rocketmq", "rocketmq_p100"))
-    ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1800 otherwise)")
+    ap.add_argument("--with-1e8", action="store_true", help="add N = 10^8 (checks the free disk first)")
+    ap.add_argument("--peer", action="append", choices=PEERS, help=f"default: {' '.join(DEFAULT_PEERS)}")
+    ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1200 otherwise)")
     ap.add_argument("--compare", help="a previous bench/out/pending-*.json")
     args = ap.parse_args(argv)
-    sizes = [20_000, 100_000] if args.quick else [10**6, 10**7] + ([10**8] if args.full else [])
-    budget = args.budget or (60.0 if args.quick else 1800.0)
+    ns = sizes(args.quick, args.with_1e8)
+    budget = args.budget or (60.0 if args.quick else 1200.0)
+    tmp_root = Path(tempfile.gettempdir())
+    why = disk_check(max(ns), tmp_root)
+    if why:
+        print(f"not run: {why}", file=sys.stderr)
+        return 2
     print_machine()
-    results: dict[str, Any] = {"quick": args.quick}
-    flat: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tidalmq-pending-") as d:
-        for peer in args.peer or ["tidalmq", "rocketmq"]:
-            for n in sizes:
-                try:
-                    r = one(peer, n, args.quick, budget, Path(d))
-                except Exception as e:  # noqa: BLE001
-                    traceback.print_exc()
-                    r = {"target": n, "error": f"{type(e).__name__}: {e}"}
-                results[f"{peer}_{n}"] = r
-                shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
-                print(f"{peer} N={n:,}: {shown}", flush=True)
-                flat.update({f"{peer}_{n}_{k}": v for k, v in r.items() if isinstance(v, int | float)})
-                if r.get("cut_short"):
-                    break  # a larger N would be cut as well
-    path = save("pending", {**results, **flat})
+        results = run(list(args.peer or DEFAULT_PEERS), ns, args.quick, budget, Path(d))
+    flat = {f"{key}_{k}": v for key, r in results.items() for k, v in r.items() if isinstance(v, int | float)}
+    path = save("pending", {"quick": args.quick, **results, **flat})
     print(f"results: {path}")
     compare(args.compare, flat)
     return 0

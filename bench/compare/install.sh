@@ -6,7 +6,8 @@
 # "not available from Debian here" for that peer).
 set -u
 cd "$(dirname "$0")/../.."
-PKGS="redis-server rabbitmq-server activemq beanstalkd nats-server"
+# a JDK and Maven: the JVM peers (RocketMQ, Kafka) and the Java load generator are built and fetched by Maven
+PKGS="redis-server rabbitmq-server activemq beanstalkd nats-server openjdk-17-jdk-headless maven"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if command -v apt-get >/dev/null; then
@@ -37,9 +38,11 @@ fi
 PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
 "$PY" -m pip install -q -e '.[bench,compare]'
-# Apache RocketMQ 5 and Apache Kafka from Maven Central into the reference cache (needs java and mvn)
+# Apache RocketMQ 5 and Apache Kafka from Maven Central into the reference cache, and the Java load generator
+# built there (needs java and mvn)
 if command -v java >/dev/null && command -v mvn >/dev/null; then
-  bash scripts/reference/fetch.sh >/dev/null && bash scripts/reference/fetch.sh kafka >/dev/null
+  bash scripts/reference/fetch.sh >/dev/null && bash scripts/reference/fetch.sh kafka >/dev/null \
+    && bash scripts/reference/fetch.sh loadgen >/dev/null
 else
-  echo "install.sh: no java/mvn; the rocketmq and kafka peers are skipped"
+  echo "install.sh: no java/mvn; the rocketmq, kafka and *_java peers are skipped"
 fi

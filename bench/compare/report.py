@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine
+from bench.compare import report_pending
 
-ORDER = ("tidalmq", "rocketmq", "rocketmq_p100", "kafka", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
-TITLE = {"tidalmq": "TidalMQ", "rocketmq": "Apache RocketMQ 5 (timer 1000 ms)",
-         "rocketmq_p100": "Apache RocketMQ 5 (timer 100 ms)", "kafka": "Apache Kafka (KRaft)",
+ORDER = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "redis", "rabbitmq",
+         "activemq", "beanstalkd", "nats")
+TITLE = {"tidalmq": "TidalMQ", "tidalmq_java": "TidalMQ (Java client)", "rocketmq": "Apache RocketMQ 5 (timer 1000 ms)",
+         "rocketmq_p100": "Apache RocketMQ 5 (timer 100 ms)",
+         "rocketmq_java": "Apache RocketMQ 5 (timer 100 ms, Java client)", "kafka": "Apache Kafka (KRaft)",
          "redis": "Redis (ZSET + Streams)", "rabbitmq": "RabbitMQ (TTL + DLX)",
          "activemq": "ActiveMQ (scheduler)", "beanstalkd": "beanstalkd", "nats": "NATS JetStream"}
 
@@ -21,7 +24,11 @@ NOTES = """\
   share those 2 cores. Differences under ~20 % are not meaningful; orders of magnitude are.
 - **The clients are Python** (redis-py, pika, stomp.py, greenstalk, nats-py, aiokafka and our own `tidalmq.client`,
   which drives Apache RocketMQ too: both speak remoting),
-  one producer in the harness process, one consumer in its own process. At these rates most peers are
+  one producer in the harness process, one consumer in its own process; except the "Java client" rows: the
+  same TidalMQ and RocketMQ brokers driven by RocketMQ's official Java client (rocketmq-client, the Java load
+  generator bench/compare/jvm/loadgen, producer and push consumer in one JVM), so that neither broker is
+  judged only through the other's client. Its W2 has no background mix (the due window alone, no burst
+  figures), and its JIT is warmed up on each phase's own path before the clock starts. At these rates most peers are
   *client-bound*: the msgs/s say what a Python application gets from each broker, not the broker's ceiling.
   Each client pipelines or keeps requests in flight where it can (Redis pipelines of 500, RabbitMQ 256
   unconfirmed publishes, ActiveMQ asynchronous SENDs with periodic receipts, NATS and TidalMQ 256 awaiting
@@ -197,8 +204,11 @@ def w2_rows(results: dict[str, Any]) -> list[list[str]]:
             miss = f"{c['missing']:,} of {c['expected']:,}"
             if c["missing"]:
                 miss = f"**{miss}**"
-            burst = f"{c['burst_delivered']:,}: {fmt(c['burst_p99_ms'])} / {fmt(c['burst_max_ms'])}"
-            if c["burst_missing"]:
+            if "burst_delivered" not in c:  # the Java load generator's W2 has no background mix
+                burst = "—"
+            else:
+                burst = f"{c['burst_delivered']:,}: {fmt(c['burst_p99_ms'])} / {fmt(c['burst_max_ms'])}"
+            if c.get("burst_missing"):
                 burst += f" (**{c['burst_missing']:,} missing**)"
             if c.get("burst_sent_after_due"):  # figures of runs before it was recorded lack it
                 burst += (f"; {c['burst_sent_after_due']:,} sent after due, from send p99 "
@@ -326,7 +336,7 @@ def plot(results: dict[str, Any], out: Path) -> list[str]:
         w1 = [results["peers"][n]["workloads"]["W1"] for n in names]
         ax[0].bar([i - 0.2 for i in x], [r["produced_per_s"] for r in w1], 0.4, label="produced")
         ax[0].bar([i + 0.2 for i in x], [r["consumed_per_s"] for r in w1], 0.4, label="consumed")
-        ax[0].set_title("W1: 1 KiB messages, msgs/s (Python clients)")
+        ax[0].set_title("W1: 1 KiB messages, msgs/s")
         ax[1].bar([i - 0.2 for i in x], [r["lat_p50_ms"] for r in w1], 0.4, label="p50")
         ax[1].bar([i + 0.2 for i in x], [r["lat_p99_ms"] for r in w1], 0.4, label="p99")
         ax[1].set_yscale("log")
@@ -446,17 +456,22 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> None:
               w5_rows(results)),
         "",
     ]
+    if results.get("pending"):
+        lines += ["## W6 pending scale: N scheduled messages due 7..30 days ahead", "",
+                  table(report_pending.HEADER, report_pending.rows(results["pending"])), "",
+                  f"W6 took {results.get('pending_elapsed_s', 0) / 60:.1f} min.", ""]
     for p in pngs:
         lines += [f"![{p}]({p})", ""]
-    lines += ["## How each workload is measured", "", METHOD, "## Notes", "", NOTES,
+    lines += ["## How each workload is measured", "", METHOD + report_pending.METHOD, "## Notes", "", NOTES,
               "## Versions and settings", "",
               "Each peer as its documentation recommends for the use; W4 in its most durable documented setting "
               "(marked). Python clients pinned in `pyproject.toml` (`compare` extra); servers from Debian "
               "(`bench/compare/install.sh`).", "", settings_md(results),
               "## Rerun", "",
               "```bash",
-              "bash bench/compare/run.sh                      # install (apt + pip) and run everything (~20 min here)",
-              "bash bench/compare/run.sh --no-install --quick # a dry run with small counts (~6 min)",
+              "bash bench/compare/run.sh                      # install (apt + pip + jars) and run everything (~75 min)",
+              "bash bench/compare/run.sh --with-1e8           # and W6 at 10^8 pending (~56 GiB free disk, +~45 min)",
+              "bash bench/compare/run.sh --no-install --quick # a dry run with small counts (~12 min)",
               ".venv/bin/python -m bench.compare --peer redis --workload W2   # one peer / one workload",
               "```", "",
               "A run limited to some peers or workloads writes `bench/out/RESULTS-partial.md` (and its plots) "

@@ -1,11 +1,12 @@
 """bench/compare: TidalMQ side by side with the brokers users pick for delayed messages.
 
-    bash bench/compare/run.sh [--quick] [--peer redis] [--workload W2] [--no-install]
-    .venv/bin/python -m bench.compare [--quick] [--peer P ...] [--workload W ...]
+    bash bench/compare/run.sh [--quick] [--with-1e8] [--peer redis] [--workload W2] [--no-install]
+    .venv/bin/python -m bench.compare [--quick] [--with-1e8] [--peer P ...] [--workload W ...]
 
-Starts each peer on loopback (config and data in a temp dir), runs W1..W5 against it, stops it, and writes
-bench/RESULTS.md, bench/compare-*.png and bench/out/compare-*.json. See bench/RESULTS.md for what each
-workload measures.
+Starts each peer on loopback (config and data in a temp dir), runs W1..W5 against it, stops it, then W6 (the
+pending scale, bench/pending_bench.py: N = 10^6 and 10^7, --with-1e8 adds 10^8 after checking the free disk;
+--quick 2*10^4 and 10^5) for TidalMQ and RocketMQ, and writes bench/RESULTS.md, bench/RESULTS-*.png and
+bench/out/compare-*.json. See bench/RESULTS.md for what each workload measures.
 """
 
 from __future__ import annotations
@@ -27,14 +28,18 @@ for p in (ROOT, ROOT / "src"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from bench import pending_bench  # noqa: E402
 from bench.common import machine, print_machine, save  # noqa: E402
 from bench.compare import report, workloads  # noqa: E402
 from bench.compare.base import WORKLOADS  # noqa: E402
 
-PEERS = ("tidalmq", "rocketmq", "rocketmq_p100", "kafka", "redis", "rabbitmq", "activemq", "beanstalkd", "nats")
+# the *_java peers: the same brokers driven by the Java load generator (bench/compare/jload.py)
+PEERS = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "redis", "rabbitmq",
+         "activemq", "beanstalkd", "nats")
 
 # seconds each workload may take per peer (full run / --quick); the sending part of W2..W4 is cut at these
-BUDGET = {"W2": (150, 60), "W3": (160, 25), "W4": (150, 60)}
+BUDGET = {"W2": (150, 60), "W3": (160, 25), "W4": (150, 60), "W6": (1200, 40)}
+ALL = (*WORKLOADS, "W6")  # W6: bench/pending_bench.py, its own servers, after the peers
 
 
 def log(msg: str) -> None:
@@ -44,6 +49,7 @@ def log(msg: str) -> None:
 def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any]:
     mod = importlib.import_module(f"bench.compare.peers.{peer}")
     S = mod.Server
+    wl = getattr(mod, "workloads", workloads)  # a peer driven by another client brings its own W1/W2
     res: dict[str, Any] = {"workloads": {}}
     why = S.available()
     if why:
@@ -85,11 +91,11 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
         res["start_s"] = time.time() - t0
         try:
             if "W1" in first:
-                guarded("W1", lambda: workloads.w1(s, peer, quick))
+                guarded("W1", lambda: wl.w1(s, peer, quick))
             if "W2" in first:
-                guarded("W2", lambda: workloads.w2(s, peer, quick, budget["W2"]))
+                guarded("W2", lambda: wl.w2(s, peer, quick, budget["W2"]))
             if "W5" in first:
-                guarded("W5", lambda: workloads.w5(s, peer, quick))
+                guarded("W5", lambda: wl.w5(s, peer, quick))
         finally:
             s.stop()
     if "W3" in todo:
@@ -97,7 +103,7 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
         log(f"{peer}: starting (W3 instance)")
         s.start()
         try:
-            guarded("W3", lambda: workloads.w3(s, peer, quick, budget["W3"]))
+            guarded("W3", lambda: wl.w3(s, peer, quick, budget["W3"]))
         finally:
             s.stop()
     if "W4" in todo:
@@ -105,7 +111,7 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
         log(f"{peer}: starting (W4 instance, durable settings)")
         s.start()
         try:
-            guarded("W4", lambda: workloads.w4(s, peer, quick, budget["W4"]))
+            guarded("W4", lambda: wl.w4(s, peer, quick, budget["W4"]))
         finally:
             s.stop()
     return res
@@ -115,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small counts: a dry run of the harness")
     ap.add_argument("--peer", action="append", choices=PEERS, help="only this peer (repeatable)")
-    ap.add_argument("--workload", action="append", choices=WORKLOADS, help="only this workload (repeatable)")
+    ap.add_argument("--workload", action="append", choices=ALL, help="only this workload (repeatable)")
+    ap.add_argument("--with-1e8", action="store_true",
+                    help="W6 at N = 10^8 too (~56 GiB of free disk, checked before anything runs)")
     ap.add_argument("--out", help="the report to write (default bench/RESULTS.md for a run of everything, "
                     "bench/out/RESULTS-partial.md for a run limited by --peer / --workload)")
     ap.add_argument("--report-from", metavar="JSON",
@@ -131,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM ends the run like Ctrl-C: every server started so far is stopped on the way out
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     peers = args.peer or list(PEERS)
-    wls = args.workload or list(WORKLOADS)
+    wls = args.workload or list(ALL)
+    pending_sizes = pending_bench.sizes(args.quick, args.with_1e8)
+    if "W6" in wls:
+        why = pending_bench.disk_check(max(pending_sizes), Path(tempfile.gettempdir()))
+        if why:
+            print(f"W6 cannot run: {why}", file=sys.stderr)
+            return 2
     print_machine()
     t0 = time.time()
     results: dict[str, Any] = {"quick": args.quick, "peers": {}, "workloads": wls,
@@ -146,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                 results["peers"][peer] = {"error": f"{type(e).__name__}: {e}", "workloads": {}}
             results["peers"][peer]["elapsed_s"] = time.time() - p0
             log(f"{peer}: done in {time.time() - p0:.0f} s")
+        if "W6" in wls:
+            p0 = time.time()
+            who = [p for p in pending_bench.DEFAULT_PEERS if p in peers or not args.peer]
+            log(f"W6 (pending scale): {', '.join(who)} at N = {', '.join(f'{n:,}' for n in pending_sizes)}")
+            results["pending"] = pending_bench.run(who, pending_sizes, args.quick, BUDGET["W6"][1 if args.quick else 0], Path(d))
+            results["pending_elapsed_s"] = time.time() - p0
     results["elapsed_s"] = time.time() - t0
     results["loadavg_end"] = list(os.getloadavg())  # the report quotes it; --report-from runs later
     stripped = _strip(results)

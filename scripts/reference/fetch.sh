@@ -5,6 +5,7 @@
 # Idempotent: a part whose stamp is newer than its recipe is left as it is.
 #   bash scripts/reference/fetch.sh          RocketMQ and the client programs (the reference suite)
 #   bash scripts/reference/fetch.sh kafka    Apache Kafka's broker alone (kafka/pom.xml; a bench/compare peer)
+#   bash scripts/reference/fetch.sh loadgen  bench/compare's Java load generator (bench/compare/jvm/loadgen)
 #   TIDALMQ_REFERENCE_CACHE  where the parts go (default ~/.cache/tidalmq/reference)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -27,6 +28,26 @@ copy_deps() {
   fi
 }
 
+# build_jvm SRC OUT: the Maven project SRC (SRC/pom.xml) built into OUT/{target,lib}, unless nothing in SRC
+# is newer than OUT's stamp
+build_jvm() {
+  local newest
+  newest="$(find "$1" -type f -newer "$2/.built" 2>/dev/null | head -1 || true)"
+  if [ ! -f "$2/.built" ] || [ -n "$newest" ]; then
+    rm -rf "$2"
+    mkdir -p "$2"
+    mvn_q -f "$1/pom.xml" -DbuildDir="$2/target" package dependency:copy-dependencies \
+      -DoutputDirectory="$2/lib" -DincludeScope=runtime -DskipTests >&2
+    touch "$2/.built"
+  fi
+}
+
+if [ "${1:-}" = loadgen ]; then
+  build_jvm "$repo/bench/compare/jvm/loadgen" "$cache/jvm-bench/loadgen"
+  echo "$cache"
+  exit 0
+fi
+
 if [ "${1:-}" = kafka ]; then
   kversion="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka/pom.xml")"
   copy_deps "$here/kafka/pom.xml" "$cache/kafka-$kversion"
@@ -44,15 +65,7 @@ copy_deps "$here/rocketmq/pom.xml" "$cache/rocketmq-$version"
 for pom in "$repo"/tests/reference/jvm/*/pom.xml; do
   [ -f "$pom" ] || continue
   src="$(dirname "$pom")"
-  out="$cache/jvm/$(basename "$src")"
-  newest="$(find "$src" -type f -newer "$out/.built" 2>/dev/null | head -1 || true)"
-  if [ ! -f "$out/.built" ] || [ -n "$newest" ]; then
-    rm -rf "$out"
-    mkdir -p "$out"
-    mvn_q -f "$pom" -DbuildDir="$out/target" package dependency:copy-dependencies \
-      -DoutputDirectory="$out/lib" -DincludeScope=runtime -DskipTests >&2
-    touch "$out/.built"
-  fi
+  build_jvm "$src" "$cache/jvm/$(basename "$src")"
 done
 
 # The official Go client's programs (tests/reference/go), built with the module cache of the machine.

@@ -1,6 +1,7 @@
 """Smoke tests of bench/compare's JVM peers, Apache RocketMQ 5 and Apache Kafka, started by the harness's own
 launchers (bench/compare/peers/rocketmq.py, kafka.py) from the reference cache: W1 --quick end to end, and
-RocketMQ's own timer delivering scheduled messages (W5 --quick). Run with --run-reference (.ci/run); skipped
+RocketMQ's own timer delivering scheduled messages (W5 --quick); and the Java load generator
+(bench/compare/jload.py) against both TidalMQ and RocketMQ. Run with --run-reference (.ci/run); skipped
 where java/mvn are missing."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bench.compare import workloads
-from bench.compare.peers import kafka, rocketmq
+from bench.compare import jload, workloads
+from bench.compare.peers import kafka, rocketmq, rocketmq_java, tidalmq_java
 from bench.compare.peers.jvm import missing_java
 
 # JVMs fetched from Maven Central: with the reference suite (--run-reference), not the default run.
@@ -45,3 +46,41 @@ def test_kafka_w1(tmp_path: Path) -> None:
     assert w1["received"] == w1["n"] and w1["paced_received"] == w1["paced_n"]
     assert w1["produced_per_s"] > 0 and w1["produce_broker_cores"] > 0
     assert set(kafka.Server.unsupported) == {"W2", "W3", "W4", "W5"}
+
+
+def test_java_load_generator_drives_tidalmq(tmp_path: Path) -> None:
+    """The Java load generator (RocketMQ's official client) against TidalMQ: W1 sends arrive whole, the broker's
+    CPU is counted per phase, and timer messages come at their deliver time, none before it."""
+    s = tidalmq_java.Server(tmp_path / "tidalmq")
+    s.start()
+    try:
+        w1 = jload.w1(s, "tidalmq_java", quick=True)
+        jload._setup(s, "tidalmq_java", "jlate")
+        late = jload.Phase(s, topic="jlate", phase="timer-late", rate=500, seconds=1, lead_ms=3000, size=100,
+                           window=64, wait_s=30).run(120)
+    finally:
+        s.stop()
+    assert w1["received"] == w1["n"]
+    assert w1["paced_received"] + w1["paced_send_errors"] == w1["paced_n"]
+    assert w1["produce_broker_cores"] > 0 and w1["lat_p99_ms"] >= w1["lat_p50_ms"]
+    assert late["errors"] == 0 and late["received"] == late["expected"] == 500
+    assert late["early"] == 0 and late["duplicates"] == 0
+
+
+def test_java_load_generator_drives_rocketmq_timer(tmp_path: Path) -> None:
+    """The same program against Apache RocketMQ 5: its timer delivers what the load generator scheduled, and
+    the pending-scale enqueue reports a rate for each tenth."""
+    s = rocketmq_java.Server(tmp_path / "rocketmq")
+    s.start()
+    try:
+        jload._setup(s, "rocketmq_java", "jlate", "jbulk")
+        late = jload.Phase(s, topic="jlate", phase="timer-late", rate=500, seconds=1, lead_ms=3000, size=100,
+                           window=64, wait_s=30).run(120)
+        bulk = jload.enqueue_pending(s, "jbulk", 5_000, 120, 7 * 86_400_000, 30 * 86_400_000)
+    finally:
+        s.stop()
+    assert late["errors"] == 0 and late["received"] == late["expected"] == 500
+    assert late["early"] == 0
+    # an async send the broker refused as busy (its send queue's wait, on a loaded machine) is counted, not lost
+    assert bulk["pending"] + bulk["send_errors"] == 5_000, bulk["first_send_error"]
+    assert bulk["pending"] > 0 and not bulk["cut_short"] and len(bulk["enqueue_per_s_by_tenth"]) == 10

@@ -55,6 +55,9 @@ def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
     ``now``: the clock reading to measure a deliver time from (a batch reads it once)."""
     if _DELAY_SET.isdisjoint(msg.properties):
         return
+    if _NOT_DELIVER_SET.isdisjoint(msg.properties):  # a deliver time alone (the usual timer message)
+        _check_horizon(_int_prop(msg, mc.TIMER_DELIVER_MS), mc.TIMER_DELIVER_MS, timer_max_delay_sec, now)
+        return
     kinds = [p for p in _TIMER_PROPS if p in msg.properties]
     if mc.DELAY in msg.properties:
         level = _int_prop(msg, mc.DELAY)
@@ -67,7 +70,11 @@ def check_delay(msg: Message, max_delay_level: int = DEFAULT_MAX_DELAY_LEVEL,
     if not kinds:
         return
     kind = kinds[0]
-    value = _int_prop(msg, kind)
+    _check_horizon(_int_prop(msg, kind), kind, timer_max_delay_sec, now)
+
+
+def _check_horizon(value: int, kind: str, timer_max_delay_sec: int, now: int | None) -> None:
+    """A timer property's value positive and within the broker's horizon."""
     if kind == mc.TIMER_DELIVER_MS:
         if value <= 0:
             raise ValidationError(f"deliver time must be a positive epoch time in milliseconds, got {value}")

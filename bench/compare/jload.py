@@ -1,0 +1,178 @@
+"""W1 and W2 through the Java load generator (bench/compare/jvm/loadgen: RocketMQ's official remoting client),
+for the peers ``tidalmq_java`` and ``rocketmq_java``: the same brokers as ``tidalmq`` and ``rocketmq_p100``,
+driven by the other side's client, so that neither broker is judged only through TidalMQ's.
+
+Each phase is one JVM (tidalmq.bench.LoadGen): it connects, subscribes its consumer, says ``ready`` and waits
+for a line on stdin; the broker's CPU is read then and again at the ``sent`` line (the last acknowledgement),
+the harness's per-broker-core accounting (workloads.per_core). The figures have the Python workloads' names,
+so the report puts both clients side by side; what differs: W2 here has no background mix (the due window
+alone) and no burst figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.compare import workloads
+from bench.compare.base import ServerBase
+from bench.compare.peers.jvm import fetch_lib
+
+WINDOW = 256  # async sends in flight, as the Python peers' single sends
+BATCH = 512  # W1's throughput phase: messages a batch request, as the Python peers'
+BATCH_WINDOW = 16
+HEAP = ["-Xms256m", "-Xmx512m"]
+MAIN = "tidalmq.bench.LoadGen"
+
+
+def classpath() -> str:
+    lib = fetch_lib("loadgen", "jvm-bench/loadgen")
+    return f"{lib.parent / 'target' / 'loadgen-1.jar'}:{lib}/*"
+
+
+def settings() -> dict[str, str]:
+    return {"client": f"Java load generator (bench/compare/jvm/loadgen, rocketmq-client "
+            f"{_client_version()}): W1 in batches of {BATCH} ({BATCH_WINDOW} in flight) and paced single async sends, "
+            f"W2 single async timer sends (setDeliverTimeMs, {WINDOW} in flight), DefaultMQPushConsumer (pulls of 256, "
+            f"listener batch 32) in the same JVM ({' '.join(HEAP)})"}
+
+
+def _client_version() -> str:
+    import re
+
+    pom = (Path(__file__).parent / "jvm" / "loadgen" / "pom.xml").read_text()
+    m = re.search(r"<rocketmq.client.version>([^<]+)<", pom)
+    return m.group(1) if m else "?"
+
+
+class Phase:
+    """One LoadGen run: ``ready`` -> go -> ``sent`` -> ``done``, the broker's CPU read at go and at sent."""
+
+    def __init__(self, server: ServerBase, **params: Any) -> None:
+        self.server = server
+        self.events: list[dict[str, Any]] = []
+        args = [f"{k}={v}" for k, v in {"namesrv": server.conn()["namesrv"], **params}.items()]
+        self.proc = subprocess.Popen(["java", *HEAP, "-cp", classpath(), MAIN, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def _event(self, want: str, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                err = self.proc.stderr.read()[-2000:] if self.proc.stderr else ""
+                raise RuntimeError(f"LoadGen exited ({self.proc.wait(10)}) before {want!r}: {err}")
+            if not line.startswith("{"):
+                continue
+            ev = json.loads(line)
+            self.events.append(ev)
+            if ev.get("event") == "error":
+                raise RuntimeError(f"LoadGen: {ev.get('error')}")
+            if ev.get("event") == want:
+                return ev
+        raise TimeoutError(f"LoadGen: no {want!r} in {timeout:.0f} s")
+
+    def run(self, timeout: float) -> dict[str, Any]:
+        try:
+            self._event("ready", 120)
+            c0 = workloads.server_cpu_s(self.server)
+            assert self.proc.stdin is not None
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+            sent = self._event("sent", timeout)
+            sent["broker_cpu_s"] = workloads.server_cpu_s(self.server) - c0
+            done = self._event("done", timeout)
+            self.proc.wait(30)
+            return {**sent, **done}
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _setup(server: ServerBase, peer: str, *dests: str) -> None:
+    cl = workloads.client_of(peer, server.conn())
+    try:
+        for d in dests:
+            cl.setup(d, False)
+    finally:
+        cl.close()
+
+
+def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
+    """As workloads.w1: 1 KiB messages as fast as the client sends them (batches), then 1,000 msgs/s paced."""
+    n = 5_000 if quick else 30_000
+    paced_s = 2 if quick else 5
+    _setup(server, peer, "jw1t", "jw1l")
+    # each phase warms the JVM's JIT up on its own path first (before the clock and the CPU reading start)
+    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, batch=BATCH, window=BATCH_WINDOW,
+              warmup=n // 2, wait_s=60 if quick else 120).run(300)
+    if r["errors"]:
+        raise RuntimeError(f"{r['errors']} sends failed")
+    rate = n / r["send_s"]
+    out: dict[str, Any] = {"n": n, "received": r["received"], "produced_per_s": rate,
+                           "consumed_per_s": r["received"] / max(1e-3, (r["last_recv_ms"] - r["t0_ms"]) / 1000),
+                           "produce_broker_cpu_s": r["broker_cpu_s"]}
+    pc = workloads.per_core(rate, r["broker_cpu_s"], r["send_s"])
+    out.update(produce_broker_cores=pc["cores"], produced_per_core=pc["per_core"])
+    r = Phase(server, topic="jw1l", phase="paced", rate=1000, seconds=paced_s, size=workloads.W1_BODY,
+              window=WINDOW, warmup=1000 * paced_s // 2, wait_s=60).run(120)
+    # a send refused (a busy broker's SYSTEM_BUSY is not retried by an async send) is missing at the consumer
+    out.update(paced_rate=1000, paced_n=r["expected"], paced_received=r["received"], paced_send_errors=r["errors"],
+               lat_p50_ms=r["p50_ms"], lat_p99_ms=r["p99_ms"])
+    return out
+
+
+def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str, Any]:
+    """As workloads.w2 without its background mix: the enqueue rate of timer messages due in 1 min .. 1 h,
+    then lateness at 1,000 and 10,000 due/s over a window that starts once the sends are done."""
+    t_budget = time.time() + budget_s
+    n = 20_000 if quick else 100_000  # a JVM needs more than the Python workload's 2,000 to say anything
+    _setup(server, peer, "jw2enq", "jw2r1000", "jw2r10000")
+    r = Phase(server, topic="jw2enq", phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=WINDOW,
+              warmup=n // 4).run(600)
+    if r["errors"]:
+        raise RuntimeError(f"{r['errors']} timer sends failed")
+    rate = n / r["send_s"]
+    out: dict[str, Any] = {"enqueue_per_s": rate, "enqueue_n": n, "enqueue_acked_cpu_s": r["broker_cpu_s"],
+                           "enqueue_broker_cores": r["broker_cpu_s"] / r["send_s"],
+                           # per core: what the acknowledged sends cost (the Python workload adds the work
+                           # left after the last acknowledgement)
+                           "enqueue_per_core": n / r["broker_cpu_s"] if r["broker_cpu_s"] > 0 else float("nan")}
+    for due_rate, window in ((1_000, 3 if quick else 10), (10_000, 1 if quick else 5)):
+        key = f"r{due_rate}"
+        total = due_rate * window
+        # the JVM's start and subscription come before the clock: the lead covers the sends alone
+        lead_ms = int((total / rate * 1.5 + 3) * 1000)
+        if time.time() + lead_ms / 1000 + window + 30 > t_budget:
+            out[key] = {"skipped": f"would not fit the time budget (sending {total} at {rate:.0f}/s)"}
+            continue
+        r = Phase(server, topic=f"jw2r{due_rate}", phase="timer-late", rate=due_rate, seconds=window, lead_ms=lead_ms,
+                  size=workloads.SCHED_BODY, window=WINDOW, wait_s=window + 10 + lead_ms / 1000).run(600)
+        late = r["send_s"] * 1000 > lead_ms
+        out[key] = {"due_rate": due_rate, "window_s": window, "sent": total, "send_s": r["send_s"],
+                    "expected": total, "delivered": r["received"], "missing": total - r["received"],
+                    "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "max_ms": r["max_ms"], "early": r["early"],
+                    "duplicates": r["duplicates"], "sends_overran_window_start": late}
+    return out
+
+
+def enqueue_pending(server: ServerBase, topic: str, n: int, budget_s: float, lo_ms: int, hi_ms: int) -> dict[str, Any]:
+    """bench/pending_bench.py's enqueue through the Java client: N timer messages due ``lo_ms`` .. ``hi_ms``
+    ahead (single async sends, WINDOW in flight), the rate of each tenth, cut at ``budget_s``."""
+    ph = Phase(server, topic=topic, phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=WINDOW,
+               min_delay_ms=lo_ms, max_delay_ms=hi_ms, budget_s=budget_s)
+    r = ph.run(budget_s + 600)
+    marks = [(0, r["t0_ms"])] + [(e["sent"], e["at_ms"]) for e in ph.events if e.get("event") == "tenth"]
+    marks.append((r["count"], r["t0_ms"] + r["send_s"] * 1000))
+    rates = [(b[0] - a[0]) / max(1e-6, (b[1] - a[1]) / 1000) for a, b in zip(marks, marks[1:], strict=False)
+             if b[0] > a[0]]
+    sent = r["count"]
+    # the first tenth includes the JVM's JIT warming up (no warm-up here: every message sent is pending)
+    return {"target": n, "pending": sent, "cut_short": sent + r["errors"] < n, "enqueue_s": r["send_s"],
+            "enqueue_per_s": sent / r["send_s"] if r["send_s"] else float("nan"), "enqueue_per_s_by_tenth": rates,
+            "send_errors": r["errors"], "first_send_error": r.get("first_error", ""), "client": "java"}
