@@ -145,7 +145,9 @@ class ClientAgent:
         return self.messages(cid)
 
     def settle(self, quiet: float = 1.0, limit: float = 5.0) -> None:
-        """Wait until no event has arrived for ``quiet`` seconds (late duplicates, filtered leftovers)."""
+        """Wait until no event has arrived for ``quiet`` seconds. Only for what comes back by the retry path
+        (a send-back, its delay level, the retry topic), which no sentinel follows; anything a queue delivers
+        in order is waited out with ``sentinels_received``."""
         deadline = time.monotonic() + limit
         last = len(self.events)
         quiet_since = time.monotonic()
@@ -195,8 +197,40 @@ def msg(topic: str, body: str | dict[str, Any], *, tags: str | None = None, keys
     return spec
 
 
-def send_acknowledged(agent: ClientAgent, messages: list[dict[str, Any]], timeout: float = 30.0) -> list[Any]:
-    """Sends each message synchronously until the broker acknowledges it (bounded by ``timeout``).
+SENTINEL = "sentinel-"
+
+
+def sentinels_received(producer: ClientAgent, consumers: list[ClientAgent], topic: str, queues: int, *,
+                       tags: str | None = None, props: dict[str, str] | None = None, each: bool = False,
+                       timeout: float = 30.0) -> set[str]:
+    """The wait that shows nothing else is coming (no sleep standing in for it): a sentinel message sent to
+    each of ``topic``'s ``queues`` queues after what the test sent, and waited for. A queue delivers in
+    order, so once the sentinels are in, whatever was stored before them has come, redeliveries and
+    duplicates included. ``each``: every consumer must get every sentinel (broadcasting); else the
+    consumers of one group share them. ``tags`` lets them through the consumers' filter; ``props`` (a deliver
+    time) sends them the way of what the test waits out. Returns their keys
+    (which begin with SENTINEL: ``without_sentinels`` leaves them out of what a test counts)."""
+    keys = [f"{SENTINEL}{uuid.uuid4().hex[:8]}-{q}" for q in range(queues)]
+    send_acknowledged(producer, [msg(topic, k, tags=tags, keys=k, props=props, arg=q) for q, k in enumerate(keys)],
+                      timeout, mode="orderly")
+    want = set(keys)
+    if each:
+        for c in consumers:
+            c.wait_messages(lambda ms: want <= {m["keys"] for m in ms}, timeout, "the sentinels")
+    else:
+        consumers[0].wait(lambda: want <= {m["keys"] for c in consumers for m in c.messages()}, timeout,
+                          "the sentinels")
+    return want
+
+
+def without_sentinels(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in msgs if not (m["keys"] or "").startswith(SENTINEL)]
+
+
+def send_acknowledged(agent: ClientAgent, messages: list[dict[str, Any]], timeout: float = 30.0,
+                      mode: str = "sync") -> list[Any]:
+    """Sends each message synchronously (``mode`` sync, or orderly: to the queue its ``arg`` names) until the
+    broker acknowledges it (bounded by ``timeout``).
 
     The C++ core fails a send at once, without trying the broker, while its background thread holds the
     connection table to connect to a broker it just learned from a route (the heartbeat after a route
@@ -208,7 +242,7 @@ def send_acknowledged(agent: ClientAgent, messages: list[dict[str, Any]], timeou
     while pending:
         left = deadline - time.monotonic()
         assert left > 0, f"not acknowledged within {timeout} s: {[results[i] for i in pending][:3]}"
-        got = agent.call("send", mode="sync", collect_errors=True, timeout=left,
+        got = agent.call("send", mode=mode, collect_errors=True, timeout=left,
                          messages=[messages[i] for i in pending])
         for i, r in zip(pending, got, strict=True):
             results[i] = r

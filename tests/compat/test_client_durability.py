@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import ClientAgent, body_text, consumer_offsets, create_topic, msg, uniq
+from tests.compat.harness import (
+    ClientAgent,
+    body_text,
+    consumer_offsets,
+    create_topic,
+    msg,
+    sentinels_received,
+    uniq,
+    without_sentinels,
+)
 from tests.support import Standalone
 
 pytestmark = pytest.mark.compat
@@ -53,8 +62,8 @@ def test_consumer_offsets_survive_a_clean_restart(standalone: Standalone, agents
     p2.call("send", mode="sync", messages=[msg(topic, k, tags="TagA", keys=k) for k in second])
     c2 = consume(agents, s, "c2", group, topic)
     c2.wait_messages(lambda ms: set(second) <= {m["keys"] for m in ms}, 30, "the 20 sent after the restart")
-    c2.settle(quiet=1.0)
-    got = Counter(m["keys"] for m in c2.messages())
+    sentinels_received(p2, [c2], topic, 4, tags="TagA")
+    got = Counter(m["keys"] for m in without_sentinels(c2.messages()))
     redelivered = sorted(k for k in got if k.startswith("before-"))
     record_property("redelivered_after_clean_restart", len(redelivered))
     print(f"redelivered after a clean restart: {len(redelivered)} of {len(first)}")
@@ -85,8 +94,8 @@ def test_live_consumer_resumes_after_broker_restart(standalone: Standalone, agen
     ok = [k for k, r in zip(second, res, strict=True) if r["status"] == "OK"]
     assert len(ok) >= len(second) - 2, f"the producer did not recover: {res}"
     c.wait_messages(lambda ms: set(ok) <= {m["keys"] for m in ms}, 60, "messages sent after the restart")
-    c.settle(quiet=1.0)
-    got = Counter(m["keys"] for m in c.messages())
+    sentinels_received(p, [c], topic, 4)
+    got = Counter(m["keys"] for m in without_sentinels(c.messages()))
     dup = {k: n for k, n in got.items() if n > 1}
     record_property("duplicates_live_consumer", len(dup))
     print(f"live consumer across restart: duplicates {len(dup)}")
@@ -113,9 +122,10 @@ def test_every_acknowledged_send_survives_a_broker_sigkill(tmp_path: Path, agent
         s.start()
         c = consume(agents, s, "c", uniq("CGcrash"), topic)
         c.wait_messages(lambda ms: acked <= {m["keys"] for m in ms}, 60, f"all {len(acked)} acknowledged messages")
-        c.settle(quiet=1.0)
-        got = {m["keys"] for m in c.messages()}
-        assert all(body_text(m) == m["keys"] for m in c.messages()), "a body changed"
+        sentinels_received(p, [c], topic, 4, tags="TagA")
+        consumed = without_sentinels(c.messages())
+        got = {m["keys"] for m in consumed}
+        assert all(body_text(m) == m["keys"] for m in consumed), "a body changed"
         lost = acked - got
         unacked_present = len(got & failed)
         record_property("acked", len(acked))

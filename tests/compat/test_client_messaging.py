@@ -18,9 +18,11 @@ from tests.compat.harness import (
     consumer_ids,
     create_topic,
     msg,
+    sentinels_received,
     stored_record,
     uniq,
     wait_route,
+    without_sentinels,
 )
 from tests.support import Standalone
 
@@ -96,8 +98,8 @@ def test_sync_async_oneway_batch_sends_all_arrive(shared_standalone: Standalone,
     c = start_consumer(agents, s, uniq("CG"), topic, name="c1")
     expected = {f"{mode}-{i}" for mode in ("sync", "async", "oneway", "batch") for i in range(n)}
     got = c.wait_messages(lambda ms: expected <= {m["keys"] for m in ms}, 30, "all 40 messages")
-    c.settle(quiet=0.5)
-    got = c.messages()
+    sentinels_received(p, [c], topic, 8)  # auto-created: 4 or 8 queues, each reached by one of 8
+    got = without_sentinels(c.messages())
     keyed = by_key(got)
     assert set(keyed) == expected
     dups = {k: len(v) for k, v in keyed.items() if len(v) > 1}
@@ -172,11 +174,11 @@ def test_clustering_tag_expressions(shared_standalone: Standalone, agents: Any) 
     want_all = {sp["keys"] for sp in specs}
     star.wait_messages(lambda ms: want_all <= {m["keys"] for m in ms}, 30, "every message with '*'")
     ab.wait_messages(lambda ms: want_ab <= {m["keys"] for m in ms}, 30, "TagA and TagB messages")
-    ab.settle(quiet=1.0)
-    got_ab = Counter(m["keys"] for m in ab.messages())
+    sentinels_received(p, [ab], topic, 4, tags="TagA")
+    got_ab = Counter(m["keys"] for m in without_sentinels(ab.messages()))
     assert set(got_ab) == want_ab, f"'TagA || TagB' also got {set(got_ab) - want_ab}"
     assert max(got_ab.values()) == 1
-    got_all = Counter(m["keys"] for m in star.messages())
+    got_all = Counter(m["keys"] for m in without_sentinels(star.messages()))
     assert set(got_all) == want_all and max(got_all.values()) == 1
     assert all(m["tags"] is None or m["tags"] == "" for m in star.messages() if m["keys"].startswith("NoTag"))
 
@@ -195,9 +197,9 @@ def test_broadcasting_every_consumer_gets_every_message(shared_standalone: Stand
     want = {f"{t}-{i}" for i in range(10) for t in ("TagA", "TagB")}
     for c in (c1, c2):
         c.wait_messages(lambda ms: want <= {m["keys"] for m in real(ms)}, 30, "every A/B message")
+    sentinels_received(p, [c1, c2], topic, 4, tags="TagA", each=True)
     for c in (c1, c2):
-        c.settle(quiet=1.0)
-        got = Counter(m["keys"] for m in real(c.messages()))
+        got = Counter(m["keys"] for m in real(without_sentinels(c.messages())))
         assert set(got) == want, f"{c.name}: unexpected {set(got) - want}"
         assert max(got.values()) == 1, f"{c.name}: duplicates"
 
@@ -242,8 +244,8 @@ def test_two_consumers_in_one_group_split_the_queues(shared_standalone: Standalo
     assert_sent_ok(p.call("send", mode="sync", messages=specs))
     want = {f"m-{i}" for i in range(n)}
     c1.wait(lambda: want <= {m["keys"] for m in real(c1.messages()) + real(c2.messages())}, 30, "all messages")
-    c1.settle(quiet=1.0)
-    m1, m2 = real(c1.messages()), real(c2.messages())
+    sentinels_received(p, [c1, c2], topic, queues, tags="TagA")
+    m1, m2 = real(without_sentinels(c1.messages())), real(without_sentinels(c2.messages()))
     q1, q2 = {m["queue_id"] for m in m1}, {m["queue_id"] for m in m2}
     assert q1 and q2, f"one consumer got nothing: {q1} / {q2}"
     assert not (q1 & q2), f"queues consumed by both: {q1 & q2}"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import create_topic, msg, uniq, wait_route
+from tests.compat.harness import create_topic, msg, sentinels_received, uniq, wait_route, without_sentinels
 from tests.support import Standalone
 from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode, ResponseCode
@@ -46,7 +46,7 @@ def test_rewind_replays_exactly_what_was_stored_after_the_time(standalone: Stand
     after = p.call("send", mode="sync", messages=[msg(topic, f"b{i}", keys=f"b{i}") for i in range(10)])
     assert all(r["status"] == "OK" for r in before + after)
     c.wait_messages(lambda ms: len({m["keys"] for m in ms}) == 20, 30, "all 20 consumed")
-    c.settle(quiet=1.0, limit=4)
+    sentinels_received(p, [c], topic, 2)  # stored after the cut: replayed too
     first_round = len(c.messages())
 
     r = reset(s.broker_addr, group, topic, cut)
@@ -55,8 +55,8 @@ def test_rewind_replays_exactly_what_was_stored_after_the_time(standalone: Stand
     assert sum(e["offset"] for e in table) == 10  # each queue rewound to its first message after the cut
 
     c.wait_messages(lambda ms: len(ms) >= first_round + 10, 40, "the replay")
-    c.settle(quiet=1.5, limit=5)
-    replay = c.messages()[first_round:]
+    sentinels_received(p, [c], topic, 2)
+    replay = without_sentinels(c.messages()[first_round:])
     assert sorted(m["keys"] for m in replay) == sorted(f"b{i}" for i in range(10))
 
 

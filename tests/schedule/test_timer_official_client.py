@@ -13,7 +13,14 @@ from tests.compat.harness import require_official_client
 
 require_official_client()
 
-from tests.compat.harness import ClientAgent, create_topic, msg, uniq  # noqa: E402
+from tests.compat.harness import (  # noqa: E402
+    ClientAgent,
+    create_topic,
+    msg,
+    sentinels_received,
+    uniq,
+    without_sentinels,
+)
 from tests.support import Standalone  # noqa: E402
 
 
@@ -57,8 +64,9 @@ def test_levels_timers_and_cancel_with_the_official_client(broker: Standalone, t
         # Refused (QUERY_NOT_FOUND, "already cancelled"); the C++ client retries and reports "No route info".
         assert again[0]["status"] == "ERROR", again
         got = c.wait_messages(lambda ms: {"lvl", "abs", "sec", "now"} <= {m["keys"] for m in ms}, 20, "4 messages")
-        c.settle(quiet=1.0, limit=2.5)  # past "gone"'s time: it must not come
-        got = c.messages()
+        # due a second after "gone", one in each queue: once they are in, "gone" would have come before them
+        sentinels_received(p, [c], topic, 4, props={"TIMER_DELIVER_MS": str(t0 + 3500)})
+        got = without_sentinels(c.messages())
         keys = sorted(m["keys"] for m in got)
         assert keys == ["abs", "lvl", "now", "sec"], keys
         at = {m["keys"]: m["store_timestamp"] for m in got}
