@@ -360,30 +360,25 @@ class CommitLog:
     # ------------------------------------------------------------------ recovery
     def recover_normally(self) -> int:
         """After a clean shutdown (RocketMQ's recoverNormally); returns the end of valid data."""
-        if not self.mfq.files:
-            self._set_recovered(0)
-            return 0
-        process_offset = self.recovery.recover_normally()
-        self._truncate(process_offset)
-        return process_offset
+        return self._recover(lambda: (self.recovery.recover_normally(), 0))[0]
 
     def recover_abnormally(self, min_timestamp: int) -> tuple[int, int]:
         """After a crash (``CommitLogRecovery.recover_abnormally``): (end of valid data, where re-dispatch
         must start)."""
-        if not self.mfq.files:
-            self._set_recovered(0)
-            return 0, 0
-        process_offset, rebuild_from = self.recovery.recover_abnormally(min_timestamp)
-        self._truncate(process_offset)
-        return process_offset, rebuild_from
+        return self._recover(lambda: self.recovery.recover_abnormally(min_timestamp))
 
     def recover_after_process_crash(self, min_timestamp: int, check: Callable[[DispatchBatch, int], int | None],
                                     indexed_to: int | None = None) -> tuple[int, int]:
         """After a crash of the process alone (``CommitLogRecovery.recover_after_process_crash``)."""
+        return self._recover(lambda: self.recovery.recover_after_process_crash(min_timestamp, check, indexed_to))
+
+    def _recover(self, find: Callable[[], tuple[int, int]]) -> tuple[int, int]:
+        """``find()`` the end of valid data (and where re-dispatch starts) and truncate there; (0, 0)
+        without a file."""
         if not self.mfq.files:
             self._set_recovered(0)
             return 0, 0
-        process_offset, rebuild_from = self.recovery.recover_after_process_crash(min_timestamp, check, indexed_to)
+        process_offset, rebuild_from = find()
         self._truncate(process_offset)
         return process_offset, rebuild_from
 
