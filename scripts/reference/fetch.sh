@@ -5,6 +5,7 @@
 # Idempotent: a part whose stamp is newer than its recipe is left as it is.
 #   bash scripts/reference/fetch.sh          RocketMQ and the client programs (the reference suite)
 #   bash scripts/reference/fetch.sh kafka    Apache Kafka's broker alone (kafka/pom.xml; a bench/compare peer)
+#   bash scripts/reference/fetch.sh spark-kafka  Spark's Kafka connector (spark-kafka/pom.xml; bench/spark_bench.py)
 #   TIDALMQ_REFERENCE_CACHE  where the parts go (default ~/.cache/tidalmq/reference)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -26,6 +27,13 @@ copy_deps() {
     touch "$2/.fetched"
   fi
 }
+
+if [ "${1:-}" = spark-kafka ]; then
+  sversion="$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' "$here/spark-kafka/pom.xml")"
+  copy_deps "$here/spark-kafka/pom.xml" "$cache/spark-kafka-$sversion"
+  echo "$cache"
+  exit 0
+fi
 
 if [ "${1:-}" = kafka ]; then
   kversion="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/kafka/pom.xml")"
