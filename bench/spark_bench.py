@@ -3,14 +3,22 @@ standalone`` on the same machine.
 
 Figures (rows/s): the sink writing ``--messages`` rows (``spark.range`` → ``body``, ``--body-size`` bytes,
 ``tags``, ``keys``) — which also fills the topic —, a batch read of all of them (every column
-materialised: ``sum(length(body))``, ``count(distinct msgId)``), and a streaming read of all of them
-(``Trigger.AvailableNow`` into the ``noop`` sink, from the first offset to the end).
+materialised: ``sum(length(body))``, ``count(distinct msgId)``), a streaming read of all of them
+(``Trigger.AvailableNow`` into the ``noop`` sink, from the first offset to the end) and a stream into
+Parquet (``AvailableNow``, with a checkpoint).
 
-The broker caps one pull at 32 messages / 256 KiB by default (RocketMQ's
-``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``); the benchmark raises them
-to ``--pull-max`` messages / 4 MiB (``--broker-defaults`` keeps RocketMQ's values) — see docs/spark.md.
+The broker runs with its defaults (a pull capped at 32 messages / 256 KiB, RocketMQ's
+``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``), as a user meets it;
+``--raise-pull-caps`` raises them to ``--pull-max`` messages / 4 MiB.
 
-    .venv/bin/python bench/spark_bench.py [--messages 1000000] [--compare bench/out/spark-latest.json]
+``--kafka`` measures Spark's own Kafka connector the same way on the same machine and the same
+``local[2]`` session, side by side: Apache Kafka (scripts/reference/kafka/pom.xml, one KRaft node started
+by bench/compare's peer, its defaults otherwise) and ``spark-sql-kafka-0-10`` (scripts/reference/
+spark-kafka/pom.xml), both fetched from Maven Central into the reference cache by
+``scripts/reference/fetch.sh``. Same rows (``value`` = the body, ``key`` = the keys), a topic of
+``--queues`` partitions.
+
+    .venv/bin/python bench/spark_bench.py [--messages 1000000] [--kafka] [--compare bench/out/spark-latest.json]
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -32,14 +42,111 @@ from tests.support import Standalone  # noqa: E402
 from bench.common import compare, print_machine, save  # noqa: E402
 
 
+def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable[[], object]) -> None:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    results[key] = n / dt
+    print(f"{label:<28} {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s", flush=True)
+
+
+def _check(seen: int, n: int, what: str) -> None:
+    if seen != n:
+        raise SystemExit(f"{what} saw {seen} rows, expected {n}")
+
+
+def _stream(df: Any, fmt: str, tmp: Path, name: str) -> int:
+    """Run ``df`` with Trigger.AvailableNow into ``fmt`` (noop or parquet); the rows it read."""
+    w = df.writeStream.format(fmt).option("checkpointLocation", str(tmp / f"ck-{name}"))
+    if fmt == "parquet":
+        w = w.option("path", str(tmp / f"out-{name}"))
+    q = w.trigger(availableNow=True).start()
+    q.awaitTermination(1800)
+    if q.exception():
+        raise SystemExit(f"{name}: {q.exception()}")
+    return sum(p["numInputRows"] for p in q.recentProgress)
+
+
+def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Namespace, tmp: Path,
+             results: dict[str, float]) -> None:
+    from tidalmq.client.sync import Admin
+
+    write = df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append")
+    if args.dedup:
+        write = write.option("writeId", topic)
+    _timed(results, "sink_rows_per_s", "tidalmq sink write", n, write.save)
+    # the sink's sends are acknowledged once in the CommitLog; the ConsumeQueue (what readers see) follows
+    with Admin(ns) as admin:
+        deadline = time.monotonic() + 120
+        while sum(q.max_offset for q in admin.topic_status(topic)) < n:
+            if time.monotonic() > deadline:
+                raise SystemExit("the topic did not reach the written count")
+            time.sleep(0.2)
+    reader = spark.read.format("tidalmq").option("nameserver", ns).option("topic", topic)
+
+    def batch() -> None:
+        row = reader.load().selectExpr("count(*) as n", "sum(length(body)) as bytes", "max(queueOffset) as maxoff",
+                                       "sum(size(properties)) as props", "max(storeTimestamp) as last").collect()[0]
+        _check(row["n"], n, "batch read")
+
+    _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch)
+    stream = spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic) \
+        .option("startingOffsets", "earliest").load()
+    _timed(results, "stream_read_rows_per_s", "tidalmq stream read (noop)", n, lambda: _check(_stream(
+        stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "t-noop"),
+        n, "streaming read"))
+    _timed(results, "stream_parquet_rows_per_s", "tidalmq stream -> parquet", n, lambda: _check(_stream(
+        stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "t-pq"),
+        n, "stream to parquet"))
+
+
+def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float]) -> None:
+    kafka = {"kafka.bootstrap.servers": bootstrap}
+    write = df.selectExpr("keys as key", "body as value").write.format("kafka").options(**kafka).option("topic", topic)
+    _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save)
+    reader = spark.read.format("kafka").options(**kafka).option("subscribe", topic) \
+        .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+
+    def batch() -> None:
+        row = reader.load().selectExpr("count(*) as n", "sum(length(value)) as bytes", "max(offset) as maxoff",
+                                       "sum(length(key)) as keys", "max(timestamp) as last").collect()[0]
+        _check(row["n"], n, "kafka batch read")
+
+    _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch)
+    stream = spark.readStream.format("kafka").options(**kafka).option("subscribe", topic) \
+        .option("startingOffsets", "earliest").load()
+    _timed(results, "kafka_stream_read_rows_per_s", "kafka stream read (noop)", n, lambda: _check(_stream(
+        stream.selectExpr("length(value) as len", "key", "offset", "timestamp"), "noop", tmp, "k-noop"),
+        n, "kafka streaming read"))
+    _timed(results, "kafka_stream_parquet_rows_per_s", "kafka stream -> parquet", n, lambda: _check(_stream(
+        stream.selectExpr("partition", "offset", "key", "value"), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"))
+
+
+def _start_kafka(workdir: Path, partitions: int) -> Any:
+    from bench.compare.peers import kafka as peer
+
+    class Kafka(peer.Server):
+        def props(self) -> dict[str, str]:  # topics made by the first write get the queues' count
+            return {**super().props(), "num.partitions": str(partitions)}
+
+    why = Kafka.available()
+    if why and "aiokafka" not in why:  # the Spark side needs no aiokafka
+        raise SystemExit(f"--kafka: {why}")
+    server = Kafka(workdir)
+    server.start()
+    return server
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--body-size", type=int, default=100)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--pull-max", type=int, default=2048, help="broker's max messages per pull (raised)")
-    ap.add_argument("--broker-defaults", action="store_true", help="keep the broker's pull caps (32 / 256 KiB)")
+    ap.add_argument("--pull-max", type=int, default=2048, help="max messages per pull with --raise-pull-caps")
+    ap.add_argument("--raise-pull-caps", action="store_true",
+                    help="raise the broker's pull caps (32 / 256 KiB by default) to --pull-max / 4 MiB")
+    ap.add_argument("--kafka", action="store_true", help="Spark's Kafka connector and Apache Kafka side by side")
     ap.add_argument("--compare", help="a previous JSON result (bench/out/spark-*.json)")
     ap.add_argument("--dedup", action="store_true",
                     help="exactly-once writes: duplicationEnable on the broker and a writeId on the sink")
@@ -49,13 +156,14 @@ def main() -> None:
     print_machine()
 
     settings = {"mappedFileSizeCommitLog": str(1024 * 1024 * 1024), "flushDiskType": "ASYNC_FLUSH"}
-    if not args.broker_defaults:
+    if args.raise_pull_caps:
         settings["maxTransferCountOnMessageInMemory"] = str(args.pull_max)
         settings["maxTransferBytesOnMessageInMemory"] = str(4 * 1024 * 1024)
     if args.dedup:
         settings["duplicationEnable"] = "true"
     tmp = Path(tempfile.mkdtemp(prefix="spark-bench-"))
     broker = Standalone(tmp / "data", settings).start()
+    kafka = None
     results: dict[str, float] = {}
     try:
         from pyspark.sql import SparkSession
@@ -67,9 +175,18 @@ def main() -> None:
         topic = f"SparkBench_{uuid.uuid4().hex[:6]}"
         with Admin(ns) as admin:
             admin.create_topic(topic, args.queues)
-        spark = (SparkSession.builder.master(args.master).appName("tidalmq-spark-bench")
-                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.driver.memory", "2g").getOrCreate())
+        builder = (SparkSession.builder.master(args.master).appName("tidalmq-spark-bench")
+                   .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                   .config("spark.driver.memory", "2g"))
+        if args.kafka:
+            from bench.compare.peers.jvm import fetch_lib, pinned
+
+            lib = fetch_lib("spark-kafka", f"spark-kafka-{pinned('spark-kafka', 'spark.version')}")
+            builder = builder.config("spark.jars", ",".join(str(j) for j in sorted(lib.glob("*.jar"))))
+            kafka = _start_kafka(tmp / "kafka", args.queues)
+            print(f"kafka: Apache Kafka {pinned('kafka', 'kafka.version')} (KRaft, one node), spark-sql-kafka-0-10 "
+                  f"{pinned('spark-kafka', 'spark.version')}", flush=True)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         n = args.messages
@@ -82,50 +199,24 @@ def main() -> None:
 
         df = spark.range(0, n, 1, 2).selectExpr(f"concat(lpad(cast(id as string), 12, '0'), '{pad}') as body",
                                                 "'bench' as tags", "concat('k', cast(id as string)) as keys")
-        write = df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append")
-        if args.dedup:
-            write = write.option("writeId", topic)
-        t0 = time.perf_counter()
-        write.save()
-        dt = time.perf_counter() - t0
-        results["sink_rows_per_s"] = n / dt
-        print(f"sink write     {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s")
-
-        # the sink's sends are acknowledged once in the CommitLog; the ConsumeQueue (what readers see) follows
-        with Admin(ns) as admin:
-            deadline = time.monotonic() + 120
-            while sum(q.max_offset for q in admin.topic_status(topic)) < n:
-                if time.monotonic() > deadline:
-                    raise SystemExit("the topic did not reach the written count")
-                time.sleep(0.2)
-        reader = spark.read.format("tidalmq").option("nameserver", ns).option("topic", topic)
-        t0 = time.perf_counter()
-        row = reader.load().selectExpr("count(*) as n", "sum(length(body)) as bytes", "max(queueOffset) as maxoff", "sum(size(properties)) as props",
-                                       "max(storeTimestamp) as last").collect()[0]
-        dt = time.perf_counter() - t0
-        if row["n"] != n:
-            raise SystemExit(f"batch read saw {row['n']} rows, expected {n}")
-        results["batch_read_rows_per_s"] = n / dt
-        print(f"batch read     {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s")
-
-        ck = tmp / "ck"
-        t0 = time.perf_counter()
-        q = (spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic)
-             .option("startingOffsets", "earliest").load()
-             .selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp")
-             .writeStream.format("noop").option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
-        q.awaitTermination(1800)
-        dt = time.perf_counter() - t0
-        seen = sum(p["numInputRows"] for p in q.recentProgress)
-        if seen != n:
-            raise SystemExit(f"streaming read saw {seen} rows, expected {n}")
-        results["stream_read_rows_per_s"] = n / dt
-        print(f"stream read    {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s")
+        _tidalmq(spark, ns, topic, df, n, args, tmp, results)
+        if kafka is not None:
+            bootstrap = kafka.conn()["bootstrap"]
+            warm = spark.range(1000).selectExpr("cast(id as string) as value")
+            warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
+                .save()
+            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results)
+            for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
+                ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
+                print(f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}")
         spark.stop()
     finally:
+        if kafka is not None:
+            kafka.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     results["messages"] = args.messages
+    results["broker_pull_caps_raised"] = float(args.raise_pull_caps)
     print(f"saved {save('spark', results)}")
     compare(args.compare, results)
 

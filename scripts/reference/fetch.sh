@@ -6,6 +6,7 @@
 #   bash scripts/reference/fetch.sh          RocketMQ and the client programs (the reference suite)
 #   bash scripts/reference/fetch.sh kafka    Apache Kafka's broker alone (kafka/pom.xml; a bench/compare peer)
 #   bash scripts/reference/fetch.sh loadgen  bench/compare's Java load generator (bench/compare/jvm/loadgen)
+#   bash scripts/reference/fetch.sh spark-kafka  Spark's Kafka connector (spark-kafka/pom.xml; bench/spark_bench.py)
 #   TIDALMQ_REFERENCE_CACHE  where the parts go (default ~/.cache/tidalmq/reference)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -44,6 +45,13 @@ build_jvm() {
 
 if [ "${1:-}" = loadgen ]; then
   build_jvm "$repo/bench/compare/jvm/loadgen" "$cache/jvm-bench/loadgen"
+  echo "$cache"
+  exit 0
+fi
+
+if [ "${1:-}" = spark-kafka ]; then
+  sversion="$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' "$here/spark-kafka/pom.xml")"
+  copy_deps "$here/spark-kafka/pom.xml" "$cache/spark-kafka-$sversion"
   echo "$cache"
   exit 0
 fi

@@ -234,7 +234,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     exporters = [e for e in (
         start_broker_exporter(broker),
         start_namesrv_exporter(ns, bc.metrics_exporter_type, bc.metrics_prom_exporter_host,
-                               bc.namesrv_metrics_prom_exporter_port),
+                               bc.namesrv_metrics_prom_exporter_port, "namesrvMetricsPromExporterPort"),
     ) if e is not None]
     grpc_server = None
     grpc_text = ""
@@ -471,7 +471,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("TIDALMQ_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("standalone", help="NameServer and Broker in one process")
+    p = sub.add_parser("standalone", help="NameServer and Broker in one process",
+                       epilog="ports it listens on: the NameServer (--namesrv-port, 9876), the broker (--broker-port, "
+                       "10911), the gRPC endpoint (--grpc-port, 8081), the web console (--console-port, 8082) and "
+                       "the metrics endpoints of the broker and the NameServer (--set metricsPromExporterPort=5557, "
+                       "--set namesrvMetricsPromExporterPort=5558; 0 any free port, or --set "
+                       "metricsExporterType=DISABLE for none)")
     _add_broker_options(p)
     p.add_argument("--namesrv-port", type=_port(0), default=9876)
     p.add_argument("--broker-port", type=_port(0), default=None, help="the broker's listenPort (default 10911)")

@@ -45,3 +45,27 @@ def test_metrics_prom_exporter_host_moves_both_endpoints(tmp_path: Path) -> None
         for port in (s.metrics_port, s.namesrv_metrics_port):
             assert serves_metrics("127.0.0.2", port)
             assert not answers("127.0.0.1", port)
+
+
+def test_a_taken_metrics_port_is_named_with_its_setting(tmp_path: Path) -> None:
+    """A standalone whose NameServer metrics port (5558 by default) is taken says which port and which
+    setting, instead of a bare "[Errno 98] Address already in use"."""
+    import subprocess
+    import sys
+
+    from tests.support import free_ports
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ns, broker = free_ports(2)
+        done = subprocess.run(
+            [sys.executable, "-m", "tidalmq.cli", "standalone", "--data-dir", str(tmp_path / "data"),
+             "--namesrv-port", str(ns), "--broker-port", str(broker), "--grpc-port", "-1", "--console-port", "-1",
+             "--set", "metricsPromExporterPort=0", "--set", f"namesrvMetricsPromExporterPort={port}",
+             "--set", f"mappedFileSizeCommitLog={8 << 20}"],
+            capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr + done.stdout, done.stderr[-2000:]
+    assert "set namesrvMetricsPromExporterPort to a free port" in done.stderr + done.stdout

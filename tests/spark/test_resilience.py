@@ -172,3 +172,48 @@ def test_outage_fails_after_the_deadline_with_the_cause(spark, tmp_path) -> None
     with pytest.raises(Exception, match=r"failed after \d+ tries over .* client-side error"):
         df.count()
     assert time.monotonic() - began < 60
+
+
+@pytest.mark.timeout(900)
+def test_broker_killed_mid_write_and_rerun_stores_each_row_once(spark, tmp_path) -> None:
+    """As a user first meets the exactly-once sink (issue #45): a broker with ``duplicationEnable`` and no
+    duplication.json yet, a 500,000-row write with a ``writeId`` whose broker is SIGKILLed and restarted
+    half-way. The write rides out the restart (``sendTimeoutMs`` 120 s by default, like Kafka's
+    ``delivery.timeout.ms``), the window is rebuilt from the CommitLog (two 64 MiB files), and a rerun of
+    the write stores nothing again."""
+    n = 500_000
+    with Standalone(tmp_path / "data", SETTINGS) as s:
+        ns = s.namesrv_addr
+        topic = topic_name("KillWrite")
+        create_topic(ns, topic, 4)
+        assert not (tmp_path / "data" / "store" / "config" / "duplication.json").exists()
+        killed: list[bool] = []
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            (spark.range(0, n, 1, 2).selectExpr("cast(id as string) as body").write.format("tidalmq")
+             .option("nameserver", ns).option("topic", topic).option("writeId", "load-2026-12-02")
+             .mode("append").save())
+
+        def kill_half_way() -> None:  # beside the write: PySpark finds no data source from another thread
+            try:
+                _wait(lambda: _count(ns, topic) >= n // 5, 300, "a fifth of the rows")
+                s.kill()
+                killed.append(_count(ns, topic) < n)
+                s.start()
+            except BaseException as e:  # noqa: BLE001 - asserted below
+                errors.append(e)
+
+        t = threading.Thread(target=kill_half_way)
+        t.start()
+        try:
+            write()  # rides out the restart
+        finally:
+            t.join(400)
+        assert not t.is_alive() and not errors, errors
+        assert killed == [True]  # the broker died while rows were still being written
+        write()  # the rerun: every row is answered from the window
+        wait_dispatched(ns, topic, n, timeout=120)
+        assert _count(ns, topic) == n
+        row = reader(spark, ns, topic).load().selectExpr("count(*) as rows", "count(distinct body) as bodies").first()
+        assert (row.rows, row.bodies) == (n, n)

@@ -159,6 +159,10 @@ def test_errors_at_load(spark, spark_broker) -> None:
     fails(lambda: reader(spark, ns, "NoSuchTopic_xyz").load(), "topic 'NoSuchTopic_xyz' does not exist")
     fails(lambda: reader(spark, f"127.0.0.1:{free_port()}", topic).load(), "option 'nameserver'",
           "no TidalMQ NameServer answers")
+    fails(lambda: reader(spark, spark_broker.broker_addr, topic).load(), "option 'nameserver'",
+          f"{spark_broker.broker_addr} is not a NameServer", "a broker's port?")
+    fails(lambda: stream_reader(spark, ns, topic, maxOffsetsPerTrigger="abc").load(),
+          "option 'maxOffsetsPerTrigger' must be an integer")
     fails(lambda: reader(spark, ns, topic, startingOffset="earliest").load(), "unknown option", "startingOffsets")
     fails(lambda: reader(spark, ns, topic, startingOffsets="yesterday").load(), "option 'startingOffsets'")
     fails(lambda: reader(spark, ns, topic, failOnDataLoss="maybe").load(), "option 'failOnDataLoss'")

@@ -155,7 +155,7 @@ class DuplicationWindow:
         first, end = self.store.commit_log_range()
         file_size = self.store.config.mapped_file_size_commit_log
         tail = max(first, end - _REBUILD_BYTES)
-        start = max(first, tail - tail % file_size)
+        start = max(first, tail - tail % file_size) if first >= 0 else end  # (first -1: no CommitLog file yet)
         segments: list[Segment] = []
         try:
             with open(self.path, encoding="utf-8") as f:

@@ -260,6 +260,9 @@ class ClientInstance:
                 last = e
                 continue
             self._ns_index = (self._ns_index + i) % n
+            if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:  # most often a broker's port given
+                raise MQBrokerError(resp.code, f"{addr} is not a NameServer: it does not take request {code} "
+                                    "(a broker's port? a NameServer listens on 9876 by default)", addr)
             if resp.code not in ok:
                 raise MQBrokerError(resp.code, resp.remark, addr)
             return resp

@@ -367,7 +367,8 @@ class Producer(ClientLifecycle):
             except MQBrokerError as e:
                 self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), True)
                 last_error = e
-                if e.code in RETRY_RESPONSE_CODES:
+                # idempotent: a busy answer whose retry met a broker going down is tried again too
+                if e.code in RETRY_RESPONSE_CODES or (self.idempotent and e.code == ResponseCode.SYSTEM_BUSY):
                     continue
                 raise
             except MQClientError as e:  # connection refused, broken or timed out: try another broker

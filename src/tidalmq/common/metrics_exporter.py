@@ -55,16 +55,22 @@ class _Collect(Collector):
 class PromExporter:
     """One HTTP endpoint serving one collector, on its own registry (no process-wide default metrics)."""
 
-    def __init__(self, host: str, port: int, collect: Callable[[], Iterable[Metric]]) -> None:
+    def __init__(self, host: str, port: int, collect: Callable[[], Iterable[Metric]],
+                 key: str = "metricsPromExporterPort") -> None:
         self.host = host or "127.0.0.1"
         self.port = port
+        self.key = key  # the setting that names the port, for the error when it is taken
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collect(collect))
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as e:
+            raise OSError(e.errno, f"the metrics endpoint cannot listen on {self.host}:{self.port} ({e.strerror}): "
+                          f"set {self.key} to a free port (0: any), or metricsExporterType=DISABLE") from None
         self.port = self._server.server_address[1]  # the port taken when 0 was asked
 
     def stop(self) -> None:

@@ -53,12 +53,13 @@ def _families(gauges: dict[str, float], rpc: dict[tuple[int, int], list[float]])
     yield rpc_latency_family(common, rpc)
 
 
-def start_namesrv_exporter(ns: NameServer, exporter_type: str, host: str, port: int) -> PromExporter | None:
+def start_namesrv_exporter(ns: NameServer, exporter_type: str, host: str, port: int,
+                           key: str = "metricsPromExporterPort") -> PromExporter | None:
     """Call on the NameServer's loop, after start; ``exporter_type`` is DISABLE or PROM (validated)."""
     if exporter_type != "PROM":
         return None
     loop = asyncio.get_running_loop()
     ns.server.rpc_stats = RpcLatencyStats()
-    exporter = PromExporter(host, port, lambda: _families(*on_loop(loop, lambda: _snapshot(ns))))
+    exporter = PromExporter(host, port, lambda: _families(*on_loop(loop, lambda: _snapshot(ns))), key)
     exporter.start()
     return exporter

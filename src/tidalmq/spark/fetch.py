@@ -121,6 +121,8 @@ class Catalog:
         inst = self._consumer._instance
         try:
             self._call(lambda: inst.invoke_namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), "asking for its topics")
+        except MQBrokerError as e:  # something answered, but not as a NameServer
+            raise TidalMQOptionError(f"option 'nameserver': {e.remark}") from None
         except TidalMQSourceError as e:
             raise TidalMQSourceError(f"option 'nameserver': no TidalMQ NameServer answers at {self.opts.nameserver}: "
                                      f"{e}") from e.__cause__
@@ -343,21 +345,39 @@ async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) 
         raise TidalMQSourceError(str(e)) from e.__cause__
     mq = MessageQueue(spec.topic, spec.broker, spec.queue_id)
     try:
-        window = opts.pull_batch_size
+        window, depth = opts.pull_batch_size, opts.pull_pipeline
         pending: deque[asyncio.Task] = deque()
         nxt = spec.start
         while (nxt < spec.end or pending) and not stop.is_set():
-            while nxt < spec.end and len(pending) < opts.pull_pipeline:
+            while nxt < spec.end and len(pending) < depth:
                 hi = min(spec.end, nxt + window)
                 pending.append(asyncio.ensure_future(_window(consumer, opts, spec, mq, nxt, hi)))
                 nxt = hi
             bodies = await pending.popleft()
+            window, depth = _resize(opts, window, depth, bodies)
             for item in bodies:
                 put(item)  # blocks this loop when the reader is behind: that is the back-pressure
         for p in pending:
             p.cancel()
     finally:
         await consumer.shutdown()
+
+
+_MAX_PULLS_IN_FLIGHT = 32
+
+
+def _resize(opts: ReadOptions, window: int, depth: int, bodies: list[tuple[bytes, int, int]]) -> tuple[int, int]:
+    """A broker that answered a window in several pulls caps a pull below ``pullBatchSize`` (RocketMQ's
+    ``maxTransferCountOnMessageInMemory``, 32 by default): windows of that size, more of them in flight
+    (as many offsets as ``pullBatchSize`` x ``pullPipeline``, at most 32 pulls), so that a broker left at
+    its defaults is read about as fast as one whose caps were raised."""
+    if len(bodies) < 2:
+        return window, depth
+    lo, hi = bodies[0][1], bodies[0][2]
+    cap = max(1, -(-(hi - lo) // len(bodies)))
+    if cap >= window:
+        return window, depth
+    return cap, max(depth, min(_MAX_PULLS_IN_FLIGHT, opts.pull_batch_size * opts.pull_pipeline // cap))
 
 
 async def _window(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, mq: MessageQueue, lo: int,
