@@ -16,12 +16,14 @@ from tidalmq.broker.message_type import (
 )
 from tidalmq.broker.schedule_admin import refresh_timer_view
 from tidalmq.broker.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic_config import PERM_RW, TopicConfig
+from tidalmq.broker.topic_config import TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, language_name
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -34,36 +36,28 @@ class AdminProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def update_and_create_topic(self, conn: Connection,
-                                req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        h = req.ext_fields
-        topic = h.get("topic", "")
+    def update_and_create_topic(self, conn: Connection, req: RemotingCommand,
+                                h: bh.CreateTopicRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
+        topic = h.topic
         try:
             nm.check_topic(topic)
         except nm.NameError_ as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         if nm.is_system_topic(topic) and topic != nm.AUTO_CREATE_TOPIC_KEY_TOPIC:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        try:
-            r = int(h.get("readQueueNums", "8"))
-            w = int(h.get("writeQueueNums", "8"))
-            perm = int(h.get("perm", str(PERM_RW)))
-            sys_flag = int(h.get("topicSysFlag") or 0)
-        except ValueError as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal topic header: {e}")
+        r, w, perm, sys_flag = h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_sys_flag
         if r <= 0 or w <= 0 or r > 1024 or w > 1024:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"queue numbers must be within 1..1024, got read {r} write {w}")
         current = self.broker.topics.get(topic)
         try:
-            modification = parse_modification(h.get("attributes"))
+            modification = parse_modification(h.attributes)
             # RocketMQ refuses MIXED before anything else, as it is asked (only "+message.type=MIXED").
             if modification.get("+" + MESSAGE_TYPE) == TopicMessageType.MIXED and not self.broker.config.enable_mixed_message_type:
                 return req.make_response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
             attributes = alter_attributes(current is None, current.attributes if current else {}, modification)
         except TopicAttributeError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        tc = TopicConfig(topic, r, w, perm, h.get("topicFilterType", "SINGLE_TAG"), sys_flag, h.get("order") == "true",
-                         attributes)
+        tc = TopicConfig(topic, r, w, perm, h.topic_filter_type, sys_flag, h.order, attributes)
         self.broker.topics.update(tc)
         return self._answer_registered(req)
 
@@ -72,8 +66,8 @@ class AdminProcessor:
         await self.broker.registered()
         return req.make_response(ResponseCode.SUCCESS)
 
-    def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
+    def delete_topic(self, conn: Connection, req: RemotingCommand, h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         if nm.is_system_topic(topic):
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
         if not self.broker.topics.delete(topic):
@@ -84,17 +78,17 @@ class AdminProcessor:
         self.broker.register_soon()
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_all_topic_config(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(self.broker.topics.wrapper()))
 
-    def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
+    def get_topic_config(self, conn: Connection, req: RemotingCommand, h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         tc = self.broker.topics.get(topic)
         if tc is None:
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicConfig": tc.to_json()}))
 
-    def update_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def update_subscription_group(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             cfg = SubscriptionGroupConfig.from_json(fastjson.loads(req.body_bytes()))
             nm.check_group(cfg.group_name)
@@ -111,18 +105,20 @@ class AdminProcessor:
         self.broker.groups.update(cfg)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_all_subscription_groups(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_all_subscription_groups(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         table = {n: c.to_json() for n, c in self.broker.groups.table.items()}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"subscriptionGroupTable": table}))
 
-    def delete_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("groupName", "")
+    def delete_subscription_group(self, conn: Connection, req: RemotingCommand,
+                                  h: bh.DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
+        group = h.group_name
         if not self.broker.groups.delete(group):
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         self.broker.stats.on_group_deleted(group)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Task[RemotingCommand]:
+    def get_runtime_info(self, conn: Connection, req: RemotingCommand,
+                         _: NoHeader) -> RemotingCommand | asyncio.Task[RemotingCommand]:
         def build() -> RemotingCommand:
             return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
 
@@ -136,13 +132,13 @@ class AdminProcessor:
 
         return asyncio.ensure_future(fresh())
 
-    def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_broker_config(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
-    def update_broker_config(self, conn: Connection,
-                             req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def update_broker_config(self, conn: Connection, req: RemotingCommand,
+                             _: NoHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
         """UPDATE_BROKER_CONFIG: body ``key=value`` lines (java.util.Properties, as RocketMQ's tools send);
         live keys only, all or none applied, then persisted to the config file (broker/live_config.py)."""
         b = self.broker
@@ -161,9 +157,10 @@ class AdminProcessor:
             return self._answer_registered(req)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand,
+                                     h: bh.GetProducerConnectionListRequestHeader) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: the group's producers connected now (ProducerConnection)."""
-        group = req.ext_fields.get("producerGroup", "")
+        group = h.producer_group
         members = {c: ch for c, ch in self.broker.producers.get(group, {}).items() if c.is_open}
         if not members:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
@@ -173,7 +170,7 @@ class AdminProcessor:
         ]}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         """CLEAN_EXPIRED_CONSUMEQUEUE: the store drops the queues of topics this broker no longer has and the
         queue files wholly below the CommitLog's min offset. System, retry and dead-letter topics count as
         live: the broker creates them on demand, so their absence from the table proves nothing."""
@@ -184,8 +181,9 @@ class AdminProcessor:
         b.store.clean_expired_consumer_queue(live)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("consumerGroup", "")
+    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand,
+                                     h: bh.GetConsumerConnectionListRequestHeader) -> RemotingCommand:
+        group = h.consumer_group
         info = self.broker.consumers.groups.get(group)
         if info is None:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
@@ -201,28 +199,26 @@ class AdminProcessor:
         }
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
+    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand,
+                                   h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         groups = set(self.broker.consumers.groups_subscribing(topic)) | self.broker.offsets.groups_of_topic(topic)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"groupList": sorted(groups)}))
 
-    def query_topics_by_consumer(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("group", "")
+    def query_topics_by_consumer(self, conn: Connection, req: RemotingCommand,
+                                 h: bh.QueryTopicsByConsumerRequestHeader) -> RemotingCommand:
+        group = h.group
         topics = set(self.broker.offsets.topics_of_group(group))
         info = self.broker.consumers.groups.get(group)
         if info is not None:
             topics |= set(info.subscriptions)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": sorted(topics)}))
 
-    def query_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def query_consume_queue(self, conn: Connection, req: RemotingCommand,
+                            h: bh.QueryConsumeQueueRequestHeader) -> RemotingCommand:
         """Raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE): what the operator's tools use to
         walk a queue that is not readable by subscription, such as a dead-letter queue."""
-        h = req.ext_fields
-        topic = h.get("topic", "")
-        try:
-            qid, index, count = int(h["queueId"]), int(h.get("index", "0")), min(int(h.get("count", "32")), 1024)
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal QUERY_CONSUME_QUEUE header: {e}")
+        topic, qid, index, count = h.topic, h.queue_id, h.index, min(h.count, 1024)
         store = self.broker.store
         if not store.has_queue(topic, qid):
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"{topic}, {qid} cq not found")
@@ -232,15 +228,15 @@ class AdminProcessor:
         body = {"queueData": rows, "minQueueIndex": rng.min_offset, "maxQueueIndex": rng.max_offset}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         """ConsumerOffsetSerializeWrapper: what a slave's SlaveSynchronize copies."""
         table = {key: dict(queues) for key, queues in list(self.broker.offsets.table.items())}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": table}))
 
-    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         offsets = dict(sorted(self.broker.schedule.offsets.items()))
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))
 
-    def trigger_delete_files(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def trigger_delete_files(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         n = self.broker.store.clean_expired_now(force=True)
         return req.make_response(ResponseCode.SUCCESS, f"deleted {n} files")

@@ -15,6 +15,8 @@ from tidalmq.common.message import encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
+from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -29,16 +31,10 @@ class ConsumerManageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def send_msg_back(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    def send_msg_back(self, conn: Connection, req: RemotingCommand,
+                      h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         b = self.broker
-        h = req.ext_fields
-        group = h.get("group", "")
-        try:
-            offset = int(h["offset"])
-            delay_level = int(h.get("delayLevel") or 0)
-            header_max = int(h["maxReconsumeTimes"]) if h.get("maxReconsumeTimes") not in (None, "") else None
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal send-back header: {e}")
+        group, offset, delay_level, header_max = h.group, h.offset, h.delay_level, h.max_reconsume_times
         sg = b.groups.find(group)
         if sg is None:
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
@@ -85,7 +81,7 @@ class ConsumerManageProcessor:
                 raise TypeError(f"{key} is not a string")
         return [(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])) for mq in body.get("mqSet") or []]
 
-    def lock_batch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def lock_batch(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             body = fastjson.loads(req.body_bytes())
             mqs = self._mq_set(body)
@@ -95,7 +91,7 @@ class ConsumerManageProcessor:
         out = {"lockOKMQSet": [{"topic": t, "brokerName": n, "queueId": q} for t, n, q in held]}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(out))
 
-    def unlock_batch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def unlock_batch(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             body = fastjson.loads(req.body_bytes())
             mqs = self._mq_set(body)

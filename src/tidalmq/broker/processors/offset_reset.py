@@ -11,12 +11,12 @@ from tidalmq.common import fastjson
 from tidalmq.remoting.codes import LanguageCode, ResponseCode
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import TIMESTAMP_LATEST, ResetOffsetRequestHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
     from tidalmq.broker.controller import BrokerController
 
-TIMESTAMP_LATEST = -1
 
 
 def reset_body_for(language: int, table: list[tuple[str, str, int, int]]) -> bytes:
@@ -36,16 +36,9 @@ class OffsetResetProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def reset_offset(self, conn: Connection, req: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
         b = self.broker
-        h = req.ext_fields
-        group = h.get("group", "")
-        try:
-            timestamp = int(h.get("timestamp", str(TIMESTAMP_LATEST)))
-        except ValueError:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"timestamp is not an integer: {h.get('timestamp')!r}")
-        force = h.get("isForce", "true") != "false"
-        topic = h.get("topic", "")
+        group, timestamp, force, topic = h.group, h.timestamp, h.is_force, h.topic
         known_topics = b.offsets.topics_of_group(group)
         info = b.consumers.groups.get(group)
         if info is not None:
@@ -93,7 +86,8 @@ class OffsetResetProcessor:
             for t, rows in by_topic.items():
                 cmd = RemotingCommand(
                     code=RC.RESET_CONSUMER_CLIENT_OFFSET,
-                    ext_fields={"topic": t, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
+                    ext_fields=ResetOffsetRequestHeader(topic=t, group=group, timestamp=timestamp,
+                                                        is_force=force).to_ext(),
                     body=reset_body_for(ch.language, rows),
                 )
                 conn.invoke_oneway(cmd)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from tidalmq.broker.consumer_manager import SubscriptionData
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import PullMessageRequestHeader, PullMessageResponseHeader
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import GetStatus
 
@@ -24,26 +25,16 @@ class PullMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
-        resp = self._pull(conn, req, allow_suspend=True)
-        return resp
+    def process(self, conn: Connection, req: RemotingCommand,
+                h: PullMessageRequestHeader) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        return self._pull(conn, req, h, allow_suspend=True)
 
-    def _pull(self, conn: Connection, req: RemotingCommand, allow_suspend: bool) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    def _pull(self, conn: Connection, req: RemotingCommand, h: PullMessageRequestHeader,
+              allow_suspend: bool) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         b = self.broker
-        h = req.ext_fields
-        try:
-            group = h["consumerGroup"]
-            topic = h["topic"]
-            queue_id = int(h["queueId"])
-            offset = int(h["queueOffset"])
-            max_nums = int(h.get("maxMsgNums") or 32)
-            sysflag = int(h.get("sysFlag") or 0)
-            commit_offset = int(h.get("commitOffset") or 0)
-            suspend_ms = int(h.get("suspendTimeoutMillis") or 0)
-            sub_version = int(h.get("subVersion") or 0)
-            max_bytes = int(h.get("maxMsgBytes") or 0)
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal pull header: {e}")
+        group, topic, queue_id, offset = h.consumer_group, h.topic, h.queue_id, h.queue_offset
+        max_nums, sysflag, commit_offset = h.max_msg_nums or 32, h.sys_flag, h.commit_offset
+        suspend_ms, sub_version, max_bytes = h.suspend_timeout_millis, h.sub_version, h.max_msg_bytes
         if not (b.config.broker_permission & 0x4):
             return req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
         sg = b.groups.find(group)
@@ -65,7 +56,7 @@ class PullMessageProcessor:
         flagged = bool(sysflag & FLAG_SUBSCRIPTION)
         sub: SubscriptionData | None
         if flagged:
-            sub = SubscriptionData.build(topic, h.get("subscription"), sub_version, h.get("expressionType") or "TAG")
+            sub = SubscriptionData.build(topic, h.subscription, sub_version, h.expression_type or "TAG")
         else:
             sub = b.consumers.find_subscription(group, topic)
             if sub is None:
@@ -131,12 +122,10 @@ class PullMessageProcessor:
             kwargs["max_total_bytes"] = max_bytes
         res = b.store.get_message(group, topic, queue_id, offset, max_nums, tag_codes=sub.tag_codes(), filter=flt, **kwargs)
         st = res.status
-        ext = {
-            "suggestWhichBrokerId": str(self._suggest_which_broker_id(group, res.suggest_pulling_from_slave)),
-            "nextBeginOffset": str(res.next_begin_offset),
-            "minOffset": str(res.min_offset),
-            "maxOffset": str(res.max_offset),
-        }
+        ext = PullMessageResponseHeader(
+            suggest_which_broker_id=self._suggest_which_broker_id(group, res.suggest_pulling_from_slave),
+            next_begin_offset=res.next_begin_offset, min_offset=res.min_offset, max_offset=res.max_offset,
+        ).to_ext()
         if st == GetStatus.FOUND:
             b.stats_get(group, topic, res.message_count, res.buffer_total_size)
             return req.make_response(ResponseCode.SUCCESS, "FOUND", ext, list(res.buffers))

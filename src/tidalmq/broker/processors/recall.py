@@ -27,6 +27,11 @@ from tidalmq.common.recall_handle import (
 )
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import (
+    RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
+    SendMessageResponseHeader,
+)
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -34,7 +39,7 @@ if TYPE_CHECKING:
 
     from tidalmq.broker.controller import BrokerController
 
-RECALL_HANDLE = "recallHandle"  # SendMessageResponseHeader's field
+RECALL_HANDLE = SendMessageResponseHeader.key_of("recall_handle")
 # Every single timer send's answer carries one: encoded from the handle's ASCII bytes, no text round trip.
 _RECALL_HANDLE_FIELD = ExtFieldsTemplate((RECALL_HANDLE,))
 _SEND_BATCH, _SUCCESS = int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS)  # compared on every timer send
@@ -98,16 +103,14 @@ class RecallMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    def process(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
+    def process(self, conn: Connection, req: RemotingCommand,
+                h: RecallMessageRequestHeader) -> asyncio.Future[RemotingCommand]:
         host = conn.attributes.get("born_host") or host_bytes(conn.remote[0])
 
         async def answer() -> RemotingCommand:
-            out = await self.recall(h.get("topic", ""), h.get("recallHandle", ""), h.get("producerGroup", ""),
-                                    host, conn.remote[1])
-            ext = {"MSG_REGION": "DefaultRegion"}
-            if out.code == ResponseCode.SUCCESS:
-                ext["msgId"] = out.msg_id
+            out = await self.recall(h.topic, h.recall_handle, h.producer_group, host, conn.remote[1])
+            ext = RecallMessageResponseHeader(msg_id=out.msg_id if out.code == ResponseCode.SUCCESS else None,
+                                              msg_region="DefaultRegion").to_ext()
             return req.make_response(out.code, out.remark, ext)
 
         return asyncio.ensure_future(answer())

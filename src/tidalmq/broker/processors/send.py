@@ -36,13 +36,9 @@ from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.ha.service import TransferStatus
-from tidalmq.remoting import request_check
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType, all_ext_fields
-from tidalmq.remoting.request_check import (
-    SEND_HEADER as SEND_HEADER,  # where callers of the send path find it
-)
-from tidalmq.remoting.request_check import SendHeaderKeys
+from tidalmq.remoting.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
@@ -64,12 +60,6 @@ _LITE_TOPIC = (mc.LITE_TOPIC,)
 # One pass over the properties text finds any of them (a hit only means "parse and look").
 _BROKER_PROPERTY_MARKERS = re.compile("|".join(
     re.escape(n + mc.NAME_VALUE_SEPARATOR) for n in mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES))
-
-
-def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
-    """The header names this send request uses (the C++ client sends batches with the V2 letters): the
-    spelling request_check validated and the ACL read the topic from."""
-    return request_check.send_header_keys(req.code, req.ext_fields)
 
 
 def screen_client_properties(msg: InnerMessage) -> None:
@@ -115,9 +105,11 @@ _BUSY_OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 _PUT_LOCK_RETRY_S = 0.001
 # SendMessageResponseHeader of a stored message, for a request in the ROCKETMQ serialization: encoded from a
 # template, without a dict and a loop over it per response (docs/benchmarks.md, "Hot paths").
-_SEND_OK_REGION = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-_SEND_OK_HEADER = ExtFieldsTemplate(("msgId", "queueId", "queueOffset"), _SEND_OK_REGION)
-
+_SEND_OK_REGION = {SendMessageResponseHeader.key_of("msg_region"): "DefaultRegion",
+                   SendMessageResponseHeader.key_of("trace_on"): "true"}
+_SEND_OK_KEYS = tuple(SendMessageResponseHeader.key_of(a) for a in ("msg_id", "queue_id", "queue_offset"))
+_SEND_OK_HEADER = ExtFieldsTemplate(_SEND_OK_KEYS, _SEND_OK_REGION)
+_MSG_ID = _SEND_OK_KEYS[0]
 
 
 class SendMessageProcessor:
@@ -143,20 +135,18 @@ class SendMessageProcessor:
         return 0
 
     # entry point ------------------------------------------------------------------------------
-    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    def process(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | None:
         """Answers bad requests at once; a stored message is answered by the group commit, which sends
         the response itself (no future per message)."""
         try:
-            self._process(conn, req)
+            self._process(conn, req, h)
         except SendError as e:
             return req.make_response(e.code, e.remark)
         return None
 
-    def _process(self, conn: Connection, req: RemotingCommand) -> None:
+    def _process(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> None:
         b = self.broker
-        h = req.ext_fields
-        k = send_header_keys(req)
-        topic = h.get(k.topic, "")
+        topic = h.topic
         if not (b.config.broker_permission & 0x2):
             raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
         ha = b.ha_service
@@ -170,18 +160,11 @@ class SendMessageProcessor:
         # The revive topics too: a forged checkpoint would make the broker copy any message to a group.
         if topic in nm.NOT_ALLOWED_SEND_TOPICS or topic.startswith(REVIVE_TOPIC_PREFIX):
             raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        try:
-            queue_id = int(h.get(k.queue_id, "-1"))
-            sysflag = int(h.get(k.sys_flag, "0"))
-            born_ts = int(h.get(k.born_timestamp, "0"))
-            flag = int(h.get(k.flag, "0"))
-            reconsume = int(h.get(k.reconsume_times) or 0)
-            default_qnums = int(h.get(k.default_topic_queue_nums) or b.config.default_topic_queue_nums)
-        except ValueError as e:
-            raise SendError(ResponseCode.SYSTEM_ERROR, f"illegal send header: {e}") from None
+        queue_id, sysflag, born_ts, flag, reconsume = h.queue_id, h.sys_flag, h.born_timestamp, h.flag, h.reconsume_times
         tc = b.topics.get(topic)
         if tc is None:
-            default_topic = h.get(k.default_topic) or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
+            default_qnums = h.default_topic_queue_nums or b.config.default_topic_queue_nums
+            default_topic = h.default_topic or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
             if topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
                 tc = b.topics.create_system_like(topic, 1, 6)
             else:
@@ -208,7 +191,7 @@ class SendMessageProcessor:
         born_port = conn.remote[1]
         # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
-        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get(k.batch) in ("true", "1")
+        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
         reply: Respond = _no_reply if req.is_oneway else conn.send
         if is_batch:
             if sysflag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
@@ -254,7 +237,7 @@ class SendMessageProcessor:
             return
         if len(body) > max_size:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-        msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
+        msg = InnerMessage(topic, queue_id, body, flag, h.properties, sysflag, born_ts, born_host,
                            born_port, reconsume)
         if b.config.enable_topic_message_type_check and (why := check_messages(topic, tc.message_type, (msg.properties_text,))):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
@@ -474,12 +457,9 @@ class SendMessageProcessor:
                 resp = req.make_response(ResponseCode.SUCCESS)
                 resp.ext_encoded = _SEND_OK_HEADER.encode(res.msg_id, str(put.queue_id), str(res.queue_offset))
                 return resp
-            ext = {
-                "msgId": res.msg_id,
-                "queueId": str(put.queue_id),
-                "queueOffset": str(res.queue_offset),
-                **_SEND_OK_REGION,
-            }
+            ext = SendMessageResponseHeader(msg_id=res.msg_id, queue_id=put.queue_id,
+                                            queue_offset=res.queue_offset).to_ext()
+            ext.update(_SEND_OK_REGION)
             return req.make_response(ResponseCode.SUCCESS, None, ext)
         code, remark = {
             PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
@@ -517,9 +497,10 @@ class _JointAnswer:
                 self.reply(r)
                 return
         ext = all_ext_fields(parked)
-        ids_due, ids_parked = iter(all_ext_fields(due)["msgId"].split(",")), iter(ext["msgId"].split(","))
+        ids_due = iter(all_ext_fields(due)[_MSG_ID].split(","))
+        ids_parked = iter(ext[_MSG_ID].split(","))
         at = set(self.due_at)
-        ext["msgId"] = ",".join([next(ids_due) if i in at else next(ids_parked) for i in range(self.n)])
+        ext[_MSG_ID] = ",".join([next(ids_due) if i in at else next(ids_parked) for i in range(self.n)])
         self.reply(self.req.make_response(ResponseCode.SUCCESS, None, ext))
 
 

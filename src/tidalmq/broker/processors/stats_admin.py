@@ -17,6 +17,7 @@ from tidalmq.common import fastjson
 from tidalmq.common.mqversion import version_desc, version_ordinal
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
 from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ class StatsAdminProcessor:
     def _mq(self, topic: str, queue_id: int) -> fastjson.RawKey:
         return fastjson.object_key({"brokerName": self.broker.config.broker_name, "queueId": queue_id, "topic": topic})
 
-    def view_broker_stats_data(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        name, key = req.ext_fields.get("statsName", ""), req.ext_fields.get("statsKey", "")
+    def view_broker_stats_data(self, conn: Connection, req: RemotingCommand,
+                               h: bh.ViewBrokerStatsDataRequestHeader) -> RemotingCommand:
+        name, key = h.stats_name, h.stats_key
         item = self.broker.stats.item(name, key)
         if item is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
@@ -70,11 +72,12 @@ class StatsAdminProcessor:
             diff += broker_offset - consumer_offset
         return {"consumeTps": b.stats.tps_group_get(group, topic), "offsetTable": table}, diff
 
-    def get_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_consume_stats(self, conn: Connection, req: RemotingCommand,
+                          h: bh.GetConsumeStatsRequestHeader) -> RemotingCommand:
         """GET_CONSUME_STATS: the group's offsets on this broker, per queue of the topic asked (or of every
         topic it has offsets for), with the minute's consume TPS and each queue's last consumed store time."""
         b = self.broker
-        group, topic = req.ext_fields.get("consumerGroup", ""), req.ext_fields.get("topic", "")
+        group, topic = h.consumer_group, h.topic
         # the topic asked, else those it has offsets for; with consumers online, only what they subscribe to
         topics = [t for t in ([topic] if topic else sorted(b.offsets.topics_of_group(group)))
                   if self._subscribed(group, t)]
@@ -89,11 +92,12 @@ class StatsAdminProcessor:
             tps += stats["consumeTps"]
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"consumeTps": tps, "offsetTable": table}))
 
-    def get_broke_consume_stats(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_broke_consume_stats(self, conn: Connection, req: RemotingCommand,
+                                h: bh.GetConsumeStatsInBrokerHeader) -> RemotingCommand:
         """GET_BROKE_CONSUME_STATS: every subscription group's ConsumeStats per topic it has offsets for
         (``isOrder``: order topics only), over the write queues, and the broker's total diff."""
         b = self.broker
-        only_order = req.ext_fields.get("isOrder", "false") == "true"
+        only_order = h.is_order
         out: list[dict[str, list[dict[str, Any]]]] = []
         total = 0
         for group in list(b.groups.table):
@@ -109,10 +113,10 @@ class StatsAdminProcessor:
         body = {"brokerAddr": b.config.broker_addr, "consumeStatsList": out, "totalDiff": total}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def get_topic_stats_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_topic_stats_info(self, conn: Connection, req: RemotingCommand, h: bh.TopicRequestHeader) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO: each queue's min and max offsets and the store time of its last message."""
         b = self.broker
-        topic = req.ext_fields.get("topic", "")
+        topic = h.topic
         tc = b.topics.get(topic)
         if tc is None:
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -126,11 +130,11 @@ class StatsAdminProcessor:
         body = {"offsetTable": table, "topicPutTps": b.stats.tps_topic_put(topic)}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def get_consumer_running_info(self, conn: Connection,
-                                  req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+    def get_consumer_running_info(self, conn: Connection, req: RemotingCommand, h: bh.GetConsumerRunningInfoRequestHeader,
+                                  ) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         """GET_CONSUMER_RUNNING_INFO: asked of the consumer itself (RocketMQ's callConsumer), its answer
         returned as it is."""
-        group, client_id = req.ext_fields.get("consumerGroup", ""), req.ext_fields.get("clientId", "")
+        group, client_id = h.consumer_group, h.client_id
         info = self.broker.consumers.groups.get(group)
         found = [(c, ch) for c, ch in (info.channels.items() if info is not None else ()) if ch.client_id == client_id]
         if not found:
@@ -141,7 +145,7 @@ class StatsAdminProcessor:
                                      f"<{version_desc(channel.version)}> too low to finish, please upgrade it to V3_1_8_SNAPSHOT")
 
         async def call() -> RemotingCommand:
-            ask = RemotingCommand(code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=dict(req.ext_fields),
+            ask = RemotingCommand(code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=h.to_ext(),
                                   body=req.body_bytes() or None)
             try:
                 answer = await target.invoke(ask, CALL_CONSUMER_TIMEOUT_S)
