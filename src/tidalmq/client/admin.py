@@ -19,6 +19,10 @@ from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol import namesrv_headers as nh
+from tidalmq.remoting.protocol.header import Header
+from tidalmq.remoting.protocol.requests import ext_of
 from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 from tidalmq.remoting.transport import RemotingClient, RemotingError
@@ -93,6 +97,10 @@ def _mq_key(key: str) -> tuple[str, str, int]:
     return mq["topic"], mq["brokerName"], int(mq["queueId"])
 
 
+def _offset(resp: RemotingCommand) -> int:
+    return bh.OffsetResponseHeader.parse(resp.ext_fields).offset
+
+
 def namesrv_from_env(addr: str | None) -> str:
     value = addr or ta.configured_addr() or "127.0.0.1:9876"
     return value
@@ -132,9 +140,9 @@ class Admin:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+    async def _call(self, addr: str, code: int, ext: Header | None = None, body: bytes | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        cmd = RemotingCommand(code=code, ext_fields=dict(ext or {}), body=body)
+        cmd = RemotingCommand(code=code, ext_fields=ext_of(code, ext), body=body)
         if self.signer is not None:
             self.signer.sign(cmd.ext_fields, body)
         resp = await self.remoting.invoke(addr, cmd, self.timeout)
@@ -150,7 +158,7 @@ class Admin:
                 raise AdminError(-1, f"no NameServer list: {e}") from None
         return self.namesrv_addrs
 
-    async def _namesrv(self, code: int, ext: dict[str, str] | None = None,
+    async def _namesrv(self, code: int, ext: Header | None = None,
                        ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         last: Exception | None = None
         for addr in await self._namesrv_list():
@@ -165,9 +173,10 @@ class Admin:
     async def _send(self, addr: str, group: str, topic: str, props: dict[str, str], body: bytes, *,
                     queue_id: int = 0, queue_nums: int = 4, flag: int = 0) -> RemotingCommand:
         """One SEND_MESSAGE_V2 the operator's tools make themselves (cancel, dead-letter re-send)."""
-        ext = {"a": group, "b": topic, "c": "TBW102", "d": str(queue_nums), "e": str(queue_id), "f": "0",
-               "g": str(int(time.time() * 1000)), "h": str(flag), "i": encode_properties(props), "j": "0",
-               "k": "false"}
+        ext = bh.SendMessageRequestHeader(
+            producer_group=group, topic=topic, default_topic=nm.AUTO_CREATE_TOPIC_KEY_TOPIC,
+            default_topic_queue_nums=queue_nums, queue_id=queue_id, born_timestamp=int(time.time() * 1000), flag=flag,
+            properties=encode_properties(props))
         return await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=body)
 
     # cluster and routes -----------------------------------------------------------------------
@@ -185,17 +194,17 @@ class Admin:
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
         for addr in await self._namesrv_list():
-            await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+            await self._call(addr, RC.PUT_KV_CONFIG, nh.PutKVConfigRequestHeader(namespace=namespace, key=key, value=value))
 
     async def get_kv_config(self, namespace: str, key: str) -> str | None:
         """GET_KV_CONFIG of the first NameServer that answers; None when it has no such key."""
-        resp = await self._namesrv(RC.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+        resp = await self._namesrv(RC.GET_KV_CONFIG, nh.KVConfigRequestHeader(namespace=namespace, key=key),
                                    ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return resp.ext_fields.get("value") if resp.code == ResponseCode.SUCCESS else None
+        return nh.GetKVConfigResponseHeader.parse(resp.ext_fields).value if resp.code == ResponseCode.SUCCESS else None
 
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         for addr in await self._namesrv_list():
-            await self._call(addr, RC.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+            await self._call(addr, RC.DELETE_KV_CONFIG, nh.KVConfigRequestHeader(namespace=namespace, key=key))
 
     async def cluster_info(self) -> dict:
         return fastjson.loads((await self._namesrv(RC.GET_BROKER_CLUSTER_INFO)).body_bytes())
@@ -218,7 +227,7 @@ class Admin:
         return out
 
     async def route(self, topic: str) -> dict:
-        return fastjson.loads((await self._namesrv(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})).body_bytes())
+        return fastjson.loads((await self._namesrv(RC.GET_ROUTEINFO_BY_TOPIC, nh.GetRouteInfoRequestHeader(topic=topic))).body_bytes())
 
     async def topic_list(self) -> list[str]:
         resp = await self._namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -237,19 +246,12 @@ class Admin:
         masters = ({a: a for a in broker_addrs} if broker_addrs is not None else await self.master_addrs(cluster))
         if not masters:
             raise AdminError(ResponseCode.BROKER_NOT_EXIST, "no broker is registered with the name server")
-        ext = {
-            "topic": topic,
-            "defaultTopic": nm.AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "readQueueNums": str(queue_nums),
-            "writeQueueNums": str(queue_nums if write_queue_nums is None else write_queue_nums),
-            "perm": str(perm),
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "true" if order else "false",
-        }
+        ext = bh.CreateTopicRequestHeader(
+            topic=topic, default_topic=nm.AUTO_CREATE_TOPIC_KEY_TOPIC, read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums if write_queue_nums is None else write_queue_nums, perm=perm, order=order)
         if attributes:
-            ext["attributes"] = (attributes if isinstance(attributes, str)
-                                 else ",".join(f"+{k}={v}" for k, v in attributes.items()))
+            ext.attributes = (attributes if isinstance(attributes, str)
+                              else ",".join(f"+{k}={v}" for k, v in attributes.items()))
         for addr in masters.values():
             await self._call(addr, RC.UPDATE_AND_CREATE_TOPIC, ext)
         return sorted(masters)
@@ -257,9 +259,9 @@ class Admin:
     async def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         masters = await self.master_addrs(cluster)
         for addr in masters.values():
-            await self._call(addr, RC.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+            await self._call(addr, RC.DELETE_TOPIC_IN_BROKER, bh.TopicRequestHeader(topic=topic),
                              ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
-        await self._namesrv(RC.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+        await self._namesrv(RC.DELETE_TOPIC_IN_NAMESRV, nh.DeleteTopicFromNamesrvRequestHeader(topic=topic))
 
     async def _masters_of(self, topic: str) -> list[tuple[str, str, int]]:
         route = await self.route(topic)
@@ -275,9 +277,9 @@ class Admin:
         out = []
         for name, addr, nq in await self._masters_of(topic):
             for q in range(nq):
-                ext = {"topic": topic, "queueId": str(q)}
-                mn = int((await self._call(addr, RC.GET_MIN_OFFSET, ext)).ext_fields["offset"])
-                mx = int((await self._call(addr, RC.GET_MAX_OFFSET, ext)).ext_fields["offset"])
+                ext = bh.TopicQueueRequestHeader(topic=topic, queue_id=q)
+                mn = _offset(await self._call(addr, RC.GET_MIN_OFFSET, ext))
+                mx = _offset(await self._call(addr, RC.GET_MAX_OFFSET, ext))
                 out.append(QueueStatus(name, q, mn, mx))
         return out
 
@@ -288,18 +290,18 @@ class Admin:
         else:
             found: set[str] = set()
             for addr in (await self.master_addrs()).values():
-                resp = await self._call(addr, RC.QUERY_TOPICS_BY_CONSUMER, {"group": group})
+                resp = await self._call(addr, RC.QUERY_TOPICS_BY_CONSUMER, bh.QueryTopicsByConsumerRequestHeader(group=group))
                 found |= set(fastjson.loads(resp.body_bytes()).get("topicList", []))
             topics = sorted(found)
         out = []
         for t in topics:
             for name, addr, nq in await self._masters_of(t):
                 for q in range(nq):
-                    ext = {"topic": t, "queueId": str(q)}
-                    mx = int((await self._call(addr, RC.GET_MAX_OFFSET, ext)).ext_fields["offset"])
-                    resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, {**ext, "consumerGroup": group},
+                    mx = _offset(await self._call(addr, RC.GET_MAX_OFFSET, bh.TopicQueueRequestHeader(topic=t, queue_id=q)))
+                    resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, bh.QueryConsumerOffsetRequestHeader(
+                                                consumer_group=group, topic=t, queue_id=q),
                                             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-                    co = int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+                    co = _offset(resp) if resp.code == ResponseCode.SUCCESS else -1
                     out.append(QueueProgress(t, name, q, mx, co))
         return out
 
@@ -308,7 +310,7 @@ class Admin:
         their last consumed store time, and its consume TPS summed over the brokers."""
         out = ConsumeStats()
         for addr in (await self.master_addrs()).values():
-            ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+            ext = bh.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic or None)
             body = fastjson.loads((await self._call(addr, RC.GET_CONSUME_STATS, ext)).body_bytes())
             out.consume_tps += float(body.get("consumeTps") or 0)
             for key, w in (body.get("offsetTable") or {}).items():
@@ -320,13 +322,13 @@ class Admin:
 
     async def broker_consume_stats(self, addr: str, order_only: bool = False) -> dict:
         """GET_BROKE_CONSUME_STATS of one broker: ConsumeStatsList (brokerAddr, consumeStatsList, totalDiff)."""
-        resp = await self._call(addr, RC.GET_BROKE_CONSUME_STATS, {"isOrder": str(order_only).lower()})
+        resp = await self._call(addr, RC.GET_BROKE_CONSUME_STATS, bh.GetConsumeStatsInBrokerHeader(is_order=order_only))
         return fastjson.loads(resp.body_bytes())
 
     async def broker_stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict:
         """VIEW_BROKER_STATS_DATA: one stats item's minute, hour and day windows (statsMinute, statsHour,
         statsDay: sum, tps, avgpt); AdminError SYSTEM_ERROR when the broker never counted the key."""
-        resp = await self._call(addr, RC.VIEW_BROKER_STATS_DATA, {"statsName": stats_name, "statsKey": stats_key})
+        resp = await self._call(addr, RC.VIEW_BROKER_STATS_DATA, bh.ViewBrokerStatsDataRequestHeader(stats_name=stats_name, stats_key=stats_key))
         return fastjson.loads(resp.body_bytes())
 
     async def topic_stats(self, topic: str) -> list[tuple[QueueStatus, int]]:
@@ -334,7 +336,7 @@ class Admin:
         message (0: none), sorted."""
         out = []
         for _name, addr, _ in await self._masters_of(topic):
-            body = fastjson.loads((await self._call(addr, RC.GET_TOPIC_STATS_INFO, {"topic": topic})).body_bytes())
+            body = fastjson.loads((await self._call(addr, RC.GET_TOPIC_STATS_INFO, bh.TopicRequestHeader(topic=topic))).body_bytes())
             for key, o in (body.get("offsetTable") or {}).items():
                 _, broker, qid = _mq_key(key)
                 out.append((QueueStatus(broker, qid, int(o.get("minOffset", 0)), int(o.get("maxOffset", 0))),
@@ -347,7 +349,7 @@ class Admin:
         for addr in (await self.master_addrs()).values():
             try:
                 resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO,
-                                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"})
+                                        bh.GetConsumerRunningInfoRequestHeader(consumer_group=group, client_id=client_id, jstack_enable=False))
                 return fastjson.loads(resp.body_bytes())
             except AdminError as e:
                 last = e
@@ -361,7 +363,7 @@ class Admin:
         """The topic's configuration on each master broker (broker name -> TopicConfig JSON)."""
         out = {}
         for name, addr in (await self.master_addrs()).items():
-            resp = await self._call(addr, RC.GET_TOPIC_CONFIG, {"topic": topic},
+            resp = await self._call(addr, RC.GET_TOPIC_CONFIG, bh.TopicRequestHeader(topic=topic),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
             if resp.code == ResponseCode.SUCCESS:
                 out[name] = fastjson.loads(resp.body_bytes()).get("topicConfig", {})
@@ -416,7 +418,7 @@ class Admin:
     async def delete_group(self, group: str, cluster: str | None = None, broker_addrs: list[str] | None = None) -> None:
         addrs = broker_addrs if broker_addrs is not None else list((await self.master_addrs(cluster)).values())
         for addr in addrs:
-            await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": group},
+            await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, bh.DeleteSubscriptionGroupRequestHeader(group_name=group),
                              ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
 
     async def group_list(self) -> dict[str, dict]:
@@ -438,7 +440,7 @@ class Admin:
             if not addr:
                 continue
             try:
-                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, bh.GetProducerConnectionListRequestHeader(producer_group=group))
             except AdminError as e:
                 refused = e
                 continue
@@ -457,7 +459,7 @@ class Admin:
         dict when no broker has it online."""
         out: dict = {}
         for addr in (await self.master_addrs()).values():
-            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, bh.GetConsumerConnectionListRequestHeader(consumer_group=group),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
             if resp.code == ResponseCode.SUCCESS:
                 body = fastjson.loads(resp.body_bytes())
@@ -469,7 +471,7 @@ class Admin:
         """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""
         out: list[dict] = []
         for addr in (await self.master_addrs()).values():
-            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, bh.GetConsumerConnectionListRequestHeader(consumer_group=group),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
             if resp.code == ResponseCode.SUCCESS:
                 out += fastjson.loads(resp.body_bytes()).get("connectionSet", [])
@@ -479,7 +481,7 @@ class Admin:
         """Groups that consume (or have offsets of) a topic (QUERY_TOPIC_CONSUME_BY_WHO)."""
         found: set[str] = set()
         for _, addr, _ in await self._masters_of(topic):
-            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, bh.TopicRequestHeader(topic=topic))
             found |= set(fastjson.loads(resp.body_bytes()).get("groupList", []))
         return sorted(found)
 
@@ -488,21 +490,22 @@ class Admin:
         """The group's committed offset of one queue (-1 if none)."""
         addr = await self._broker_of(mq)
         resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET,
-                                {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)},
+                                bh.QueryConsumerOffsetRequestHeader(consumer_group=group, topic=mq.topic,
+                                                                    queue_id=mq.queue_id),
                                 ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+        return _offset(resp) if resp.code == ResponseCode.SUCCESS else -1
 
     async def update_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         """Set the group's committed offset of one queue (consumers that are online may overwrite it)."""
         addr = await self._broker_of(mq)
-        await self._call(addr, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
-                                                            "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+        await self._call(addr, RC.UPDATE_CONSUMER_OFFSET, bh.UpdateConsumerOffsetRequestHeader(
+            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset))
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         addr = await self._broker_of(mq)
         resp = await self._call(addr, RC.SEARCH_OFFSET_BY_TIMESTAMP,
-                                {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)})
-        return int(resp.ext_fields["offset"])
+                                bh.SearchOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms))
+        return _offset(resp)
 
     async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
                                    progress: Callable[[], None] | None = None) -> dict[MessageQueue, int]:
@@ -535,8 +538,8 @@ class Admin:
                            end_ms: int | None = None) -> list[MessageExt]:
         """QUERY_MESSAGE on one broker: the messages stored under ``topic`` whose KEYS or UNIQ_KEY is ``key``."""
         end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
-        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
-               "endTimestamp": str(end_ms)}
+        ext = bh.QueryMessageRequestHeader(topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms,
+                                           end_timestamp=end_ms)
         resp = await self._call(addr, RC.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
         if resp.code != ResponseCode.SUCCESS:
             return []
@@ -548,16 +551,16 @@ class Admin:
         """Up to ``count`` messages of one queue from ``index`` on (QUERY_CONSUME_QUEUE, then VIEW_MESSAGE_BY_ID
         each): works on queues no subscription may read (the DLQ). Returns them and the index after the last
         entry read (0 entries read: the same index)."""
-        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
-            "topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count),
-            "consumerGroup": group}, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, bh.QueryConsumeQueueRequestHeader(
+            topic=topic, queue_id=queue_id, index=index, count=count, consumer_group=group or None),
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         if resp.code != ResponseCode.SUCCESS:
             return [], index  # the broker has no such queue
         data = fastjson.loads(resp.body_bytes())
         rows = data.get("queueData") or []
         out: list[MessageExt] = []
         for row in rows:
-            view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(row["physicOffset"])},
+            view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, bh.ViewMessageRequestHeader(offset=int(row["physicOffset"])),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
             if view.code == ResponseCode.SUCCESS:  # a file already deleted by retention is skipped
                 out.extend(decode_messages(view.body_bytes(), name))
@@ -593,7 +596,7 @@ class Admin:
             host, port, offset = "", 0, 0
         if host and 0 < port < 65536:  # a client id (UNIQ_KEY) has the same length but no port there
             try:
-                resp = await self._call(f"{host}:{port}", RC.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+                resp = await self._call(f"{host}:{port}", RC.VIEW_MESSAGE_BY_ID, bh.ViewMessageRequestHeader(offset=offset))
                 msgs = decode_messages(resp.body_bytes())
                 if msgs and msgs[0].offset_msg_id == msg_id:
                     return msgs[0]
@@ -656,8 +659,8 @@ class Admin:
         consumers are told at once (RESET_CONSUMER_CLIENT_OFFSET) and replay without a restart."""
         result = RewindResult()
         for name, addr in sorted((await self.master_addrs()).items()):
-            resp = await self._call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, {
-                "topic": topic or "", "group": group, "timestamp": str(timestamp_ms), "isForce": "true"},
+            resp = await self._call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, bh.ResetOffsetRequestHeader(
+                topic=topic or "", group=group, timestamp=timestamp_ms, is_force=True),
                 ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.TOPIC_NOT_EXIST))
             if resp.code != ResponseCode.SUCCESS:
                 result.refused[name] = resp.remark or str(resp.code)
@@ -675,15 +678,15 @@ class Admin:
         """The message at a queue offset (mqadmin queryMsgByOffset, printMsg): its ConsumeQueue entry
         (QUERY_CONSUME_QUEUE), then the record (VIEW_MESSAGE_BY_ID); None past the end or removed by retention."""
         addr = await self._broker_of(mq)
-        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
-            "topic": mq.topic, "queueId": str(mq.queue_id), "index": str(offset), "count": "1", "consumerGroup": ""},
+        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, bh.QueryConsumeQueueRequestHeader(
+            topic=mq.topic, queue_id=mq.queue_id, index=offset, count=1),
             ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         if resp.code != ResponseCode.SUCCESS:  # no such queue
             return None
         rows = fastjson.loads(resp.body_bytes()).get("queueData") or []
         if not rows:
             return None
-        view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(rows[0]["physicOffset"])},
+        view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, bh.ViewMessageRequestHeader(offset=int(rows[0]["physicOffset"])),
                                 ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
         msgs = decode_messages(view.body_bytes(), mq.broker_name) if view.code == ResponseCode.SUCCESS else []
         return msgs[0] if msgs else None
@@ -738,7 +741,7 @@ class Admin:
             _, addr, nq = masters[0]
             resp = await self._send(addr, "TOOLS_DLQ_RESEND", target, props, m.body,  # m.body is inflated
                                     queue_id=m.queue_id % nq, queue_nums=nq, flag=m.flag)
-            sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, resp.ext_fields.get("msgId", "")))
+            sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, bh.SendMessageResponseHeader.parse(resp.ext_fields).msg_id))
             if progress is not None:
                 progress()
         return sent
@@ -751,12 +754,12 @@ class Admin:
         for name, addr, _ in await self._masters_of(msg.topic):
             if msg.broker_name and name != msg.broker_name:
                 continue
-            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": msg.topic})
+            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, bh.TopicRequestHeader(topic=msg.topic))
             for group in fastjson.loads(resp.body_bytes()).get("groupList") or []:
-                r = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, {
-                    "consumerGroup": group, "topic": msg.topic, "queueId": str(msg.queue_id)},
+                r = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, bh.QueryConsumerOffsetRequestHeader(
+                    consumer_group=group, topic=msg.topic, queue_id=msg.queue_id),
                     ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-                offset = int(r.ext_fields.get("offset", "-1")) if r.code == ResponseCode.SUCCESS else -1
+                offset = _offset(r) if r.code == ResponseCode.SUCCESS else -1
                 out[group] = offset > msg.queue_offset
         return out
 

@@ -44,6 +44,8 @@ from tidalmq.common.recall_handle import RecallHandleError, decode_recall_handle
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol.header import RequestError
 from tidalmq.remoting.tls import TlsOption
 from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
 
@@ -613,17 +615,21 @@ class Producer(ClientLifecycle):
         addr = route.master_addr(handle.broker_name) or self._instance.master_addr(handle.broker_name)
         if addr is None:
             raise MQClientError(10003, f"The broker[{handle.broker_name}] not exist")
-        req = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields={
-            "producerGroup": self.group, "topic": topic, "recallHandle": recall_handle, "brokerName": handle.broker_name})
+        req = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields=bh.RecallMessageRequestHeader(
+            producer_group=self.group, topic=topic, recall_handle=recall_handle, broker_name=handle.broker_name).to_ext())
         resp = await self._instance.invoke(addr, req, self.send_timeout if timeout is None else timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        return resp.ext_fields.get("msgId", handle.message_id)
+        return bh.RecallMessageResponseHeader.parse(resp.ext_fields).msg_id or handle.message_id
 
     def _prepare_unchecked(self, msg: Message) -> _Prepared:
         v.check_message(msg, self.max_message_size)
         return _Prepared(msg.topic, msg.body, 0, 0, mc.encode_properties(msg.properties),
                          msg.properties[mc.UNIQ_KEY], False, _deliver_ms(msg.properties))
+
+
+_TSO = bh.CheckTransactionStateRequestHeader.key_of("tran_state_table_offset")
+_CLO = bh.CheckTransactionStateRequestHeader.key_of("commit_log_offset")
 
 
 class _FirstAttempt:
@@ -646,12 +652,16 @@ def _send_result(p: _Prepared, mq: MessageQueue, addr: str, resp: RemotingComman
     status = _STATUS.get(resp.code)
     if status is None:
         raise MQBrokerError(resp.code, resp.remark, addr)
-    ext = resp.ext_fields
-    qid = ext.get("queueId")
-    queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
-    return SendResult(status, p.uniq, ext.get("msgId", ""), queue, int(ext.get("queueOffset", "-1")),
-                      ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms,
-                      ext.get("recallHandle"))
+    h = _SEND_RESPONSE.parse(resp.ext_fields)
+    qid = h.queue_id if _SEND_QUEUE_ID in resp.ext_fields else mq.queue_id
+    queue = mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
+    offset = h.queue_offset if _SEND_QUEUE_OFFSET in resp.ext_fields else -1
+    return SendResult(status, p.uniq, h.msg_id, queue, offset, h.transaction_id, h.msg_region or "DefaultRegion",
+                      p.deliver_ms, h.recall_handle)
+
+
+_SEND_RESPONSE = bh.SendMessageResponseHeader
+_SEND_QUEUE_ID, _SEND_QUEUE_OFFSET = _SEND_RESPONSE.key_of("queue_id"), _SEND_RESPONSE.key_of("queue_offset")
 
 
 def _chain(out: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
@@ -765,16 +775,10 @@ class TransactionProducer(Producer):
         _, _, commit_offset = decode_offset_msg_id(result.offset_msg_id)
         route, _ = await self._queues(result.message_queue.topic)
         addr = self._broker_addr(route, result.message_queue)
-        ext = {
-            "producerGroup": self.group,
-            "tranStateTableOffset": str(result.queue_offset),
-            "commitLogOffset": str(commit_offset),
-            "commitOrRollback": str(_END_TYPE[state]),
-            "fromTransactionCheck": "false",
-            "msgId": result.msg_id,
-        }
-        if result.transaction_id:
-            ext["transactionId"] = result.transaction_id
+        ext = bh.EndTransactionRequestHeader(
+            producer_group=self.group, tran_state_table_offset=result.queue_offset, commit_log_offset=commit_offset,
+            commit_or_rollback=_END_TYPE[state], from_transaction_check=False, msg_id=result.msg_id,
+            transaction_id=result.transaction_id or None).to_ext()
         remark = f"executeLocalTransactionBranch exception: {error!r}" if error is not None else None
         await self._instance.invoke_oneway(addr, RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark))
 
@@ -788,14 +792,18 @@ class TransactionProducer(Producer):
         return None
 
     async def _check(self, conn: Connection, cmd: RemotingCommand) -> None:
-        h = cmd.ext_fields
+        try:
+            h = bh.CheckTransactionStateRequestHeader.parse(cmd.ext_fields)
+        except RequestError as e:
+            log.warning("CHECK_TRANSACTION_STATE from %s refused: %s", conn.addr, e)
+            return
         msgs = codec.decode_messages(cmd.body_bytes())
         if not msgs:
             log.warning("CHECK_TRANSACTION_STATE without a message body from %s", conn.addr)
             return
         msg = msgs[0]
         uniq = msg.properties.get(mc.UNIQ_KEY) or msg.offset_msg_id
-        tid = h.get("transactionId") or uniq
+        tid = h.transaction_id or uniq
         msg.properties.setdefault(mc.TRANSACTION_ID, tid)
         group = msg.properties.get(mc.PGROUP) or self.group
         error: BaseException | None = None
@@ -805,15 +813,13 @@ class TransactionProducer(Producer):
         except Exception as e:
             log.warning("check_local_transaction of %s failed: %s", uniq, e)
             state, error = TransactionState.UNKNOWN, e
-        ext = {
-            "producerGroup": group,
-            "tranStateTableOffset": h.get("tranStateTableOffset", str(msg.queue_offset)),
-            "commitLogOffset": h.get("commitLogOffset", str(msg.commit_log_offset)),
-            "commitOrRollback": str(_END_TYPE[state]),
-            "fromTransactionCheck": "true",
-            "msgId": uniq,
-            "transactionId": tid,
-        }
+        given = cmd.ext_fields
+        ext = bh.EndTransactionRequestHeader(
+            producer_group=group,
+            tran_state_table_offset=h.tran_state_table_offset if _TSO in given else msg.queue_offset,
+            commit_log_offset=h.commit_log_offset if _CLO in given else msg.commit_log_offset,
+            commit_or_rollback=_END_TYPE[state], from_transaction_check=True, msg_id=uniq, transaction_id=tid,
+        ).to_ext()
         remark = f"checkLocalTransactionState Exception: {error!r}" if error is not None else None
         conn.invoke_oneway(self._instance.sign(RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark)))
 

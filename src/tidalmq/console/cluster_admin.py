@@ -14,6 +14,7 @@ from __future__ import annotations
 from tidalmq.client.admin import Admin, AdminError
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.header import Header
 
 
 class UnlistedAddress(AdminError):
@@ -44,7 +45,7 @@ class ClusterAdmin(Admin):
         self._listed = frozenset(broker_addrs(info))
         return info
 
-    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+    async def _call(self, addr: str, code: int, ext: Header | None = None, body: bytes | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         if addr not in self.namesrv_addrs and addr not in self._listed:
             await self.cluster_info()  # a NameServer request: allowed above, so no recursion

@@ -47,6 +47,7 @@ from tidalmq.proxy.lite import (
     LiteSubscriptions,
 )
 from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.protocol.broker_headers import ConsumerSendMsgBackRequestHeader, TopicRequestHeader
 from tidalmq.remoting.tls import TlsOption
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             if addr is None:
                 continue
             try:
-                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, TopicRequestHeader(topic=topic))
                 config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
             except Exception as e:
                 log.warning("the config of topic %s could not be read from %s: %s", topic, qd["brokerName"], e)
@@ -716,10 +717,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 addr = instance.master_addr(msg.broker_name)
             if addr is None:
                 raise convert.ConvertError(Code.NOT_FOUND, f"broker {msg.broker_name} not found")
-            await instance.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": cl_offset, "group": request.group.name, "delayLevel": "-1",
-                "originMsgId": request.message_id, "originTopic": request.topic.name, "unitMode": "false",
-                "maxReconsumeTimes": str(request.max_delivery_attempts)})
+            await instance.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(
+                offset=int(cl_offset), group=request.group.name, delay_level=-1, origin_msg_id=request.message_id,
+                origin_topic=request.topic.name, unit_mode=False, max_reconsume_times=request.max_delivery_attempts))
             await consumer.ack(msg)
         except Exception as e:
             return sv.ForwardMessageToDeadLetterQueueResponse(status=_error_status(e))

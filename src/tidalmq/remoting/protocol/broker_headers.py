@@ -15,21 +15,21 @@ TIMESTAMP_LATEST = -1  # ResetOffsetRequestHeader's timestamp for "the queue's e
 class SendMessageRequestHeader(Header):
     """SendMessageRequestHeader; the second spelling is SendMessageRequestHeaderV2's single letters."""
 
-    producer_group: str | None = spec("producerGroup", _G, default=None, alias="a")
-    topic: str = spec("topic", _T, subject=PUB, alias="b")
-    default_topic: str | None = spec("defaultTopic", _T, default=None, alias="c")
-    default_topic_queue_nums: int | None = spec("defaultTopicQueueNums", _I, default=None, alias="d")
-    queue_id: int = spec("queueId", _I, default=-1, alias="e")
-    sys_flag: int = spec("sysFlag", _I, default=0, alias="f")
-    born_timestamp: int = spec("bornTimestamp", _L, default=0, alias="g")
-    flag: int = spec("flag", _I, default=0, alias="h")
-    properties: str = spec("properties", _X, default="", alias="i")
-    reconsume_times: int = spec("reconsumeTimes", _I, default=0, alias="j")
-    unit_mode: bool = spec("unitMode", _B, default=False, alias="k")
-    max_reconsume_times: int | None = spec("maxReconsumeTimes", _I, default=None, alias="l")
+    producer_group: str | None = spec("producerGroup", _G, default=None, short="a")
+    topic: str = spec("topic", _T, subject=PUB, short="b")
+    default_topic: str | None = spec("defaultTopic", _T, default=None, short="c")
+    default_topic_queue_nums: int | None = spec("defaultTopicQueueNums", _I, default=None, short="d")
+    queue_id: int = spec("queueId", _I, default=-1, short="e")
+    sys_flag: int = spec("sysFlag", _I, default=0, short="f")
+    born_timestamp: int = spec("bornTimestamp", _L, default=0, short="g")
+    flag: int = spec("flag", _I, default=0, short="h")
+    properties: str = spec("properties", _X, default="", short="i")
+    reconsume_times: int = spec("reconsumeTimes", _I, default=0, short="j")
+    unit_mode: bool = spec("unitMode", _B, default=False, short="k")
+    max_reconsume_times: int | None = spec("maxReconsumeTimes", _I, default=None, short="l")
     # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through ostream).
-    batch: bool = spec("batch", _B, default=False, alias="m")
-    broker_name: str | None = spec("brokerName", _X, default=None, alias="n")
+    batch: bool = spec("batch", _B, default=False, short="m")
+    broker_name: str | None = spec("brokerName", _X, default=None, short="n")
 
 
 SEND_V2 = 1  # the form number of the V2 letters
@@ -211,6 +211,7 @@ class RecallMessageRequestHeader(Header):
     topic: str = spec("topic", _T, subject=PUB)
     producer_group: str = spec("producerGroup", _G, default="")
     recall_handle: str = spec("recallHandle", _X)
+    broker_name: str | None = spec("brokerName", _X, default=None)
 
 
 @header

@@ -128,14 +128,14 @@ _META = "tidalmq.header"
 
 
 @overload
-def spec(name: str, kind: Kind, *, subject: Access | None = None, alias: str | None = None) -> Any: ...
+def spec(name: str, kind: Kind, *, subject: Access | None = None, short: str | None = None) -> Any: ...
 @overload
-def spec(name: str, kind: Kind, *, default: Any, subject: Access | None = None, alias: str | None = None) -> Any: ...
+def spec(name: str, kind: Kind, *, default: Any, subject: Access | None = None, short: str | None = None) -> Any: ...
 def spec(name: str, kind: Kind, *, default: Any = dataclasses.MISSING, subject: Access | None = None,
-         alias: str | None = None) -> Any:
+         short: str | None = None) -> Any:
     """A header field: its extFields key ``name``, kind, and default (none: required); ``alias`` is its
     name in a header's second spelling (SEND_MESSAGE_V2's letters)."""
-    return dataclasses.field(default=default, metadata={_META: (name, kind, subject, alias)})
+    return dataclasses.field(default=default, metadata={_META: (name, kind, subject, short)})
 
 
 H = TypeVar("H", bound="Header")
@@ -222,12 +222,12 @@ def header(cls: type[H]) -> type[H]:
     made = cast(type[H], dataclasses.dataclass(kw_only=True, slots=True)(cls))
     forms: list[list[Field]] = [[], []]
     for f in dataclasses.fields(cast(Any, made)):
-        name, kind, subject, alias = f.metadata[_META]
+        name, kind, subject, short = f.metadata[_META]
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
         forms[0].append(Field(name, kind, required, subject, f.name, default))
-        if alias is not None:
-            forms[1].append(Field(alias, kind, required, subject, f.name, default))
+        if short is not None:
+            forms[1].append(Field(short, kind, required, subject, f.name, default))
     made.FORMS = tuple(tuple(fs) for fs in forms if fs) or ((),)
     made._PARSERS = tuple(_compile(made, fs) for fs in made.FORMS)
     return made
@@ -236,3 +236,4 @@ def header(cls: type[H]) -> type[H]:
 @header
 class NoHeader(Header):
     """The header of a request that carries no fields of its own."""
+

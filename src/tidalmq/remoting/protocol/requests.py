@@ -182,3 +182,13 @@ def forms(code: int) -> tuple[int, ...]:
 
 def admin_codes(server: Server) -> frozenset[int]:
     return frozenset(r.code for r in REQUESTS.values() if r.admin and server in r.servers)
+
+
+def ext_of(code: int, ext: Header | Mapping[str, str] | None) -> dict[str, str]:
+    """The extFields of a request of ``code`` a client builds: a declared header's, in the spelling the code
+    is sent in (SEND_MESSAGE_V2's letters), or a copy of a mapping."""
+    if ext is None:
+        return {}
+    if isinstance(ext, Header):
+        return ext.to_ext(forms(code)[0])
+    return dict(ext)
