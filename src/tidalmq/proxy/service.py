@@ -32,8 +32,8 @@ from tidalmq.client import validators
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
 from tidalmq.client.pop_consumer import MAX_POP_NUMS, POP_CK, PopConsumer
-from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
+from tidalmq.client.transaction_producer import TransactionProducer
 from tidalmq.common import fastjson
 from tidalmq.common import message as mc
 from tidalmq.common import naming as nm

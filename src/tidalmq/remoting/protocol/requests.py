@@ -19,7 +19,7 @@ from tidalmq.remoting.protocol import bodies
 from tidalmq.remoting.protocol import broker_headers as bh
 from tidalmq.remoting.protocol import namesrv_headers as nh
 from tidalmq.remoting.protocol.bodies import BodyCheck
-from tidalmq.remoting.protocol.header import H, Header, NoHeader
+from tidalmq.remoting.protocol.header import Field, H, Header, NoHeader
 
 
 class Server(Enum):
@@ -192,3 +192,9 @@ def ext_of(code: int, ext: Header | Mapping[str, str] | None) -> dict[str, str]:
     if isinstance(ext, Header):
         return ext.to_ext(forms(code)[0])
     return dict(ext)
+
+
+def spellings(code: int) -> tuple[tuple[Field, ...], ...]:
+    """The fields of each spelling a request of ``code`` may come in, in ``forms(code)``'s order."""
+    header = REQUESTS[code].header
+    return tuple(header.FORMS[form] for form in forms(code))
