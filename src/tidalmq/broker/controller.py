@@ -64,6 +64,11 @@ from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import CURRENT_VERSION, RemotingCommand
 from tidalmq.remoting.config import RemotingServerConfig
+from tidalmq.remoting.protocol.broker_headers import NotifyConsumerIdsChangedRequestHeader
+from tidalmq.remoting.protocol.namesrv_headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+)
 from tidalmq.remoting.tls import TlsConfig, client_context_from, server_context
 from tidalmq.remoting.transport import Connection, RemotingClient, RemotingError, RemotingServer
 from tidalmq.schedule.delay_level import ScheduleMessageService
@@ -436,16 +441,11 @@ class BrokerController:
             wrapper["topicConfigTable"] = {n: {**tc, "perm": tc["perm"] & c.broker_permission}
                                            for n, tc in wrapper["topicConfigTable"].items()}
         body = fastjson.dumpb({"topicConfigSerializeWrapper": wrapper, "filterServerList": []})
-        ext = {
-            "brokerName": c.broker_name,
-            "brokerAddr": c.broker_addr,
-            "clusterName": c.broker_cluster_name,
-            "haServerAddr": c.ha_server_addr,
-            "brokerId": str(c.broker_id),
-            "compressed": "false",
-            "bodyCrc32": str(body_crc(body)),
-            "heartbeatTimeoutMillis": str(c.broker_not_active_timeout_millis),
-        }
+        ext = RegisterBrokerRequestHeader(
+            broker_name=c.broker_name, broker_addr=c.broker_addr, cluster_name=c.broker_cluster_name,
+            ha_server_addr=c.ha_server_addr, broker_id=c.broker_id, compressed=False, body_crc32=body_crc(body),
+            heartbeat_timeout_millis=c.broker_not_active_timeout_millis,
+        ).to_ext()
         cmd = RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)
         if self.namesrv_signer is not None:
             self.namesrv_signer.sign(cmd.ext_fields, cmd.body)
@@ -468,10 +468,11 @@ class BrokerController:
         haMasterAddress names it (RocketMQ's updateMasterHAServerAddrPeriodically)."""
         if self.replicas is not None:
             return  # controller mode: the master is the one etcd's record names
+        h = RegisterBrokerResponseHeader.parse(answer)
         if self.ha_client is not None and not self.config.ha_master_address:
-            self.ha_client.update_master_address(answer.get("haServerAddr", ""))
+            self.ha_client.update_master_address(h.ha_server_addr)
         if self.slave_sync is not None:
-            self.slave_sync.update_master_addr(answer.get("masterAddr", ""))
+            self.slave_sync.update_master_addr(h.master_addr)
 
     async def _unregister_all(self) -> None:
         for addr in self.namesrv_addrs():
@@ -502,8 +503,9 @@ class BrokerController:
     def _on_consumer_ids_changed(self, group: str, info: ConsumerGroupInfo) -> None:
         if not self.config.notify_consumer_ids_changed_enable:
             return
+        ids_changed = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
         for conn in list(info.channels):
-            conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}))
+            conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=ids_changed.to_ext()))
 
     def _on_connection_closed(self, conn: Connection) -> None:
         client_id = conn.attributes.get("client_id")

@@ -39,6 +39,7 @@ from tidalmq.common.record import DispatchProperties, dispatch_properties, prope
 from tidalmq.common.record_batch import RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import SendMessageResponseHeader
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
@@ -210,13 +211,10 @@ class DuplicationWindow:
 
     def _answer(self, req: RemotingCommand, originals: list[Original]) -> RemotingCommand:
         first = originals[0]
-        ext = {
-            "msgId": ",".join(self.store.offset_msg_id(o.phys) for o in originals),
-            "queueId": str(first.queue_id),
-            "queueOffset": str(first.queue_offset),
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        }
+        ext = SendMessageResponseHeader(
+            msg_id=",".join(self.store.offset_msg_id(o.phys) for o in originals), queue_id=first.queue_id,
+            queue_offset=first.queue_offset, msg_region="DefaultRegion", trace_on="true",
+        ).to_ext()
         return req.make_response(ResponseCode.SUCCESS, None, ext)
 
     def screen(self, req: RemotingCommand, put: PutRequest, reply: Respond) -> PutRequest | None:
