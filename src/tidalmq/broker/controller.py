@@ -29,16 +29,8 @@ from tidalmq.broker.long_polling import PullRequestHoldService
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.pop.revive import PopReviveService
 from tidalmq.broker.pop.service import PopService
-from tidalmq.broker.processors.admin import AdminProcessor
-from tidalmq.broker.processors.client import ClientProcessor
-from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
-from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
-from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
-from tidalmq.broker.processors.pull import PullMessageProcessor
-from tidalmq.broker.processors.recall import RecallMessageProcessor
 from tidalmq.broker.processors.registry import register_processors
 from tidalmq.broker.processors.send import SendMessageProcessor
-from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.rebalance_lock import RebalanceLockManager
 from tidalmq.broker.schedule_admin import timer_runtime_info
 from tidalmq.broker.schedule_child import EarlyChild
@@ -183,15 +175,9 @@ class BrokerController:
         self.transactions = TransactionalMessageService(self, cfg_dir / "transactionState.json")
         self.rewrite_hooks.insert(0, self.transactions.rewrite)
         self.transaction_check = TransactionCheckService(self.transactions, config)
-        self.send_processor: SendMessageProcessor = SendMessageProcessor(self)  # annotated: read across an import cycle
-        self.pull_processor: PullMessageProcessor = PullMessageProcessor(self)
-        self.client_processor: ClientProcessor = ClientProcessor(self)
-        self.admin_processor: AdminProcessor = AdminProcessor(self)
-        self.stats_admin_processor: StatsAdminProcessor = StatsAdminProcessor(self)
-        self.recall_processor: RecallMessageProcessor = RecallMessageProcessor(self)  # RECALL_MESSAGE; the gRPC endpoint calls .recall
-        self.consumer_manage_processor: ConsumerManageProcessor = ConsumerManageProcessor(self)
-        self.offset_reset_processor: OffsetResetProcessor = OffsetResetProcessor(self)
-        self.end_transaction_processor: EndTransactionProcessor = EndTransactionProcessor(self)
+        # Built with the other processors at registration (processors/registry.py): the send path for the
+        # messages the broker builds itself.
+        self.send_processor: SendMessageProcessor
         # Replication (docs/replication.md): a master serves slaves on haListenPort; a slave streams
         # the master's CommitLog and copies its metadata.
         self.ha_service: HAService | None = None
@@ -210,7 +196,7 @@ class BrokerController:
         self._register_processors()
 
     def _register_processors(self) -> None:
-        register_processors(self)
+        self.send_processor = register_processors(self)
         s = self.server
         s.close_listeners.append(self._on_connection_closed)
 

@@ -43,7 +43,8 @@ from tidalmq.remoting.protocol.broker_headers import SendMessageResponseHeader
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.store.config import MessageStoreConfig
     from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -268,11 +269,11 @@ class DuplicationWindow:
             self.snapshot(background=True)
 
 
-def window_for(broker: BrokerController) -> DuplicationWindow | None:
+def window_for(cfg: BrokerConfig, store_config: MessageStoreConfig,
+               store: DefaultMessageStore) -> DuplicationWindow | None:
     """The broker's window when ``duplicationEnable`` is set (a slave stores no client sends)."""
-    cfg = broker.config
     if not cfg.duplication_enable:
         return None
-    return DuplicationWindow(broker.store, os.path.join(broker.store_config.store_path_root_dir, "config"),
+    return DuplicationWindow(store, os.path.join(store_config.store_path_root_dir, "config"),
                              window_seconds=cfg.duplication_window_seconds, window_size=cfg.duplication_window_size,
                              snapshot_interval_s=cfg.duplication_snapshot_interval_seconds)

@@ -17,7 +17,14 @@ from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.consumer_manager import ConsumerManager
+    from tidalmq.broker.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.processors.collaborators import Filters, Registration
+    from tidalmq.broker.rebalance_lock import RebalanceLockManager
+    from tidalmq.broker.subscription_group import SubscriptionGroupManager
+    from tidalmq.broker.topic_config import TopicConfigManager
+    from tidalmq.store.message_store import DefaultMessageStore
 
 
 def _offset(offset: int) -> dict[str, str]:
@@ -25,12 +32,15 @@ def _offset(offset: int) -> dict[str, str]:
 
 
 class ClientProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 consumers: ConsumerManager, producers: dict[str, dict[Connection, ClientChannelInfo]],
+                 locks: RebalanceLockManager, offsets: ConsumerOffsetManager, store: DefaultMessageStore,
+                 filters: Filters, registration: Registration) -> None:
+        self.config, self.topics, self.groups, self.consumers, self.producers = config, topics, groups, consumers, producers
+        self.locks, self.offsets, self.store, self.filters, self.registration = locks, offsets, store, filters, registration
 
     # membership -------------------------------------------------------------------------------
     def heartbeat(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
-        b = self.broker
         try:
             data = fastjson.loads(req.body_bytes() or b"{}")
         except ValueError as e:
@@ -41,15 +51,15 @@ class ClientProcessor:
             group = consumer.get("groupName")
             if not group:
                 continue
-            sg = b.groups.find(group)
-            if sg is not None and sg.retry_queue_nums > 0 and b.topics.get(nm.retry_topic(group)) is None:
-                b.topics.create_system_like(nm.retry_topic(group), sg.retry_queue_nums, 6)
-                b.register_soon()
-            b.consumers.register(group, client_id, conn, req.language, req.version, consumer)
+            sg = self.groups.find(group)
+            if sg is not None and sg.retry_queue_nums > 0 and self.topics.get(nm.retry_topic(group)) is None:
+                self.topics.create_system_like(nm.retry_topic(group), sg.retry_queue_nums, 6)
+                self.registration.register_soon()
+            self.consumers.register(group, client_id, conn, req.language, req.version, consumer)
         for producer in data.get("producerDataSet") or []:
             group = producer.get("groupName")
             if group:
-                b.producers.setdefault(group, {})[conn] = ClientChannelInfo(
+                self.producers.setdefault(group, {})[conn] = ClientChannelInfo(
                     client_id, req.language, req.version, int(time.time() * 1000), conn)
         return req.make_response(ResponseCode.SUCCESS)
 
@@ -67,9 +77,9 @@ class ClientProcessor:
             if expression_type != "TAG":
                 sub = SubscriptionData(str(sd.get("topic") or ""), str(sd.get("subString") or ""),
                                        sub_version=int(sd.get("subVersion") or 0), expression_type=expression_type)
-                refused = self.broker.check_expression(sub)
+                refused = self.filters.check_expression(sub)
                 if refused is not None:
-                    code = (ResponseCode.SYSTEM_ERROR if not self.broker.config.enable_property_filter
+                    code = (ResponseCode.SYSTEM_ERROR if not self.config.enable_property_filter
                             else ResponseCode.SUBSCRIPTION_PARSE_FAILED)
                     return req.make_response(code, refused)
         return req.make_response(ResponseCode.SUCCESS)
@@ -77,16 +87,16 @@ class ClientProcessor:
     def unregister_client(self, conn: Connection, req: RemotingCommand,
                           h: bh.UnregisterClientRequestHeader) -> RemotingCommand:
         if h.consumer_group:
-            self.broker.locks.unlock_client(h.consumer_group, h.client_id)
-            self.broker.consumers.unregister(h.consumer_group, conn)
+            self.locks.unlock_client(h.consumer_group, h.client_id)
+            self.consumers.unregister(h.consumer_group, conn)
         if h.producer_group:
-            self.broker.producers.get(h.producer_group, {}).pop(conn, None)
+            self.producers.get(h.producer_group, {}).pop(conn, None)
         return req.make_response(ResponseCode.SUCCESS)
 
     def consumer_list(self, conn: Connection, req: RemotingCommand,
                       h: bh.GetConsumerListByGroupRequestHeader) -> RemotingCommand:
         group = h.consumer_group
-        info = self.broker.consumers.groups.get(group)
+        info = self.consumers.groups.get(group)
         if info is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"consumerIdList": info.client_ids()}))
@@ -94,44 +104,43 @@ class ClientProcessor:
     # consumer offsets -------------------------------------------------------------------------
     def query_consumer_offset(self, conn: Connection, req: RemotingCommand,
                               h: bh.QueryConsumerOffsetRequestHeader) -> RemotingCommand:
-        b = self.broker
         qid, group, topic = h.queue_id, h.consumer_group, h.topic
-        offset = b.offsets.query(group, topic, qid)
+        offset = self.offsets.query(group, topic, qid)
         if offset >= 0:
             return req.make_response(ResponseCode.SUCCESS, None, _offset(offset))
         # A group that never committed starts at 0 while the queue still holds its first message
         # (RocketMQ's rule, so a new group sees a young topic from the beginning).
-        if b.store.get_min_offset_in_queue(topic, qid) <= 0:
+        if self.store.get_min_offset_in_queue(topic, qid) <= 0:
             return req.make_response(ResponseCode.SUCCESS, None, _offset(0))
         return req.make_response(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def update_consumer_offset(self, conn: Connection, req: RemotingCommand,
                                h: bh.UpdateConsumerOffsetRequestHeader) -> RemotingCommand:
         qid, offset, topic = h.queue_id, h.commit_offset, h.topic
-        tc = self.broker.topics.get(topic)
+        tc = self.topics.get(topic)
         if tc is None:
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if qid < 0 or qid >= tc.read_queue_nums:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"queueId[{qid}] is illegal for topic {topic}")
-        self.broker.offsets.commit(h.consumer_group, topic, qid, offset)
+        self.offsets.commit(h.consumer_group, topic, qid, offset)
         return req.make_response(ResponseCode.SUCCESS)
 
     # queue offsets ----------------------------------------------------------------------------
     def get_max_offset(self, conn: Connection, req: RemotingCommand, h: bh.TopicQueueRequestHeader) -> RemotingCommand:
         return req.make_response(ResponseCode.SUCCESS, None,
-                                 _offset(self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id)))
+                                 _offset(self.store.get_max_offset_in_queue(h.topic, h.queue_id)))
 
     def get_min_offset(self, conn: Connection, req: RemotingCommand, h: bh.TopicQueueRequestHeader) -> RemotingCommand:
         return req.make_response(ResponseCode.SUCCESS, None,
-                                 _offset(self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)))
+                                 _offset(self.store.get_min_offset_in_queue(h.topic, h.queue_id)))
 
     def search_offset(self, conn: Connection, req: RemotingCommand, h: bh.SearchOffsetRequestHeader) -> RemotingCommand:
-        off = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
+        off = self.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
         return req.make_response(ResponseCode.SUCCESS, None, _offset(off))
 
     def earliest_msg_storetime(self, conn: Connection, req: RemotingCommand,
                                h: bh.TopicQueueRequestHeader) -> RemotingCommand:
-        ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
+        ts = self.store.get_earliest_message_time(h.topic, h.queue_id)
         return req.make_response(ResponseCode.SUCCESS, None, bh.GetEarliestMsgStoretimeResponseHeader(timestamp=ts).to_ext())
 
     # messages ---------------------------------------------------------------------------------
@@ -143,16 +152,16 @@ class ClientProcessor:
                 offset = decode_offset_msg_id(h.msg_id or "")[2]
             except ValueError as e:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        raw = self.broker.store.select_one_message_by_offset(offset)
+        raw = self.store.select_one_message_by_offset(offset)
         if raw is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
         return req.make_response(ResponseCode.SUCCESS, None, body=bytes(raw))
 
     def query_message(self, conn: Connection, req: RemotingCommand, h: bh.QueryMessageRequestHeader) -> RemotingCommand:
         end = h.end_timestamp
-        found = self.broker.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp, end)
+        found = self.store.query_message(h.topic, h.key, h.max_num, h.begin_timestamp, end)
         ext = bh.QueryMessageResponseHeader(index_last_update_timestamp=end,
-                                            index_last_update_phyoffset=self.broker.store.max_phy_offset).to_ext()
+                                            index_last_update_phyoffset=self.store.max_phy_offset).to_ext()
         if not found:
             return req.make_response(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext)
         return req.make_response(ResponseCode.SUCCESS, None, ext, list(found))  # mapped-file slices, no copy

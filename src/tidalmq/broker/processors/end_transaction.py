@@ -19,7 +19,8 @@ from tidalmq.remoting.protocol.broker_headers import EndTransactionRequestHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.transaction.half_service import TransactionalMessageService
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +28,12 @@ _DECISIONS = {sf.TRANSACTION_COMMIT_TYPE: COMMIT, sf.TRANSACTION_ROLLBACK_TYPE: 
 
 
 class EndTransactionProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, transactions: TransactionalMessageService) -> None:
+        self.config, self.transactions = config, transactions
 
     def process(self, conn: Connection, req: RemotingCommand,
                 h: EndTransactionRequestHeader) -> RemotingCommand | asyncio.Future[RemotingCommand]:
-        b = self.broker
-        if b.config.broker_role == "SLAVE":
+        if self.config.broker_role == "SLAVE":
             return req.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave: end transaction is forbidden")
         group, tso, clo, kind = h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.commit_or_rollback
         from_check = h.from_transaction_check
@@ -44,7 +44,7 @@ class EndTransactionProcessor:
         decision = _DECISIONS.get(kind)
         if decision is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal commitOrRollback {kind}: expected 8 (commit) or 12 (rollback)")
-        resp = b.transactions.end_transaction(conn, req, group=group, tran_state_table_offset=tso, commit_log_offset=clo,
+        resp = self.transactions.end_transaction(conn, req, group=group, tran_state_table_offset=tso, commit_log_offset=clo,
                                               decision=decision, from_check=from_check)
         if isinstance(resp, RemotingCommand) and resp.code != ResponseCode.SUCCESS:
             log.warning("END_TRANSACTION %s from %s (group %s, fromTransactionCheck=%s) refused: %s",
