@@ -11,7 +11,6 @@ import zlib
 
 import pytest
 
-from tidalmq.remoting.protocol.broker_headers import SEND_V2, SendMessageRequestHeader
 from tidalmq.client import (
     IllegalStateError,
     Message,
@@ -40,6 +39,7 @@ from tidalmq.common.record import decode_record, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.remoting.codes import RequestCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType, decode_frame_body, encode_frame
+from tidalmq.remoting.protocol.broker_headers import SEND_V2, SendMessageRequestHeader
 
 
 def mqs(n: int, broker: str = "b", topic: str = "T") -> list[MessageQueue]:

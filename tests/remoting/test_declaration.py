@@ -31,7 +31,8 @@ def declared_names() -> set[str]:
     for module in (bh, nh):
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Header):
-                names.update(f.name for form in value.FORMS for f in form)
+                header: type[Header] = value
+                names.update(f.name for form in header.FORMS for f in form)
     return names
 
 
