@@ -97,16 +97,14 @@ def send_result(p: PreparedSend, mq: MessageQueue, addr: str, resp: RemotingComm
     status = STATUS.get(resp.code)
     if status is None:
         raise MQBrokerError(resp.code, resp.remark, addr)
-    h = _SEND_RESPONSE.parse(resp.ext_fields)
-    qid = h.queue_id if _SEND_QUEUE_ID in resp.ext_fields else mq.queue_id
+    h = bh.SendMessageResponseHeader.parse(resp.ext_fields)
+    qid = mq.queue_id if h.queue_id is None else h.queue_id
     queue = mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
-    offset = h.queue_offset if _SEND_QUEUE_OFFSET in resp.ext_fields else -1
+    offset = -1 if h.queue_offset is None else h.queue_offset
     return SendResult(status, p.uniq, h.msg_id, queue, offset, h.transaction_id, h.msg_region or "DefaultRegion",
                       p.deliver_ms, h.recall_handle)
 
 
-_SEND_RESPONSE = bh.SendMessageResponseHeader
-_SEND_QUEUE_ID, _SEND_QUEUE_OFFSET = _SEND_RESPONSE.key_of("queue_id"), _SEND_RESPONSE.key_of("queue_offset")
 
 
 def deliver_ms(props: dict[str, str]) -> int | None:

@@ -32,10 +32,6 @@ from tidalmq.remoting.transport import Connection
 
 log = logging.getLogger(__name__)
 
-_TSO = bh.CheckTransactionStateRequestHeader.key_of("tran_state_table_offset")
-_CLO = bh.CheckTransactionStateRequestHeader.key_of("commit_log_offset")
-
-
 class TransactionListener(Protocol):
     """The application's side of a transactional send. Either method may be a coroutine function."""
 
@@ -143,11 +139,11 @@ class TransactionProducer(Producer):
         except Exception as e:
             log.warning("check_local_transaction of %s failed: %s", uniq, e)
             state, error = TransactionState.UNKNOWN, e
-        given = cmd.ext_fields
+        tso, clo = h.tran_state_table_offset, h.commit_log_offset
         ext = bh.EndTransactionRequestHeader(
             producer_group=group,
-            tran_state_table_offset=h.tran_state_table_offset if _TSO in given else msg.queue_offset,
-            commit_log_offset=h.commit_log_offset if _CLO in given else msg.commit_log_offset,
+            tran_state_table_offset=msg.queue_offset if tso is None else tso,
+            commit_log_offset=msg.commit_log_offset if clo is None else clo,
             commit_or_rollback=_END_TYPE[state], from_transaction_check=True, msg_id=uniq, transaction_id=tid,
         ).to_ext()
         remark = f"checkLocalTransactionState Exception: {error!r}" if error is not None else None

@@ -38,8 +38,8 @@ SEND_V2 = 1  # the form number of the V2 letters
 @header
 class SendMessageResponseHeader(Header):
     msg_id: str = spec("msgId", _X, default="")
-    queue_id: int = spec("queueId", _I, default=0)
-    queue_offset: int = spec("queueOffset", _L, default=0)
+    queue_id: int | None = spec("queueId", _I, default=None)
+    queue_offset: int | None = spec("queueOffset", _L, default=None)
     transaction_id: str | None = spec("transactionId", _X, default=None)
     msg_region: str | None = spec("MSG_REGION", _X, default=None)
     trace_on: str | None = spec("TRACE_ON", _X, default=None)
@@ -185,8 +185,8 @@ class CheckTransactionStateRequestHeader(Header):
     """What the broker asks a producer about a half message (server to client)."""
 
     topic: str | None = spec("topic", _T, default=None)
-    tran_state_table_offset: int = spec("tranStateTableOffset", _L, default=0)
-    commit_log_offset: int = spec("commitLogOffset", _L, default=0)
+    tran_state_table_offset: int | None = spec("tranStateTableOffset", _L, default=None)
+    commit_log_offset: int | None = spec("commitLogOffset", _L, default=None)
     offset_msg_id: str | None = spec("offsetMsgId", _X, default=None)
     broker_name: str | None = spec("brokerName", _X, default=None)
     msg_id: str | None = spec("msgId", _X, default=None)
