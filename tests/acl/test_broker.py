@@ -27,7 +27,7 @@ from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
-from tidalmq.remoting.request_check import SEND_HEADER, SEND_HEADER_V2, SendHeaderKeys
+from tidalmq.remoting.protocol.broker_headers import SEND_V2, SendMessageRequestHeader
 from tidalmq.remoting.transport import RemotingClient
 
 ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
@@ -224,13 +224,11 @@ def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
     run(go(), 90)
 
 
-def _batch(topic: str, keys: SendHeaderKeys, creds: SessionCredentials, n: int = 3) -> RemotingCommand:
-    """A SEND_BATCH_MESSAGE of ``n`` messages with the header spelled in ``keys`` (the Java client's full
-    names, or the C++ client's V2 letters)."""
-    ext = {keys.producer_group: "PG", keys.topic: topic, keys.default_topic: "TBW102",
-           keys.default_topic_queue_nums: "4", keys.queue_id: "0", keys.sys_flag: "0",
-           keys.born_timestamp: str(int(time.time() * 1000)), keys.flag: "0", keys.properties: "",
-           keys.reconsume_times: "0", keys.unit_mode: "false", keys.batch: "true"}
+def _batch(topic: str, form: int, creds: SessionCredentials, n: int = 3) -> RemotingCommand:
+    """A SEND_BATCH_MESSAGE of ``n`` messages with the header in spelling ``form`` (0: the Java client's full
+    names, SEND_V2: the C++ client's V2 letters)."""
+    ext = SendMessageRequestHeader(producer_group="PG", topic=topic, default_topic="TBW102", default_topic_queue_nums=4,
+                                   queue_id=0, born_timestamp=int(time.time() * 1000), batch=True).to_ext(form)
     body = encode_batch([Message(topic, b"batched %d" % i) for i in range(n)])
     return _request(RC.SEND_BATCH_MESSAGE, ext, creds, body)
 
@@ -247,16 +245,16 @@ def test_a_batch_in_either_spelling_needs_pub_on_its_topic(acl_standalone: Stand
         fresh = uniq("protected")
         async with Admin(ns, credentials=ADMIN) as admin:
             before = [q.max_offset for q in await admin.topic_status("denied")]
-            for keys in (SEND_HEADER, SEND_HEADER_V2):
+            for form in (0, SEND_V2):
                 for topic, why in (("denied", "No permission for topic:denied"),
                                    (fresh, f"No default permission for topic:{fresh}")):
-                    assert _refused(await _invoke(addr, _batch(topic, keys, USER))) == why, (keys.topic, topic)
+                    assert _refused(await _invoke(addr, _batch(topic, form, USER))) == why, (form, topic)
                 # the same connection's cached verdicts: a right topic in one spelling lets no other through
                 c = RemotingClient()
                 try:
                     for topic, ok in (("both", True), ("denied", False), ("both", True), (fresh, False)):
-                        r = await c.invoke(addr, _batch(topic, keys, USER), 5.0)
-                        assert (r.code == ResponseCode.SUCCESS) == ok, (keys.topic, topic, r.code, r.remark)
+                        r = await c.invoke(addr, _batch(topic, form, USER), 5.0)
+                        assert (r.code == ResponseCode.SUCCESS) == ok, (form, topic, r.code, r.remark)
                 finally:
                     await c.close()
             assert [q.max_offset for q in await admin.topic_status("denied")] == before

@@ -21,6 +21,7 @@ from tidalmq.common import fastjson
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, encode_frame
+from tidalmq.remoting.protocol.broker_headers import QueryConsumerOffsetRequestHeader
 from tidalmq.remoting.transport import Connection
 
 pytestmark = pytest.mark.timeout(30)
@@ -87,7 +88,7 @@ def test_invoke_keeps_a_cancel_that_arrives_with_the_response() -> None:
         inst = ClientInstance(fake.namesrv_addr)
         try:
             task = asyncio.create_task(inst.invoke_ok(fake.addr("a"), RC.QUERY_CONSUMER_OFFSET,
-                                                      {"consumerGroup": "CG", "topic": "T", "queueId": "0"}))
+                                                      QueryConsumerOffsetRequestHeader(consumer_group="CG", topic="T", queue_id=0)))
             await fake.wait_for(lambda: held)
             await answer_now(inst, fake, held[0], {"offset": "7"})
             task.cancel()  # in the loop iteration that completed the response

@@ -11,7 +11,6 @@ import zlib
 
 import pytest
 
-from tidalmq.broker.processors.send import SEND_HEADER, send_header_keys
 from tidalmq.client import (
     IllegalStateError,
     Message,
@@ -40,6 +39,7 @@ from tidalmq.common.record import decode_record, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.remoting.codes import RequestCode
 from tidalmq.remoting.command import RemotingCommand, SerializeType, decode_frame_body, encode_frame
+from tidalmq.remoting.protocol.broker_headers import SEND_V2, SendMessageRequestHeader
 
 
 def mqs(n: int, broker: str = "b", topic: str = "T") -> list[MessageQueue]:
@@ -133,13 +133,12 @@ def test_send_header_v2_round_trips_through_the_binary_serialization() -> None:
     frame = encode_frame(cmd)
     back = decode_frame_body(frame[4:])
     assert back.serialize_type == SerializeType.ROCKETMQ
-    keys = send_header_keys(back)
-    named = {full: back.ext_fields[short] for full, short in zip(SEND_HEADER, keys, strict=True) if short in back.ext_fields}
-    assert named["producerGroup"] == "PG" and named["topic"] == "T" and named["queueId"] == "3"
-    assert named["defaultTopic"] == "TBW102" and named["sysFlag"] == "1" and named["bornTimestamp"] == "123"
-    assert named["flag"] == "7" and decode_properties(named["properties"]) == {"TAGS": "A"}
-    assert named["reconsumeTimes"] == "2" and named["maxReconsumeTimes"] == "16" and named["batch"] == "true"
-    assert named["brokerName"] == "b"
+    named = SendMessageRequestHeader.parse(back.ext_fields, SEND_V2)  # as the broker reads it
+    assert named.producer_group == "PG" and named.topic == "T" and named.queue_id == 3
+    assert named.default_topic == "TBW102" and named.sys_flag == 1 and named.born_timestamp == 123
+    assert named.flag == 7 and decode_properties(named.properties) == {"TAGS": "A"}
+    assert named.reconsume_times == 2 and named.max_reconsume_times == 16 and named.batch is True
+    assert named.broker_name == "b" and set(back.ext_fields) <= {f.name for f in SendMessageRequestHeader.fields(SEND_V2)}
 
 
 def test_batch_body_is_what_the_broker_decodes() -> None:

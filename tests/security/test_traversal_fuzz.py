@@ -20,7 +20,9 @@ from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
-from tidalmq.remoting.request_check import HEADER_FORMS, SEND_HEADER, Kind
+from tidalmq.remoting.protocol.broker_headers import SendMessageRequestHeader
+from tidalmq.remoting.protocol.header import Kind
+from tidalmq.remoting.protocol.requests import REQUESTS, Server, spellings
 from tidalmq.remoting.transport import RemotingClient
 
 NAMESRV_CODES = {RC.REGISTER_BROKER, RC.UNREGISTER_BROKER, RC.QUERY_DATA_VERSION, RC.GET_ROUTEINFO_BY_TOPIC,
@@ -28,21 +30,21 @@ NAMESRV_CODES = {RC.REGISTER_BROKER, RC.UNREGISTER_BROKER, RC.QUERY_DATA_VERSION
                  RC.DELETE_KV_CONFIG, RC.GET_KVLIST_BY_NAMESPACE}
 LEGAL = {Kind.TOPIC: "SecFuzzT", Kind.GROUP: "SecFuzzG", Kind.BROKER: "fuzz-b", Kind.CLUSTER: "FuzzC",
          Kind.ADDR: "127.0.0.1:1", Kind.CONFIG_KEY: "k", Kind.INT32: "0", Kind.INT64: "0", Kind.PERM: "6",
-         Kind.TEXT: "0 0 1000 0 0 fuzz-b 0 0"}
+         Kind.TEXT: "0 0 1000 0 0 fuzz-b 0 0", Kind.BOOL: "false"}
 NAME_KINDS = {Kind.TOPIC, Kind.GROUP, Kind.BROKER, Kind.CLUSTER, Kind.ADDR, Kind.CONFIG_KEY}
 
 # (code, spelling, field) for every name an ext field carries, straight from the request table (both
 # spellings of a header that has two), plus the bodies.
-HEADER_TARGETS = sorted((code, form, f.name) for code, forms in HEADER_FORMS.items()
-                        for form, fields in enumerate(forms) for f in fields if f.kind in NAME_KINDS)
+HEADER_TARGETS = sorted((code, form, f.name) for code, r in REQUESTS.items() if r.servers - {Server.CLIENT}
+                        for form, fields in enumerate(spellings(code)) for f in fields if f.kind in NAME_KINDS)
 BODY_TARGETS = ["heartbeat.group", "heartbeat.topic", "lock.group", "lock.topic", "register.topic", "subgroup.group"]
 
 
 def _ext(code: int, form: int, field: str, value: str) -> dict[str, str]:
-    fields = HEADER_FORMS[code][form]
+    fields = spellings(code)[form]
     ext = {f.name: LEGAL[f.kind] for f in fields}
-    if SEND_HEADER.topic in ext and SEND_HEADER.queue_id in ext:  # a send in the full names
-        ext.update(queueId="0", defaultTopic="TBW102")
+    if SendMessageRequestHeader.FORMS[0] == fields:  # a send in the full names
+        ext[SendMessageRequestHeader.key_of("default_topic")] = "TBW102"
     ext[field] = value
     return ext
 

@@ -3,7 +3,7 @@ that need an admin account."""
 
 from __future__ import annotations
 
-from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.protocol.requests import Server, admin_codes
 
 DENY = 1
 ANY = 1 << 1
@@ -37,35 +37,9 @@ def check_permission(needed: int, owned: int) -> bool:
 
 # RocketMQ's Permission.ADMIN_CODE, and the codes of this broker that administer it as much: they
 # change or delete configuration, reset offsets, delete files, or dump every topic's, group's or
-# offset's configuration (GET_BROKER_CONFIG included: it names the store's paths).
-BROKER_ADMIN_CODES: frozenset[int] = frozenset(int(c) for c in (
-    RC.UPDATE_AND_CREATE_TOPIC,
-    RC.UPDATE_BROKER_CONFIG,
-    RC.DELETE_TOPIC_IN_BROKER,
-    RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-    RC.DELETE_SUBSCRIPTIONGROUP,
-    # ours
-    RC.GET_BROKER_CONFIG,
-    RC.TRIGGER_DELETE_FILES,
-    RC.CLEAN_EXPIRED_CONSUMEQUEUE,
-    RC.INVOKE_BROKER_TO_RESET_OFFSET,
-    RC.RESET_CONSUMER_OFFSET_IN_BROKER,
-    RC.WIPE_WRITE_PERM_OF_BROKER,
-    RC.GET_ALL_TOPIC_CONFIG,
-    RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-    RC.GET_ALL_CONSUMER_OFFSET,
-    RC.GET_ALL_DELAY_OFFSET,
-    RC.GET_BROKE_CONSUME_STATS,  # every group's offsets, as GET_ALL_CONSUMER_OFFSET
-))
+# offset's configuration: those its declaration marks admin (remoting/protocol/requests.py).
+BROKER_ADMIN_CODES: frozenset[int] = admin_codes(Server.BROKER)
 
 # The NameServer (RocketMQ's has no ACL): what changes the routes or the KV config needs an admin
 # account; everything else (routes, cluster info, topic lists, KV reads) stays open to anyone.
-NAMESRV_ADMIN_CODES: frozenset[int] = frozenset(int(c) for c in (
-    RC.REGISTER_BROKER,
-    RC.UNREGISTER_BROKER,
-    RC.QUERY_DATA_VERSION,  # refreshes a broker's liveness: a stranger could keep a dead broker routed
-    RC.WIPE_WRITE_PERM_OF_BROKER,
-    RC.DELETE_TOPIC_IN_NAMESRV,
-    RC.PUT_KV_CONFIG,
-    RC.DELETE_KV_CONFIG,
-))
+NAMESRV_ADMIN_CODES: frozenset[int] = admin_codes(Server.NAMESRV)

@@ -1,8 +1,8 @@
 """Which topics and groups a request touches, and how (PlainAccessResource.parse), pure.
 
-Groups appear as their retry topic (``%RETRY%group``), as RocketMQ keys them. Which fields name them is
-``remoting.request_check``'s declaration of each header (its *subject* fields): the ACL reads no field
-name of its own. Requests of other codes touch no resource: any known account may make them, unless the
+Groups appear as their retry topic (``%RETRY%group``), as RocketMQ keys them. Which fields name them, and
+the access each needs, is each request's declaration (remoting/protocol/requests.py, its header's
+*subject* fields): the ACL reads no field name of its own. Requests of other codes touch no resource: any known account may make them, unless the
 code needs an admin.
 """
 
@@ -16,7 +16,9 @@ from tidalmq.common.log_limit import short_error
 from tidalmq.common.naming import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
-from tidalmq.remoting.request_check import HEADER_FORMS, Field, Kind, form_of
+from tidalmq.remoting.protocol.header import Access, Header, Kind
+from tidalmq.remoting.protocol.requests import REQUESTS, Acl, Request, form_of
+from tidalmq.remoting.protocol.requests import forms as forms_of
 
 
 class ResourceError(ValueError):
@@ -66,31 +68,28 @@ def _batch_ack(body: Any) -> dict[str, int]:
         raise ResourceError(f"the batch ack body cannot be read: {short_error(e)}") from None
 
 
-# Codes whose subject topic is published to (PUB; a %RETRY% topic: SUB on its group). A recall takes back
-# what was published: PUB, as RocketMQ's @RocketMQAction on it.
-_PUBLISHING = frozenset(int(c) for c in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE,
-                                         RC.RECALL_MESSAGE))
+def _subjects(request: Request[Header]) -> tuple[tuple[tuple[str, Kind, Access], ...], ...]:
+    """Per spelling the request may come in (requests.forms, the only one for most codes), its header's
+    subject fields: (key, kind, access)."""
+    return tuple(tuple((f.name, f.kind, f.subject) for f in request.header.FORMS[form] if f.subject is not None)
+                 for form in forms_of(request.code))
 
 
-def _subjects(fields: tuple[Field, ...]) -> tuple[tuple[str, Kind], ...]:
-    return tuple((f.name, f.kind) for f in fields if f.subject)
-
-
-# Per code, per spelling of its header, the fields its resources are read from: request_check's subject
-# fields, the very declaration the validation reads and the send processor takes its names from
-# (tests/acl/test_units.py::test_the_acl_reads_what_each_processor_reads). Codes without any touch no
-# resource; HEART_BEAT and BATCH_ACK_MESSAGE read their bodies (_BODY_READS).
-_SUBJECTS: dict[int, tuple[tuple[tuple[str, Kind], ...], ...]] = {
-    code: tuple(_subjects(fields) for fields in forms)
-    for code, forms in HEADER_FORMS.items() if any(_subjects(fields) for fields in forms)
+# Per code, per spelling of its header, the fields its resources are read from: the declaration's
+# subject fields (remoting/protocol/requests.py), the very declaration the validation reads and the
+# processors' parsed headers come from. Codes without any touch no resource; HEART_BEAT and
+# BATCH_ACK_MESSAGE read their bodies (_BODY_READS).
+_SUBJECTS: dict[int, tuple[tuple[tuple[str, Kind, Access], ...], ...]] = {
+    code: _subjects(r) for code, r in REQUESTS.items() if r.acl is Acl.SUBJECTS
 }
 # The codes of one spelling, and their fields' names: judge_many's inline path reads a one-field key
 # itself. A code of two spellings is not listed: its key says which spelling it came in (resource_key).
 RESOURCE_FIELDS: dict[int, tuple[str, ...]] = {
-    code: tuple(name for name, _ in forms[0]) for code, forms in _SUBJECTS.items() if len(forms) == 1
+    code: tuple(name for name, _, _ in forms[0]) for code, forms in _SUBJECTS.items() if len(forms) == 1
 }
 # Codes whose resources are read from the body: never remembered (the body changes with every request).
-_BODY_READS = frozenset((int(RC.HEART_BEAT), int(RC.BATCH_ACK_MESSAGE)))
+_BODY_READS = frozenset(code for code, r in REQUESTS.items() if r.acl is Acl.BODY)
+_HEART_BEAT, _BATCH_ACK = int(RC.HEART_BEAT), int(RC.BATCH_ACK_MESSAGE)
 
 
 def resource_key(cmd: RemotingCommand) -> tuple[int | str | None, ...] | None:
@@ -107,9 +106,9 @@ def resource_key(cmd: RemotingCommand) -> tuple[int | str | None, ...] | None:
         fields = forms[0]
         if len(fields) == 1:
             return code, ext.get(fields[0][0])
-        return (code, *[ext.get(name) for name, _ in fields])
+        return (code, *[ext.get(name) for name, _, _ in fields])
     form = form_of(code, ext)
-    return (code, form, *[ext.get(name) for name, _ in forms[form]])
+    return (code, form, *[ext.get(name) for name, _, _ in forms[form]])
 
 
 def request_resources(cmd: RemotingCommand) -> dict[str, int]:
@@ -117,20 +116,20 @@ def request_resources(cmd: RemotingCommand) -> dict[str, int]:
     code = cmd.code
     forms = _SUBJECTS.get(code)
     if forms is None:
-        if code == RC.HEART_BEAT:
+        if code == _HEART_BEAT:
             return _heartbeat(cmd.body)
-        if code == RC.BATCH_ACK_MESSAGE:
+        if code == _BATCH_ACK:
             return _batch_ack(cmd.body)
         return {}
     ext = cmd.ext_fields
     fields = forms[form_of(code, ext)] if len(forms) > 1 else forms[0]
     out: dict[str, int] = {}
-    for name, kind in fields:
+    for name, kind, access in fields:
         value = ext.get(name)
         if kind is Kind.GROUP:
             if value:
                 out[retry_topic(value)] = SUB
-        elif code in _PUBLISHING:
+        elif access is Access.PUB:
             out.update(_send(value))
         elif value:
             out[value] = SUB

@@ -7,9 +7,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidalmq.acl import acl_home, broker_validator
 from tidalmq.acl.signature_worker import SignatureWorker
@@ -29,20 +29,11 @@ from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.offset.consumed import consumed_commit_log_offset
 from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
 from tidalmq.broker.out.broker_outer_api import BrokerOuterAPI
-from tidalmq.broker.pop.processors import PopProcessors
 from tidalmq.broker.pop.revive import PopReviveService
 from tidalmq.broker.pop.service import PopService
-from tidalmq.broker.processors.admin import AdminProcessor
-from tidalmq.broker.processors.client import ClientProcessor
-from tidalmq.broker.processors.consumer_manage import ConsumerManageProcessor
-from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
-from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
-from tidalmq.broker.processors.pull import PullMessageProcessor
-from tidalmq.broker.processors.recall import RecallMessageProcessor
+from tidalmq.broker.processors.registry import register_processors
 from tidalmq.broker.processors.send import SendMessageProcessor
-from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.replication import BrokerReplication
-from tidalmq.broker.schedule.admin import get_timer_metrics
 from tidalmq.broker.schedule.admin import runtime_info as schedule_runtime_info
 from tidalmq.broker.schedule.child import EarlyChild
 from tidalmq.broker.schedule.services import ScheduleServices
@@ -59,12 +50,17 @@ from tidalmq.common.msgid import host_bytes
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import CURRENT_VERSION, RemotingCommand
 from tidalmq.remoting.config import RemotingServerConfig
-from tidalmq.remoting.request_check import register_checked
+from tidalmq.remoting.protocol.broker_headers import NotifyConsumerIdsChangedRequestHeader
 from tidalmq.remoting.tls import TlsConfig, server_context
 from tidalmq.remoting.transport import Connection, RemotingServer
 from tidalmq.store.api import MessageStore
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
+
+if TYPE_CHECKING:
+    from tidalmq.broker.schedule.hooks import TimerRewrite
+    from tidalmq.ha.service import HAService
+    from tidalmq.schedule.timer_service import CancelTarget
 
 log = logging.getLogger(__name__)
 
@@ -136,15 +132,9 @@ class BrokerController:
         # see a half message.
         self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [self.transactions.rewrite,
                                                                     *self.scheduled.rewrite_hooks]
-        self.send_processor: SendMessageProcessor = SendMessageProcessor(self)  # annotated: read across an import cycle
-        self.pull_processor = PullMessageProcessor(self)
-        self.client_processor = ClientProcessor(self)
-        self.admin_processor = AdminProcessor(self)
-        self.stats_admin_processor = StatsAdminProcessor(self)
-        self.recall_processor = RecallMessageProcessor(self)  # RECALL_MESSAGE; the gRPC endpoint calls .recall
-        self.consumer_manage_processor = ConsumerManageProcessor(self)
-        self.offset_reset_processor = OffsetResetProcessor(self)
-        self.end_transaction_processor = EndTransactionProcessor(self)
+        # Built with the other processors at registration (processors/registry.py): the send path for the
+        # messages the broker builds itself.
+        self.send_processor: SendMessageProcessor
         # Replication (docs/replication.md): a master serves slaves on haListenPort; a slave streams
         # the master's CommitLog and copies its metadata.
         slave_sync = (SlaveSynchronize(self.outer_api, self.topics, self.offsets, self.scheduled.schedule, self.groups)
@@ -163,61 +153,8 @@ class BrokerController:
         self._register_processors()
 
     def _register_processors(self) -> None:
-        s, sp, pp, cp, ap = self.server, self.send_processor, self.pull_processor, self.client_processor, self.admin_processor
-        for code in (RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE):
-            register_checked(s, code, sp.process)
-        register_checked(s, RC.PULL_MESSAGE, pp.process)
-        cm = self.consumer_manage_processor
-        register_checked(s, RC.CONSUMER_SEND_MSG_BACK, cm.send_msg_back)
-        register_checked(s, RC.LOCK_BATCH_MQ, cm.lock_batch)
-        register_checked(s, RC.UNLOCK_BATCH_MQ, cm.unlock_batch)
-        register_checked(s, RC.INVOKE_BROKER_TO_RESET_OFFSET, self.offset_reset_processor.reset_offset)
-        register_checked(s, RC.HEART_BEAT, cp.heartbeat)
-        register_checked(s, RC.CHECK_CLIENT_CONFIG, cp.check_client_config)
-        register_checked(s, RC.UNREGISTER_CLIENT, cp.unregister_client)
-        register_checked(s, RC.GET_CONSUMER_LIST_BY_GROUP, cp.consumer_list)
-        register_checked(s, RC.QUERY_CONSUMER_OFFSET, cp.query_consumer_offset)
-        register_checked(s, RC.UPDATE_CONSUMER_OFFSET, cp.update_consumer_offset)
-        register_checked(s, RC.GET_MAX_OFFSET, cp.get_max_offset)
-        register_checked(s, RC.GET_MIN_OFFSET, cp.get_min_offset)
-        register_checked(s, RC.SEARCH_OFFSET_BY_TIMESTAMP, cp.search_offset)
-        register_checked(s, RC.GET_EARLIEST_MSG_STORETIME, cp.earliest_msg_storetime)
-        register_checked(s, RC.VIEW_MESSAGE_BY_ID, cp.view_message_by_id)
-        register_checked(s, RC.QUERY_MESSAGE, cp.query_message)
-        register_checked(s, RC.UPDATE_AND_CREATE_TOPIC, ap.update_and_create_topic)
-        register_checked(s, RC.DELETE_TOPIC_IN_BROKER, ap.delete_topic)
-        register_checked(s, RC.GET_ALL_TOPIC_CONFIG, ap.get_all_topic_config)
-        register_checked(s, RC.GET_TOPIC_CONFIG, ap.get_topic_config)
-        register_checked(s, RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, ap.update_subscription_group)
-        register_checked(s, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ap.get_all_subscription_groups)
-        register_checked(s, RC.DELETE_SUBSCRIPTIONGROUP, ap.delete_subscription_group)
-        register_checked(s, RC.GET_BROKER_RUNTIME_INFO, ap.get_runtime_info)
-        register_checked(s, RC.GET_BROKER_CONFIG, ap.get_broker_config)
-        register_checked(s, RC.UPDATE_BROKER_CONFIG, ap.update_broker_config)
-        register_checked(s, RC.GET_CONSUMER_CONNECTION_LIST, ap.get_consumer_connection_list)
-        register_checked(s, RC.GET_PRODUCER_CONNECTION_LIST, ap.get_producer_connection_list)
-        register_checked(s, RC.CLEAN_EXPIRED_CONSUMEQUEUE, ap.clean_expired_consume_queue)
-        register_checked(s, RC.QUERY_TOPIC_CONSUME_BY_WHO, ap.query_topic_consume_by_who)
-        register_checked(s, RC.QUERY_TOPICS_BY_CONSUMER, ap.query_topics_by_consumer)
-        register_checked(s, RC.TRIGGER_DELETE_FILES, ap.trigger_delete_files)
-        register_checked(s, RC.GET_ALL_DELAY_OFFSET, ap.get_all_delay_offset)
-        register_checked(s, RC.GET_ALL_CONSUMER_OFFSET, ap.get_all_consumer_offset)
-        register_checked(s, RC.GET_TIMER_METRICS, lambda conn, req: get_timer_metrics(self.scheduled, conn, req))
-        register_checked(s, RC.QUERY_CONSUME_QUEUE, ap.query_consume_queue)
-        st = self.stats_admin_processor
-        register_checked(s, RC.VIEW_BROKER_STATS_DATA, st.view_broker_stats_data)
-        register_checked(s, RC.GET_CONSUME_STATS, st.get_consume_stats)
-        register_checked(s, RC.GET_BROKE_CONSUME_STATS, st.get_broke_consume_stats)
-        register_checked(s, RC.GET_TOPIC_STATS_INFO, st.get_topic_stats_info)
-        register_checked(s, RC.GET_CONSUMER_RUNNING_INFO, st.get_consumer_running_info)
-        register_checked(s, RC.END_TRANSACTION, self.end_transaction_processor.process)
-        register_checked(s, RC.RECALL_MESSAGE, self.recall_processor.process)
-        pop = PopProcessors(self.pop)
-        register_checked(s, RC.POP_MESSAGE, pop.pop)
-        register_checked(s, RC.ACK_MESSAGE, pop.ack)
-        register_checked(s, RC.BATCH_ACK_MESSAGE, pop.batch_ack)
-        register_checked(s, RC.CHANGE_MESSAGE_INVISIBLETIME, pop.change_invisible)
-        register_checked(s, RC.NOTIFICATION, pop.notification)
+        self.send_processor = register_processors(self)
+        s = self.server
         s.close_listeners.append(self._on_connection_closed)
 
     # lifecycle --------------------------------------------------------------------------------
@@ -356,8 +293,9 @@ class BrokerController:
     def _on_consumer_ids_changed(self, group: str, info: ConsumerGroupInfo) -> None:
         if not self.config.notify_consumer_ids_changed_enable:
             return
+        ids_changed = NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
         for conn in list(info.channels):
-            conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields={"consumerGroup": group}))
+            conn.invoke_oneway(RemotingCommand(code=RC.NOTIFY_CONSUMER_IDS_CHANGED, ext_fields=ids_changed.to_ext()))
 
     def _on_connection_closed(self, conn: Connection) -> None:
         client_id = conn.attributes.get("client_id")
@@ -369,7 +307,18 @@ class BrokerController:
         for members in self.producers.values():
             members.pop(conn, None)
 
-    # hooks for processors ---------------------------------------------------------------------
+    # the send path's view of the broker (processors/collaborators.py: SendHost) ---------------------
+    @property
+    def ha_service(self) -> HAService | None:
+        return self.replication.ha_service
+
+    @property
+    def timer_rewrite(self) -> TimerRewrite:
+        return self.scheduled.timer_rewrite
+
+    def cancel_lookup(self, msg: InnerMessage) -> Awaitable[CancelTarget] | None:
+        return self.scheduled.cancel_lookup(msg)
+
     def rewrite_before_store(self, msg: InnerMessage) -> None:
         """Run the rewrite hooks that concern ``msg``. Most messages concern none: a hook declaring
         ``markers`` is skipped when none of them occurs in the message's properties text (a message whose

@@ -45,11 +45,13 @@ from tidalmq.common.record import (
 from tidalmq.common.record_batch import RecordBatch
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import SendMessageResponseHeader
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
     from tidalmq.store.api import MessageStore
+    from tidalmq.store.config import MessageStoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -259,13 +261,10 @@ class DuplicationWindow:
 
     def _answer(self, req: RemotingCommand, originals: list[Original]) -> RemotingCommand:
         first = originals[0]
-        ext = {
-            "msgId": ",".join(self.store.offset_msg_id(o.phys) for o in originals),
-            "queueId": str(first.queue_id),
-            "queueOffset": str(first.queue_offset),
-            "MSG_REGION": "DefaultRegion",
-            "TRACE_ON": "true",
-        }
+        ext = SendMessageResponseHeader(
+            msg_id=",".join(self.store.offset_msg_id(o.phys) for o in originals), queue_id=first.queue_id,
+            queue_offset=first.queue_offset, msg_region="DefaultRegion", trace_on="true",
+        ).to_ext()
         return req.make_response(ResponseCode.SUCCESS, None, ext)
 
     def screen(self, req: RemotingCommand, put: PutRequest, reply: Respond) -> PutRequest | None:
@@ -317,11 +316,11 @@ class DuplicationWindow:
             self.snapshot(background=True)
 
 
-def window_for(broker: BrokerController) -> DuplicationWindow | None:
+def window_for(cfg: BrokerConfig, store_config: MessageStoreConfig,
+               store: MessageStore) -> DuplicationWindow | None:
     """The broker's window when ``duplicationEnable`` is set (a slave stores no client sends)."""
-    cfg = broker.config
     if not cfg.duplication_enable:
         return None
-    return DuplicationWindow(broker.store, os.path.join(broker.store_config.store_path_root_dir, "config"),
+    return DuplicationWindow(store, os.path.join(store_config.store_path_root_dir, "config"),
                              window_seconds=cfg.duplication_window_seconds, window_size=cfg.duplication_window_size,
                              snapshot_interval_s=cfg.duplication_snapshot_interval_seconds)

@@ -16,6 +16,7 @@ from tidalmq.broker.config import BrokerConfig
 from tidalmq.broker.slave.slave_synchronize import SlaveSynchronize
 from tidalmq.ha.client import HAClient
 from tidalmq.ha.service import HAService
+from tidalmq.remoting.protocol.namesrv_headers import RegisterBrokerResponseHeader
 from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,11 @@ class BrokerReplication:
         haMasterAddress names it (RocketMQ's updateMasterHAServerAddrPeriodically)."""
         if self.config.enable_controller_mode:
             return  # the master is the one etcd's record names
+        h = RegisterBrokerResponseHeader.parse(answer)
         if self.ha_client is not None and not self.config.ha_master_address:
-            self.ha_client.update_master_address(answer.get("haServerAddr", ""))
+            self.ha_client.update_master_address(h.ha_server_addr)
         if self.slave_sync is not None:
-            self.slave_sync.update_master_addr(answer.get("masterAddr", ""))
+            self.slave_sync.update_master_addr(h.master_addr)
 
     # controller mode --------------------------------------------------------------------------
     async def stop_slave(self) -> None:

@@ -26,10 +26,11 @@ from tidalmq.client.message import (
     TransactionState,
 )
 from tidalmq.client.pop_consumer import PopConsumer
-from tidalmq.client.producer import Producer, SendCallback, TransactionListener, TransactionProducer
+from tidalmq.client.producer import Producer, SendCallback
 from tidalmq.client.pull_consumer import PullConsumer
 from tidalmq.client.push_consumer import MessageListener, PushConsumer
 from tidalmq.client.selector import MessageQueueSelector, select_by_hash, select_by_random
+from tidalmq.client.transaction_producer import TransactionListener, TransactionProducer
 from tidalmq.remoting.tls import client_context as tls_context
 
 __all__ = [

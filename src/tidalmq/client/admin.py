@@ -3,94 +3,36 @@ cluster and routes, topics, subscription groups, consumer offsets, progress and 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from tidalmq.acl.signature import RequestSigner, SessionCredentials
-from tidalmq.client.codec import decode_messages
+from tidalmq.client import admin_messages as _messages
+from tidalmq.client.admin_data import (
+    AdminError,
+    ConsumeStats,
+    OffsetWrapper,
+    QueueProgress,
+    QueueStatus,
+    RewindResult,
+    mq_key,
+    offset_of,
+)
 from tidalmq.client.message import MessageExt, MessageQueue
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common import top_addressing as ta
 from tidalmq.common.message import encode_properties
-from tidalmq.common.msgid import decode_offset_msg_id
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol import namesrv_headers as nh
+from tidalmq.remoting.protocol.header import Header
+from tidalmq.remoting.protocol.requests import ext_of
 from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 from tidalmq.remoting.transport import RemotingClient, RemotingError
-
-
-class AdminError(RemotingError):
-    """A request the broker or NameServer refused: RocketMQ's code and remark."""
-
-
-@dataclass
-class QueueStatus:
-    """Offsets of one queue: the first message still stored and the offset after the last one."""
-
-    broker_name: str
-    queue_id: int
-    min_offset: int
-    max_offset: int
-
-
-@dataclass
-class QueueProgress:
-    """A consumer group's position in one queue; ``lag`` is what it has yet to consume."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-
-    @property
-    def lag(self) -> int:
-        return max(0, self.broker_offset - max(self.consumer_offset, 0))
-
-
-@dataclass
-class OffsetWrapper:
-    """One queue of a ConsumeStats (RocketMQ's OffsetWrapper): ``last_timestamp`` is the store time of
-    the last message the group consumed there (0: none)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-    broker_offset: int
-    consumer_offset: int
-    last_timestamp: int
-    pull_offset: int = 0  # how far the group has pulled (RocketMQ 5's pullOffset)
-
-    @property
-    def diff(self) -> int:
-        return self.broker_offset - self.consumer_offset
-
-    @property
-    def inflight(self) -> int:
-        """Pulled, not yet acknowledged (RocketMQ 5's consumerProgress #Inflight)."""
-        return self.pull_offset - self.consumer_offset
-
-
-@dataclass
-class ConsumeStats:
-    """A group's ConsumeStats over the brokers: its queues and its consume TPS (the minute's gets)."""
-
-    consume_tps: float = 0.0
-    queues: list[OffsetWrapper] = field(default_factory=list)
-
-    def total_diff(self) -> int:
-        return sum(q.diff for q in self.queues)
-
-
-def _mq_key(key: str) -> tuple[str, str, int]:
-    """A MessageQueue written as a map key by fastjson (its JSON text once read): (topic, broker, queue)."""
-    mq = fastjson.loads(key)
-    return mq["topic"], mq["brokerName"], int(mq["queueId"])
 
 
 def namesrv_from_env(addr: str | None) -> str:
@@ -132,9 +74,9 @@ class Admin:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+    async def _call(self, addr: str, code: int, ext: Header | None = None, body: bytes | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        cmd = RemotingCommand(code=code, ext_fields=dict(ext or {}), body=body)
+        cmd = RemotingCommand(code=code, ext_fields=ext_of(code, ext), body=body)
         if self.signer is not None:
             self.signer.sign(cmd.ext_fields, body)
         resp = await self.remoting.invoke(addr, cmd, self.timeout)
@@ -150,7 +92,7 @@ class Admin:
                 raise AdminError(-1, f"no NameServer list: {e}") from None
         return self.namesrv_addrs
 
-    async def _namesrv(self, code: int, ext: dict[str, str] | None = None,
+    async def _namesrv(self, code: int, ext: Header | None = None,
                        ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         last: Exception | None = None
         for addr in await self._namesrv_list():
@@ -165,9 +107,10 @@ class Admin:
     async def _send(self, addr: str, group: str, topic: str, props: dict[str, str], body: bytes, *,
                     queue_id: int = 0, queue_nums: int = 4, flag: int = 0) -> RemotingCommand:
         """One SEND_MESSAGE_V2 the operator's tools make themselves (cancel, dead-letter re-send)."""
-        ext = {"a": group, "b": topic, "c": "TBW102", "d": str(queue_nums), "e": str(queue_id), "f": "0",
-               "g": str(int(time.time() * 1000)), "h": str(flag), "i": encode_properties(props), "j": "0",
-               "k": "false"}
+        ext = bh.SendMessageRequestHeader(
+            producer_group=group, topic=topic, default_topic=nm.AUTO_CREATE_TOPIC_KEY_TOPIC,
+            default_topic_queue_nums=queue_nums, queue_id=queue_id, born_timestamp=int(time.time() * 1000), flag=flag,
+            properties=encode_properties(props))
         return await self._call(addr, RC.SEND_MESSAGE_V2, ext, body=body)
 
     # cluster and routes -----------------------------------------------------------------------
@@ -185,17 +128,17 @@ class Admin:
     async def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """PUT_KV_CONFIG on every NameServer (as RocketMQ's admin does: each keeps its own table)."""
         for addr in await self._namesrv_list():
-            await self._call(addr, RC.PUT_KV_CONFIG, {"namespace": namespace, "key": key, "value": value})
+            await self._call(addr, RC.PUT_KV_CONFIG, nh.PutKVConfigRequestHeader(namespace=namespace, key=key, value=value))
 
     async def get_kv_config(self, namespace: str, key: str) -> str | None:
         """GET_KV_CONFIG of the first NameServer that answers; None when it has no such key."""
-        resp = await self._namesrv(RC.GET_KV_CONFIG, {"namespace": namespace, "key": key},
+        resp = await self._namesrv(RC.GET_KV_CONFIG, nh.KVConfigRequestHeader(namespace=namespace, key=key),
                                    ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return resp.ext_fields.get("value") if resp.code == ResponseCode.SUCCESS else None
+        return nh.GetKVConfigResponseHeader.parse(resp.ext_fields).value if resp.code == ResponseCode.SUCCESS else None
 
     async def delete_kv_config(self, namespace: str, key: str) -> None:
         for addr in await self._namesrv_list():
-            await self._call(addr, RC.DELETE_KV_CONFIG, {"namespace": namespace, "key": key})
+            await self._call(addr, RC.DELETE_KV_CONFIG, nh.KVConfigRequestHeader(namespace=namespace, key=key))
 
     async def cluster_info(self) -> dict:
         return fastjson.loads((await self._namesrv(RC.GET_BROKER_CLUSTER_INFO)).body_bytes())
@@ -218,7 +161,7 @@ class Admin:
         return out
 
     async def route(self, topic: str) -> dict:
-        return fastjson.loads((await self._namesrv(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})).body_bytes())
+        return fastjson.loads((await self._namesrv(RC.GET_ROUTEINFO_BY_TOPIC, nh.GetRouteInfoRequestHeader(topic=topic))).body_bytes())
 
     async def topic_list(self) -> list[str]:
         resp = await self._namesrv(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -237,19 +180,12 @@ class Admin:
         masters = ({a: a for a in broker_addrs} if broker_addrs is not None else await self.master_addrs(cluster))
         if not masters:
             raise AdminError(ResponseCode.BROKER_NOT_EXIST, "no broker is registered with the name server")
-        ext = {
-            "topic": topic,
-            "defaultTopic": nm.AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "readQueueNums": str(queue_nums),
-            "writeQueueNums": str(queue_nums if write_queue_nums is None else write_queue_nums),
-            "perm": str(perm),
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "true" if order else "false",
-        }
+        ext = bh.CreateTopicRequestHeader(
+            topic=topic, default_topic=nm.AUTO_CREATE_TOPIC_KEY_TOPIC, read_queue_nums=queue_nums,
+            write_queue_nums=queue_nums if write_queue_nums is None else write_queue_nums, perm=perm, order=order)
         if attributes:
-            ext["attributes"] = (attributes if isinstance(attributes, str)
-                                 else ",".join(f"+{k}={v}" for k, v in attributes.items()))
+            ext.attributes = (attributes if isinstance(attributes, str)
+                              else ",".join(f"+{k}={v}" for k, v in attributes.items()))
         for addr in masters.values():
             await self._call(addr, RC.UPDATE_AND_CREATE_TOPIC, ext)
         return sorted(masters)
@@ -257,9 +193,9 @@ class Admin:
     async def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         masters = await self.master_addrs(cluster)
         for addr in masters.values():
-            await self._call(addr, RC.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+            await self._call(addr, RC.DELETE_TOPIC_IN_BROKER, bh.TopicRequestHeader(topic=topic),
                              ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
-        await self._namesrv(RC.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+        await self._namesrv(RC.DELETE_TOPIC_IN_NAMESRV, nh.DeleteTopicFromNamesrvRequestHeader(topic=topic))
 
     async def _masters_of(self, topic: str) -> list[tuple[str, str, int]]:
         route = await self.route(topic)
@@ -275,9 +211,9 @@ class Admin:
         out = []
         for name, addr, nq in await self._masters_of(topic):
             for q in range(nq):
-                ext = {"topic": topic, "queueId": str(q)}
-                mn = int((await self._call(addr, RC.GET_MIN_OFFSET, ext)).ext_fields["offset"])
-                mx = int((await self._call(addr, RC.GET_MAX_OFFSET, ext)).ext_fields["offset"])
+                ext = bh.TopicQueueRequestHeader(topic=topic, queue_id=q)
+                mn = offset_of(await self._call(addr, RC.GET_MIN_OFFSET, ext))
+                mx = offset_of(await self._call(addr, RC.GET_MAX_OFFSET, ext))
                 out.append(QueueStatus(name, q, mn, mx))
         return out
 
@@ -288,18 +224,18 @@ class Admin:
         else:
             found: set[str] = set()
             for addr in (await self.master_addrs()).values():
-                resp = await self._call(addr, RC.QUERY_TOPICS_BY_CONSUMER, {"group": group})
+                resp = await self._call(addr, RC.QUERY_TOPICS_BY_CONSUMER, bh.QueryTopicsByConsumerRequestHeader(group=group))
                 found |= set(fastjson.loads(resp.body_bytes()).get("topicList", []))
             topics = sorted(found)
         out = []
         for t in topics:
             for name, addr, nq in await self._masters_of(t):
                 for q in range(nq):
-                    ext = {"topic": t, "queueId": str(q)}
-                    mx = int((await self._call(addr, RC.GET_MAX_OFFSET, ext)).ext_fields["offset"])
-                    resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, {**ext, "consumerGroup": group},
+                    mx = offset_of(await self._call(addr, RC.GET_MAX_OFFSET, bh.TopicQueueRequestHeader(topic=t, queue_id=q)))
+                    resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, bh.QueryConsumerOffsetRequestHeader(
+                                                consumer_group=group, topic=t, queue_id=q),
                                             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-                    co = int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+                    co = offset_of(resp) if resp.code == ResponseCode.SUCCESS else -1
                     out.append(QueueProgress(t, name, q, mx, co))
         return out
 
@@ -308,25 +244,25 @@ class Admin:
         their last consumed store time, and its consume TPS summed over the brokers."""
         out = ConsumeStats()
         for addr in (await self.master_addrs()).values():
-            ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+            ext = bh.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic or None)
             body = fastjson.loads((await self._call(addr, RC.GET_CONSUME_STATS, ext)).body_bytes())
             out.consume_tps += float(body.get("consumeTps") or 0)
             for key, w in (body.get("offsetTable") or {}).items():
                 consumed = int(w.get("consumerOffset", 0))
-                out.queues.append(OffsetWrapper(*_mq_key(key), int(w.get("brokerOffset", 0)), consumed,
+                out.queues.append(OffsetWrapper(*mq_key(key), int(w.get("brokerOffset", 0)), consumed,
                                                 int(w.get("lastTimestamp", 0)), int(w.get("pullOffset", consumed))))
         out.queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return out
 
     async def broker_consume_stats(self, addr: str, order_only: bool = False) -> dict:
         """GET_BROKE_CONSUME_STATS of one broker: ConsumeStatsList (brokerAddr, consumeStatsList, totalDiff)."""
-        resp = await self._call(addr, RC.GET_BROKE_CONSUME_STATS, {"isOrder": str(order_only).lower()})
+        resp = await self._call(addr, RC.GET_BROKE_CONSUME_STATS, bh.GetConsumeStatsInBrokerHeader(is_order=order_only))
         return fastjson.loads(resp.body_bytes())
 
     async def broker_stats_data(self, addr: str, stats_name: str, stats_key: str) -> dict:
         """VIEW_BROKER_STATS_DATA: one stats item's minute, hour and day windows (statsMinute, statsHour,
         statsDay: sum, tps, avgpt); AdminError SYSTEM_ERROR when the broker never counted the key."""
-        resp = await self._call(addr, RC.VIEW_BROKER_STATS_DATA, {"statsName": stats_name, "statsKey": stats_key})
+        resp = await self._call(addr, RC.VIEW_BROKER_STATS_DATA, bh.ViewBrokerStatsDataRequestHeader(stats_name=stats_name, stats_key=stats_key))
         return fastjson.loads(resp.body_bytes())
 
     async def topic_stats(self, topic: str) -> list[tuple[QueueStatus, int]]:
@@ -334,9 +270,9 @@ class Admin:
         message (0: none), sorted."""
         out = []
         for _name, addr, _ in await self._masters_of(topic):
-            body = fastjson.loads((await self._call(addr, RC.GET_TOPIC_STATS_INFO, {"topic": topic})).body_bytes())
+            body = fastjson.loads((await self._call(addr, RC.GET_TOPIC_STATS_INFO, bh.TopicRequestHeader(topic=topic))).body_bytes())
             for key, o in (body.get("offsetTable") or {}).items():
-                _, broker, qid = _mq_key(key)
+                _, broker, qid = mq_key(key)
                 out.append((QueueStatus(broker, qid, int(o.get("minOffset", 0)), int(o.get("maxOffset", 0))),
                             int(o.get("lastUpdateTimestamp", 0))))
         return sorted(out, key=lambda q: (q[0].broker_name, q[0].queue_id))
@@ -353,7 +289,7 @@ class Admin:
         """The topic's configuration on each master broker (broker name -> TopicConfig JSON)."""
         out = {}
         for name, addr in (await self.master_addrs()).items():
-            resp = await self._call(addr, RC.GET_TOPIC_CONFIG, {"topic": topic},
+            resp = await self._call(addr, RC.GET_TOPIC_CONFIG, bh.TopicRequestHeader(topic=topic),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
             if resp.code == ResponseCode.SUCCESS:
                 out[name] = fastjson.loads(resp.body_bytes()).get("topicConfig", {})
@@ -408,7 +344,7 @@ class Admin:
     async def delete_group(self, group: str, cluster: str | None = None, broker_addrs: list[str] | None = None) -> None:
         addrs = broker_addrs if broker_addrs is not None else list((await self.master_addrs(cluster)).values())
         for addr in addrs:
-            await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, {"groupName": group},
+            await self._call(addr, RC.DELETE_SUBSCRIPTIONGROUP, bh.DeleteSubscriptionGroupRequestHeader(group_name=group),
                              ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
 
     async def group_list(self) -> dict[str, dict]:
@@ -430,7 +366,7 @@ class Admin:
             if not addr:
                 continue
             try:
-                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
+                resp = await self._call(addr, RC.GET_PRODUCER_CONNECTION_LIST, bh.GetProducerConnectionListRequestHeader(producer_group=group))
             except AdminError as e:
                 refused = e
                 continue
@@ -449,7 +385,7 @@ class Admin:
         dict when no broker has it online."""
         out: dict = {}
         for addr in (await self.master_addrs()).values():
-            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, bh.GetConsumerConnectionListRequestHeader(consumer_group=group),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
             if resp.code == ResponseCode.SUCCESS:
                 body = fastjson.loads(resp.body_bytes())
@@ -461,7 +397,7 @@ class Admin:
         """The online consumers of a group on each broker (clientId, clientAddr, language, version)."""
         out: list[dict] = []
         for addr in (await self.master_addrs()).values():
-            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+            resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, bh.GetConsumerConnectionListRequestHeader(consumer_group=group),
                                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
             if resp.code == ResponseCode.SUCCESS:
                 out += fastjson.loads(resp.body_bytes()).get("connectionSet", [])
@@ -471,7 +407,7 @@ class Admin:
         """Groups that consume (or have offsets of) a topic (QUERY_TOPIC_CONSUME_BY_WHO)."""
         found: set[str] = set()
         for _, addr, _ in await self._masters_of(topic):
-            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, bh.TopicRequestHeader(topic=topic))
             found |= set(fastjson.loads(resp.body_bytes()).get("groupList", []))
         return sorted(found)
 
@@ -480,21 +416,22 @@ class Admin:
         """The group's committed offset of one queue (-1 if none)."""
         addr = await self._broker_of(mq)
         resp = await self._call(addr, RC.QUERY_CONSUMER_OFFSET,
-                                {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)},
+                                bh.QueryConsumerOffsetRequestHeader(consumer_group=group, topic=mq.topic,
+                                                                    queue_id=mq.queue_id),
                                 ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return int(resp.ext_fields.get("offset", "-1")) if resp.code == ResponseCode.SUCCESS else -1
+        return offset_of(resp) if resp.code == ResponseCode.SUCCESS else -1
 
     async def update_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
         """Set the group's committed offset of one queue (consumers that are online may overwrite it)."""
         addr = await self._broker_of(mq)
-        await self._call(addr, RC.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
-                                                            "queueId": str(mq.queue_id), "commitOffset": str(offset)})
+        await self._call(addr, RC.UPDATE_CONSUMER_OFFSET, bh.UpdateConsumerOffsetRequestHeader(
+            consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset))
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         addr = await self._broker_of(mq)
         resp = await self._call(addr, RC.SEARCH_OFFSET_BY_TIMESTAMP,
-                                {"topic": mq.topic, "queueId": str(mq.queue_id), "timestamp": str(timestamp_ms)})
-        return int(resp.ext_fields["offset"])
+                                bh.SearchOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms))
+        return offset_of(resp)
 
     async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int,
                                    progress: Callable[[], None] | None = None) -> dict[MessageQueue, int]:
@@ -509,255 +446,47 @@ class Admin:
                 progress()
         return out
 
-    # messages -----------------------------------------------------------------------------------
-    async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                                    end_ms: int | None = None,
-                                    progress: Callable[[], None] | None = None) -> list[MessageExt]:
-        """Messages of ``topic`` whose KEYS (or UNIQ_KEY) contain ``key``, from the brokers' index;
-        ``progress`` is called once per broker searched."""
-        out: list[MessageExt] = []
-        for name, addr, _ in await self._masters_of(topic):
-            out += await self._query_index(name, addr, topic, key, max_num, begin_ms, end_ms)
-            if progress is not None:
-                progress()
-        out.sort(key=lambda m: m.store_timestamp)
-        return out[:max_num]
 
-    async def _query_index(self, name: str, addr: str, topic: str, key: str, max_num: int, begin_ms: int = 0,
-                           end_ms: int | None = None) -> list[MessageExt]:
-        """QUERY_MESSAGE on one broker: the messages stored under ``topic`` whose KEYS or UNIQ_KEY is ``key``."""
-        end_ms = int(time.time() * 1000) + 60_000 if end_ms is None else end_ms
-        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
-               "endTimestamp": str(end_ms)}
-        resp = await self._call(addr, RC.QUERY_MESSAGE, ext, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        if resp.code != ResponseCode.SUCCESS:
-            return []
-        return [m for m in decode_messages(resp.body_bytes(), name)
-                if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key)]
-
-    async def _queue_messages(self, name: str, addr: str, topic: str, queue_id: int, index: int, count: int,
-                              group: str = "") -> tuple[list[MessageExt], int]:
-        """Up to ``count`` messages of one queue from ``index`` on (QUERY_CONSUME_QUEUE, then VIEW_MESSAGE_BY_ID
-        each): works on queues no subscription may read (the DLQ). Returns them and the index after the last
-        entry read (0 entries read: the same index)."""
-        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
-            "topic": topic, "queueId": str(queue_id), "index": str(index), "count": str(count),
-            "consumerGroup": group}, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-        if resp.code != ResponseCode.SUCCESS:
-            return [], index  # the broker has no such queue
-        data = fastjson.loads(resp.body_bytes())
-        rows = data.get("queueData") or []
-        out: list[MessageExt] = []
-        for row in rows:
-            view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(row["physicOffset"])},
-                                    ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-            if view.code == ResponseCode.SUCCESS:  # a file already deleted by retention is skipped
-                out.extend(decode_messages(view.body_bytes(), name))
-        return out, (max(index, int(data.get("minQueueIndex", 0))) + len(rows) if rows else index)
+    # message tools (client/admin_messages.py) -------------------------------------------------
+    async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None, progress: Callable[[], None] | None = None) -> list[MessageExt]:
+        return await _messages.query_messages_by_key(self, topic, key, max_num, begin_ms, end_ms, progress)
 
     async def messages_by_time(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 64) -> list[MessageExt]:
-        """Messages of ``topic`` stored between ``begin_ms`` and ``end_ms`` (each queue from the offset
-        SEARCH_OFFSET_BY_TIMESTAMP gives for ``begin_ms``), oldest first, at most ``max_num``."""
-        out: list[MessageExt] = []
-        for name, addr, nq in await self._masters_of(topic):
-            for q in range(nq):
-                index = await self.search_offset(MessageQueue(topic, name, q), begin_ms)
-                taken = 0
-                while taken < max_num:  # each queue gives at most max_num: the oldest overall are kept below
-                    msgs, nxt = await self._queue_messages(name, addr, topic, q, index, min(32, max_num))
-                    if nxt == index:
-                        break  # the end of the queue
-                    index = nxt
-                    inside = [m for m in msgs if begin_ms <= m.store_timestamp <= end_ms]
-                    out += inside
-                    taken += len(inside)
-                    if msgs and msgs[-1].store_timestamp > end_ms:
-                        break  # past the end of the range
-        out.sort(key=lambda m: m.store_timestamp)
-        return out[:max_num]
+        return await _messages.messages_by_time(self, topic, begin_ms, end_ms, max_num)
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """A message by id: the broker's offset id (decoded to host, port and CommitLog offset), or the
-        client id (UNIQ_KEY) looked up in the index of ``topic``."""
-        try:
-            host, port, offset = decode_offset_msg_id(msg_id)
-        except ValueError:
-            host, port, offset = "", 0, 0
-        if host and 0 < port < 65536:  # a client id (UNIQ_KEY) has the same length but no port there
-            try:
-                resp = await self._call(f"{host}:{port}", RC.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
-                msgs = decode_messages(resp.body_bytes())
-                if msgs and msgs[0].offset_msg_id == msg_id:
-                    return msgs[0]
-            except RemotingError:
-                if not topic:
-                    raise
-        if topic:
-            found = [m for m in await self.query_messages_by_key(topic, msg_id, 32)
-                     if m.properties.get("UNIQ_KEY") == msg_id]
-            if found:
-                return found[0]
-        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message with id {msg_id}"
-                         + ("" if topic else " (pass topic= to look a client id up in the index)"))
+        return await _messages.view_message(self, msg_id, topic)
 
-    # scheduled messages -----------------------------------------------------------------------
     async def schedule_stats(self) -> dict[str, dict]:
-        """Per master broker: scheduled messages (delay levels + timer) pending per real topic with their
-        deliver-time histogram, enqueue/delivery rates and lateness (GET_TIMER_METRICS)."""
-        return {name: fastjson.loads((await self._call(addr, RC.GET_TIMER_METRICS)).body_bytes())
-                for name, addr in sorted((await self.master_addrs()).items())}
+        return await _messages.schedule_stats(self)
 
     async def scheduled_messages(self, topic: str, key: str, max_num: int = 32) -> list[MessageExt]:
-        """Scheduled messages of ``topic`` whose key or client id (UNIQ_KEY) is ``key``, as parked on the
-        brokers: timer messages in rmq_sys_wheel_timer (their due time in TIMER_OUT_MS), delay-level ones in
-        SCHEDULE_TOPIC_XXXX (DELAY). A parked copy stays after its delivery or cancel: the copy delivered
-        is found in ``topic`` itself (query_messages_by_key)."""
-        out: list[MessageExt] = []
-        for name, addr in sorted((await self.master_addrs()).items()):
-            for parked in (nm.TIMER_TOPIC, nm.SCHEDULE_TOPIC):
-                out += [m for m in await self._query_index(name, addr, parked, key, max_num)
-                        if m.properties.get("REAL_TOPIC") == topic]
-        out.sort(key=lambda m: m.store_timestamp)
-        return out[:max_num]
+        return await _messages.scheduled_messages(self, topic, key, max_num)
 
-    async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None,
-                               group: str = "TOOLS_CANCEL_GROUP") -> str:
-        """Cancel a timer message before it is due (RocketMQ 5's TIMER_DEL_UNIQKEY): the broker holding it parks
-        a delete marker in its slot. ``deliver_ms`` is optional (the broker looks it up). Returns the broker
-        name; AdminError QUERY_NOT_FOUND (22) when no broker has it pending (unknown, delivered, cancelled)."""
+    async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None, group: str = "TOOLS_CANCEL_GROUP") -> str:
+        return await _messages.cancel_scheduled(self, topic, uniq_key, deliver_ms, group)
 
-
-        props = {"TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}", "UNIQ_KEY": os.urandom(16).hex().upper()}
-        if deliver_ms is not None:
-            props["TIMER_DELIVER_MS"] = str(deliver_ms)
-        last: AdminError | None = None
-        for name, addr, _ in await self._masters_of(topic):
-            try:
-                await self._send(addr, group, topic, props, b"cancel")
-                return name
-            except AdminError as e:
-                if e.code != ResponseCode.QUERY_NOT_FOUND:
-                    raise
-                last = e
-        raise last or AdminError(ResponseCode.QUERY_NOT_FOUND, f"topic {topic} has no broker")
-
-    # rewind -------------------------------------------------------------------------------------
     async def rewind(self, group: str, timestamp_ms: int, topic: str | None = None) -> RewindResult:
-        """Reset ``group``'s offsets to the first message stored at or after ``timestamp_ms`` (``-1``: the
-        latest, ``0``: the earliest) on every master, for one topic or all the group consumes. Live
-        consumers are told at once (RESET_CONSUMER_CLIENT_OFFSET) and replay without a restart."""
-        result = RewindResult()
-        for name, addr in sorted((await self.master_addrs()).items()):
-            resp = await self._call(addr, RC.INVOKE_BROKER_TO_RESET_OFFSET, {
-                "topic": topic or "", "group": group, "timestamp": str(timestamp_ms), "isForce": "true"},
-                ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE, ResponseCode.TOPIC_NOT_EXIST))
-            if resp.code != ResponseCode.SUCCESS:
-                result.refused[name] = resp.remark or str(resp.code)
-                continue
-            for e in fastjson.loads(resp.body_bytes()).get("offsetTable") or []:
-                result.offsets[MessageQueue(e["topic"], e["brokerName"], int(e["queueId"]))] = int(e["offset"])
-            if resp.remark:
-                result.notes.append(f"{name}: {resp.remark}")
-        if not result.offsets:
-            reasons = "; ".join(f"{n}: {r}" for n, r in result.refused.items()) or "no broker answered"
-            raise AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"nothing to rewind for group {group}: {reasons}")
-        return result
+        return await _messages.rewind(self, group, timestamp_ms, topic)
 
     async def message_at(self, mq: MessageQueue, offset: int) -> MessageExt | None:
-        """The message at a queue offset (mqadmin queryMsgByOffset, printMsg): its ConsumeQueue entry
-        (QUERY_CONSUME_QUEUE), then the record (VIEW_MESSAGE_BY_ID); None past the end or removed by retention."""
-        addr = await self._broker_of(mq)
-        resp = await self._call(addr, RC.QUERY_CONSUME_QUEUE, {
-            "topic": mq.topic, "queueId": str(mq.queue_id), "index": str(offset), "count": "1", "consumerGroup": ""},
-            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-        if resp.code != ResponseCode.SUCCESS:  # no such queue
-            return None
-        rows = fastjson.loads(resp.body_bytes()).get("queueData") or []
-        if not rows:
-            return None
-        view = await self._call(addr, RC.VIEW_MESSAGE_BY_ID, {"offset": str(rows[0]["physicOffset"])},
-                                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
-        msgs = decode_messages(view.body_bytes(), mq.broker_name) if view.code == ResponseCode.SUCCESS else []
-        return msgs[0] if msgs else None
+        return await _messages.message_at(self, mq, offset)
 
-    # dead letters -------------------------------------------------------------------------------
     async def dead_letters(self, group: str, max_num: int = 1000) -> list[MessageExt]:
-        """The messages in ``%DLQ%<group>`` on every master, oldest first. The dead-letter queue is not
-        readable by subscription; this walks it with QUERY_CONSUME_QUEUE and VIEW_MESSAGE_BY_ID."""
-        topic = nm.dlq_topic(group)
-        out: list[MessageExt] = []
-        for name, addr in sorted((await self.master_addrs()).items()):
-            index = 0
-            while len(out) < max_num:
-                msgs, nxt = await self._queue_messages(name, addr, topic, 0, index, 64, group)
-                if nxt == index:
-                    break  # the end, or this broker has no dead letters for the group
-                out += msgs
-                index = nxt
-        return out[:max_num]
+        return await _messages.dead_letters(self, group, max_num)
 
-    async def resend_dead_letters(self, group: str, ids: list[str] | None = None,
-                                  progress: Callable[[], None] | None = None) -> list[tuple[str, str]]:
-        """Send dead letters of ``group`` back to their original topic: the ones whose client id (UNIQ_KEY)
-        or offset id is in ``ids``, or all of them when ``ids`` is None. Returns (id, new offset id) pairs.
-        An id that is not a dead letter of the group raises AdminError before anything is sent."""
+    async def resend_dead_letters(self, group: str, ids: list[str] | None = None, progress: Callable[[], None] | None = None) -> list[tuple[str, str]]:
+        return await _messages.resend_dead_letters(self, group, ids, progress)
 
-
-        letters = await self.dead_letters(group)
-        by_id: dict[str, MessageExt] = {}
-        for m in letters:
-            by_id.setdefault(m.properties.get("UNIQ_KEY") or m.offset_msg_id, m)
-            by_id.setdefault(m.offset_msg_id, m)
-        if ids is None:
-            chosen = list({id(m): m for m in letters}.values())
-        else:
-            missing = [i for i in ids if i not in by_id]
-            if missing:
-                raise AdminError(ResponseCode.QUERY_NOT_FOUND,
-                                 f"not dead letters of group {group}: {', '.join(missing)}; nothing was re-sent")
-            chosen = list({id(by_id[i]): by_id[i] for i in ids}.values())
-        sent: list[tuple[str, str]] = []
-        for m in chosen:
-            props = dict(m.properties)
-            target = props.get("DLQ_ORIGIN_TOPIC") or props.get("RETRY_TOPIC")
-            if not target:
-                raise AdminError(ResponseCode.MESSAGE_ILLEGAL, f"dead letter {m.offset_msg_id} has no original topic")
-            for key in ("DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "MAX_OFFSET", "MIN_OFFSET"):
-                props.pop(key, None)
-            masters = await self._masters_of(target)
-            if not masters:
-                raise AdminError(ResponseCode.TOPIC_NOT_EXIST, f"original topic {target} has no route")
-            _, addr, nq = masters[0]
-            resp = await self._send(addr, "TOOLS_DLQ_RESEND", target, props, m.body,  # m.body is inflated
-                                    queue_id=m.queue_id % nq, queue_nums=nq, flag=m.flag)
-            sent.append((props.get("UNIQ_KEY") or m.offset_msg_id, resp.ext_fields.get("msgId", "")))
-            if progress is not None:
-                progress()
-        return sent
-
-    # who consumed a message ---------------------------------------------------------------------
     async def consumed_by(self, msg: MessageExt) -> dict[str, bool]:
-        """For each group that consumes the message's topic: has it consumed the message (its committed
-        offset on the message's queue is past the message's queue offset)?"""
-        out: dict[str, bool] = {}
-        for name, addr, _ in await self._masters_of(msg.topic):
-            if msg.broker_name and name != msg.broker_name:
-                continue
-            resp = await self._call(addr, RC.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": msg.topic})
-            for group in fastjson.loads(resp.body_bytes()).get("groupList") or []:
-                r = await self._call(addr, RC.QUERY_CONSUMER_OFFSET, {
-                    "consumerGroup": group, "topic": msg.topic, "queueId": str(msg.queue_id)},
-                    ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-                offset = int(r.ext_fields.get("offset", "-1")) if r.code == ResponseCode.SUCCESS else -1
-                out[group] = offset > msg.queue_offset
-        return out
-
+        return await _messages.consumed_by(self, msg)
 
     # mqadmin's consumerStatus ------------------------------------------------------------------
     async def consumer_connections_on(self, addr: str, group: str) -> list[dict]:
         """The group's online consumers on one broker (mqadmin's ``-b``); AdminError CONSUMER_NOT_ONLINE
         when it has none, as RocketMQ's examineConsumerConnectionInfo."""
-        resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        resp = await self._call(addr, RC.GET_CONSUMER_CONNECTION_LIST,
+                                bh.GetConsumerConnectionListRequestHeader(consumer_group=group))
         return list(fastjson.loads(resp.body_bytes()).get("connectionSet", []))
 
     async def running_info(self, group: str, client_id: str, *, jstack: bool = False) -> dict:
@@ -766,15 +495,9 @@ class Admin:
         last: AdminError | None = None
         for addr in (await self.master_addrs()).values():
             try:
-                resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO, {
-                    "consumerGroup": group, "clientId": client_id, "jstackEnable": str(jstack).lower()})
+                resp = await self._call(addr, RC.GET_CONSUMER_RUNNING_INFO, bh.GetConsumerRunningInfoRequestHeader(
+                    consumer_group=group, client_id=client_id, jstack_enable=jstack))
                 return fastjson.loads(resp.body_bytes())
             except AdminError as e:
                 last = e
         raise last or AdminError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer {client_id} is not online")
-
-@dataclass
-class RewindResult:
-    offsets: dict[MessageQueue, int] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # e.g. "starts at its earliest retained message"
-    refused: dict[str, str] = field(default_factory=dict)  # broker name -> remark

@@ -25,6 +25,7 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.record import MIN_RECORD_SIZE, POS_QUEUEOFFSET, RecordError, view_record
 from tidalmq.common.taghash import tags_hash_code
 from tidalmq.remoting.command import encode_ext_fields
+from tidalmq.remoting.protocol.broker_headers import SEND_V2, SendMessageRequestHeader
 
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -49,25 +50,17 @@ def send_header_v2(*, group: str, topic: str, queue_id: int, sysflag: int, born_
                    batch: bool = False, broker_name: str | None = None,
                    default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS) -> dict[str, str]:
     """SendMessageRequestHeaderV2 with its single-letter field names."""
-    h = {
-        "a": group,
-        "b": topic,
-        "c": DEFAULT_TOPIC,
-        "d": str(default_topic_queue_nums),
-        "e": str(queue_id),
-        "f": str(sysflag),
-        "g": str(born_timestamp),
-        "h": str(flag),
-        "i": properties,
-        "j": str(reconsume_times),
-        "k": "false",
-        "m": "true" if batch else "false",
-    }
-    if max_reconsume_times is not None:
-        h["l"] = str(max_reconsume_times)
-    if broker_name:
-        h["n"] = broker_name
-    return h
+    return SendMessageRequestHeader(
+        producer_group=group, topic=topic, default_topic=DEFAULT_TOPIC, default_topic_queue_nums=default_topic_queue_nums,
+        queue_id=queue_id, sys_flag=sysflag, born_timestamp=born_timestamp, flag=flag, properties=properties,
+        reconsume_times=reconsume_times, unit_mode=False, max_reconsume_times=max_reconsume_times, batch=batch,
+        broker_name=broker_name or None,
+    ).to_ext(SEND_V2)
+
+
+# The two fields a template leaves out, encoded per send: their keys in the V2 spelling.
+_BORN_KEY = SendMessageRequestHeader.key_of("born_timestamp", SEND_V2)
+_PROPERTIES_KEY = SendMessageRequestHeader.key_of("properties", SEND_V2)
 
 
 class SendHeaderTemplates:
@@ -93,7 +86,7 @@ class SendHeaderTemplates:
                                     flag=flag, properties="", reconsume_times=reconsume_times,
                                     max_reconsume_times=max_reconsume_times, batch=batch, broker_name=broker_name,
                                     default_topic_queue_nums=default_topic_queue_nums)
-            del fields["g"], fields["i"]
+            del fields[_BORN_KEY], fields[_PROPERTIES_KEY]
             const = bytes(encode_ext_fields(fields))
             if len(self._cache) >= self._max:
                 self._cache.clear()
@@ -103,8 +96,8 @@ class SendHeaderTemplates:
         return b"".join((const, _G_PREFIX, _INT.pack(len(ts)), ts, _I_PREFIX, _INT.pack(len(pb)), pb))
 
 
-_G_PREFIX = b"\x00\x01g"  # 2-byte key length + key, as encode_ext_fields writes them
-_I_PREFIX = b"\x00\x01i"
+_G_PREFIX = _SHORT.pack(len(_BORN_KEY)) + _BORN_KEY.encode()  # 2-byte key length + key, as encode_ext_fields writes them
+_I_PREFIX = _SHORT.pack(len(_PROPERTIES_KEY)) + _PROPERTIES_KEY.encode()
 
 
 def compress_body(body: bytes, threshold: int, level: int = COMPRESS_LEVEL) -> tuple[bytes, bool]:

@@ -29,6 +29,10 @@ from tidalmq.common import top_addressing as ta
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol import namesrv_headers as nh
+from tidalmq.remoting.protocol.header import Header, RequestError
+from tidalmq.remoting.protocol.requests import ext_of
 from tidalmq.remoting.tls import TlsOption, resolve_client_tls
 from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 from tidalmq.remoting.transport import (
@@ -211,9 +215,9 @@ class ClientInstance:
             self.signer.sign(cmd.ext_fields, cmd.body)
         return cmd
 
-    async def invoke_ok(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+    async def invoke_ok(self, addr: str, code: int, ext: Header | None = None, body: bytes | None = None,
                         timeout: float | None = None, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
-        resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext or {}, body=body), timeout)
+        resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext_of(code, ext), body=body), timeout)
         if resp.code not in ok:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return resp
@@ -245,7 +249,7 @@ class ClientInstance:
             self._ns_index = random.randrange(len(addrs))
         return addrs
 
-    async def invoke_namesrv(self, code: int, ext: dict[str, str] | None = None,
+    async def invoke_namesrv(self, code: int, ext: Header | None = None,
                              ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         """Ask the current NameServer; on a connection failure move on to the next one (failover)."""
         last: Exception | None = None
@@ -255,7 +259,7 @@ class ClientInstance:
         for i in range(n):
             addr = self.namesrv_addrs[(self._ns_index + i) % n]
             try:
-                resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext or {}))
+                resp = await self.invoke(addr, RemotingCommand(code=code, ext_fields=ext_of(code, ext)))
             except MQClientError as e:
                 last = e
                 continue
@@ -273,7 +277,7 @@ class ClientInstance:
     async def fetch_route(self, topic: str) -> codec.TopicRoute | None:
         """The route from the NameServer, or None if the topic does not exist."""
         try:
-            resp = await self.invoke_namesrv(RC.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            resp = await self.invoke_namesrv(RC.GET_ROUTEINFO_BY_TOPIC, nh.GetRouteInfoRequestHeader(topic=topic))
         except MQBrokerError as e:
             if e.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
@@ -367,11 +371,8 @@ class ClientInstance:
         await asyncio.gather(*(one(a) for a in addrs))
 
     async def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        ext = {"clientID": self.client_id}
-        if producer_group:
-            ext["producerGroup"] = producer_group
-        if consumer_group:
-            ext["consumerGroup"] = consumer_group
+        ext = bh.UnregisterClientRequestHeader(client_id=self.client_id, producer_group=producer_group or None,
+                                               consumer_group=consumer_group or None)
 
         async def one(addr: str) -> None:
             try:
@@ -391,7 +392,7 @@ class ClientInstance:
             if addr is None:
                 continue
             try:
-                resp = await self.invoke_ok(addr, RC.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+                resp = await self.invoke_ok(addr, RC.GET_CONSUMER_LIST_BY_GROUP, bh.GetConsumerListByGroupRequestHeader(consumer_group=group))
             except MQClientError as e:
                 log.info("consumer list of %s from %s failed: %s", group, addr, e)
                 continue
@@ -403,13 +404,19 @@ class ClientInstance:
         handler = self.request_handlers.get(cmd.code)
         if handler is not None:
             return handler(conn, cmd)
+        try:
+            return self._broker_request(conn, cmd)
+        except RequestError as e:  # a header this client cannot read (declared in remoting/protocol)
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+
+    def _broker_request(self, conn: Connection, cmd: RemotingCommand) -> Any:
         if cmd.code == RC.NOTIFY_CONSUMER_IDS_CHANGED:
-            c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+            c = self.consumers.get(bh.NotifyConsumerIdsChangedRequestHeader.parse(cmd.ext_fields).consumer_group)
             if c is not None:
                 c.rebalance_soon()
             return None
         if cmd.code == RC.RESET_CONSUMER_CLIENT_OFFSET:
-            c = self.consumers.get(cmd.ext_fields.get("group", ""))
+            c = self.consumers.get(bh.ResetOffsetRequestHeader.parse(cmd.ext_fields).group)
             reset = getattr(c, "reset_offsets", None)
             if reset is not None:
                 table = {}
@@ -434,7 +441,7 @@ class ClientInstance:
                 chosen = checkers[0]
             return chosen.on_check_transaction_state(conn, cmd) if chosen is not None else None
         if cmd.code == RC.GET_CONSUMER_RUNNING_INFO:
-            c = self.consumers.get(cmd.ext_fields.get("consumerGroup", ""))
+            c = self.consumers.get(bh.GetConsumerRunningInfoRequestHeader.parse(cmd.ext_fields).consumer_group)
             if c is None:
                 return cmd.make_response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
             return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(

@@ -14,6 +14,7 @@ from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import MessageQueue
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.protocol import broker_headers as bh
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class RemoteBrokerOffsetStore(OffsetStore):
         addr = await self._addr(mq)
         if addr is None:
             return READ_FAILED
-        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id)}
+        ext = bh.QueryConsumerOffsetRequestHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
         try:
             resp = await self.instance.invoke_ok(addr, RC.QUERY_CONSUMER_OFFSET, ext,
                                                  ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
@@ -83,7 +84,7 @@ class RemoteBrokerOffsetStore(OffsetStore):
             return READ_FAILED
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return NOT_FOUND
-        offset = int(resp.ext_fields.get("offset", "-1"))
+        offset = bh.OffsetResponseHeader.parse(resp.ext_fields).offset
         self.update(mq, offset)
         self._persisted[mq] = offset
         return offset
@@ -92,7 +93,8 @@ class RemoteBrokerOffsetStore(OffsetStore):
         addr = await self._addr(mq)
         if addr is None:
             raise MQClientError(10003, f"The broker[{mq.broker_name}] not exist")
-        ext = {"consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "commitOffset": str(offset)}
+        ext = bh.UpdateConsumerOffsetRequestHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                                                   commit_offset=offset)
         await self.instance.invoke_ok(addr, RC.UPDATE_CONSUMER_OFFSET, ext)
         self._persisted[mq] = offset
 

@@ -25,6 +25,7 @@ from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as ph
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.protocol import broker_headers as bh
 from tidalmq.remoting.tls import TlsOption
 
 POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
@@ -108,24 +109,24 @@ class PopConsumer(ClientLifecycle):
             name, addr = brokers[(start + i) % len(brokers)]
             # Long polling on the last broker only: the others are asked without waiting first.
             poll_ms = int(block_timeout * 1000) if i == len(brokers) - 1 else 0
-            ext = {
-                "consumerGroup": self.group, "topic": topic, "queueId": str(queue_id), "maxMsgNums": str(max_nums),
-                "invisibleTime": str(int(invisible_time * 1000)), "pollTime": str(poll_ms),
-                "bornTime": str(int(time.time() * 1000)), "initMode": "1" if consume_from_max else "0",
-                "expType": expression_type, "exp": expression, "order": "true" if order else "false",
-            }
+            ext = bh.PopMessageRequestHeader(
+                consumer_group=self.group, topic=topic, queue_id=queue_id, max_msg_nums=max_nums,
+                invisible_time=int(invisible_time * 1000), poll_time=poll_ms, born_time=int(time.time() * 1000),
+                init_mode=1 if consume_from_max else 0, exp_type=expression_type, exp=expression, order=order,
+            )
             resp = await self._instance.invoke_ok(addr, RC.POP_MESSAGE, ext, timeout=self.request_timeout + block_timeout,
                                                   ok=(ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT,
                                                       ResponseCode.NO_MESSAGE))
             if resp.code == ResponseCode.SUCCESS and resp.body:
-                return self._messages(resp.ext_fields, resp.body_bytes() or b"", name, topic)
+                return self._messages(bh.PopMessageResponseHeader.parse(resp.ext_fields), resp.body_bytes() or b"",
+                                      name, topic)
         return []
 
-    def _messages(self, h: dict[str, str], body: bytes, broker_name: str, topic: str) -> list[MessageExt]:
+    def _messages(self, h: bh.PopMessageResponseHeader, body: bytes, broker_name: str, topic: str) -> list[MessageExt]:
         msgs = codec.decode_messages(body, broker_name)
-        starts = ph.parse_start_offset_info(h.get("startOffsetInfo"))
-        counts = ph.parse_order_count_info(h.get("orderCountInfo"))
-        pop_time, invisible, revive_qid = int(h["popTime"]), int(h["invisibleTime"]), int(h["reviveQid"])
+        starts = ph.parse_start_offset_info(h.start_offset_info)
+        counts = ph.parse_order_count_info(h.order_count_info)
+        pop_time, invisible, revive_qid = h.pop_time, h.invisible_time, h.revive_qid
         lite = nm.is_lite_queue(topic)
         for m in msgs:
             if lite:
@@ -155,7 +156,7 @@ class PopConsumer(ClientLifecycle):
         self._check_running()
         groups: dict[tuple[str, str, ph.ExtraInfo], list[MessageExt]] = {}
         for m in msgs:
-            info = ph.ExtraInfo.parse(self._handle_ext(m)["extraInfo"])
+            info = ph.ExtraInfo.parse(self._handle_ext(m).extra_info)
             # the handle less its message offset: one BatchAck per pop of a queue
             groups.setdefault((m.broker_name, m.topic, dataclasses.replace(info, queue_offset=-1)), []).append(m)
         by_broker: dict[tuple[str, str], list[dict[str, object]]] = {}
@@ -173,14 +174,16 @@ class PopConsumer(ClientLifecycle):
         """Make ``msg`` visible again ``invisible_time`` seconds from now instead; its handle (POP_CK)
         is replaced by the new one, which is returned."""
         self._check_running()
-        ext = self._handle_ext(msg)
-        ext["invisibleTime"] = str(int(invisible_time * 1000))
+        a = self._handle_ext(msg)
+        ext = bh.ChangeInvisibleTimeRequestHeader(consumer_group=a.consumer_group, topic=a.topic, queue_id=a.queue_id,
+                                                  extra_info=a.extra_info, offset=a.offset,
+                                                  invisible_time=int(invisible_time * 1000))
         resp = await self._instance.invoke_ok(await self._addr(msg.broker_name, msg.topic),
                                               RC.CHANGE_MESSAGE_INVISIBLETIME, ext, timeout=self.request_timeout)
-        h = resp.ext_fields
+        h = bh.ChangeInvisibleTimeResponseHeader.parse(resp.ext_fields)
         old = ph.ExtraInfo.parse(msg.properties[POP_CK])
-        new = dataclasses.replace(old, ck_queue_offset=msg.queue_offset, pop_time=int(h["popTime"]),
-                                  invisible_time=int(h["invisibleTime"]), revive_qid=int(h["reviveQid"]))
+        new = dataclasses.replace(old, ck_queue_offset=msg.queue_offset, pop_time=h.pop_time,
+                                  invisible_time=h.invisible_time, revive_qid=h.revive_qid)
         msg.properties[POP_CK] = new.build()
         return msg.properties[POP_CK]
 
@@ -192,17 +195,17 @@ class PopConsumer(ClientLifecycle):
         brokers = await self._broker_addrs(_route_topic(topic, route_topic))
         for i, (_name, addr) in enumerate(brokers):
             poll_ms = int(block_timeout * 1000) if i == len(brokers) - 1 else 0
-            resp = await self._instance.invoke_ok(addr, RC.NOTIFICATION, {
-                "consumerGroup": self.group, "topic": topic, "queueId": "-1", "pollTime": str(poll_ms),
-                "bornTime": str(int(time.time() * 1000)), "order": "true" if order else "false",
-            }, timeout=self.request_timeout + block_timeout)
-            if resp.ext_fields.get("hasMsg") == "true":
+            resp = await self._instance.invoke_ok(addr, RC.NOTIFICATION, bh.NotificationRequestHeader(
+                consumer_group=self.group, topic=topic, queue_id=-1, poll_time=poll_ms,
+                born_time=int(time.time() * 1000), order=order,
+            ), timeout=self.request_timeout + block_timeout)
+            if bh.NotificationResponseHeader.parse(resp.ext_fields).has_msg:
                 return True
         return False
 
-    def _handle_ext(self, msg: MessageExt) -> dict[str, str]:
+    def _handle_ext(self, msg: MessageExt) -> bh.AckMessageRequestHeader:
         handle = msg.properties.get(POP_CK)
         if not handle:
             raise v.ValidationError("the message has no receipt handle (POP_CK): was it received by pop?")
-        return {"consumerGroup": self.group, "topic": msg.topic, "queueId": str(msg.queue_id),
-                "extraInfo": handle, "offset": str(msg.queue_offset)}
+        return bh.AckMessageRequestHeader(consumer_group=self.group, topic=msg.topic, queue_id=msg.queue_id,
+                                          extra_info=handle, offset=msg.queue_offset)

@@ -1,4 +1,4 @@
-"""Producer and TransactionProducer (DefaultMQProducer, TransactionMQProducer), asyncio-native."""
+"""Producer (DefaultMQProducer), asyncio-native; TransactionProducer is in transaction_producer.py."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import asyncio
 import functools
 import inspect
 import logging
-import random
 import time
-import zlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tidalmq.acl.signature import SessionCredentials
 from tidalmq.client import codec
@@ -28,84 +26,39 @@ from tidalmq.client.instance import ClientInstance
 from tidalmq.client.lifecycle import ClientLifecycle
 from tidalmq.client.message import (
     Message,
-    MessageExt,
     MessageQueue,
     SendResult,
-    SendStatus,
-    TransactionSendResult,
-    TransactionState,
-    now_ms,
 )
 from tidalmq.client.selector import FaultStrategy, MessageQueueSelector, RoundRobin, select_by_hash
+from tidalmq.client.send_request import (
+    RETRY_RESPONSE_CODES,
+    FirstAttempt,
+    PreparedSend,
+    busy_backoff,
+    chain_future,
+    deliver_ms,
+    idempotent_backoff,
+    idempotent_queue,
+    send_request,
+    send_result,
+)
 from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
-from tidalmq.common.msgid import UniqIdGenerator, decode_offset_msg_id, host_bytes
+from tidalmq.common.msgid import UniqIdGenerator, host_bytes
 from tidalmq.common.recall_handle import RecallHandleError, decode_recall_handle
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
-from tidalmq.remoting.command import RemotingCommand, SerializeType
+from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
 from tidalmq.remoting.tls import TlsOption
-from tidalmq.remoting.transport import Connection, RemotingError, RemotingTimeout
+from tidalmq.remoting.transport import RemotingError, RemotingTimeout
 
 log = logging.getLogger(__name__)
 
 SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 """``callback(result, error)``: exactly one of them is None; may be a coroutine function."""
 
-# Broker answers after which a sync send tries another broker (DefaultMQProducer.retryResponseCodes).
-RETRY_RESPONSE_CODES = frozenset({
-    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-    ResponseCode.NO_PERMISSION, 205, 206,  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
-})
-_STATUS: dict[int, SendStatus] = {
-    ResponseCode.SUCCESS: SendStatus.SEND_OK,
-    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
-}
-_TIMER_PROPS = (mc.TIMER_DELIVER_MS, mc.TIMER_DELAY_MS, mc.TIMER_DELAY_SEC)
-# SYSTEM_BUSY means the broker's flow control refused the send without storing it. RocketMQ 5's clients
-# back off and retry such an answer (TOO_MANY_REQUESTS, exponential backoff); this client does so within
-# the send timeout, then raises the broker's code and remark.
-BUSY_BACKOFF_FIRST_S = 0.02
-BUSY_BACKOFF_MAX_S = 1.0
-
-
-def busy_backoff(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (1, 2, ...) of a send answered SYSTEM_BUSY: doubling from
-    BUSY_BACKOFF_FIRST_S up to BUSY_BACKOFF_MAX_S, half of it random so that the clients a broker shed
-    together do not all come back together."""
-    step = min(BUSY_BACKOFF_MAX_S, BUSY_BACKOFF_FIRST_S * 2 ** (attempt - 1))
-    return step / 2 + random.uniform(0, step / 2)
-
-
-def idempotent_queue(queues: Sequence[MessageQueue], uniq: str) -> MessageQueue:
-    """The queue an idempotent send goes to, from its (first) UNIQ_KEY: a resend of the same message, from
-    this process or another after a crash, reaches the broker whose window holds the original."""
-    return queues[zlib.crc32(uniq.split(",", 1)[0].encode()) % len(queues)]
-
-
-def idempotent_backoff(attempt: int) -> float:
-    """Seconds before retry ``attempt`` of an idempotent send on its queue: 0.1 s doubling to 2 s, long
-    enough together to ride out a broker restart within a send timeout of some seconds."""
-    return min(2.0, 0.1 * 2 ** (attempt - 1))
-
-
 _MODE_SYNC, _MODE_ASYNC, _MODE_ONEWAY = 0, 1, 2
-
-
-class _Prepared:
-    """A message ready for the wire: final properties string, body, sysflag."""
-
-    __slots__ = ("topic", "body", "flag", "sysflag", "properties", "uniq", "batch", "deliver_ms", "reconsume_times",
-                 "max_reconsume_times")
-
-    def __init__(self, topic: str, body: bytes, flag: int, sysflag: int, properties: str, uniq: str, batch: bool,
-                 deliver_ms: int | None) -> None:
-        self.topic, self.body, self.flag, self.sysflag = topic, body, flag, sysflag
-        self.properties, self.uniq, self.batch, self.deliver_ms = properties, uniq, batch, deliver_ms
-        self.reconsume_times = 0
-        self.max_reconsume_times: int | None = None
 
 
 class Producer(ClientLifecycle):
@@ -240,7 +193,7 @@ class Producer(ClientLifecycle):
         return addr
 
     # preparation ------------------------------------------------------------------------------
-    def _prepare(self, msg: Message) -> _Prepared:
+    def _prepare(self, msg: Message) -> PreparedSend:
         v.check_message(msg, self.max_message_size)
         v.check_delay(msg, self.max_delay_level, self.timer_max_delay_sec)
         props = msg.properties
@@ -252,15 +205,15 @@ class Producer(ClientLifecycle):
         sysflag = sf.COMPRESSED_FLAG if compressed else 0
         if props.get(mc.TRAN_MSG) == "true":
             sysflag |= sf.TRANSACTION_PREPARED_TYPE
-        deliver_ms = _deliver_ms(props)
-        p = _Prepared(msg.topic, body, msg.flag, sysflag, mc.encode_properties(props), uniq, False, deliver_ms)
+        due = deliver_ms(props)
+        p = PreparedSend(msg.topic, body, msg.flag, sysflag, mc.encode_properties(props), uniq, False, due)
         if msg.topic.startswith("%RETRY%"):
             p.reconsume_times = int(props.get(mc.RECONSUME_TIME, "0") or 0)
             mrt = props.get(mc.MAX_RECONSUME_TIMES)
             p.max_reconsume_times = int(mrt) if mrt else None
         return p
 
-    def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
+    def _prepare_batch(self, msgs: Sequence[Message]) -> PreparedSend:
         v.check_batch(msgs, self.max_message_size, self.timer_max_delay_sec)
         uniqs = [m.properties.get(mc.UNIQ_KEY) or "" for m in msgs]
         missing = [i for i, u in enumerate(uniqs) if not u]
@@ -271,26 +224,18 @@ class Producer(ClientLifecycle):
             raise ValidationError(f"the batch body size {len(body)} is over max value, MAX: {self.max_message_size}")
         wait = msgs[0].properties.get(mc.WAIT_STORE_MSG_OK, "true")
         props = mc.encode_properties({mc.WAIT_STORE_MSG_OK: wait})
-        return _Prepared(msgs[0].topic, body, 0, 0, props, ",".join(uniqs), True, None)
+        return PreparedSend(msgs[0].topic, body, 0, 0, props, ",".join(uniqs), True, None)
 
-    def _request(self, p: _Prepared, mq: MessageQueue) -> RemotingCommand:
-        code = RC.SEND_BATCH_MESSAGE if p.batch else RC.SEND_MESSAGE_V2
-        args: dict[str, Any] = dict(group=self.group, topic=p.topic, queue_id=mq.queue_id, sysflag=p.sysflag, born_timestamp=now_ms(),
-                    flag=p.flag, properties=p.properties, reconsume_times=p.reconsume_times,
-                    max_reconsume_times=p.max_reconsume_times, batch=p.batch, broker_name=mq.broker_name,
-                    default_topic_queue_nums=self.default_topic_queue_nums)
-        if self._instance.signer is None:  # a signature covers every field: signed requests keep the dict
-            return RemotingCommand(code=code, body=p.body, serialize_type=SerializeType.ROCKETMQ,
-                                   ext_encoded=self._headers.encode(**args))
-        return RemotingCommand(code=code, ext_fields=codec.send_header_v2(**args), body=p.body,
-                               serialize_type=SerializeType.ROCKETMQ)
+    def _request(self, p: PreparedSend, mq: MessageQueue) -> RemotingCommand:
+        return send_request(p, mq, group=self.group, default_topic_queue_nums=self.default_topic_queue_nums,
+                            templates=self._headers if self._instance.signer is None else None)
 
     # the send loop ----------------------------------------------------------------------------
-    async def _send_once(self, p: _Prepared, route: codec.TopicRoute, mq: MessageQueue, timeout: float) -> SendResult:
+    async def _send_once(self, p: PreparedSend, route: codec.TopicRoute, mq: MessageQueue, timeout: float) -> SendResult:
         addr = self._broker_addr(route, mq)
         return await self._send_until_not_busy(p, mq, addr, time.monotonic() + timeout)
 
-    async def _send_until_not_busy(self, p: _Prepared, mq: MessageQueue, addr: str, deadline: float,
+    async def _send_until_not_busy(self, p: PreparedSend, mq: MessageQueue, addr: str, deadline: float,
                                    busy: RemotingCommand | None = None) -> SendResult:
         """Send to ``addr`` until it answers something other than SYSTEM_BUSY, backing off between
         tries (``busy_backoff``), until ``deadline``; then the last busy answer is the error. ``busy``:
@@ -317,10 +262,10 @@ class Producer(ClientLifecycle):
             if resp.code != ResponseCode.SYSTEM_BUSY:
                 break
             busy = resp
-        return _send_result(p, mq, addr, resp)
+        return send_result(p, mq, addr, resp)
 
-    async def _send_default(self, p: _Prepared, mode: int, timeout: float | None, *,
-                            first: _FirstAttempt | None = None) -> SendResult | None:
+    async def _send_default(self, p: PreparedSend, mode: int, timeout: float | None, *,
+                            first: FirstAttempt | None = None) -> SendResult | None:
         """Send with retries on other brokers. ``first``: the attempt ``_send_async_first`` made and
         lost (it counts as one of the tries and its broker is avoided next)."""
         timeout = self.send_timeout if timeout is None else timeout
@@ -388,7 +333,7 @@ class Producer(ClientLifecycle):
         raise SendTimeoutError(f"sendDefaultImpl call timeout: {elapsed} ms (send_timeout {int(timeout * 1000)} ms), "
                                f"topic {p.topic}, last error: {last_error}")
 
-    async def _send_to(self, p: _Prepared, mq: MessageQueue, timeout: float | None, oneway: bool = False) -> SendResult | None:
+    async def _send_to(self, p: PreparedSend, mq: MessageQueue, timeout: float | None, oneway: bool = False) -> SendResult | None:
         route, _ = await self._queues(p.topic)
         if oneway:
             await self._instance.invoke_oneway(self._broker_addr(route, mq), self._request(p, mq))
@@ -412,7 +357,7 @@ class Producer(ClientLifecycle):
         self.fault.update(mq.broker_name, int((time.monotonic() - t0) * 1000), False)
         return res
 
-    async def _select(self, p: _Prepared, msg: Message, selector: MessageQueueSelector, arg: Any) -> MessageQueue:
+    async def _select(self, p: PreparedSend, msg: Message, selector: MessageQueueSelector, arg: Any) -> MessageQueue:
         _, queues = await self._queues(p.topic)
         mq = selector(queues, msg, arg)
         if mq not in queues:
@@ -476,7 +421,7 @@ class Producer(ClientLifecycle):
             fut.add_done_callback(lambda f: _invoke_callback(callback, f))
         return fut
 
-    def _send_async_first(self, p: _Prepared, timeout: float | None) -> asyncio.Future[SendResult] | None:
+    def _send_async_first(self, p: PreparedSend, timeout: float | None) -> asyncio.Future[SendResult] | None:
         """The hot path of ``send_async`` (round-robin queue): when the topic's route is cached and the
         broker's connection is open, the first attempt goes out at once and its answer is turned into
         the result by a callback, with no Task or coroutine per send. A failed attempt that deserves a
@@ -495,13 +440,13 @@ class Producer(ClientLifecycle):
         if conn is None:
             return None
         timeout = self.send_timeout if timeout is None else timeout
-        first = _FirstAttempt(p, mq, addr, timeout)  # type: ignore[arg-type]  # addr is set when conn is
+        first = FirstAttempt(p, mq, addr, timeout)  # type: ignore[arg-type]  # addr is set when conn is
         out: asyncio.Future[SendResult] = asyncio.get_running_loop().create_future()
         conn.request(self._instance.sign(self._request(p, mq)), timeout).add_done_callback(
             functools.partial(self._first_answered, first, out))
         return out
 
-    def _first_answered(self, first: _FirstAttempt, out: asyncio.Future[SendResult],
+    def _first_answered(self, first: FirstAttempt, out: asyncio.Future[SendResult],
                         answer: asyncio.Future[RemotingCommand]) -> None:
         self._pending.discard(out)  # back below if a retry follows
         mq = first.mq
@@ -510,7 +455,7 @@ class Producer(ClientLifecycle):
             CONNECT_BROKER_EXCEPTION, f"request to {first.addr} cancelled")
         if error is None:
             try:
-                result = _send_result(first.p, mq, first.addr, answer.result())
+                result = send_result(first.p, mq, first.addr, answer.result())
             except MQBrokerError as e:
                 error = e
             else:
@@ -530,7 +475,7 @@ class Producer(ClientLifecycle):
             # shed by flow control: back off and retry the same broker (as the general path does)
             retry = asyncio.ensure_future(self._send_until_not_busy(
                 first.p, mq, first.addr, first.begin + first.timeout, busy=answer.result()))
-            retry.add_done_callback(functools.partial(_chain, out))
+            retry.add_done_callback(functools.partial(chain_future, out))
             self._pending.add(out)
             out.add_done_callback(self._pending.discard)
             return
@@ -538,7 +483,7 @@ class Producer(ClientLifecycle):
             out.set_exception(error)
             return
         rest = asyncio.ensure_future(self._send_default(first.p, _MODE_ASYNC, first.timeout, first=first))
-        rest.add_done_callback(functools.partial(_chain, out))
+        rest.add_done_callback(functools.partial(chain_future, out))
         self._pending.add(out)
         out.add_done_callback(self._pending.discard)
 
@@ -614,70 +559,17 @@ class Producer(ClientLifecycle):
         addr = route.master_addr(handle.broker_name) or self._instance.master_addr(handle.broker_name)
         if addr is None:
             raise MQClientError(10003, f"The broker[{handle.broker_name}] not exist")
-        req = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields={
-            "producerGroup": self.group, "topic": topic, "recallHandle": recall_handle, "brokerName": handle.broker_name})
+        req = RemotingCommand(code=RC.RECALL_MESSAGE, ext_fields=bh.RecallMessageRequestHeader(
+            producer_group=self.group, topic=topic, recall_handle=recall_handle, broker_name=handle.broker_name).to_ext())
         resp = await self._instance.invoke(addr, req, self.send_timeout if timeout is None else timeout)
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
-        return resp.ext_fields.get("msgId", handle.message_id)
+        return bh.RecallMessageResponseHeader.parse(resp.ext_fields).msg_id or handle.message_id
 
-    def _prepare_unchecked(self, msg: Message) -> _Prepared:
+    def _prepare_unchecked(self, msg: Message) -> PreparedSend:
         v.check_message(msg, self.max_message_size)
-        return _Prepared(msg.topic, msg.body, 0, 0, mc.encode_properties(msg.properties),
-                         msg.properties[mc.UNIQ_KEY], False, _deliver_ms(msg.properties))
-
-
-class _FirstAttempt:
-    """The first try of an async send made by ``_send_async_first``, and how it failed."""
-
-    __slots__ = ("p", "mq", "addr", "timeout", "begin", "error")
-
-    def __init__(self, p: _Prepared, mq: MessageQueue, addr: str, timeout: float) -> None:
-        self.p, self.mq, self.addr, self.timeout = p, mq, addr, timeout
-        self.begin = time.monotonic()
-        self.error: BaseException | None = None
-
-    @property
-    def broker_name(self) -> str:
-        return self.mq.broker_name
-
-
-def _send_result(p: _Prepared, mq: MessageQueue, addr: str, resp: RemotingCommand) -> SendResult:
-    """The broker's answer to a send as a ``SendResult``; an error code raises ``MQBrokerError``."""
-    status = _STATUS.get(resp.code)
-    if status is None:
-        raise MQBrokerError(resp.code, resp.remark, addr)
-    ext = resp.ext_fields
-    qid = ext.get("queueId")
-    queue = mq if qid is None or int(qid) == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, int(qid))
-    return SendResult(status, p.uniq, ext.get("msgId", ""), queue, int(ext.get("queueOffset", "-1")),
-                      ext.get("transactionId"), ext.get("MSG_REGION", "DefaultRegion"), p.deliver_ms,
-                      ext.get("recallHandle"))
-
-
-def _chain(out: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
-    """Copy the outcome of ``done`` into ``out`` (unless ``out`` was cancelled meanwhile)."""
-    if out.done():
-        return
-    if done.cancelled():
-        out.cancel()
-    elif done.exception() is not None:
-        out.set_exception(done.exception())  # type: ignore[arg-type]
-    else:
-        out.set_result(done.result())
-
-
-def _deliver_ms(props: dict[str, str]) -> int | None:
-    try:
-        if mc.TIMER_DELIVER_MS in props:
-            return int(props[mc.TIMER_DELIVER_MS])
-        if mc.TIMER_DELAY_MS in props:
-            return now_ms() + int(props[mc.TIMER_DELAY_MS])
-        if mc.TIMER_DELAY_SEC in props:
-            return now_ms() + int(props[mc.TIMER_DELAY_SEC]) * 1000
-    except ValueError:
-        return None
-    return None
+        return PreparedSend(msg.topic, msg.body, 0, 0, mc.encode_properties(msg.properties),
+                         msg.properties[mc.UNIQ_KEY], False, deliver_ms(msg.properties))
 
 
 def _invoke_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) -> None:
@@ -693,132 +585,3 @@ def _invoke_callback(callback: SendCallback, fut: asyncio.Future[SendResult]) ->
             asyncio.ensure_future(out)
     except Exception:
         log.exception("send callback failed")
-
-
-# ---- transactions -----------------------------------------------------------------------------------
-
-class TransactionListener(Protocol):
-    """The application's side of a transactional send. Either method may be a coroutine function."""
-
-    def execute_local_transaction(self, msg: Message, arg: Any) -> TransactionState | Awaitable[TransactionState]:
-        """Run the local transaction after the half message is stored; return its outcome."""
-        ...
-
-    def check_local_transaction(self, msg: MessageExt) -> TransactionState | Awaitable[TransactionState]:
-        """Answer the broker's question about a half message whose outcome it never learned."""
-        ...
-
-
-_END_TYPE = {
-    TransactionState.COMMIT: sf.TRANSACTION_COMMIT_TYPE,
-    TransactionState.ROLLBACK: sf.TRANSACTION_ROLLBACK_TYPE,
-    TransactionState.UNKNOWN: sf.TRANSACTION_NOT_TYPE,
-}
-
-
-async def _call_maybe_async(fn: Callable[..., Any], *args: Any) -> Any:
-    out = fn(*args)
-    if inspect.isawaitable(out):
-        out = await out
-    return out
-
-
-class TransactionProducer(Producer):
-    """Transactional messages: a half message (``TRAN_MSG=true``, ``PGROUP``) is stored but invisible,
-    the local transaction runs, then END_TRANSACTION commits or rolls it back. The broker asks about
-    half messages left unresolved with CHECK_TRANSACTION_STATE; ``check_local_transaction`` answers."""
-
-    def __init__(self, group: str, listener: TransactionListener, namesrv_addr: str | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(group, namesrv_addr, **kwargs)
-        self.listener = listener
-        self._checks: set[asyncio.Task[Any]] = set()
-
-    async def send_in_transaction(self, msg: Message, arg: Any = None, *, timeout: float | None = None) -> TransactionSendResult:
-        self._check_running()
-        for prop in (mc.DELAY, *_TIMER_PROPS):  # a half message is never delayed (as the Java client)
-            msg.properties.pop(prop, None)
-        msg.properties[mc.TRAN_MSG] = "true"
-        msg.properties[mc.PGROUP] = self.group
-        result = await self.send(msg, timeout=timeout)
-        state = TransactionState.UNKNOWN
-        error: BaseException | None = None
-        if result.status == SendStatus.SEND_OK:
-            result.transaction_id = result.transaction_id or result.msg_id
-            msg.properties[mc.TRANSACTION_ID] = result.transaction_id
-            try:
-                out = await _call_maybe_async(self.listener.execute_local_transaction, msg, arg)
-                state = TransactionState(out) if out is not None else TransactionState.UNKNOWN
-            except Exception as e:
-                log.warning("local transaction of %s failed: %s", result.msg_id, e)
-                error = e
-        else:
-            state = TransactionState.ROLLBACK
-        try:
-            await self.end_transaction(result, state, error)
-        except MQClientError as e:
-            log.warning("END_TRANSACTION of %s failed (the broker will check back): %s", result.msg_id, e)
-        return TransactionSendResult(result, state)
-
-    async def end_transaction(self, result: SendResult, state: TransactionState,
-                              error: BaseException | None = None) -> None:
-        """END_TRANSACTION (oneway) to the broker that stored the half message."""
-        _, _, commit_offset = decode_offset_msg_id(result.offset_msg_id)
-        route, _ = await self._queues(result.message_queue.topic)
-        addr = self._broker_addr(route, result.message_queue)
-        ext = {
-            "producerGroup": self.group,
-            "tranStateTableOffset": str(result.queue_offset),
-            "commitLogOffset": str(commit_offset),
-            "commitOrRollback": str(_END_TYPE[state]),
-            "fromTransactionCheck": "false",
-            "msgId": result.msg_id,
-        }
-        if result.transaction_id:
-            ext["transactionId"] = result.transaction_id
-        remark = f"executeLocalTransactionBranch exception: {error!r}" if error is not None else None
-        await self._instance.invoke_oneway(addr, RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark))
-
-    def on_check_transaction_state(self, conn: Connection, cmd: RemotingCommand) -> None:
-        """CHECK_TRANSACTION_STATE from a broker (server→client, oneway): answer in a task."""
-        if self._state != "running":
-            return None
-        task = asyncio.ensure_future(self._check(conn, cmd))
-        self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
-        return None
-
-    async def _check(self, conn: Connection, cmd: RemotingCommand) -> None:
-        h = cmd.ext_fields
-        msgs = codec.decode_messages(cmd.body_bytes())
-        if not msgs:
-            log.warning("CHECK_TRANSACTION_STATE without a message body from %s", conn.addr)
-            return
-        msg = msgs[0]
-        uniq = msg.properties.get(mc.UNIQ_KEY) or msg.offset_msg_id
-        tid = h.get("transactionId") or uniq
-        msg.properties.setdefault(mc.TRANSACTION_ID, tid)
-        group = msg.properties.get(mc.PGROUP) or self.group
-        error: BaseException | None = None
-        try:
-            out = await _call_maybe_async(self.listener.check_local_transaction, msg)
-            state = TransactionState(out) if out is not None else TransactionState.UNKNOWN
-        except Exception as e:
-            log.warning("check_local_transaction of %s failed: %s", uniq, e)
-            state, error = TransactionState.UNKNOWN, e
-        ext = {
-            "producerGroup": group,
-            "tranStateTableOffset": h.get("tranStateTableOffset", str(msg.queue_offset)),
-            "commitLogOffset": h.get("commitLogOffset", str(msg.commit_log_offset)),
-            "commitOrRollback": str(_END_TYPE[state]),
-            "fromTransactionCheck": "true",
-            "msgId": uniq,
-            "transactionId": tid,
-        }
-        remark = f"checkLocalTransactionState Exception: {error!r}" if error is not None else None
-        conn.invoke_oneway(self._instance.sign(RemotingCommand(code=RC.END_TRANSACTION, ext_fields=ext, remark=remark)))
-
-    async def shutdown(self) -> None:
-        if self._checks:
-            await asyncio.wait(list(self._checks), timeout=self.send_timeout)
-        await super().shutdown()

@@ -18,6 +18,7 @@ from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullSta
 from tidalmq.client.offset_store import NOT_FOUND, RemoteBrokerOffsetStore
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.protocol import broker_headers as bh
 from tidalmq.remoting.tls import TlsOption
 
 _STATUS = {
@@ -88,11 +89,13 @@ class PullConsumer(ClientLifecycle):
             raise MQClientError(10005, f"Can not find Message Queue for this topic, {topic}")
         return route.subscribe_queues()
 
-    async def _offset(self, mq: MessageQueue, code: int, extra: dict[str, str] | None = None) -> int:
+    async def _offset(self, mq: MessageQueue, code: int, timestamp: int | None = None) -> int:
         self._check_running()
-        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), **(extra or {})}
+        ext: bh.TopicQueueRequestHeader | bh.SearchOffsetRequestHeader = (
+            bh.TopicQueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id) if timestamp is None
+            else bh.SearchOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp))
         resp = await self._instance.invoke_ok(await self._addr(mq), code, ext)
-        return int(resp.ext_fields["offset"])
+        return bh.OffsetResponseHeader.parse(resp.ext_fields).offset
 
     async def min_offset(self, mq: MessageQueue) -> int:
         return await self._offset(mq, RC.GET_MIN_OFFSET)
@@ -104,7 +107,7 @@ class PullConsumer(ClientLifecycle):
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The broker's answer to SEARCH_OFFSET_BY_TIMESTAMP: as RocketMQ, the offset of the message whose
         store time is *nearest* to ``timestamp_ms`` (which may be just before it)."""
-        return await self._offset(mq, RC.SEARCH_OFFSET_BY_TIMESTAMP, {"timestamp": str(int(timestamp_ms))})
+        return await self._offset(mq, RC.SEARCH_OFFSET_BY_TIMESTAMP, int(timestamp_ms))
 
     async def seek_by_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The offset of the first message stored at or after ``timestamp_ms`` (the max offset if none):
@@ -128,8 +131,8 @@ class PullConsumer(ClientLifecycle):
     async def earliest_store_time(self, mq: MessageQueue) -> int:
         self._check_running()
         resp = await self._instance.invoke_ok(await self._addr(mq), RC.GET_EARLIEST_MSG_STORETIME,
-                                              {"topic": mq.topic, "queueId": str(mq.queue_id)})
-        return int(resp.ext_fields["timestamp"])
+                                              bh.TopicQueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id))
+        return bh.GetEarliestMsgStoretimeResponseHeader.parse(resp.ext_fields).timestamp
 
     # pulling ----------------------------------------------------------------------------------
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, expression: str = "*", *,
@@ -162,21 +165,18 @@ class PullConsumer(ClientLifecycle):
             raise v.ValidationError(f"max_nums must be within 1..{MAX_PULL_NUMS}, got {max_nums}")
         expr = codec.Subscription.build(mq.topic, expression, 0).expression if expression_type == "TAG" else expression
         sysflag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if block_timeout > 0 else 0)
-        ext = {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
-            "maxMsgNums": str(max_nums), "sysFlag": str(sysflag), "commitOffset": "0",
-            "suspendTimeoutMillis": str(int(block_timeout * 1000)), "subscription": expr,
-            "subVersion": "0", "expressionType": expression_type,
-        }
-        if max_bytes > 0:
-            ext["maxMsgBytes"] = str(max_bytes)
+        ext = bh.PullMessageRequestHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset, max_msg_nums=max_nums,
+            sys_flag=sysflag, commit_offset=0, suspend_timeout_millis=int(block_timeout * 1000), subscription=expr,
+            sub_version=0, expression_type=expression_type, max_msg_bytes=max(max_bytes, 0),
+        )
         resp = await self._instance.invoke_ok(await self._addr(mq), RC.PULL_MESSAGE, ext,
                                               timeout=self.pull_timeout + block_timeout, ok=tuple(_STATUS))
-        h = resp.ext_fields
+        h = bh.PullMessageResponseHeader.parse(resp.ext_fields)
         body = resp.body_bytes() if resp.code == ResponseCode.SUCCESS else b""
-        return RawPullResult(_STATUS[ResponseCode(resp.code)], int(h.get("nextBeginOffset", offset)),
-                             int(h.get("minOffset", 0)), int(h.get("maxOffset", 0)), body or b"",
-                             int(h.get("suggestWhichBrokerId", 0)))
+        nbo = offset if h.next_begin_offset is None else h.next_begin_offset
+        return RawPullResult(_STATUS[ResponseCode(resp.code)], nbo, h.min_offset, h.max_offset, body or b"",
+                             h.suggest_which_broker_id)
 
     async def pull_range(self, mq: MessageQueue, start: int, end: int, expression: str = "*",
                          batch: int = 32) -> list[MessageExt]:

@@ -21,6 +21,7 @@ from tidalmq.client import pop_consumer as _pop
 from tidalmq.client import producer as _producer
 from tidalmq.client import pull_consumer as _pull
 from tidalmq.client import push_consumer as _push
+from tidalmq.client import transaction_producer as _transaction_producer
 from tidalmq.client.message import (
     Message,
     MessageExt,
@@ -114,11 +115,11 @@ class Producer:
 class TransactionProducer(Producer):
     """Blocking twin of :class:`tidalmq.client.TransactionProducer`."""
 
-    _cls = _producer.TransactionProducer
+    _cls = _transaction_producer.TransactionProducer
 
     def send_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
         p = self._p
-        assert isinstance(p, _producer.TransactionProducer)
+        assert isinstance(p, _transaction_producer.TransactionProducer)
         return run(p.send_in_transaction(msg, arg))
 
 

@@ -24,6 +24,7 @@ from tidalmq.client.admin import Admin, AdminError
 from tidalmq.common import top_addressing as ta
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.header import Header
 from tidalmq.remoting.top_addressing import fetch_namesrv_addrs
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class ClusterAdmin(Admin):
         self._listed = frozenset(broker_addrs(info))
         return info
 
-    async def _call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+    async def _call(self, addr: str, code: int, ext: Header | None = None, body: bytes | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         if addr not in self.namesrv_addrs and addr not in self._listed:
             await self.cluster_info()  # a NameServer request: allowed above, so no recursion

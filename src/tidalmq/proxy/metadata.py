@@ -11,6 +11,7 @@ from tidalmq.client.instance import ClientInstance
 from tidalmq.common import fastjson
 from tidalmq.common.attribute.topic_message_type import TopicMessageType, topic_message_type
 from tidalmq.remoting.codes import RequestCode
+from tidalmq.remoting.protocol.broker_headers import TopicRequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class ProxyMetadata:
             if addr is None:
                 continue
             try:
-                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+                resp = await instance.invoke_ok(addr, RequestCode.GET_TOPIC_CONFIG, TopicRequestHeader(topic=topic))
                 config = fastjson.loads(resp.body_bytes()).get("topicConfig") or {}
             except Exception as e:
                 log.warning("the config of topic %s could not be read from %s: %s", topic, qd["brokerName"], e)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tidalmq.acl import PlainAccessValidator, SessionCredentials
-from tidalmq.client.producer import TransactionProducer
+from tidalmq.client.transaction_producer import TransactionProducer
 from tidalmq.proxy.access import AccessCheck
 from tidalmq.proxy.activity.client import ClientActivity
 from tidalmq.proxy.activity.consumer import (

@@ -504,6 +504,7 @@ def _sink_producer_class() -> type:
     import struct
 
     from tidalmq.client import producer as _p
+    from tidalmq.client import send_request as _sr
     from tidalmq.common import message as mc
     from tidalmq.common.msgid import UniqIdGenerator
 
@@ -519,7 +520,7 @@ def _sink_producer_class() -> type:
         async def send_encoded(self, topic: str, body: bytes, uniq: str) -> Any:
             """A batch body ``encode.chunks`` made; ``uniq`` its comma-joined UNIQ_KEYs (the idempotent
             queue is chosen by them)."""
-            prepared = _p._Prepared(topic, body, 0, 0, wait_props, uniq, True, None)
+            prepared = _sr.PreparedSend(topic, body, 0, 0, wait_props, uniq, True, None)
             return await self._send_default(prepared, _p._MODE_SYNC, None)
 
         async def send_encoded_batch(self, topic: str, entries: list[Entry], *, queue: Any = None) -> Any:
@@ -531,7 +532,7 @@ def _sink_producer_class() -> type:
                 parts.append(body)
                 parts.append(short.pack(len(pb)))
                 parts.append(pb)
-            prepared = _p._Prepared(topic, b"".join(parts), 0, 0, wait_props, ",".join(ids), True, None)
+            prepared = _sr.PreparedSend(topic, b"".join(parts), 0, 0, wait_props, ",".join(ids), True, None)
             if queue is not None:
                 return await self._send_to(prepared, queue, None)
             return await self._send_default(prepared, _p._MODE_SYNC, None)

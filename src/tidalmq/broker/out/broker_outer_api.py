@@ -18,6 +18,7 @@ from tidalmq.common.record import body_crc
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.namesrv_headers import RegisterBrokerRequestHeader
 from tidalmq.remoting.tls import TlsConfig, client_context_from
 from tidalmq.remoting.transport import RemotingClient, RemotingError
 
@@ -106,16 +107,11 @@ class BrokerOuterAPI:
             wrapper["topicConfigTable"] = {n: {**tc, "perm": tc["perm"] & c.broker_permission}
                                            for n, tc in wrapper["topicConfigTable"].items()}
         body = fastjson.dumpb({"topicConfigSerializeWrapper": wrapper, "filterServerList": []})
-        ext = {
-            "brokerName": c.broker_name,
-            "brokerAddr": c.broker_addr,
-            "clusterName": c.broker_cluster_name,
-            "haServerAddr": c.ha_server_addr,
-            "brokerId": str(c.broker_id),
-            "compressed": "false",
-            "bodyCrc32": str(body_crc(body)),
-            "heartbeatTimeoutMillis": str(c.broker_not_active_timeout_millis),
-        }
+        ext = RegisterBrokerRequestHeader(
+            broker_name=c.broker_name, broker_addr=c.broker_addr, cluster_name=c.broker_cluster_name,
+            ha_server_addr=c.ha_server_addr, broker_id=c.broker_id, compressed=False, body_crc32=body_crc(body),
+            heartbeat_timeout_millis=c.broker_not_active_timeout_millis,
+        ).to_ext()
         cmd = RemotingCommand(code=code, ext_fields=ext, body=body if code == RC.REGISTER_BROKER else None)
         if self.signer is not None:
             self.signer.sign(cmd.ext_fields, cmd.body)

@@ -14,13 +14,11 @@ from tidalmq.common import fastjson
 from tidalmq.common import pop_handle as xi
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 log = logging.getLogger(__name__)
-
-
-def _bool(value: str | None) -> bool:
-    return (value or "").strip().lower() == "true"
 
 
 async def _answer(req: RemotingCommand, work: Callable[[], Awaitable[RemotingCommand]]) -> RemotingCommand:
@@ -37,39 +35,35 @@ class PopProcessors:
     def __init__(self, service: PopService) -> None:
         self.service = service
 
-    def pop(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
+    def pop(self, conn: Connection, req: RemotingCommand, h: bh.PopMessageRequestHeader) -> asyncio.Future[RemotingCommand]:
         pr = PopRequest(
-            group=h["consumerGroup"], topic=h["topic"], queue_id=int(h["queueId"]), max_nums=int(h["maxMsgNums"]),
-            invisible_time=int(h["invisibleTime"]), poll_time=int(h.get("pollTime") or 0),
-            init_mode=int(h.get("initMode") or 0), exp_type=h.get("expType") or "TAG", exp=h.get("exp") or "*",
-            order=_bool(h.get("order")),
+            group=h.consumer_group, topic=h.topic, queue_id=h.queue_id, max_nums=h.max_msg_nums,
+            invisible_time=h.invisible_time, poll_time=h.poll_time, init_mode=h.init_mode,
+            exp_type=h.exp_type or "TAG", exp=h.exp or "*", order=h.order,
         )
 
         async def work() -> RemotingCommand:
             res = await self.service.pop(pr)
-            ext = {"popTime": str(res.pop_time), "invisibleTime": str(res.invisible_time),
-                   "reviveQid": str(res.revive_qid), "restNum": str(res.rest_num)}
+            out = bh.PopMessageResponseHeader(pop_time=res.pop_time, invisible_time=res.invisible_time,
+                                              revive_qid=res.revive_qid, rest_num=res.rest_num)
             if not res.found:
-                return req.make_response(ResponseCode.POLLING_TIMEOUT, "no new message", ext)
-            ext["startOffsetInfo"] = xi.build_start_offset_info(res.start_offsets)
-            ext["msgOffsetInfo"] = xi.build_msg_offset_info(res.msg_offsets)
+                return req.make_response(ResponseCode.POLLING_TIMEOUT, "no new message", out.to_ext())
+            out.start_offset_info = xi.build_start_offset_info(res.start_offsets)
+            out.msg_offset_info = xi.build_msg_offset_info(res.msg_offsets)
             if res.order_counts:
-                ext["orderCountInfo"] = xi.build_start_offset_info(res.order_counts)
-            return req.make_response(ResponseCode.SUCCESS, "FOUND", ext, b"".join(res.records))
+                out.order_count_info = xi.build_start_offset_info(res.order_counts)
+            return req.make_response(ResponseCode.SUCCESS, "FOUND", out.to_ext(), b"".join(res.records))
 
         return asyncio.ensure_future(_answer(req, work))
 
-    def ack(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
-
+    def ack(self, conn: Connection, req: RemotingCommand, h: bh.AckMessageRequestHeader) -> asyncio.Future[RemotingCommand]:
         async def work() -> RemotingCommand:
-            await self.service.ack(h["consumerGroup"], h["topic"], int(h["queueId"]), int(h["offset"]), h["extraInfo"])
+            await self.service.ack(h.consumer_group, h.topic, h.queue_id, h.offset, h.extra_info)
             return req.make_response(ResponseCode.SUCCESS)
 
         return asyncio.ensure_future(_answer(req, work))
 
-    def batch_ack(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
+    def batch_ack(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> asyncio.Future[RemotingCommand]:
         async def work() -> RemotingCommand:
             try:
                 acks = [(str(a["c"]), str(a["t"]), str(a.get("r") or "0"), int(a["q"]), int(a["so"]), int(a["pt"]),
@@ -89,25 +83,21 @@ class PopProcessors:
 
         return asyncio.ensure_future(_answer(req, work))
 
-    def change_invisible(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
-
+    def change_invisible(self, conn: Connection, req: RemotingCommand,
+                         h: bh.ChangeInvisibleTimeRequestHeader) -> asyncio.Future[RemotingCommand]:
         async def work() -> RemotingCommand:
-            new = await self.service.change_invisible(h["consumerGroup"], h["topic"], int(h["queueId"]),
-                                                      int(h["offset"]), h["extraInfo"], int(h["invisibleTime"]))
-            return req.make_response(ResponseCode.SUCCESS, None, {
-                "popTime": str(new.pop_time), "invisibleTime": str(new.invisible_time),
-                "reviveQid": str(new.revive_qid)})
+            new = await self.service.change_invisible(h.consumer_group, h.topic, h.queue_id, h.offset, h.extra_info,
+                                                      h.invisible_time)
+            return req.make_response(ResponseCode.SUCCESS, None, bh.ChangeInvisibleTimeResponseHeader(
+                pop_time=new.pop_time, invisible_time=new.invisible_time, revive_qid=new.revive_qid).to_ext())
 
         return asyncio.ensure_future(_answer(req, work))
 
-    def notification(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
-
+    def notification(self, conn: Connection, req: RemotingCommand,
+                     h: bh.NotificationRequestHeader) -> asyncio.Future[RemotingCommand]:
         async def work() -> RemotingCommand:
-            has = await self.service.notification(h["consumerGroup"], h["topic"], int(h["queueId"]),
-                                                  int(h.get("pollTime") or 0), _bool(h.get("order")))
-            return req.make_response(ResponseCode.SUCCESS, None, {"hasMsg": "true" if has else "false",
-                                                                  "pollingFull": "false"})
+            has = await self.service.notification(h.consumer_group, h.topic, h.queue_id, h.poll_time, h.order)
+            return req.make_response(ResponseCode.SUCCESS, None,
+                                     bh.NotificationResponseHeader(has_msg=has, polling_full=False).to_ext())
 
         return asyncio.ensure_future(_answer(req, work))

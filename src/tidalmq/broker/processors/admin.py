@@ -7,9 +7,8 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
-from tidalmq.broker.schedule.admin import refresh_timer_view
 from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
-from tidalmq.broker.topic.topic_config import PERM_RW, TopicConfig
+from tidalmq.broker.topic.topic_config import TopicConfig
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common.attribute.topic_message_type import (
@@ -23,79 +22,87 @@ from tidalmq.common.attribute.topic_message_type import (
 from tidalmq.common.config import ConfigError, parse_properties, to_properties
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand, language_name
+from tidalmq.remoting.protocol import broker_headers as bh
+from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.client.consumer_manager import ClientChannelInfo, ConsumerManager
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.processors.collaborators import LiveSettings, Registration
+    from tidalmq.broker.stats import BrokerStats
+    from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.schedule.delay_level import ScheduleMessageService
+    from tidalmq.store.api import MessageStore
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, settings: LiveSettings, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 consumers: ConsumerManager, producers: dict[str, dict[Connection, ClientChannelInfo]],
+                 offsets: ConsumerOffsetManager, store: MessageStore, stats: BrokerStats,
+                 schedule: ScheduleMessageService, registration: Registration,
+                 timer_view: Callable[[], Awaitable[object] | None]) -> None:
+        self.settings, self.config, self.store_config = settings, settings.config, settings.store_config
+        self.topics, self.groups, self.consumers, self.producers = topics, groups, consumers, producers
+        self.offsets, self.store, self.stats, self.schedule = offsets, store, stats, schedule
+        self.registration, self.timer_view = registration, timer_view
 
-    def update_and_create_topic(self, conn: Connection,
-                                req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
-        h = req.ext_fields
-        topic = h.get("topic", "")
+    def update_and_create_topic(self, conn: Connection, req: RemotingCommand,
+                                h: bh.CreateTopicRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
+        topic = h.topic
         try:
             nm.check_topic(topic)
         except nm.NameError_ as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         if nm.is_system_topic(topic) and topic != nm.AUTO_CREATE_TOPIC_KEY_TOPIC:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        try:
-            r = int(h.get("readQueueNums", "8"))
-            w = int(h.get("writeQueueNums", "8"))
-            perm = int(h.get("perm", str(PERM_RW)))
-            sys_flag = int(h.get("topicSysFlag") or 0)
-        except ValueError as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal topic header: {e}")
+        r, w, perm, sys_flag = h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_sys_flag
         if r <= 0 or w <= 0 or r > 1024 or w > 1024:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"queue numbers must be within 1..1024, got read {r} write {w}")
-        current = self.broker.topics.get(topic)
+        current = self.topics.get(topic)
         try:
-            modification = parse_modification(h.get("attributes"))
+            modification = parse_modification(h.attributes)
             # RocketMQ refuses MIXED before anything else, as it is asked (only "+message.type=MIXED").
-            if modification.get("+" + MESSAGE_TYPE) == TopicMessageType.MIXED and not self.broker.config.enable_mixed_message_type:
+            if modification.get("+" + MESSAGE_TYPE) == TopicMessageType.MIXED and not self.config.enable_mixed_message_type:
                 return req.make_response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
             attributes = alter_attributes(current is None, current.attributes if current else {}, modification)
         except TopicAttributeError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        tc = TopicConfig(topic, r, w, perm, h.get("topicFilterType", "SINGLE_TAG"), sys_flag, h.get("order") == "true",
-                         attributes)
-        self.broker.topics.update(tc)
+        tc = TopicConfig(topic, r, w, perm, h.topic_filter_type, sys_flag, h.order, attributes)
+        self.topics.update(tc)
         return self._answer_registered(req)
 
     async def _answer_registered(self, req: RemotingCommand) -> RemotingCommand:
         """SUCCESS once the NameServers were told (BrokerController.registered), as RocketMQ answers."""
-        await self.broker.registered()
+        await self.registration.registered()
         return req.make_response(ResponseCode.SUCCESS)
 
-    def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
+    def delete_topic(self, conn: Connection, req: RemotingCommand, h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
         if nm.is_system_topic(topic):
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted.")
-        if not self.broker.topics.delete(topic):
+        if not self.topics.delete(topic):
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        self.broker.offsets.remove_topic(topic)
-        self.broker.stats.on_topic_deleted(topic)
-        self.broker.store.delete_topics({topic})
-        self.broker.register_soon()
+        self.offsets.remove_topic(topic)
+        self.stats.on_topic_deleted(topic)
+        self.store.delete_topics({topic})
+        self.registration.register_soon()
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_all_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(self.broker.topics.wrapper()))
+    def get_all_topic_config(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(self.topics.wrapper()))
 
-    def get_topic_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
-        tc = self.broker.topics.get(topic)
+    def get_topic_config(self, conn: Connection, req: RemotingCommand, h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
+        tc = self.topics.get(topic)
         if tc is None:
             return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicConfig": tc.to_json()}))
 
-    def update_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def update_subscription_group(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             cfg = SubscriptionGroupConfig.from_json(fastjson.loads(req.body_bytes()))
             nm.check_group(cfg.group_name)
@@ -103,31 +110,33 @@ class AdminProcessor:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal subscription group: {e}")
         # The request's attributes are a modification (+key=value, -key) of the group's current ones, as
         # SubscriptionGroupManager.updateSubscriptionGroupConfig applies them; none keeps the current ones.
-        current = self.broker.groups.table.get(cfg.group_name)
+        current = self.groups.table.get(cfg.group_name)
         try:
             cfg.attributes = alter_attributes(current is None, current.attributes if current else {},
                                               cfg.attributes, GROUP_ATTRIBUTES)
         except TopicAttributeError as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        self.broker.groups.update(cfg)
+        self.groups.update(cfg)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_all_subscription_groups(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        table = {n: c.to_json() for n, c in self.broker.groups.table.items()}
+    def get_all_subscription_groups(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
+        table = {n: c.to_json() for n, c in self.groups.table.items()}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"subscriptionGroupTable": table}))
 
-    def delete_subscription_group(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("groupName", "")
-        if not self.broker.groups.delete(group):
+    def delete_subscription_group(self, conn: Connection, req: RemotingCommand,
+                                  h: bh.DeleteSubscriptionGroupRequestHeader) -> RemotingCommand:
+        group = h.group_name
+        if not self.groups.delete(group):
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
-        self.broker.stats.on_group_deleted(group)
+        self.stats.on_group_deleted(group)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_runtime_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Task[RemotingCommand]:
+    def get_runtime_info(self, conn: Connection, req: RemotingCommand,
+                         _: NoHeader) -> RemotingCommand | asyncio.Task[RemotingCommand]:
         def build() -> RemotingCommand:
-            return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.broker.runtime_info()}))
+            return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"table": self.settings.runtime_info()}))
 
-        refresh = refresh_timer_view(self.broker.scheduled)
+        refresh = self.timer_view()
         if refresh is None:
             return build()
 
@@ -137,35 +146,35 @@ class AdminProcessor:
 
         return asyncio.ensure_future(fresh(refresh))
 
-    def get_broker_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        props = {**to_properties(self.broker.store_config), **to_properties(self.broker.config)}
+    def get_broker_config(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
+        props = {**to_properties(self.store_config), **to_properties(self.config)}
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
         return req.make_response(ResponseCode.SUCCESS, body=text.encode("utf-8"))
 
-    def update_broker_config(self, conn: Connection,
-                             req: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
+    def update_broker_config(self, conn: Connection, req: RemotingCommand,
+                             _: NoHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
         """UPDATE_BROKER_CONFIG: body ``key=value`` lines (java.util.Properties, as RocketMQ's tools send);
         live keys only, all or none applied, then persisted to the config file (broker/live_config.py)."""
-        b = self.broker
         try:
             props = parse_properties(req.body_bytes().decode("utf-8"))
-            new_bc, new_sc = checked_update(b.config, b.store_config, props, b.max_frame - FRAME_HEADROOM)
+            new_bc, new_sc = checked_update(self.config, self.store_config, props, self.settings.max_frame - FRAME_HEADROOM)
         except (ConfigError, UnicodeDecodeError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        apply_live(b.config, b.store_config, new_bc, new_sc, list(props))
-        if b.config_file is not None:
+        apply_live(self.config, self.store_config, new_bc, new_sc, list(props))
+        if self.settings.config_file is not None:
             try:
-                persist(b.config_file, props)
+                persist(self.settings.config_file, props)
             except OSError as e:  # applied, but the operator must know it will not survive a restart
-                return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {b.config_file}: {e}")
+                return req.make_response(ResponseCode.SYSTEM_ERROR, f"applied but not persisted to {self.settings.config_file}: {e}")
         if "brokerPermission" in props:  # the NameServer's routes carry it: answered once they do, as RocketMQ
             return self._answer_registered(req)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_producer_connection_list(self, conn: Connection, req: RemotingCommand,
+                                     h: bh.GetProducerConnectionListRequestHeader) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: the group's producers connected now (ProducerConnection)."""
-        group = req.ext_fields.get("producerGroup", "")
-        members = {c: ch for c, ch in self.broker.producers.get(group, {}).items() if c.is_open}
+        group = h.producer_group
+        members = {c: ch for c, ch in self.producers.get(group, {}).items() if c.is_open}
         if not members:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
         body = {"connectionSet": [
@@ -174,20 +183,20 @@ class AdminProcessor:
         ]}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def clean_expired_consume_queue(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         """CLEAN_EXPIRED_CONSUMEQUEUE: the store drops the queues of topics this broker no longer has and the
         queue files wholly below the CommitLog's min offset. System, retry and dead-letter topics count as
         live: the broker creates them on demand, so their absence from the table proves nothing."""
-        b = self.broker
-        live = {t for t in b.store.topics_and_queues()
-                if b.topics.get(t) is not None or nm.is_system_topic(t)
+        live = {t for t in self.store.topics_and_queues()
+                if self.topics.get(t) is not None or nm.is_system_topic(t)
                 or t.startswith((nm.RETRY_GROUP_TOPIC_PREFIX, nm.DLQ_GROUP_TOPIC_PREFIX))}
-        b.store.clean_expired_consumer_queue(live)
+        self.store.clean_expired_consumer_queue(live)
         return req.make_response(ResponseCode.SUCCESS)
 
-    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("consumerGroup", "")
-        info = self.broker.consumers.groups.get(group)
+    def get_consumer_connection_list(self, conn: Connection, req: RemotingCommand,
+                                     h: bh.GetConsumerConnectionListRequestHeader) -> RemotingCommand:
+        group = h.consumer_group
+        info = self.consumers.groups.get(group)
         if info is None:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {
@@ -202,29 +211,27 @@ class AdminProcessor:
         }
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        topic = req.ext_fields.get("topic", "")
-        groups = set(self.broker.consumers.groups_subscribing(topic)) | self.broker.offsets.groups_of_topic(topic)
+    def query_topic_consume_by_who(self, conn: Connection, req: RemotingCommand,
+                                   h: bh.TopicRequestHeader) -> RemotingCommand:
+        topic = h.topic
+        groups = set(self.consumers.groups_subscribing(topic)) | self.offsets.groups_of_topic(topic)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"groupList": sorted(groups)}))
 
-    def query_topics_by_consumer(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        group = req.ext_fields.get("group", "")
-        topics = set(self.broker.offsets.topics_of_group(group))
-        info = self.broker.consumers.groups.get(group)
+    def query_topics_by_consumer(self, conn: Connection, req: RemotingCommand,
+                                 h: bh.QueryTopicsByConsumerRequestHeader) -> RemotingCommand:
+        group = h.group
+        topics = set(self.offsets.topics_of_group(group))
+        info = self.consumers.groups.get(group)
         if info is not None:
             topics |= set(info.subscriptions)
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"topicList": sorted(topics)}))
 
-    def query_consume_queue(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def query_consume_queue(self, conn: Connection, req: RemotingCommand,
+                            h: bh.QueryConsumeQueueRequestHeader) -> RemotingCommand:
         """Raw ConsumeQueue entries of a queue (QUERY_CONSUME_QUEUE): what the operator's tools use to
         walk a queue that is not readable by subscription, such as a dead-letter queue."""
-        h = req.ext_fields
-        topic = h.get("topic", "")
-        try:
-            qid, index, count = int(h["queueId"]), int(h.get("index", "0")), min(int(h.get("count", "32")), 1024)
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal QUERY_CONSUME_QUEUE header: {e}")
-        store = self.broker.store
+        topic, qid, index, count = h.topic, h.queue_id, h.index, min(h.count, 1024)
+        store = self.store
         if not store.has_queue(topic, qid):
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"{topic}, {qid} cq not found")
         rng = store.queue_range(topic, qid)
@@ -233,15 +240,15 @@ class AdminProcessor:
         body = {"queueData": rows, "minQueueIndex": rng.min_offset, "maxQueueIndex": rng.max_offset}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
-    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def get_all_consumer_offset(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         """ConsumerOffsetSerializeWrapper: what a slave's SlaveSynchronize copies."""
-        table = {key: dict(queues) for key, queues in list(self.broker.offsets.table.items())}
+        table = {key: dict(queues) for key, queues in list(self.offsets.table.items())}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": table}))
 
-    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        offsets = dict(sorted(self.broker.scheduled.schedule.offsets.items()))
+    def get_all_delay_offset(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
+        offsets = dict(sorted(self.schedule.offsets.items()))
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))
 
-    def trigger_delete_files(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        n = self.broker.store.clean_expired_now(force=True)
+    def trigger_delete_files(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
+        n = self.store.clean_expired_now(force=True)
         return req.make_response(ResponseCode.SUCCESS, f"deleted {n} files")

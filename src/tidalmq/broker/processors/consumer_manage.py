@@ -15,38 +15,41 @@ from tidalmq.common.message import encode_properties
 from tidalmq.common.msgid import host_bytes
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
+from tidalmq.remoting.protocol.header import NoHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
     import asyncio
 
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.client.rebalance_lock import RebalanceLockManager
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.processors.collaborators import InternalSender, Registration
+    from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.store.api import MessageStore
 
 DLQ_NUMS_PER_GROUP = 1
 
 
 class ConsumerManageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, topics: TopicConfigManager, groups: SubscriptionGroupManager,
+                 locks: RebalanceLockManager, store: MessageStore, registration: Registration,
+                 sender: InternalSender) -> None:
+        self.config, self.topics, self.groups, self.locks, self.store = config, topics, groups, locks, store
+        self.registration, self.sender = registration, sender
 
-    def send_msg_back(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
-        b = self.broker
-        h = req.ext_fields
-        group = h.get("group", "")
-        try:
-            offset = int(h["offset"])
-            delay_level = int(h.get("delayLevel") or 0)
-            header_max = int(h["maxReconsumeTimes"]) if h.get("maxReconsumeTimes") not in (None, "") else None
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal send-back header: {e}")
-        sg = b.groups.find(group)
+    def send_msg_back(self, conn: Connection, req: RemotingCommand,
+                      h: ConsumerSendMsgBackRequestHeader) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        group, offset, delay_level, header_max = h.group, h.offset, h.delay_level, h.max_reconsume_times
+        sg = self.groups.find(group)
         if sg is None:
             return req.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
-        if not (b.config.broker_permission & PERM_WRITE):
-            return req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
+        if not (self.config.broker_permission & PERM_WRITE):
+            return req.make_response(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending message is forbidden")
         if sg.retry_queue_nums <= 0:
             return req.make_response(ResponseCode.SUCCESS)  # the group asked for no retries
-        msg = b.store.look_message_by_offset(offset)
+        msg = self.store.look_message_by_offset(offset)
         if msg is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         props = dict(msg.properties)
@@ -59,21 +62,21 @@ class ConsumerManageProcessor:
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
             # Readable and writable, as RocketMQ creates it: an operator's consumer subscribes to a group's
             # %DLQ% topic to inspect or re-drive what it holds.
-            b.topics.create_system_like(topic, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
+            self.topics.create_system_like(topic, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
             props.pop(mc.DELAY, None)
             props.setdefault(mc.DLQ_ORIGIN_TOPIC, props[mc.RETRY_TOPIC])
             props.setdefault(mc.DLQ_ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
         else:
             topic = nm.retry_topic(group)
             queue_id = random.randrange(sg.retry_queue_nums)
-            b.topics.create_system_like(topic, sg.retry_queue_nums, PERM_READ | PERM_WRITE)
+            self.topics.create_system_like(topic, sg.retry_queue_nums, PERM_READ | PERM_WRITE)
             props[mc.DELAY] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
         props.setdefault(mc.ORIGIN_MESSAGE_ID, props.get(mc.UNIQ_KEY) or msg.msg_id)
-        b.register_soon()
+        self.registration.register_soon()
         inner = InnerMessage(topic, queue_id, msg.body, msg.flag, encode_properties(props), msg.sysflag,
                              msg.born_timestamp, host_bytes(msg.born_host[0]), msg.born_host[1],
                              msg.reconsume_times + 1)
-        return b.send_processor.store_internal(req, inner)
+        return self.sender.store_internal(req, inner)
 
     # orderly consumption locks ----------------------------------------------------------------
     @staticmethod
@@ -85,21 +88,21 @@ class ConsumerManageProcessor:
                 raise TypeError(f"{key} is not a string")
         return [(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])) for mq in body.get("mqSet") or []]
 
-    def lock_batch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def lock_batch(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             body = fastjson.loads(req.body_bytes())
             mqs = self._mq_set(body)
         except (ValueError, KeyError, TypeError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal lock request body: {e}")
-        held = self.broker.locks.try_lock_batch(body.get("consumerGroup", ""), mqs, body.get("clientId", ""))
+        held = self.locks.try_lock_batch(body.get("consumerGroup", ""), mqs, body.get("clientId", ""))
         out = {"lockOKMQSet": [{"topic": t, "brokerName": n, "queueId": q} for t, n, q in held]}
         return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(out))
 
-    def unlock_batch(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    def unlock_batch(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         try:
             body = fastjson.loads(req.body_bytes())
             mqs = self._mq_set(body)
         except (ValueError, KeyError, TypeError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal unlock request body: {e}")
-        self.broker.locks.unlock_batch(body.get("consumerGroup", ""), mqs, body.get("clientId", ""))
+        self.locks.unlock_batch(body.get("consumerGroup", ""), mqs, body.get("clientId", ""))
         return req.make_response(ResponseCode.SUCCESS)

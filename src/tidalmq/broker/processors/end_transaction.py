@@ -15,38 +15,28 @@ from tidalmq.broker.transaction.half_service import COMMIT, ROLLBACK
 from tidalmq.common import sysflag as sf
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import EndTransactionRequestHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.transaction.half_service import TransactionalMessageService
 
 log = logging.getLogger(__name__)
 
 _DECISIONS = {sf.TRANSACTION_COMMIT_TYPE: COMMIT, sf.TRANSACTION_ROLLBACK_TYPE: ROLLBACK}
 
 
-def _flag(text: str | None) -> bool:
-    # Java writes "true"/"false"; the C++ client writes its bool through an ostream: "1"/"0".
-    return (text or "").strip().lower() in ("true", "1")
-
-
 class EndTransactionProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, transactions: TransactionalMessageService) -> None:
+        self.config, self.transactions = config, transactions
 
-    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
-        b = self.broker
-        h = req.ext_fields
-        if b.config.broker_role == "SLAVE":
+    def process(self, conn: Connection, req: RemotingCommand,
+                h: EndTransactionRequestHeader) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        if self.config.broker_role == "SLAVE":
             return req.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave: end transaction is forbidden")
-        try:
-            group = h["producerGroup"]
-            tso = int(h["tranStateTableOffset"])
-            clo = int(h["commitLogOffset"])
-            kind = int(h["commitOrRollback"])
-        except (KeyError, ValueError) as e:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal END_TRANSACTION header: {e!r}")
-        from_check = _flag(h.get("fromTransactionCheck"))
+        group, tso, clo, kind = h.producer_group, h.tran_state_table_offset, h.commit_log_offset, h.commit_or_rollback
+        from_check = h.from_transaction_check
         if kind == sf.TRANSACTION_NOT_TYPE:
             # UNKNOW: the producer does not know yet; the check service will ask again.
             log.debug("END_TRANSACTION UNKNOW from %s for %s (fromTransactionCheck=%s)", conn.addr, clo, from_check)
@@ -54,7 +44,7 @@ class EndTransactionProcessor:
         decision = _DECISIONS.get(kind)
         if decision is None:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"illegal commitOrRollback {kind}: expected 8 (commit) or 12 (rollback)")
-        resp = b.transactions.end_transaction(conn, req, group=group, tran_state_table_offset=tso, commit_log_offset=clo,
+        resp = self.transactions.end_transaction(conn, req, group=group, tran_state_table_offset=tso, commit_log_offset=clo,
                                               decision=decision, from_check=from_check)
         if isinstance(resp, RemotingCommand) and resp.code != ResponseCode.SUCCESS:
             log.warning("END_TRANSACTION %s from %s (group %s, fromTransactionCheck=%s) refused: %s",

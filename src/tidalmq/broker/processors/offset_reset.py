@@ -11,12 +11,16 @@ from tidalmq.common import fastjson
 from tidalmq.remoting.codes import LanguageCode, ResponseCode
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import TIMESTAMP_LATEST, ResetOffsetRequestHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.client.consumer_manager import ConsumerManager
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.store.api import MessageStore
 
-TIMESTAMP_LATEST = -1
 
 
 def reset_body_for(language: int, table: list[tuple[str, str, int, int]]) -> bytes:
@@ -33,49 +37,42 @@ def reset_body_for(language: int, table: list[tuple[str, str, int, int]]) -> byt
 
 
 class OffsetResetProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, topics: TopicConfigManager, consumers: ConsumerManager,
+                 offsets: ConsumerOffsetManager, store: MessageStore) -> None:
+        self.config, self.topics, self.consumers, self.offsets, self.store = config, topics, consumers, offsets, store
 
-    def reset_offset(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        b = self.broker
-        h = req.ext_fields
-        group = h.get("group", "")
-        try:
-            timestamp = int(h.get("timestamp", str(TIMESTAMP_LATEST)))
-        except ValueError:
-            return req.make_response(ResponseCode.SYSTEM_ERROR, f"timestamp is not an integer: {h.get('timestamp')!r}")
-        force = h.get("isForce", "true") != "false"
-        topic = h.get("topic", "")
-        known_topics = b.offsets.topics_of_group(group)
-        info = b.consumers.groups.get(group)
+    def reset_offset(self, conn: Connection, req: RemotingCommand, h: ResetOffsetRequestHeader) -> RemotingCommand:
+        group, timestamp, force, topic = h.group, h.timestamp, h.is_force, h.topic
+        known_topics = self.offsets.topics_of_group(group)
+        info = self.consumers.groups.get(group)
         if info is not None:
             known_topics |= set(info.subscriptions)
         if not known_topics:
             return req.make_response(ResponseCode.CONSUMER_NOT_ONLINE,
                                      f"the consumer group[{group}] has no offsets and no consumer online: nothing to reset")
-        topics = [topic] if topic else sorted(t for t in known_topics if b.topics.get(t) is not None)
+        topics = [topic] if topic else sorted(t for t in known_topics if self.topics.get(t) is not None)
         table: list[tuple[str, str, int, int]] = []
         notes: list[str] = []
         for t in topics:
-            tc = b.topics.get(t)
+            tc = self.topics.get(t)
             if tc is None:
                 return req.make_response(ResponseCode.TOPIC_NOT_EXIST, f"[reset-offset] topic config not exist: {t}")
             for qid in range(tc.read_queue_nums):
-                current = b.offsets.query(group, t, qid)
-                mn = b.store.get_min_offset_in_queue(t, qid)
-                mx = b.store.get_max_offset_in_queue(t, qid)
+                current = self.offsets.query(group, t, qid)
+                mn = self.store.get_min_offset_in_queue(t, qid)
+                mx = self.store.get_max_offset_in_queue(t, qid)
                 if timestamp == TIMESTAMP_LATEST:
                     target = mx
                 else:
-                    target = b.store.get_offset_in_queue_by_time(t, qid, timestamp)
-                    earliest = b.store.get_earliest_message_time(t, qid)
+                    target = self.store.get_offset_in_queue_by_time(t, qid, timestamp)
+                    earliest = self.store.get_earliest_message_time(t, qid)
                     if mx > mn and 0 < earliest and timestamp < earliest:
                         notes.append(f"{t}:{qid} starts at its earliest retained message (offset {mn})")
                 target = min(max(target, mn), mx)
                 if force or current < 0 or target < current:
-                    b.offsets.commit(group, t, qid, target)
-                    table.append((t, b.config.broker_name, qid, target))
-        b.offsets.persist(force=True)
+                    self.offsets.commit(group, t, qid, target)
+                    table.append((t, self.config.broker_name, qid, target))
+        self.offsets.persist(force=True)
         self._push_to_clients(group, table, timestamp, force)
         remark = "; ".join(notes) if notes else None
         body = fastjson.dumpb({"offsetTable": [{"topic": t, "brokerName": n, "queueId": q, "offset": o}
@@ -83,7 +80,7 @@ class OffsetResetProcessor:
         return req.make_response(ResponseCode.SUCCESS, remark, body=body)
 
     def _push_to_clients(self, group: str, table: list[tuple[str, str, int, int]], timestamp: int, force: bool) -> None:
-        info = self.broker.consumers.groups.get(group)
+        info = self.consumers.groups.get(group)
         if info is None or not table:
             return
         by_topic: dict[str, list[tuple[str, str, int, int]]] = {}
@@ -93,7 +90,8 @@ class OffsetResetProcessor:
             for t, rows in by_topic.items():
                 cmd = RemotingCommand(
                     code=RC.RESET_CONSUMER_CLIENT_OFFSET,
-                    ext_fields={"topic": t, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
+                    ext_fields=ResetOffsetRequestHeader(topic=t, group=group, timestamp=timestamp,
+                                                        is_force=force).to_ext(),
                     body=reset_body_for(ch.language, rows),
                 )
                 conn.invoke_oneway(cmd)

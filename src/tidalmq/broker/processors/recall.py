@@ -27,14 +27,22 @@ from tidalmq.common.recall_handle import (
 )
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import (
+    RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
+    SendMessageResponseHeader,
+)
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.processors.collaborators import InternalSender
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
+    from tidalmq.store.config import MessageStoreConfig
 
-RECALL_HANDLE = "recallHandle"  # SendMessageResponseHeader's field
+RECALL_HANDLE = SendMessageResponseHeader.key_of("recall_handle")
 # Every single timer send's answer carries one: encoded from the handle's ASCII bytes, no text round trip.
 _RECALL_HANDLE_FIELD = ExtFieldsTemplate((RECALL_HANDLE,))
 _SEND_BATCH, _SUCCESS = int(RequestCode.SEND_BATCH_MESSAGE), int(ResponseCode.SUCCESS)  # compared on every timer send
@@ -42,7 +50,7 @@ RECALL_MESSAGE_TAG = "_RECALL_TAG_"
 _UNAVAILABLE = "recall failed, broker service not available"
 
 
-def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: InnerMessage,
+def attach_recall_handle(broker_name: str, req: RemotingCommand, msg: InnerMessage,
                          reply: Callable[[RemotingCommand], object]) -> Callable[[RemotingCommand], object]:
     """SendMessageProcessor.attachRecallHandle: ``reply`` adding the recall handle to a successful send's
     response when ``msg`` turned out (after the rewrites, which run later) to be parked in the timer topic.
@@ -52,7 +60,7 @@ def attach_recall_handle(broker: BrokerController, req: RemotingCommand, msg: In
 
     def with_handle(resp: RemotingCommand) -> object:
         if resp.code == _SUCCESS and msg.topic == nm.TIMER_TOPIC:
-            handle = _recall_handle_of(msg, broker.config.broker_name)
+            handle = _recall_handle_of(msg, broker_name)
             if handle is not None:
                 if resp.ext_encoded and not resp.ext_fields:  # the send's header, encoded already: one more field
                     resp.ext_encoded += _RECALL_HANDLE_FIELD.encode_bytes(handle)
@@ -95,34 +103,32 @@ class RecallOutcome:
 
 
 class RecallMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, store_config: MessageStoreConfig, topics: TopicConfigManager,
+                 sender: InternalSender) -> None:
+        self.config, self.store_config, self.topics, self.sender = config, store_config, topics, sender
 
-    def process(self, conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand]:
-        h = req.ext_fields
+    def process(self, conn: Connection, req: RemotingCommand,
+                h: RecallMessageRequestHeader) -> asyncio.Future[RemotingCommand]:
         host = conn.attributes.get("born_host") or host_bytes(conn.remote[0])
 
         async def answer() -> RemotingCommand:
-            out = await self.recall(h.get("topic", ""), h.get("recallHandle", ""), h.get("producerGroup", ""),
-                                    host, conn.remote[1])
-            ext = {"MSG_REGION": "DefaultRegion"}
-            if out.code == ResponseCode.SUCCESS:
-                ext["msgId"] = out.msg_id
+            out = await self.recall(h.topic, h.recall_handle, h.producer_group, host, conn.remote[1])
+            ext = RecallMessageResponseHeader(msg_id=out.msg_id if out.code == ResponseCode.SUCCESS else None,
+                                              msg_region="DefaultRegion").to_ext()
             return req.make_response(out.code, out.remark, ext)
 
         return asyncio.ensure_future(answer())
 
     def _refusal(self, topic: str, handle_text: str) -> RecallOutcome | RecallHandle:
         """RocketMQ's checks, in its order: the decoded handle, or why the recall is refused."""
-        b = self.broker
-        c = b.config
+        c = self.config
         if not c.recall_message_enable:
             return RecallOutcome(ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
         if c.is_slave:
             return RecallOutcome(ResponseCode.SLAVE_NOT_AVAILABLE, _UNAVAILABLE)
         if not (c.broker_permission & PERM_WRITE) and not c.allow_recall_when_broker_not_writeable:
             return RecallOutcome(ResponseCode.SERVICE_NOT_AVAILABLE, _UNAVAILABLE)
-        tc = b.topics.get(topic)
+        tc = self.topics.get(topic)
         if tc is None:
             return RecallOutcome(ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{topic}] not exist")
         if c.enable_topic_message_type_check:  # RocketMQ's proxy: only a DELAY (or MIXED) topic has recalls
@@ -139,7 +145,7 @@ class RecallMessageProcessor:
             return RecallOutcome(ResponseCode.ILLEGAL_OPERATION, _UNAVAILABLE)
         left = handle.deliver_ms - int(time.time() * 1000)
         # After its deliver time the message is delivered (or being delivered): nothing left to recall.
-        if left <= 0 or left >= b.store_config.timer_max_delay_sec * 1000:
+        if left <= 0 or left >= self.store_config.timer_max_delay_sec * 1000:
             return RecallOutcome(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
         return handle
 
@@ -163,7 +169,7 @@ class RecallMessageProcessor:
         if producer_group:
             props[mc.PGROUP] = producer_group
         msg = InnerMessage(topic, 0, b"0", 0, mc.encode_properties(props), 0, now, born_host, born_port)
-        resp = await self.broker.send_processor.store_internal(RemotingCommand(code=RequestCode.SEND_MESSAGE), msg)
+        resp = await self.sender.store_internal(RemotingCommand(code=RequestCode.SEND_MESSAGE), msg)
         if resp.code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
                          ResponseCode.SLAVE_NOT_AVAILABLE):
             return RecallOutcome(ResponseCode.SUCCESS, None, h.message_id)  # stored: RocketMQ's answer

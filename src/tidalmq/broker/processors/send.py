@@ -35,19 +35,20 @@ from tidalmq.common.record import RecordError, encode_record
 from tidalmq.common.record_batch import encode_batch_records
 from tidalmq.common.sysflag import COMPRESSED_FLAG, TRANSACTION_PREPARED_TYPE, TRANSACTION_TYPE_MASK
 from tidalmq.ha.service import TransferStatus
-from tidalmq.remoting import request_check
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import ExtFieldsTemplate, RemotingCommand, SerializeType, all_ext_fields
-from tidalmq.remoting.request_check import (
-    SEND_HEADER as SEND_HEADER,  # where callers of the send path find it
-)
-from tidalmq.remoting.request_check import SendHeaderKeys
+from tidalmq.remoting.protocol.broker_headers import SendMessageRequestHeader, SendMessageResponseHeader
 from tidalmq.remoting.transport import Connection
 from tidalmq.store.message_store import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.processors.collaborators import Registration, SendHost
+    from tidalmq.broker.stats import BrokerStats
+    from tidalmq.broker.topic.topic_config import TopicConfigManager
     from tidalmq.schedule.timer_service import CancelTarget
+    from tidalmq.store.api import MessageStore
+    from tidalmq.store.config import MessageStoreConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,6 @@ _LITE_TOPIC = (mc.LITE_TOPIC,)
 # Quick markers of the properties only the broker writes; most sends carry none, and skip the parse.
 # One pass over the properties text finds any of them (a hit only means "parse and look").
 _BROKER_PROPERTY_MARKERS = mc.property_key_finder(mc.BROKER_ONLY_PROPERTIES + mc.BROKER_WRITTEN_PROPERTIES)
-
-
-def send_header_keys(req: RemotingCommand) -> SendHeaderKeys:
-    """The header names this send request uses (the C++ client sends batches with the V2 letters): the
-    spelling request_check validated and the ACL read the topic from."""
-    return request_check.send_header_keys(req.code, req.ext_fields)
 
 
 def screen_client_properties(msg: InnerMessage) -> None:
@@ -113,21 +108,25 @@ _BUSY_OVERLOAD = "[OVERLOAD]system busy, start flow control for a while"
 _PUT_LOCK_RETRY_S = 0.001
 # SendMessageResponseHeader of a stored message, for a request in the ROCKETMQ serialization: encoded from a
 # template, without a dict and a loop over it per response (docs/benchmarks.md, "Hot paths").
-_SEND_OK_REGION = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-_SEND_OK_HEADER = ExtFieldsTemplate(("msgId", "queueId", "queueOffset"), _SEND_OK_REGION)
-
+_SEND_OK_REGION = {SendMessageResponseHeader.key_of("msg_region"): "DefaultRegion",
+                   SendMessageResponseHeader.key_of("trace_on"): "true"}
+_SEND_OK_KEYS = tuple(SendMessageResponseHeader.key_of(a) for a in ("msg_id", "queue_id", "queue_offset"))
+_SEND_OK_HEADER = ExtFieldsTemplate(_SEND_OK_KEYS, _SEND_OK_REGION)
+_MSG_ID = _SEND_OK_KEYS[0]
 
 
 class SendMessageProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, *, config: BrokerConfig, store_config: MessageStoreConfig, topics: TopicConfigManager,
+                 store: MessageStore, stats: BrokerStats, registration: Registration, host: SendHost) -> None:
+        self.config, self.store_config, self.topics, self.store, self.stats = config, store_config, topics, store, stats
+        self.registration, self.host = registration, host
         # Sends waiting for the group commit: (put, request, reply, wait for flush, received at). A client's
         # send has the time its frame was read; a message the broker builds itself has 0.0 (never shed).
         self._pending: list[tuple[PutRequest, RemotingCommand, Respond, bool, float]] = []
         self._drain_scheduled = False
         self.busy_answers = 0  # sends answered SYSTEM_BUSY by flow control
         self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
-        self.dedup = window_for(broker)  # duplicationEnable: idempotent produce (broker/dedup.py)
+        self.dedup = window_for(config, store_config, store)  # duplicationEnable: idempotent produce (broker/dedup.py)
 
     def pending_sends(self) -> list[tuple[PutRequest, RemotingCommand, Respond, bool, float]]:
         """The sends waiting for the group commit (the runtime info's sendThreadPoolQueueSize)."""
@@ -141,24 +140,21 @@ class SendMessageProcessor:
         return 0
 
     # entry point ------------------------------------------------------------------------------
-    def process(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+    def process(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | None:
         """Answers bad requests at once; a stored message is answered by the group commit, which sends
         the response itself (no future per message)."""
         try:
-            self._process(conn, req)
+            self._process(conn, req, h)
         except SendError as e:
             return req.make_response(e.code, e.remark)
         return None
 
-    def _process(self, conn: Connection, req: RemotingCommand) -> None:
-        b = self.broker
-        h = req.ext_fields
-        k = send_header_keys(req)
-        topic = h.get(k.topic, "")
-        if not (b.config.broker_permission & 0x2):
-            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] sending message is forbidden")
-        ha = b.replication.ha_service
-        if ha is not None and b.config.broker_role == "SYNC_MASTER" and ha.in_sync_replicas_not_enough():
+    def _process(self, conn: Connection, req: RemotingCommand, h: SendMessageRequestHeader) -> None:
+        topic = h.topic
+        if not (self.config.broker_permission & 0x2):
+            raise SendError(ResponseCode.NO_PERMISSION, f"the broker[{self.config.broker_ip1}] sending message is forbidden")
+        ha = self.host.ha_service
+        if ha is not None and self.config.broker_role == "SYNC_MASTER" and ha.in_sync_replicas_not_enough():
             # Controller mode, minInSyncReplicas: refused before anything is stored (RocketMQ's answer).
             raise SendError(ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
         try:
@@ -168,25 +164,18 @@ class SendMessageProcessor:
         # The revive topics too: a forged checkpoint would make the broker copy any message to a group.
         if topic in nm.NOT_ALLOWED_SEND_TOPICS or topic.startswith(REVIVE_TOPIC_PREFIX):
             raise SendError(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        try:
-            queue_id = int(h.get(k.queue_id, "-1"))
-            sysflag = int(h.get(k.sys_flag, "0"))
-            born_ts = int(h.get(k.born_timestamp, "0"))
-            flag = int(h.get(k.flag, "0"))
-            reconsume = int(h.get(k.reconsume_times) or 0)
-            default_qnums = int(h.get(k.default_topic_queue_nums) or b.config.default_topic_queue_nums)
-        except ValueError as e:
-            raise SendError(ResponseCode.SYSTEM_ERROR, f"illegal send header: {e}") from None
-        tc = b.topics.get(topic)
+        queue_id, sysflag, born_ts, flag, reconsume = h.queue_id, h.sys_flag, h.born_timestamp, h.flag, h.reconsume_times
+        tc = self.topics.get(topic)
         if tc is None:
-            default_topic = h.get(k.default_topic) or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
+            default_qnums = h.default_topic_queue_nums or self.config.default_topic_queue_nums
+            default_topic = h.default_topic or nm.AUTO_CREATE_TOPIC_KEY_TOPIC
             if topic.startswith(nm.RETRY_GROUP_TOPIC_PREFIX):
-                tc = b.topics.create_system_like(topic, 1, 6)
+                tc = self.topics.create_system_like(topic, 1, 6)
             else:
-                tc = b.topics.create_in_send(topic, default_topic, default_qnums)
+                tc = self.topics.create_in_send(topic, default_topic, default_qnums)
             if tc is None:
                 raise SendError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-            b.register_soon()
+            self.registration.register_soon()
         if not tc.writable:
             raise SendError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         if queue_id >= tc.write_queue_nums:
@@ -199,14 +188,14 @@ class SendMessageProcessor:
         body = req.body if req.body is not None else b""
         if isinstance(body, list):
             body = b"".join(body)
-        max_size = b.store_config.max_message_size
+        max_size = self.store_config.max_message_size
         born_host = conn.attributes.get("born_host")
         if born_host is None:
             born_host = conn.attributes["born_host"] = host_bytes(conn.remote[0])
         born_port = conn.remote[1]
         # The C++ client (1.2.x, 2.x) sends batches as SEND_MESSAGE with batch="1" (a C++ bool through
         # ostream); Java's Boolean.parseBoolean reads that as false and stores the batch as one message.
-        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.get(k.batch) in ("true", "1")
+        is_batch = req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
         reply: Respond = _no_reply if req.is_oneway else conn.send
         if is_batch:
             if sysflag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE:
@@ -224,13 +213,13 @@ class SendMessageProcessor:
             try:
                 records = encode_batch_records(
                     body, topic=topic, queue_id=queue_id, sysflag=sysflag, born_timestamp=born_ts,
-                    born_host=born_host, born_port=born_port, store_host=b.store_host_bytes,
-                    store_port=b.config.listen_port, reconsume_times=reconsume,
+                    born_host=born_host, born_port=born_port, store_host=self.host.store_host_bytes,
+                    store_port=self.config.listen_port, reconsume_times=reconsume,
                     forbidden_properties=BATCH_FORBIDDEN_PROPERTIES,
                 )
                 if not records:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-                if b.config.enable_topic_message_type_check and (why := check_messages(
+                if self.config.enable_topic_message_type_check and (why := check_messages(
                         topic, tc.message_type, (str(p, "utf-8", "replace") for p in records.item_properties()))):
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
                 if records.carries(_LITE_TOPIC) and (why := check_lite(
@@ -238,7 +227,7 @@ class SendMessageProcessor:
                     raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
                 put = PutRequest(topic=topic, queue_id=queue_id, records=records)
                 if records.carries(TIMER_REQUEST_PROPERTIES):
-                    parked, due, due_at = b.scheduled.timer_rewrite.park_batch(records, topic, queue_id)
+                    parked, due, due_at = self.host.timer_rewrite.park_batch(records, topic, queue_id)
                     if parked is not None:
                         put = PutRequest(topic=nm.TIMER_TOPIC, queue_id=0, records=parked)
                         if due is not None:  # some due already: two puts, one answer
@@ -252,16 +241,16 @@ class SendMessageProcessor:
             return
         if len(body) > max_size:
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {max_size}")
-        msg = InnerMessage(topic, queue_id, body, flag, h.get(k.properties, ""), sysflag, born_ts, born_host,
+        msg = InnerMessage(topic, queue_id, body, flag, h.properties, sysflag, born_ts, born_host,
                            born_port, reconsume)
-        if b.config.enable_topic_message_type_check and (why := check_messages(topic, tc.message_type, (msg.properties_text,))):
+        if self.config.enable_topic_message_type_check and (why := check_messages(topic, tc.message_type, (msg.properties_text,))):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/message-types.md
         if why := check_lite(topic, tc.message_type, (msg.properties_text,)):
             raise SendError(ResponseCode.MESSAGE_ILLEGAL, why)  # docs/grpc.md, "Lite topics"
         screen_client_properties(msg)
         if msg.has_property(mc.PRIORITY):
             route_priority(msg, tc.write_queue_nums)
-        self._store(req, msg, attach_recall_handle(b, req, msg, reply), conn.received_at)
+        self._store(req, msg, attach_recall_handle(self.config.broker_name, req, msg, reply), conn.received_at)
 
     def store_internal(self, req: RemotingCommand, msg: InnerMessage) -> asyncio.Future[RemotingCommand]:
         """Store a message the broker built itself (send-back, re-send), through the same rewrites."""
@@ -278,16 +267,15 @@ class SendMessageProcessor:
         return fut
 
     def _store(self, req: RemotingCommand, msg: InnerMessage, reply: Respond, received: float = 0.0) -> None:
-        b = self.broker
-        if b.rewrite_hooks:
-            lookup = b.scheduled.cancel_lookup(msg)
+        if self.host.rewrite_hooks:
+            lookup = self.host.cancel_lookup(msg)
             if lookup is not None:
                 # A timer cancel: its target is looked up off the loop, then the message goes on.
                 task = asyncio.ensure_future(self._store_cancel(req, msg, reply, lookup, bool(received)))
                 self._lookups.add(task)
                 task.add_done_callback(self._lookups.discard)
                 return
-            b.rewrite_before_store(msg)
+            self.host.rewrite_before_store(msg)
         wait = msg.get_property(mc.WAIT_STORE_MSG_OK) != "false"
         self._enqueue(req, PutRequest(topic=msg.topic, queue_id=msg.queue_id, records=[self._encode(msg)]), wait, reply,
                       received)
@@ -309,7 +297,7 @@ class SendMessageProcessor:
                  room: int = 1) -> None:
         """Queue ``put`` for the next append round. ``room``: the puts this request is about to queue
         (refused together, for want of room, or queued together)."""
-        cfg = self.broker.config
+        cfg = self.config
         if received and cfg.broker_fast_failure_enable and len(self._pending) + room > cfg.send_thread_pool_queue_capacity:
             # RocketMQ's send thread pool rejecting a task: its queue (sendThreadPoolQueueCapacity) is full.
             self.busy_answers += 1
@@ -326,7 +314,6 @@ class SendMessageProcessor:
             asyncio.get_running_loop().call_soon(self._drain)
 
     def _encode(self, m: InnerMessage) -> bytearray:
-        b = self.broker
         try:
             return encode_record(
                 topic=m.topic,
@@ -338,8 +325,8 @@ class SendMessageProcessor:
                 born_timestamp=m.born_timestamp,
                 born_host=m.born_host,
                 born_port=m.born_port,
-                store_host=b.store_host_bytes,
-                store_port=b.config.listen_port,
+                store_host=self.host.store_host_bytes,
+                store_port=self.config.listen_port,
                 reconsume_times=m.reconsume_times,
                 prepared_transaction_offset=m.prepared_transaction_offset,
             )
@@ -349,8 +336,7 @@ class SendMessageProcessor:
     # group commit -----------------------------------------------------------------------------
     def _drain(self) -> None:
         self._drain_scheduled = False
-        b = self.broker
-        if b.config.broker_fast_failure_enable:
+        if self.config.broker_fast_failure_enable:
             self._clean_expired()
         batch = self._pending
         if not batch:
@@ -358,7 +344,7 @@ class SendMessageProcessor:
         try:
             # Never waits for the put lock: while another thread (the timer delivering) holds it, the loop
             # goes on reading requests and the sends wait here, where their wait can be seen and bounded.
-            results = b.store.try_put_messages([p[0] for p in batch], dispatch_myself=True)
+            results = self.store.try_put_messages([p[0] for p in batch], dispatch_myself=True)
         except Exception as e:  # the store refused the whole batch: answer each sender
             self._pending = []
             log.exception("put_messages failed")
@@ -373,7 +359,7 @@ class SendMessageProcessor:
             return
         self._pending = []
         # SYNC_FLUSH waits for the disk, SYNC_MASTER (then) for a slave: one wait per round for both.
-        sync = b.store_config.sync_flush or b.config.broker_role == "SYNC_MASTER"
+        sync = self.store_config.sync_flush or self.config.broker_role == "SYNC_MASTER"
         loop = asyncio.get_running_loop()
         max_end = 0
         waiters: list[tuple[Respond, RemotingCommand]] = []
@@ -383,7 +369,8 @@ class SendMessageProcessor:
             resp = self._response(req, put, res, bool(received))
             if self.dedup is not None:
                 self.dedup.settle(put, res)
-            b.stats_put(put.topic, len(put.records), res)
+            if res.status == PutStatus.PUT_OK:
+                self.stats.on_put(put.topic, len(put.records), res.wrote_bytes)
             if sync and wait and res.status == PutStatus.PUT_OK:
                 max_end = max(max_end, res.wrote_offset + res.wrote_bytes)
                 waiters.append((reply, resp))
@@ -393,14 +380,14 @@ class SendMessageProcessor:
             def flushed(ok: bool) -> None:
                 loop.call_soon_threadsafe(self._complete_flush, waiters, ok, max_end)
 
-            if b.store_config.sync_flush:
-                b.store.request_flush(max_end, flushed)
+            if self.store_config.sync_flush:
+                self.store.request_flush(max_end, flushed)
             else:  # SYNC_MASTER over ASYNC_FLUSH: no flush to wait for, straight to the slave
                 self._complete_flush(waiters, True, max_end)
         # Dispatch what was just appended on this thread, once the responses are out (they were queued
         # first): in one interpreter a reput thread would only take turns with this one, and take the
         # interpreter whenever this one waits on a socket or a write.
-        loop.call_soon(functools.partial(b.store.dispatch, wait=False))
+        loop.call_soon(functools.partial(self.store.dispatch, wait=False))
 
     def _clean_expired(self) -> None:
         """BrokerFastFailure.cleanExpiredRequest: answer SYSTEM_BUSY, without any store work, to the client
@@ -410,10 +397,9 @@ class SendMessageProcessor:
         pending = self._pending
         if not pending:
             return
-        b = self.broker
         now = time.monotonic()
-        all_of_them = b.store.is_os_page_cache_busy()
-        limit = now - b.config.wait_time_mills_in_send_queue / 1000
+        all_of_them = self.store.is_os_page_cache_busy()
+        limit = now - self.config.wait_time_mills_in_send_queue / 1000
         shed: list[tuple[RemotingCommand, Respond, float]] = []
         keep: list[tuple[PutRequest, RemotingCommand, Respond, bool, float]] = []
         for i, item in enumerate(pending):
@@ -440,8 +426,8 @@ class SendMessageProcessor:
             if not ok:
                 resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
                 resp.remark = "flush disk timeout: the message is stored but not yet on disk"
-        ha = self.broker.replication.ha_service
-        if ha is not None and self.broker.config.broker_role == "SYNC_MASTER":
+        ha = self.host.ha_service
+        if ha is not None and self.config.broker_role == "SYNC_MASTER":
             ha.transfer(end, lambda status: self._complete_transfer(waiters, status))
             return
         for reply, resp in waiters:
@@ -459,7 +445,7 @@ class SendMessageProcessor:
 
     def _not_available_remark(self) -> str:
         """RocketMQ's remark for SERVICE_NOT_AVAILABLE, with what actually refuses writes here."""
-        store = self.broker.store
+        store = self.store
         why = store.disk_space.reason()
         return ("service not available now. It may be caused by one of the following reasons: the broker's disk "
                 f"is full [{why or 'no'}], messages are put to the slave, message store has been shut down, etc.")
@@ -472,12 +458,9 @@ class SendMessageProcessor:
                 resp = req.make_response(ResponseCode.SUCCESS)
                 resp.ext_encoded = _SEND_OK_HEADER.encode(res.msg_id, str(put.queue_id), str(res.queue_offset))
                 return resp
-            ext = {
-                "msgId": res.msg_id,
-                "queueId": str(put.queue_id),
-                "queueOffset": str(res.queue_offset),
-                **_SEND_OK_REGION,
-            }
+            ext = SendMessageResponseHeader(msg_id=res.msg_id, queue_id=put.queue_id,
+                                            queue_offset=res.queue_offset).to_ext()
+            ext.update(_SEND_OK_REGION)
             return req.make_response(ResponseCode.SUCCESS, None, ext)
         code, remark = {
             PutStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal, maybe msg body or properties length not matched"),
@@ -515,9 +498,10 @@ class _JointAnswer:
                 self.reply(r)
                 return
         ext = all_ext_fields(parked)
-        ids_due, ids_parked = iter(all_ext_fields(due)["msgId"].split(",")), iter(ext["msgId"].split(","))
+        ids_due = iter(all_ext_fields(due)[_MSG_ID].split(","))
+        ids_parked = iter(ext[_MSG_ID].split(","))
         at = set(self.due_at)
-        ext["msgId"] = ",".join([next(ids_due) if i in at else next(ids_parked) for i in range(self.n)])
+        ext[_MSG_ID] = ",".join([next(ids_due) if i in at else next(ids_parked) for i in range(self.n)])
         self.reply(self.req.make_response(ResponseCode.SUCCESS, None, ext))
 
 

@@ -32,6 +32,7 @@ from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import StoredMessage, encode_record
 from tidalmq.remoting.codes import RequestCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import CheckTransactionStateRequestHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -177,15 +178,9 @@ class TransactionCheckService:
             prepared_transaction_offset=msg.prepared_transaction_offset, queue_offset=k,
             physical_offset=msg.commit_log_offset, store_timestamp=msg.store_timestamp, body_crc=msg.body_crc,
         )
-        ext = {
-            "topic": msg.topic,
-            "tranStateTableOffset": str(k),
-            "commitLogOffset": str(msg.commit_log_offset),
-            "offsetMsgId": msg.msg_id,
-            "brokerName": self.config.broker_name,
-        }
-        uniq = props.get(mc.UNIQ_KEY)
-        if uniq:
-            ext["msgId"] = uniq
-            ext["transactionId"] = uniq
+        uniq = props.get(mc.UNIQ_KEY) or None
+        ext = CheckTransactionStateRequestHeader(
+            topic=msg.topic, tran_state_table_offset=k, commit_log_offset=msg.commit_log_offset,
+            offset_msg_id=msg.msg_id, broker_name=self.config.broker_name, msg_id=uniq, transaction_id=uniq,
+        ).to_ext()
         return RemotingCommand(code=RequestCode.CHECK_TRANSACTION_STATE, ext_fields=ext, body=bytes(body))

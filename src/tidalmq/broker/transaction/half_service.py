@@ -39,6 +39,7 @@ from tidalmq.common.msgid import host_bytes
 from tidalmq.common.record import StoredMessage
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol.broker_headers import SendMessageResponseHeader
 from tidalmq.remoting.transport import Connection
 
 if TYPE_CHECKING:
@@ -307,7 +308,8 @@ class TransactionalMessageService:
                 self.stats.rollbacks += 1
             else:
                 self.stats.discards += 1
-            ext = {"msgId": resps[0].ext_fields.get("msgId", "")} if decision == COMMIT else None
+            stored = SendMessageResponseHeader.parse(resps[0].ext_fields)
+            ext = SendMessageResponseHeader(msg_id=stored.msg_id).to_ext() if decision == COMMIT else None
             resp = req.make_response(ResponseCode.SUCCESS, None, ext)
         else:
             log.error("transaction %d (%s): %s failed: [%s] %s", k, msg.properties.get(mc.UNIQ_KEY), decision,

@@ -22,6 +22,7 @@ from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
 from tidalmq.remoting.command import RemotingCommand
+from tidalmq.remoting.protocol import broker_headers as bh
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +78,15 @@ class FlowControl:
 
 
 def pull_request_header(group: str, mq: MessageQueue, offset: int, sub: codec.Subscription, *, max_nums: int,
-                        commit_offset: int, suspend_timeout: float) -> dict[str, str]:
+                        commit_offset: int, suspend_timeout: float) -> bh.PullMessageRequestHeader:
     """PullMessageRequestHeader of a long-polling pull; a ``commit_offset`` > 0 piggy-backs the consumed
     offset on the pull (FLAG_COMMIT_OFFSET) as RocketMQ's clustering consumers do."""
     sysflag = FLAG_SUSPEND | FLAG_SUBSCRIPTION | (FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
-    return {
-        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id),
-        "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(sysflag),
-        "commitOffset": str(max(commit_offset, 0)), "suspendTimeoutMillis": str(int(suspend_timeout * 1000)),
-        "subscription": sub.expression, "subVersion": str(sub.version), "expressionType": sub.expression_type,
-    }
+    return bh.PullMessageRequestHeader(
+        consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset, max_msg_nums=max_nums,
+        sys_flag=sysflag, commit_offset=max(commit_offset, 0), suspend_timeout_millis=int(suspend_timeout * 1000),
+        subscription=sub.expression, sub_version=sub.version, expression_type=sub.expression_type,
+    )
 
 
 class PullService:
@@ -171,7 +171,8 @@ class PullService:
                      offset: int) -> int:
         """processPullResult: hand the messages on; returns the next offset to pull."""
         code = resp.code
-        nbo = int(resp.ext_fields.get("nextBeginOffset", offset))
+        nbo = bh.PullMessageResponseHeader.parse(resp.ext_fields).next_begin_offset
+        nbo = offset if nbo is None else nbo
         if code == ResponseCode.SUCCESS:
             msgs = codec.decode_messages(resp.body_bytes(), mq.broker_name)
             if not sub.matches_all:

@@ -25,6 +25,7 @@ from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.push.queue_lock import QueueLocker
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
+from tidalmq.remoting.protocol import broker_headers as bh
 
 log = logging.getLogger(__name__)
 
@@ -207,14 +208,16 @@ class RebalancePush:
             if cfw == ConsumeFromWhere.FIRST_OFFSET:
                 return 0
             if cfw == ConsumeFromWhere.LAST_OFFSET or retry:
-                return 0 if retry else await self._queue_offset(mq, RC.GET_MAX_OFFSET, {})
-            return await self._queue_offset(mq, RC.SEARCH_OFFSET_BY_TIMESTAMP,
-                                            {"timestamp": str(self.consume_timestamp)})
+                return 0 if retry else await self._queue_offset(mq, RC.GET_MAX_OFFSET)
+            return await self._queue_offset(mq, RC.SEARCH_OFFSET_BY_TIMESTAMP, self.consume_timestamp)
         except MQClientError as e:
             log.warning("offset of %s: %s", mq, e)
             return -1
 
-    async def _queue_offset(self, mq: MessageQueue, code: int, extra: dict[str, str]) -> int:
+    async def _queue_offset(self, mq: MessageQueue, code: int, timestamp: int | None = None) -> int:
         addr = await find_master_addr(self.instance, mq)
-        resp = await self.instance.invoke_ok(addr, code, {"topic": mq.topic, "queueId": str(mq.queue_id), **extra})
-        return int(resp.ext_fields["offset"])
+        ext: bh.TopicQueueRequestHeader | bh.SearchOffsetRequestHeader = (
+            bh.TopicQueueRequestHeader(topic=mq.topic, queue_id=mq.queue_id) if timestamp is None
+            else bh.SearchOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp))
+        resp = await self.instance.invoke_ok(addr, code, ext)
+        return bh.OffsetResponseHeader.parse(resp.ext_fields).offset

@@ -15,6 +15,7 @@ from tidalmq.common import message as mc
 from tidalmq.common import naming as nm
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
+from tidalmq.remoting.protocol import broker_headers as bh
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +67,10 @@ class SendBack:
         """False when neither the broker nor the fallback took the message."""
         if delay_level is None:
             delay_level = self.delay_level_when_next_consume
-        ext = {
-            "offset": str(msg.commit_log_offset), "group": self.group, "delayLevel": str(delay_level),
-            "originMsgId": msg.msg_id, "originTopic": msg.topic, "unitMode": "false",
-            "maxReconsumeTimes": str(self.max_times),
-        }
+        ext = bh.ConsumerSendMsgBackRequestHeader(
+            offset=msg.commit_log_offset, group=self.group, delay_level=delay_level, origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic, unit_mode=False, max_reconsume_times=self.max_times,
+        )
         try:
             addr = await find_master_addr(self.instance, MessageQueue(msg.topic, msg.broker_name, msg.queue_id))
             await self.instance.invoke_ok(addr, RC.CONSUMER_SEND_MSG_BACK, ext, timeout=5.0)

@@ -18,6 +18,7 @@ from tidalmq.proxy.protocol import definition_pb2 as pb
 from tidalmq.proxy.protocol import service_pb2 as sv
 from tidalmq.proxy.response import error_status, status, topic_not_found
 from tidalmq.remoting.codes import RequestCode, ResponseCode
+from tidalmq.remoting.protocol.broker_headers import ConsumerSendMsgBackRequestHeader
 
 Code = pb.Code
 # What the broker answers a handle it no longer knows (acked, expired, changed since)
@@ -122,10 +123,9 @@ class ForwardMessageToDLQActivity:
                 addr = instance.master_addr(msg.broker_name)
             if addr is None:
                 raise convert.ConvertError(Code.NOT_FOUND, f"broker {msg.broker_name} not found")
-            await instance.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": cl_offset, "group": request.group.name, "delayLevel": "-1",
-                "originMsgId": request.message_id, "originTopic": request.topic.name, "unitMode": "false",
-                "maxReconsumeTimes": str(request.max_delivery_attempts)})
+            await instance.invoke_ok(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackRequestHeader(
+                offset=int(cl_offset), group=request.group.name, delay_level=-1, origin_msg_id=request.message_id,
+                origin_topic=request.topic.name, unit_mode=False, max_reconsume_times=request.max_delivery_attempts))
             await consumer.ack(msg)
         except Exception as e:
             return sv.ForwardMessageToDeadLetterQueueResponse(status=error_status(e))

@@ -7,8 +7,8 @@ import grpc
 from tidalmq.acl.permission import PUB
 from tidalmq.client import validators
 from tidalmq.client.message import Message, SendStatus
-from tidalmq.client.producer import TransactionProducer
 from tidalmq.client.selector import select_by_hash
+from tidalmq.client.transaction_producer import TransactionProducer
 from tidalmq.common import message as mc
 from tidalmq.common.attribute.topic_message_type import check_message_type, message_type_of, needs_type_check
 from tidalmq.proxy import auth, convert

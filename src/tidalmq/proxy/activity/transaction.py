@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 from tidalmq.client.instance import ClientInstance
 from tidalmq.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus, TransactionState
-from tidalmq.client.producer import TransactionProducer
+from tidalmq.client.transaction_producer import TransactionProducer
 from tidalmq.proxy import auth, convert
 from tidalmq.proxy.access import AccessCheck
 from tidalmq.proxy.channels import TelemetryChannels
