@@ -441,10 +441,11 @@ class ClientInstance:
                 chosen = checkers[0]
             return chosen.on_check_transaction_state(conn, cmd) if chosen is not None else None
         if cmd.code == RC.GET_CONSUMER_RUNNING_INFO:
-            c = self.consumers.get(bh.GetConsumerRunningInfoRequestHeader.parse(cmd.ext_fields).consumer_group)
+            asked = bh.GetConsumerRunningInfoRequestHeader.parse(cmd.ext_fields)
+            c = self.consumers.get(asked.consumer_group)
             if c is None:
                 return cmd.make_response(ResponseCode.SYSTEM_ERROR, "The Consumer Group not exist in this consumer")
             return cmd.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(
-                c.running_info(jstack=cmd.ext_fields.get("jstackEnable") == "true")))
+                c.running_info(jstack=bool(asked.jstack_enable))))
         return cmd.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                  f"request code {cmd.code} not supported by the TidalMQ client")
