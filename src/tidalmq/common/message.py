@@ -144,11 +144,6 @@ def property_key(name: str) -> str:
     return name + NAME_VALUE_SEPARATOR
 
 
-def encode_property(name: str, value: str) -> str:
-    """One encoded pair, its separator included: what appending a property to encoded text adds."""
-    return f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-
-
 def has_encoded_property(text: str, name: str) -> bool:
     """Whether encoded ``text`` holds property ``name``, without decoding it."""
     return text.startswith(name + NAME_VALUE_SEPARATOR) or f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}" in text
@@ -195,7 +190,7 @@ def java_property_reader(names: Iterable[str]) -> Callable[[bytes], dict[str, st
 # Patterns that find named properties in encoded properties. Each is searched in the properties with a
 # separator put in front (``PROPERTY_SEPARATOR + text``): a pattern that begins with a literal lets the regex
 # engine jump from separator to separator, where one with an alternation in front ("start or separator")
-# is tried at every position (docs/benchmarks.md, "Property patterns").
+# is tried at every position (docs/benchmarks.md, "Figures behind the code").
 def _names(names: Iterable[str | bytes]) -> bytes:
     return b"|".join(re.escape(n if isinstance(n, bytes) else n.encode()) for n in names)
 

@@ -561,7 +561,8 @@ def record_crc_ok(record: bytes | bytearray | memoryview | mmap.mmap, pos: int, 
 
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
 # deliver times), found with a separator put in front (``dispatch_properties``): copying the few dozen bytes
-# to put it there costs less than a pattern that also matches at the start (docs/benchmarks.md).
+# to put it there costs less than a pattern that also matches at the start (docs/benchmarks.md, "Figures
+# behind the code").
 DISPATCH_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TIMER_OUT_MS", b"__LITE_TOPIC")
 DISPATCH_PROPERTIES = property_finder_bytes(DISPATCH_NAMES)
 DispatchProperties = list[tuple[bytes, bytes]]
