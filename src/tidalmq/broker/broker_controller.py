@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidalmq.acl import acl_home, broker_validator
 from tidalmq.acl.signature_worker import SignatureWorker
@@ -64,6 +64,9 @@ from tidalmq.remoting.tls import TlsConfig, server_context
 from tidalmq.remoting.transport import Connection, RemotingServer
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutStatus
+
+if TYPE_CHECKING:
+    from tidalmq.common.metrics_exporter import PromExporter
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +320,14 @@ class BrokerController:
                 else:
                     log.error("stopping the %s failed: %s", what, e)
         self.store.shutdown()
+
+    def start_metrics_exporter(self) -> PromExporter | None:
+        """metricsExporterType=PROM: the Prometheus endpoint (call on the loop, after start)."""
+        # Imported when asked: a broker that exports nothing (an in-process one) never loads prometheus_client.
+        from tidalmq.broker.metrics.broker_metrics import BrokerMetrics
+
+        return BrokerMetrics(self.config, self.server, self.store, self.stats, self.offsets, self.consumers,
+                             self.producers, self.scheduled, self.replication).start_exporter()
 
     # NameServer registration (broker/out/broker_outer_api.py) ---------------------------------
     def register_soon(self) -> None:
