@@ -42,7 +42,7 @@ from tidalmq.remoting.command import RemotingCommand
 from tidalmq.store.results import AppendResult, PutRequest, PutStatus
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.config import BrokerConfig
     from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -270,11 +270,10 @@ class DuplicationWindow:
             self.snapshot(background=True)
 
 
-def window_for(broker: BrokerController) -> DuplicationWindow | None:
+def window_for(cfg: BrokerConfig, store: DefaultMessageStore) -> DuplicationWindow | None:
     """The broker's window when ``duplicationEnable`` is set (a slave stores no client sends)."""
-    cfg = broker.config
     if not cfg.duplication_enable:
         return None
-    return DuplicationWindow(broker.store, os.path.join(broker.store_config.store_path_root_dir, "config"),
+    return DuplicationWindow(store, os.path.join(store.config.store_path_root_dir, "config"),
                              window_seconds=cfg.duplication_window_seconds, window_size=cfg.duplication_window_size,
                              snapshot_interval_s=cfg.duplication_snapshot_interval_seconds)

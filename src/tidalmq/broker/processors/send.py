@@ -129,7 +129,7 @@ class SendMessageProcessor:
         self._drain_scheduled = False
         self.busy_answers = 0  # sends answered SYSTEM_BUSY by flow control
         self._lookups: set[asyncio.Future[None]] = set()  # cancels waiting on their lookup (kept alive)
-        self.dedup = window_for(broker)  # duplicationEnable: idempotent produce (broker/dedup.py)
+        self.dedup = window_for(broker.config, broker.store)  # duplicationEnable: idempotent produce (broker/dedup.py)
 
     def pending_sends(self) -> list[tuple[PutRequest, RemotingCommand, Respond, bool, float]]:
         """The sends waiting for the group commit (the runtime info's sendThreadPoolQueueSize)."""
