@@ -228,11 +228,10 @@ async def _standalone(args: argparse.Namespace) -> int:
         endpoint_creds = SessionCredentials(bc.access_key, bc.secret_key)
     await broker.start()
     await broker.outer_api.register_all()
-    from tidalmq.broker.metrics.broker_metrics import start_broker_exporter
     from tidalmq.namesrv.metrics import start_namesrv_exporter
 
     exporters = [e for e in (
-        start_broker_exporter(broker),
+        broker.start_metrics_exporter(),
         start_namesrv_exporter(ns, bc.metrics_exporter_type, bc.metrics_prom_exporter_host,
                                bc.namesrv_metrics_prom_exporter_port, "namesrvMetricsPromExporterPort"),
     ) if e is not None]
@@ -365,9 +364,7 @@ async def _broker(args: argparse.Namespace) -> int:
     if getattr(args, "config", None):
         broker.config_file = Path(args.config)
     await broker.start()
-    from tidalmq.broker.metrics.broker_metrics import start_broker_exporter
-
-    exporter = start_broker_exporter(broker)
+    exporter = broker.start_metrics_exporter()
     _settle_gc()
     stop = _stop_on_signal()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)

@@ -59,6 +59,7 @@ from tidalmq.store.message_store import AppendResult, DefaultMessageStore, PutSt
 
 if TYPE_CHECKING:
     from tidalmq.broker.schedule.hooks import TimerRewrite
+    from tidalmq.common.metrics_exporter import PromExporter
     from tidalmq.ha.service import HAService
     from tidalmq.schedule.timer_service import CancelTarget
 
@@ -259,6 +260,14 @@ class BrokerController:
                 else:
                     log.error("stopping the %s failed: %s", what, e)
         self.store.shutdown()
+
+    def start_metrics_exporter(self) -> PromExporter | None:
+        """metricsExporterType=PROM: the Prometheus endpoint (call on the loop, after start)."""
+        # Imported when asked: a broker that exports nothing (an in-process one) never loads prometheus_client.
+        from tidalmq.broker.metrics.broker_metrics import BrokerMetrics
+
+        return BrokerMetrics(self.config, self.server, self.store, self.stats, self.offsets, self.consumers,
+                             self.producers, self.scheduled, self.replication).start_exporter()
 
     # NameServer registration (broker/out/broker_outer_api.py) ---------------------------------
     def register_soon(self) -> None:

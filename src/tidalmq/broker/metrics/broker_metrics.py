@@ -2,8 +2,8 @@
 
 Nothing here runs per message: the send and pull paths already count into the broker's stats items
 (broker/stats.py, ``BrokerController.stats_put``/``stats_get``), the remoting server into ``RpcLatencyStats``. At scrape
-time ``snapshot`` copies what the loop owns (on the loop, ``on_loop``) and ``families`` turns the copy
-into metric families on the exporter's thread.
+time ``BrokerMetrics.snapshot`` copies what the loop owns (on the loop, ``on_loop``) and ``families`` turns the
+copy into metric families on the exporter's thread.
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from tidalmq.remoting.rpc_stats import RpcLatencyStats, rpc_latency_family
 from tidalmq.schedule.stats import LATENESS_BUCKETS_MS
 
 if TYPE_CHECKING:
-    from tidalmq.broker.broker_controller import BrokerController
+    from tidalmq.broker.client.consumer_manager import ClientChannelInfo, ConsumerManager
+    from tidalmq.broker.config import BrokerConfig
+    from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
+    from tidalmq.broker.replication import BrokerReplication
+    from tidalmq.broker.schedule.services import ScheduleServices
+    from tidalmq.broker.stats import BrokerStats
+    from tidalmq.remoting.transport import Connection, RemotingServer
+    from tidalmq.store.api import MessageStore
 
 LATENESS_QUANTILES = (("0.5", "latenessP50Ms"), ("0.99", "latenessP99Ms"), ("1", "latenessMaxMs"))
 
@@ -49,52 +56,79 @@ class BrokerSnapshot:
     common: dict[str, str] = field(default_factory=dict)
 
 
-def _value(broker: BrokerController, name: str, key: str) -> int:
-    item = broker.stats.item(name, key)
-    return item.value if item is not None else 0
+class BrokerMetrics:
+    """What the exporter reads of the broker, each part handed in."""
 
+    def __init__(self, config: BrokerConfig, server: RemotingServer, store: MessageStore, stats: BrokerStats,
+                 offsets: ConsumerOffsetManager, consumers: ConsumerManager,
+                 producers: dict[str, dict[Connection, ClientChannelInfo]], scheduled: ScheduleServices,
+                 replication: BrokerReplication) -> None:
+        self.config = config
+        self.server = server
+        self.store = store
+        self.stats = stats
+        self.offsets = offsets
+        self.consumers = consumers
+        self.producers = producers
+        self.scheduled = scheduled
+        self.replication = replication
 
-def consumer_lag(broker: BrokerController) -> dict[tuple[str, str], int]:
-    """Per (topic, group): the messages in the queues past the group's committed offsets."""
-    out: dict[tuple[str, str], int] = {}
-    store = broker.store
-    for group in broker.offsets.all_groups():
-        for topic in broker.offsets.topics_of_group(group):
-            lag = 0
-            for queue_id, offset in broker.offsets.offsets_of(group, topic).items():
-                lag += max(0, store.get_max_offset_in_queue(topic, queue_id) - offset)
-            out[(topic, group)] = lag
-    return out
+    def _value(self, name: str, key: str) -> int:
+        item = self.stats.item(name, key)
+        return item.value if item is not None else 0
 
+    def consumer_lag(self) -> dict[tuple[str, str], int]:
+        """Per (topic, group): the messages in the queues past the group's committed offsets."""
+        out: dict[tuple[str, str], int] = {}
+        store, offsets = self.store, self.offsets
+        for group in offsets.all_groups():
+            for topic in offsets.topics_of_group(group):
+                lag = 0
+                for queue_id, offset in offsets.offsets_of(group, topic).items():
+                    lag += max(0, store.get_max_offset_in_queue(topic, queue_id) - offset)
+                out[(topic, group)] = lag
+        return out
 
-def snapshot(broker: BrokerController) -> BrokerSnapshot:
-    """Everything the metrics read, copied: call on the broker's loop."""
-    store = broker.store
-    rpc = broker.server.rpc_stats
-    ha_behind = None
-    ha = broker.replication.ha_service
-    if ha is not None and ha.connections:
-        ha_behind = max(0, store.max_phy_offset - ha.push2slave_max_offset)
-    scheduled = broker.scheduled
-    timer = scheduled.timer.snapshot(ask_fresh=True) if scheduled.timer is not None else None
-    cfg = broker.config
-    return BrokerSnapshot(
-        put_counts=broker.stats.per_topic(TOPIC_PUT_NUMS), put_bytes=broker.stats.per_topic(TOPIC_PUT_SIZE),
-        get_counts=broker.stats.per_key(GROUP_GET_NUMS), get_bytes=broker.stats.per_key(GROUP_GET_SIZE),
-        lag=consumer_lag(broker),
-        producer_connections={g: len(conns) for g, conns in broker.producers.items()},
-        consumer_connections={g: len(info.channels) for g, info in broker.consumers.groups.items()},
-        rpc=rpc.snapshot() if rpc is not None else {},
-        flush_behind=store.flush_behind_bytes(),
-        dispatch_behind=store.dispatch_behind_bytes(),
-        disk_full=bool(store.disk_full),
-        delay_pending=scheduled.schedule.pending(),
-        # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
-        delay_stats={**scheduled.schedule_stats.snapshot(), "enqueued": _value(broker, TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
-                     "latenessHistogram": scheduled.schedule_stats.lateness_histogram()},
-        timer=timer, ha_behind=ha_behind, store_root=broker.store_config.store_path_root_dir,
-        common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},
-    )
+    def snapshot(self) -> BrokerSnapshot:
+        """Everything the metrics read, copied: call on the broker's loop."""
+        store, stats = self.store, self.stats
+        rpc = self.server.rpc_stats
+        ha_behind = None
+        ha = self.replication.ha_service
+        if ha is not None and ha.connections:
+            ha_behind = max(0, store.max_phy_offset - ha.push2slave_max_offset)
+        scheduled = self.scheduled
+        timer = scheduled.timer.snapshot(ask_fresh=True) if scheduled.timer is not None else None
+        cfg = self.config
+        return BrokerSnapshot(
+            put_counts=stats.per_topic(TOPIC_PUT_NUMS), put_bytes=stats.per_topic(TOPIC_PUT_SIZE),
+            get_counts=stats.per_key(GROUP_GET_NUMS), get_bytes=stats.per_key(GROUP_GET_SIZE),
+            lag=self.consumer_lag(),
+            producer_connections={g: len(conns) for g, conns in self.producers.items()},
+            consumer_connections={g: len(info.channels) for g, info in self.consumers.groups.items()},
+            rpc=rpc.snapshot() if rpc is not None else {},
+            flush_behind=store.flush_behind_bytes(),
+            dispatch_behind=store.dispatch_behind_bytes(),
+            disk_full=bool(store.disk_full),
+            delay_pending=scheduled.schedule.pending(),
+            # delay levels count deliveries only; their enqueues are the stores into SCHEDULE_TOPIC_XXXX
+            delay_stats={**scheduled.schedule_stats.snapshot(), "enqueued": self._value(TOPIC_PUT_NUMS, SCHEDULE_TOPIC),
+                         "latenessHistogram": scheduled.schedule_stats.lateness_histogram()},
+            timer=timer, ha_behind=ha_behind, store_root=store.config.store_path_root_dir,
+            common={"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name},
+        )
+
+    def start_exporter(self) -> PromExporter | None:
+        """The broker's endpoint when ``metricsExporterType=PROM`` (call on the broker's loop, after start)."""
+        cfg = self.config
+        if cfg.metrics_exporter_type != "PROM":
+            return None
+        loop = asyncio.get_running_loop()
+        self.server.rpc_stats = RpcLatencyStats()
+        exporter = PromExporter(cfg.metrics_prom_exporter_host, cfg.metrics_prom_exporter_port,
+                                lambda: families(on_loop(loop, self.snapshot)))
+        exporter.start()
+        return exporter
 
 
 def disk_usage_bytes(root: str) -> int:
@@ -204,16 +238,3 @@ def cumulative_buckets(counts: list[int]) -> list[tuple[str, float]]:
         total += n
         out.append((le, float(total)))
     return out
-
-
-def start_broker_exporter(broker: BrokerController) -> PromExporter | None:
-    """The broker's endpoint when ``metricsExporterType=PROM`` (call on the broker's loop, after start)."""
-    cfg = broker.config
-    if cfg.metrics_exporter_type != "PROM":
-        return None
-    loop = asyncio.get_running_loop()
-    broker.server.rpc_stats = RpcLatencyStats()
-    exporter = PromExporter(cfg.metrics_prom_exporter_host, cfg.metrics_prom_exporter_port,
-                            lambda: families(on_loop(loop, lambda: snapshot(broker))))
-    exporter.start()
-    return exporter
