@@ -448,7 +448,8 @@ class Admin:
 
 
     # message tools (client/admin_messages.py) -------------------------------------------------
-    async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None, progress: Callable[[], None] | None = None) -> list[MessageExt]:
+    async def query_messages_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                                    end_ms: int | None = None, progress: Callable[[], None] | None = None) -> list[MessageExt]:
         return await _messages.query_messages_by_key(self, topic, key, max_num, begin_ms, end_ms, progress)
 
     async def messages_by_time(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 64) -> list[MessageExt]:
@@ -463,7 +464,8 @@ class Admin:
     async def scheduled_messages(self, topic: str, key: str, max_num: int = 32) -> list[MessageExt]:
         return await _messages.scheduled_messages(self, topic, key, max_num)
 
-    async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None, group: str = "TOOLS_CANCEL_GROUP") -> str:
+    async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None,
+                               group: str = "TOOLS_CANCEL_GROUP") -> str:
         return await _messages.cancel_scheduled(self, topic, uniq_key, deliver_ms, group)
 
     async def rewind(self, group: str, timestamp_ms: int, topic: str | None = None) -> RewindResult:
@@ -475,7 +477,8 @@ class Admin:
     async def dead_letters(self, group: str, max_num: int = 1000) -> list[MessageExt]:
         return await _messages.dead_letters(self, group, max_num)
 
-    async def resend_dead_letters(self, group: str, ids: list[str] | None = None, progress: Callable[[], None] | None = None) -> list[tuple[str, str]]:
+    async def resend_dead_letters(self, group: str, ids: list[str] | None = None,
+                                  progress: Callable[[], None] | None = None) -> list[tuple[str, str]]:
         return await _messages.resend_dead_letters(self, group, ids, progress)
 
     async def consumed_by(self, msg: MessageExt) -> dict[str, bool]:

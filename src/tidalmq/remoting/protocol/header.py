@@ -183,36 +183,46 @@ class Header:
 
 def _compile(cls: type[Header], fields: tuple[Field, ...]) -> Callable[[Mapping[str, str]], Any]:
     """The parser of one spelling, written out field by field as dataclasses writes its ``__init__``: the
-    per-request path then touches no Enum and calls no function for a name it has seen or a short run of
-    digits. Only indices enter the source; names, kinds and defaults are values of its namespace."""
-    ns: dict[str, Any] = {"cls": cls, "RequestError": RequestError, "check_value": check_value,
-                          "parse_number": parse_number, "parse_bool": parse_bool}
-    lines = ["def parse(ext):", "    get = ext.get"]
+    per-request path (every send passes here) then touches no Enum, calls no function for a name it has seen,
+    a short run of digits or a plain true/false, and sets the object's slots without an ``__init__`` call.
+    Only indices and attribute names (Python identifiers of the declaration) enter the source; keys, kinds
+    and defaults are values of its namespace."""
+    ns: dict[str, Any] = {"new": object.__new__, "cls": cls, "RequestError": RequestError,
+                          "check_value": check_value, "parse_number": parse_number, "parse_bool": parse_bool}
+    lines = ["def parse(ext):", "    get = ext.get", "    o = new(cls)"]
     for i, f in enumerate(fields):
+        assert f.attr.isidentifier(), f.attr
         ns[f"N{i}"], ns[f"K{i}"], ns[f"D{i}"] = f.name, f.kind, f.default
         ns[f"M{i}"] = f"the custom field <{f.name}> is null"
+        target = f"o.{f.attr}"
         lines.append(f"    v = get(N{i})")
         if f.required:
             lines.append(f"    if v is None: raise RequestError(M{i})")
             ind = "    "
         else:
-            lines.append(f"    if v is None or v == '': a{i} = D{i}")
+            lines.append(f"    if v is None or v == '': {target} = D{i}")
             lines.append("    else:")
             ind = "        "
         if f.kind in NAME_KINDS:
             ns[f"S{i}"] = KNOWN_NAMES[f.kind]
             lines.append(f"{ind}if v.__class__ is not str or v not in S{i}: check_value(N{i}, K{i}, v)")
-            lines.append(f"{ind}a{i} = v")
+            lines.append(f"{ind}{target} = v")
         elif f.kind in NUMBER_KINDS:
             digits = SAFE_DIGITS.get(f.kind, 0)
             lines.append(f"{ind}if v.__class__ is str and len(v) <= {digits} and v.isdigit() and v.isascii(): "
-                         f"a{i} = int(v)")
-            lines.append(f"{ind}else: a{i} = parse_number(N{i}, K{i}, v)")
+                         f"{target} = int(v)")
+            lines.append(f"{ind}else: {target} = parse_number(N{i}, K{i}, v)")
+        elif f.kind is Kind.BOOL:
+            lines.append(f"{ind}if v == 'true': {target} = True")
+            lines.append(f"{ind}elif v == 'false': {target} = False")
+            lines.append(f"{ind}else:")
+            lines.append(f"{ind}    if v.__class__ is not str: check_value(N{i}, K{i}, v)")
+            lines.append(f"{ind}    {target} = parse_bool(v)")
         else:
             lines.append(f"{ind}if v.__class__ is not str: check_value(N{i}, K{i}, v)")
-            lines.append(f"{ind}a{i} = parse_bool(v)" if f.kind is Kind.BOOL else f"{ind}a{i} = v")
-    lines.append("    return cls(" + ", ".join(f"{f.attr}=a{i}" for i, f in enumerate(fields)) + ")")
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from indices, see the docstring
+            lines.append(f"{ind}{target} = v")
+    lines.append("    return o")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from indices and identifiers, see the docstring
     return cast(Callable[[Mapping[str, str]], Any], ns["parse"])
 
 

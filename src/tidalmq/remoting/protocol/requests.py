@@ -61,8 +61,10 @@ class Request(Generic[H]):
 _B, _N, _C = frozenset({Server.BROKER}), frozenset({Server.NAMESRV}), frozenset({Server.CLIENT})
 
 
-def _r(code: RC, header: type[H], servers: frozenset[Server] = _B, **kw: object) -> Request[H]:
-    return Request(int(code), header, servers, **kw)  # type: ignore[arg-type]
+def _r(code: RC, header: type[H], servers: frozenset[Server] = _B, *, admin: bool = False,
+       response: type[Header] | None = None, body: BodyCheck | None = None,
+       resources_in_body: bool = False) -> Request[H]:
+    return Request(int(code), header, servers, admin, response, body, resources_in_body)
 
 
 # ---- the broker --------------------------------------------------------------------------------------
