@@ -203,6 +203,7 @@ async def query_by_offset(admin: Admin, args: argparse.Namespace) -> int:
         raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message at {args.topic} {args.brokerName} "
                                                        f"queue {args.queueId} offset {args.offset}")
     print_msg(m)
+    await print_tracks(admin, m)  # as RocketMQ's, which prints it with queryMsgById's printMsg
     return 0
 
 
