@@ -8,7 +8,7 @@ through the Java load generator's single async sends (``rocketmq_java``: its own
 faster than Python single sends) or through tidalmq.client (``rocketmq``). Each enqueue is cut at --budget
 seconds, so a peer is measured up to the N it sustains in that time.
 
-    .venv/bin/python bench/pending_bench.py [--quick] [--with-1e8] [--peer tidalmq --peer rocketmq_java]
+    .venv/bin/python bench/pending_bench.py [--quick] [--with-1e8] [--n 1000000] [--peer tidalmq --peer rocketmq_java]
         [--budget 1200] [--compare bench/out/pending-latest.json]
 
 N = 10^6 and 10^7 (--with-1e8 adds 10^8, after checking the free disk: ~DISK_PER_MSG bytes a message;
@@ -194,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="N = 2*10^4 and 10^5: a dry run")
     ap.add_argument("--with-1e8", action="store_true", help="add N = 10^8 (checks the free disk first)")
+    ap.add_argument("--n", type=int, action="append", help="only this N (repeatable): a targeted run")
     ap.add_argument("--peer", action="append", choices=PEERS, help=f"default: {' '.join(DEFAULT_PEERS)}")
     ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1200 otherwise)")
     ap.add_argument("--compare", help="a previous bench/out/pending-*.json")
     args = ap.parse_args(argv)
-    ns = sizes(args.quick, args.with_1e8)
+    ns = sorted(args.n) if args.n else sizes(args.quick, args.with_1e8)
     budget = args.budget or (60.0 if args.quick else 1200.0)
     tmp_root = Path(tempfile.gettempdir())
     why = disk_check(max(ns), tmp_root)
