@@ -8,7 +8,7 @@ through the Java load generator's single async sends (``rocketmq_java``: its own
 faster than Python single sends) or through tidalmq.client (``rocketmq``). Each enqueue is cut at --budget
 seconds, so a peer is measured up to the N it sustains in that time.
 
-    .venv/bin/python bench/pending_bench.py [--quick] [--with-1e8] [--peer tidalmq --peer rocketmq_java]
+    .venv/bin/python bench/pending_bench.py [--quick] [--with-1e8] [--n 1000000] [--peer tidalmq --peer rocketmq_java]
         [--budget 1200] [--compare bench/out/pending-latest.json]
 
 N = 10^6 and 10^7 (--with-1e8 adds 10^8, after checking the free disk: ~DISK_PER_MSG bytes a message;
@@ -70,6 +70,14 @@ def du(path: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
 
+def du_parts(path: Path, depth: int = 3) -> dict[str, int]:
+    """Allocated bytes of the directories ``depth`` levels below ``path`` (the store's parts: CommitLog,
+    ConsumeQueues, the timer's log and wheel...), the largest first, those of 1 % or more of the whole."""
+    parts = {str(d.relative_to(path)): du(d) for d in path.glob("/".join(["*"] * depth)) if d.is_dir()}
+    total = max(1, du(path))
+    return dict(sorted(((k, v) for k, v in parts.items() if v * 100 >= total), key=lambda kv: -kv[1]))
+
+
 def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
     """N messages due 7..30 days ahead, in tenths; the rate of each tenth."""
     tenth = max(1, n // 10)
@@ -99,7 +107,8 @@ def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[st
         r = jload.Phase(s, topic="plate", phase="timer-late", rate=DUE_RATE, seconds=window, lead_ms=int(lead_s * 1000),
                         size=workloads.SCHED_BODY, window=jload.WINDOW, wait_s=lead_s + window + 60).run(lead_s + 600)
         return {"late_expected": m, "late_delivered": r["received"], "late_p50_ms": r["p50_ms"],
-                "late_p99_ms": r["p99_ms"], "late_early": r["early"]}
+                "late_p99_ms": r["p99_ms"], "late_early": r["early"],
+                "late_sends_overran_ms": max(0.0, r["send_s"] - lead_s) * 1000}
     t_start = int((time.time() + lead_s) * 1000)
     cons = workloads.Consumer(peer, s.conn(), "plate", m, t_start / 1000 + window + 60, grace=2.0)
     deliver = [t_start + i * 1000 // DUE_RATE for i in range(m)]
@@ -109,12 +118,15 @@ def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[st
         cl.schedule("plate", [(d, workloads.sched_body(i, d), "") for i, d in enumerate(deliver)])
     finally:
         cl.close()
+    # > 0: the sends were not done when the window began, and some lateness is the client's
+    overran_ms = max(0.0, time.time() * 1000 - t_start)
     seen: dict[int, float] = {}
     for i, recv, due in cons.result():
         seen.setdefault(i, recv - due)
     lat = sorted(seen.values())
     return {"late_expected": m, "late_delivered": len(lat), "late_p50_ms": percentile(lat, 50),
-            "late_p99_ms": percentile(lat, 99), "late_early": sum(1 for x in lat if x < 0)}
+            "late_p99_ms": percentile(lat, 99), "late_early": sum(1 for x in lat if x < 0),
+            "late_sends_overran_ms": overran_ms}
 
 
 def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str, Any]:
@@ -140,7 +152,7 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
                 out = enqueue(cl, n, budget_s)
             time.sleep(3.0)  # the work left after the last acknowledgement
             pend = out["pending"]
-            out.update(disk_bytes_per_msg=du(s.workdir) / pend if pend else float("nan"),
+            out.update(disk_bytes_per_msg=du(s.workdir) / pend if pend else float("nan"), disk_parts=du_parts(s.workdir),
                        anon_bytes_per_msg=(s.rss_anon() - anon0) / pend if pend else float("nan"))
             # restart with N pending: a few messages due 3 s after the kill
             few = 100
@@ -194,11 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="N = 2*10^4 and 10^5: a dry run")
     ap.add_argument("--with-1e8", action="store_true", help="add N = 10^8 (checks the free disk first)")
+    ap.add_argument("--n", type=int, action="append", help="only this N (repeatable): a targeted run")
     ap.add_argument("--peer", action="append", choices=PEERS, help=f"default: {' '.join(DEFAULT_PEERS)}")
     ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1200 otherwise)")
     ap.add_argument("--compare", help="a previous bench/out/pending-*.json")
     args = ap.parse_args(argv)
-    ns = sizes(args.quick, args.with_1e8)
+    ns = sorted(args.n) if args.n else sizes(args.quick, args.with_1e8)
     budget = args.budget or (60.0 if args.quick else 1200.0)
     tmp_root = Path(tempfile.gettempdir())
     why = disk_check(max(ns), tmp_root)

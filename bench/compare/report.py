@@ -174,7 +174,8 @@ def w1_rows(results: dict[str, Any]) -> list[list[str]]:
         rows.append([TITLE.get(name, name), fmt(r["produced_per_s"]), cores_cell(r, "produce_broker_cores",
                      "produced_per_core"), fmt(r["consumed_per_s"]),
                      f"{fmt(r['lat_p50_ms'], 2)} / {fmt(r['lat_p99_ms'], 2)}",
-                     f"{r['received']:,}/{r['n']:,} + {r['paced_received']:,}/{r['paced_n']:,}"])
+                     f"{r['received']:,}/{r['n']:,} + {r['paced_received']:,}/{r['paced_n']:,}"
+                     + (f" ({r['paced_send_errors']:,} sends refused)" if r.get("paced_send_errors") else "")])
     return rows
 
 

@@ -41,7 +41,9 @@ def rows(pending: dict[str, Any]) -> list[list[str]]:
                            _f(r.get("anon_bytes_per_msg"), 1), _f(r.get("restart_to_ready_s"), 2),
                            _f(r.get("restart_to_first_delivery_s"), 2),
                            f"{_f(r.get('late_p50_ms'), 1)} / {_f(r.get('late_p99_ms'), 1)}"
-                           f" ({r.get('late_delivered', 0):,} of {r.get('late_expected', 0):,})"])
+                           f" ({r.get('late_delivered', 0):,} of {r.get('late_expected', 0):,})"
+                           + (f"; sends overran the window's start by {_f(r['late_sends_overran_ms'])} ms"
+                              if r.get("late_sends_overran_ms") else "")])
     return out
 
 

@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     peers = args.peer or list(PEERS)
     wls = args.workload or list(ALL)
-    pending_sizes = pending_bench.sizes(args.quick, args.with_1e8)
+    # --quick: one N (10^5), the dry run of W6's every step
+    pending_sizes = [max(pending_bench.QUICK_SIZES)] if args.quick else pending_bench.sizes(False, args.with_1e8)
     if "W6" in wls:
         why = pending_bench.disk_check(max(pending_sizes), Path(tempfile.gettempdir()))
         if why:
