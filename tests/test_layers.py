@@ -33,9 +33,11 @@ class Import:
     for_type_checker: bool
 
 
-def modules(root: Path) -> dict[str, Path]:
+def modules(root: Path, package: str = "tidalmq") -> dict[str, Path]:
+    """The modules of ``package`` under ``root`` (not src's other top-level packages: pyspark_tidalmq is
+    PySpark's entry point for data source discovery, which imports tidalmq.spark from outside)."""
     out = {}
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted((root / package).rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
@@ -53,7 +55,7 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
 @functools.cache
 def imports(root: Path, package: str = "tidalmq") -> tuple[Import, ...]:
     """Every import of a module of ``package`` by another, resolved to the module it loads."""
-    mods = modules(root)
+    mods = modules(root, package)
     found = []
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
