@@ -146,6 +146,8 @@ def test_a_header_parses_what_it_writes_in_each_spelling() -> None:
         assert bh.SendMessageRequestHeader.parse(ext, form) == h
     assert h.to_ext(bh.SEND_V2)["m"] == "true" and "l" not in h.to_ext(bh.SEND_V2)
     assert ext_of(RC.SEND_MESSAGE_V2, h) == h.to_ext(bh.SEND_V2) and ext_of(RC.SEND_MESSAGE, h) == h.to_ext()
+    with pytest.raises(TypeError, match="carries a PullMessageRequestHeader"):  # a client's request of the wrong header
+        ext_of(RC.PULL_MESSAGE, h)
 
 
 def test_parse_refuses_as_the_validation_did() -> None:

@@ -133,7 +133,7 @@ def spec(name: str, kind: Kind, *, subject: Access | None = None, short: str | N
 def spec(name: str, kind: Kind, *, default: Any, subject: Access | None = None, short: str | None = None) -> Any: ...
 def spec(name: str, kind: Kind, *, default: Any = dataclasses.MISSING, subject: Access | None = None,
          short: str | None = None) -> Any:
-    """A header field: its extFields key ``name``, kind, and default (none: required); ``alias`` is its
+    """A header field: its extFields key ``name``, kind, and default (none: required); ``short`` is its
     name in a header's second spelling (SEND_MESSAGE_V2's letters)."""
     return dataclasses.field(default=default, metadata={_META: (name, kind, subject, short)})
 
@@ -148,6 +148,7 @@ class Header:
     # Every spelling of the header, numbered as the request table's form_of numbers them (most have one).
     FORMS: ClassVar[tuple[tuple[Field, ...], ...]] = ((),)
     _PARSERS: ClassVar[tuple[Callable[[Mapping[str, str]], Any], ...]] = ()
+    _ENCODERS: ClassVar[tuple[Callable[[Any], dict[str, str]], ...]] = ()
 
     @classmethod
     def fields(cls, form: int = 0) -> tuple[Field, ...]:
@@ -159,10 +160,6 @@ class Header:
         return cast(H, cls._PARSERS[form](ext))
 
     @classmethod
-    def check(cls, ext: Mapping[str, str], form: int = 0) -> None:
-        cls._PARSERS[form](ext)
-
-    @classmethod
     def key_of(cls, attr: str, form: int = 0) -> str:
         """The extFields key of attribute ``attr`` (a pre-encoded template names its keys)."""
         for f in cls.FORMS[form]:
@@ -171,14 +168,8 @@ class Header:
         raise KeyError(attr)
 
     def to_ext(self, form: int = 0) -> dict[str, str]:
-        """This header as extFields (fields of value None are left out)."""
-        out: dict[str, str] = {}
-        for f in self.FORMS[form]:
-            v = getattr(self, f.attr)
-            if v is None:
-                continue
-            out[f.name] = ("true" if v else "false") if v is True or v is False else str(v)
-        return out
+        """This header as extFields (fields of value None are left out; booleans as true/false)."""
+        return self._ENCODERS[form](self)
 
 
 def _compile(cls: type[Header], fields: tuple[Field, ...]) -> Callable[[Mapping[str, str]], Any]:
@@ -226,6 +217,26 @@ def _compile(cls: type[Header], fields: tuple[Field, ...]) -> Callable[[Mapping[
     return cast(Callable[[Mapping[str, str]], Any], ns["parse"])
 
 
+def _compile_encoder(fields: tuple[Field, ...]) -> Callable[[Any], dict[str, str]]:
+    """``to_ext`` of one spelling, written out as the parser is (a pull's or a pop's response and every
+    client request go through it)."""
+    ns: dict[str, Any] = {f"N{i}": f.name for i, f in enumerate(fields)}
+    lines = ["def to_ext(o):", "    out = {}"]
+    for i, f in enumerate(fields):
+        assert f.attr.isidentifier(), f.attr
+        if f.kind is Kind.BOOL:
+            value = "'true' if v else 'false'"
+        elif f.kind in NUMBER_KINDS:
+            value = "str(v)"
+        else:
+            value = "v if v.__class__ is str else str(v)"
+        lines.append(f"    v = o.{f.attr}")
+        lines.append(f"    if v is not None: out[N{i}] = {value}")
+    lines.append("    return out")
+    exec("\n".join(lines), ns)  # noqa: S102 - generated from indices and identifiers, as _compile
+    return cast(Callable[[Any], dict[str, str]], ns["to_ext"])
+
+
 @dataclass_transform(kw_only_default=True, field_specifiers=(spec,))
 def header(cls: type[H]) -> type[H]:
     """Declares ``cls`` a header: a keyword-only dataclass of ``spec`` fields, with its parsers."""
@@ -240,6 +251,7 @@ def header(cls: type[H]) -> type[H]:
             forms[1].append(Field(short, kind, required, subject, f.name, default))
     made.FORMS = tuple(tuple(fs) for fs in forms if fs) or ((),)
     made._PARSERS = tuple(_compile(made, fs) for fs in made.FORMS)
+    made._ENCODERS = tuple(_compile_encoder(fs) for fs in made.FORMS)
     return made
 
 

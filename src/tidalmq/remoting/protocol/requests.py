@@ -192,6 +192,9 @@ def ext_of(code: int, ext: Header | Mapping[str, str] | None) -> dict[str, str]:
     if ext is None:
         return {}
     if isinstance(ext, Header):
+        declared = REQUESTS.get(code)
+        if declared is not None and type(ext) is not declared.header:
+            raise TypeError(f"request code {code} carries a {declared.header.__name__}, not a {type(ext).__name__}")
         return ext.to_ext(forms(code)[0])
     return dict(ext)
 
