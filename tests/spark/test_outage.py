@@ -93,12 +93,12 @@ def test_caught_up_query_rides_out_a_name_server_restart_on_a_cluster(spark, tmp
             _until(spark, q, "nsrestart", 100, 120)
             namesrv.kill()
             namesrv.start()
-            from tidalmq.client.errors import MQBrokerError
+            from tidalmq.client.admin import AdminError
             from tidalmq.client.sync import Admin
             from tidalmq.remoting.codes import ResponseCode
 
             with Admin(ns) as admin:  # the race the query must ride out: the topic is unknown for a while
-                with pytest.raises(MQBrokerError) as unknown:
+                with pytest.raises(AdminError) as unknown:
                     admin.route(topic)
                 assert unknown.value.code == ResponseCode.TOPIC_NOT_EXIST
             deadline = time.monotonic() + 45
