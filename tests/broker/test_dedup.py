@@ -353,3 +353,31 @@ def test_window_of_segments_is_saved_at_shutdown_and_loaded(tmp_path: Path) -> N
         assert sorted(p.name for p in (config / "duplication").iterdir()) == sorted(snap["segments"])
         s.start()
         run(scenario(False))
+
+
+def test_hash_table_agrees_with_a_dict_through_inserts_deletes_and_rebuilds() -> None:
+    import numpy as np
+
+    from tidalmq.broker.dedup_index import HashTable
+
+    rng = np.random.default_rng(7)
+    table, model = HashTable(), {}
+    batches = []
+    for step in range(40):  # from 4,096 slots to several rebuilds; hashes 0 and 1 included
+        hs = rng.integers(0, 2**64, 700, dtype=np.uint64)
+        if step == 3:
+            hs[:2] = [0, 1]
+        ps = rng.integers(0, 2**40, 700, dtype=np.int64)
+        table.insert(hs, ps)
+        model.update(zip(hs.tolist(), ps.tolist(), strict=True))
+        batches.append((hs, ps))
+        if step % 3 == 2:  # the oldest batch goes, as an evicted segment
+            old_h, old_p = batches.pop(0)
+            table.delete(old_h, old_p)
+            for h in old_h.tolist():
+                model.pop(h, None)
+    probe = np.concatenate([np.array(list(model), np.uint64), rng.integers(0, 2**64, 2000, dtype=np.uint64)])
+    found, phys = table.lookup(probe)
+    assert found.tolist() == [h in model for h in probe.tolist()]
+    assert [int(p) for p, f in zip(phys, found, strict=True) if f] == [model[h] for h in probe.tolist() if h in model]
+    assert table.live == len(model) and table.live + table.gone <= 0.65 * len(table.keys)

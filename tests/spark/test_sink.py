@@ -122,8 +122,12 @@ def test_errors(spark, spark_broker) -> None:
     create_topic(ns, topic, 1)
     with pytest.raises(AnalysisException, match="column 'body' must be string or binary"):
         _writer(spark.range(3).selectExpr("id as body"), ns, topic=topic).save()
-    with pytest.raises(AnalysisException, match="column 'value' is not a column the tidalmq sink writes"):
-        _writer(spark.range(3).selectExpr("cast(id as string) as value"), ns, topic=topic).save()
+    with pytest.raises(AnalysisException, match="column 'payload' is not a column the tidalmq sink writes"):
+        _writer(spark.range(3).selectExpr("cast(id as string) as payload"), ns, topic=topic).save()
+    with pytest.raises(AnalysisException, match="columns 'body' and 'value' are both written as the message's body"):
+        _writer(spark.range(3).selectExpr("'x' as body", "'y' as value"), ns, topic=topic).save()
+    with pytest.raises(AnalysisException, match="column 'key' must be string or binary"):
+        _writer(spark.range(3).selectExpr("'x' as value", "id as key"), ns, topic=topic).save()
     with pytest.raises(AnalysisException, match="column 'deliverTime' must be timestamp"):
         _writer(spark.range(3).selectExpr("'x' as body", "'soon' as deliverTime"), ns, topic=topic).save()
     with pytest.raises(AnalysisException, match="unknown option"):

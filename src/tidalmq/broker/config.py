@@ -88,7 +88,7 @@ class BrokerConfig:
     # stored within the window is answered with the original's result instead of being stored again.
     duplication_enable: bool = False
     duplication_window_seconds: int = 3600
-    duplication_window_size: int = 10_000_000  # 16 bytes of broker memory a key (broker/dedup_index.py): 160 MB full
+    duplication_window_size: int = 10_000_000  # ~45 bytes of broker memory a key (broker/dedup_index.py)
     duplication_snapshot_interval_seconds: int = 10
     # Replication (docs/replication.md). brokerRole above: ASYNC_MASTER, SYNC_MASTER or SLAVE; a master's
     # brokerId is 0, a slave's >= 1. -1 for haListenPort means listenPort + 1 (RocketMQ's BrokerStartup

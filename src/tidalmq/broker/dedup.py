@@ -11,12 +11,14 @@ derives the key deterministically (the Spark sink: query, batch, partition, row)
   a batch with some known keys stores only the others.
 - A send whose original is still being stored (between append request and answer) is answered
   SYSTEM_BUSY: the client backs off and its retry then gets the original's answer.
-- Bounded: the oldest entries go past ``duplicationWindowSize`` keys or ``duplicationWindowSeconds``.
-- Persisted without copying it: the window's entries are the CommitLog's keyed records in order, so
-  the CommitLog offset of its oldest entry is all that is written (``<storePathRootDir>/config/
-  duplication.json``, every ``duplicationSnapshotIntervalSeconds``); at load the CommitLog from there to
-  its end is replayed through the same bounds, which rebuilds the window (a crash leaves an older offset:
-  more is replayed, the bounds drop it again). Without the file the last ``_REBUILD_BYTES`` are replayed.
+- Bounded: the oldest keys go a segment at a time past ``duplicationWindowSize`` keys or
+  ``duplicationWindowSeconds`` (broker/dedup_index.py holds the keys: ~45 bytes each).
+- Persisted: each frozen segment is saved once as a file (``<storePathRootDir>/config/duplication/``),
+  and ``duplication.json`` lists the saved ones and the CommitLog offset where the newest segment begins;
+  at load they are read and the CommitLog from there to its end is replayed through the same bounds (a
+  crash leaves an older snapshot: more is replayed). Written at load, at each new segment, every
+  ``duplicationSnapshotIntervalSeconds`` and at shutdown. Without one the replay starts at the start of
+  the CommitLog file that holds the last ``_REBUILD_BYTES`` (a file starts with a record).
 
 Pure bookkeeping here; the send processor calls ``screen`` before a put and ``settle`` after it.
 """
