@@ -143,6 +143,8 @@ def cell_status(p: dict[str, Any], w: str) -> str | None:
         return "not run"
     if "unsupported" in r:
         return f"cannot: {r['unsupported']}"
+    if "skipped" in r:
+        return f"skipped: {r['skipped']}"
     if "error" in r:
         return f"error: {r['error'][:160]}"
     return None

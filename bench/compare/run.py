@@ -81,6 +81,11 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
         if w in S.unsupported:
             out[w] = {"unsupported": S.unsupported[w]}
     todo = [w for w in wls if w not in S.unsupported]
+    if quick:  # a dry run: what another peer's run exercises already is left out (Server.quick_skip)
+        for w in getattr(S, "quick_skip", {}):
+            if w in todo:
+                todo.remove(w)
+                out[w] = {"skipped": S.quick_skip[w]}
     # instance A (recommended settings): W1, W2, W5
     first = [w for w in ("W1", "W2", "W5") if w in todo]
     if first:
