@@ -48,8 +48,9 @@ NOTES = """\
 - **Redis** is a scheme, not a broker feature: the sorted set, the mover (a separate Python process polling
   every 10 ms, moving due members with one Lua script) and the stream. Its lateness is bounded below by the
   poll interval; its W3 memory is Redis's own (the mover holds nothing).
-- **W3 memory** is the RSS of the process holding the messages, before and after the enqueue (after 3 s of
-  settling). RSS includes mapped store files: TidalMQ maps its CommitLog, so its RSS grows with the page
+- **W3 memory** is the RSS of the process holding the messages and of the processes under it (TidalMQ's
+  schedule process holds the timer's index; runs before 2026-12-02 counted the broker process alone),
+  before and after the enqueue (after 3 s of settling). RSS includes mapped store files: TidalMQ maps its CommitLog, so its RSS grows with the page
   cache it touched; `RssAnon` (anonymous memory only) is given beside it. A JVM's RSS is mostly the heap it has
   touched (ActiveMQ runs with Debian's fixed 512 MiB heap): the live heap after a full GC (`jcmd GC.run`) is
   given beside it. "cut short" means the enqueue hit the workload's time limit before 1 M; the per-message
