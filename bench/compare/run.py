@@ -15,6 +15,7 @@ import argparse
 import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
                 guarded("W5", lambda: wl.w5(s, peer, quick))
         finally:
             s.stop()
+            shutil.rmtree(s.workdir, ignore_errors=True)  # one instance's data on disk at a time
     if "W3" in todo:
         s = S(tmp / f"{peer}-w3")
         log(f"{peer}: starting (W3 instance)")
@@ -111,6 +113,7 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
             guarded("W3", lambda: wl.w3(s, peer, quick, budget["W3"]))
         finally:
             s.stop()
+            shutil.rmtree(s.workdir, ignore_errors=True)  # one instance's data on disk at a time
     if "W4" in todo:
         s = S(tmp / f"{peer}-w4", durable=True)
         log(f"{peer}: starting (W4 instance, durable settings)")
@@ -119,6 +122,7 @@ def run_peer(peer: str, wls: list[str], quick: bool, tmp: Path) -> dict[str, Any
             guarded("W4", lambda: wl.w4(s, peer, quick, budget["W4"]))
         finally:
             s.stop()
+            shutil.rmtree(s.workdir, ignore_errors=True)  # one instance's data on disk at a time
     return res
 
 
