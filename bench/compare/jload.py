@@ -11,6 +11,7 @@ alone) and no burst figures.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
@@ -29,7 +30,9 @@ HEAP = ["-Xms256m", "-Xmx512m"]
 MAIN = "tidalmq.bench.LoadGen"
 
 
+@functools.cache
 def classpath() -> str:
+    """The load generator's classpath, built into the reference cache once a run (a no-op when built)."""
     lib = fetch_lib("loadgen", "jvm-bench/loadgen")
     return f"{lib.parent / 'target' / 'loadgen-1.jar'}:{lib}/*"
 
