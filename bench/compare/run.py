@@ -145,17 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         report.write(results, out, out.with_suffix(".json"))
         log(f"report: {out}")
         return 0
-    # SIGTERM ends the run like Ctrl-C: every server started so far is stopped on the way out
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     peers = args.peer or list(PEERS)
     wls = args.workload or list(ALL)
     # --quick: one N (10^5), the dry run of W6's every step
     pending_sizes = [max(pending_bench.QUICK_SIZES)] if args.quick else pending_bench.sizes(False, args.with_1e8)
-    if "W6" in wls:
+    if "W6" in wls:  # before anything starts: a run that cannot finish says so at once
         why = pending_bench.disk_check(max(pending_sizes), Path(tempfile.gettempdir()))
         if why:
             print(f"W6 cannot run: {why}", file=sys.stderr)
             return 2
+    # SIGTERM ends the run like Ctrl-C: every server started so far is stopped on the way out
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print_machine()
     t0 = time.time()
     results: dict[str, Any] = {"quick": args.quick, "peers": {}, "workloads": wls,
