@@ -71,12 +71,16 @@ def du(path: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
 
-def du_parts(path: Path, depth: int = 3) -> dict[str, int]:
-    """Allocated bytes of the directories ``depth`` levels below ``path`` (the store's parts: CommitLog,
-    ConsumeQueues, the timer's log and wheel...), the largest first, those of 1 % or more of the whole."""
-    parts = {str(d.relative_to(path)): du(d) for d in path.glob("/".join(["*"] * depth)) if d.is_dir()}
+def du_parts(path: Path) -> dict[str, int]:
+    """Allocated bytes of the store's parts (CommitLog, ConsumeQueues, the timer's log and wheel...): the
+    directories two or three levels below ``path`` holding 1 % or more of the whole, a parent left out
+    where one of its own is listed (TidalMQ's parts sit at data/store/X, RocketMQ's at store/X), the
+    largest first."""
     total = max(1, du(path))
-    return dict(sorted(((k, v) for k, v in parts.items() if v * 100 >= total), key=lambda kv: -kv[1]))
+    parts = {d: du(d) for depth in (2, 3) for d in path.glob("/".join(["*"] * depth)) if d.is_dir()}
+    big = {d: v for d, v in parts.items() if v * 100 >= total}
+    keep = {d: v for d, v in big.items() if not any(o != d and d in o.parents for o in big)}
+    return {str(d.relative_to(path)): v for d, v in sorted(keep.items(), key=lambda kv: -kv[1])}
 
 
 def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
