@@ -21,13 +21,14 @@ from typing import Any
 from bench.common import settled_cpu_s
 from bench.compare import workloads
 from bench.compare.base import ServerBase
-from bench.compare.peers.jvm import fetch_lib
+from bench.compare.peers.jvm import fetch_lib, pinned
 
 WINDOW = 256  # async sends in flight, as the Python peers' single sends
 BATCH = 512  # W1's throughput phase: messages a batch request, as the Python peers'
 BATCH_WINDOW = 16
 HEAP = ["-Xms256m", "-Xmx512m"]
 MAIN = "tidalmq.bench.LoadGen"
+KAFKA_MAIN = "tidalmq.bench.KafkaLoad"
 
 
 @functools.cache
@@ -55,12 +56,12 @@ def _client_version() -> str:
 class Phase:
     """One LoadGen run: ``ready`` -> go -> ``sent`` -> ``done``, the broker's CPU read at go and at sent."""
 
-    def __init__(self, server: ServerBase, **params: Any) -> None:
+    def __init__(self, server: ServerBase, main: str = MAIN, cp: str | None = None, **params: Any) -> None:
         self.server = server
         self.events: list[dict[str, Any]] = []
         self.c0 = 0.0  # the broker's CPU seconds at the go line
-        args = [f"{k}={v}" for k, v in {"namesrv": server.conn()["namesrv"], **params}.items()]
-        self.proc = subprocess.Popen(["java", *HEAP, "-cp", classpath(), MAIN, *args], stdin=subprocess.PIPE,
+        args = [f"{k}={v}" for k, v in {**server.conn(), **params}.items()]
+        self.proc = subprocess.Popen(["java", *HEAP, "-cp", cp or classpath(), main, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def _event(self, want: str, timeout: float) -> dict[str, Any]:
@@ -108,13 +109,24 @@ def _setup(server: ServerBase, peer: str, *dests: str) -> None:
         cl.close()
 
 
+def kafka_classpath() -> str:
+    """KafkaLoad (compiled in the load generator's jar) with the Kafka peer's own client jars."""
+    kafka_lib = fetch_lib("kafka", f"kafka-{pinned('kafka', 'kafka.version')}")
+    return f"{classpath()}:{kafka_lib}/*"
+
+
 def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
-    """As workloads.w1: 1 KiB messages as fast as the client sends them (batches), then 1,000 msgs/s paced."""
+    """As workloads.w1: 1 KiB messages as fast as the client sends them (batches), then 1,000 msgs/s paced.
+    Kafka's peer (``kafka_java``): its own Java client, which batches by itself (linger.ms at its default
+    for the throughput, 0 for the paced latency), the same 8,192 messages in flight."""
     n = 5_000 if quick else 30_000
     paced_s = 2 if quick else 5
     _setup(server, peer, "jw1t", "jw1l")
+    kafka = peer.startswith("kafka")
+    how: dict[str, Any] = ({"main": KAFKA_MAIN, "cp": kafka_classpath()} if kafka else {})
     # each phase warms the JVM's JIT up on its own path first (before the clock and the CPU reading start)
-    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, batch=BATCH, window=BATCH_WINDOW,
+    batching = {"window": BATCH * BATCH_WINDOW} if kafka else {"batch": BATCH, "window": BATCH_WINDOW}
+    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, **how, **batching,
               warmup=n // 2, wait_s=60 if quick else 120).run(300)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} sends failed")
@@ -125,7 +137,8 @@ def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
     pc = workloads.per_core(rate, r["broker_cpu_s"], r["send_s"])
     out.update(produce_broker_cores=pc["cores"], produced_per_core=pc["per_core"])
     r = Phase(server, topic="jw1l", phase="paced", rate=1000, seconds=paced_s, size=workloads.W1_BODY,
-              window=WINDOW, warmup=1000 * paced_s // 2, wait_s=60).run(120)
+              window=WINDOW, warmup=1000 * paced_s // 2, wait_s=60, **how,
+              **({"linger_ms": 0} if kafka else {})).run(120)
     # a send refused (a busy broker's SYSTEM_BUSY is not retried by an async send) is missing at the consumer
     out.update(paced_rate=1000, paced_n=r["expected"], paced_received=r["received"], paced_send_errors=r["errors"],
                lat_p50_ms=r["p50_ms"], lat_p99_ms=r["p99_ms"])

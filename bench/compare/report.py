@@ -10,11 +10,12 @@ from typing import Any
 from bench.common import machine
 from bench.compare import report_pending
 
-ORDER = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "redis", "rabbitmq",
-         "activemq", "beanstalkd", "nats")
+ORDER = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "kafka_java", "redis",
+         "rabbitmq", "activemq", "beanstalkd", "nats")
 TITLE = {"tidalmq": "TidalMQ", "tidalmq_java": "TidalMQ (Java client)", "rocketmq": "Apache RocketMQ 5 (timer 1000 ms)",
          "rocketmq_p100": "Apache RocketMQ 5 (timer 100 ms)",
          "rocketmq_java": "Apache RocketMQ 5 (timer 100 ms, Java client)", "kafka": "Apache Kafka (KRaft)",
+         "kafka_java": "Apache Kafka (KRaft, Java client)",
          "redis": "Redis (ZSET + Streams)", "rabbitmq": "RabbitMQ (TTL + DLX)",
          "activemq": "ActiveMQ (scheduler)", "beanstalkd": "beanstalkd", "nats": "NATS JetStream"}
 
@@ -27,7 +28,8 @@ NOTES = """\
   one producer in the harness process, one consumer in its own process; except the "Java client" rows: the
   same TidalMQ and RocketMQ brokers driven by RocketMQ's official Java client (rocketmq-client, the Java load
   generator bench/compare/jvm/loadgen, producer and push consumer in one JVM), so that neither broker is
-  judged only through the other's client. Its W2 has no background mix (the due window alone, no burst
+  judged only through the other's client, and Kafka through its own Java client (kafka-clients), which
+  aiokafka's rate does not bound. Its W2 has no background mix (the due window alone, no burst
   figures), and its JIT is warmed up on each phase's own path before the clock starts. At these rates most peers are
   *client-bound*: the msgs/s say what a Python application gets from each broker, not the broker's ceiling.
   Each client pipelines or keeps requests in flight where it can (Redis pipelines of 500, RabbitMQ 256

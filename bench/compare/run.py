@@ -35,8 +35,8 @@ from bench.compare import report, workloads  # noqa: E402
 from bench.compare.base import WORKLOADS  # noqa: E402
 
 # the *_java peers: the same brokers driven by the Java load generator (bench/compare/jload.py)
-PEERS = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "redis", "rabbitmq",
-         "activemq", "beanstalkd", "nats")
+PEERS = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "kafka_java", "redis",
+         "rabbitmq", "activemq", "beanstalkd", "nats")
 
 # seconds each workload may take per peer (full run / --quick); the sending part of W2..W4 is cut at these
 BUDGET = {"W2": (150, 60), "W3": (160, 25), "W4": (150, 60), "W6": (1200, 40)}

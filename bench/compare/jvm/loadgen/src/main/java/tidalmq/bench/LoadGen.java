@@ -85,7 +85,7 @@ public final class LoadGen {
         private int count;
         private int duplicates;
         private double last;
-        private final CountDownLatch all;
+        final CountDownLatch all;
 
         Recorder(int expected) {
             seen = new boolean[expected];
