@@ -10,7 +10,7 @@ process, and each message's time split at the broker's store timestamp:
 ``--vs KEY=VALUE`` alternates the baseline broker with one whose setting differs (``--rounds`` times each),
 so that a suspected cause (the flush interval, say) is measured in the same minutes as the baseline.
 
-    .venv/bin/python bench/w1_latency_bench.py [--n 5000] [--rate 1000] [--mode async|batch]
+    .venv/bin/python bench/w1_latency_bench.py [--n 5000] [--rate 1000] [--mode async|batch] [--warmup-s 3]
         [--vs flushIntervalCommitLog=10000] [--rounds 2]
 """
 
@@ -50,7 +50,8 @@ def _consumer(ns: str, n: int, q: Any, ready: Any) -> None:
             t = time.time() * 1000
             for m in msgs:
                 i, sent = m.body.split(b"|", 2)[:2]
-                got.append((int(i), float(sent), m.store_timestamp, t))
+                if int(i) >= 0:  # not a warm-up message
+                    got.append((int(i), float(sent), m.store_timestamp, t))
             if len(got) >= n:
                 done.set()
 
@@ -73,15 +74,16 @@ def _consumer(ns: str, n: int, q: Any, ready: Any) -> None:
     q.put(got)
 
 
-async def _produce(ns: str, n: int, rate: float, mode: str) -> int:
+async def _produce(ns: str, n: int, rate: float, mode: str, warmup: int = 0) -> int:
     """The paced sends; the count the broker refused (SYSTEM_BUSY: a send queued past
     waitTimeMillsInSendQueue, which a stall of the broker's loop shows as well)."""
     async with Producer("w1lat_pg", ns) as p:
         await p.send(Message(TOPIC, b"-1|0|"))  # the route cached, the connection open
         start = time.time()
         sends: list[asyncio.Future[Any]] = []
-        for i in range(n):
-            d = start + i / rate - time.time()
+        # the first ``warmup`` messages (ids below 0, not measured): a broker just started is still busy
+        for i in range(-warmup, n):
+            d = start + (i + warmup) / rate - time.time()
             if d > 0:
                 await asyncio.sleep(d)
             body = f"{i}|{time.time() * 1000:.3f}|".encode().ljust(1024, b"x")
@@ -89,7 +91,7 @@ async def _produce(ns: str, n: int, rate: float, mode: str) -> int:
                 sends.append(asyncio.ensure_future(p.send_batch([Message(TOPIC, body)])))
             else:
                 sends.append(p.send_async(Message(TOPIC, body)))
-        done = await asyncio.gather(*sends, return_exceptions=True)
+        done = (await asyncio.gather(*sends, return_exceptions=True))[warmup:]
         bad = [i for i, r in enumerate(done) if isinstance(r, BaseException)]
         if bad:
             print(f"  refused: {len(bad)}, the first at {bad[0] / rate:.2f} s, the last at {bad[-1] / rate:.2f} s "
@@ -97,7 +99,7 @@ async def _produce(ns: str, n: int, rate: float, mode: str) -> int:
         return len(bad)
 
 
-def one(n: int, rate: float, mode: str, settings: dict[str, str]) -> dict[str, float]:
+def one(n: int, rate: float, mode: str, settings: dict[str, str], warmup: int = 0) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="w1-latency-"))
     s = Standalone(work / "data", {"mappedFileSizeCommitLog": str(256 * 1024 * 1024), **settings})
     proc: Any = None
@@ -116,7 +118,7 @@ def one(n: int, rate: float, mode: str, settings: dict[str, str]) -> dict[str, f
         proc.start()
         if not ready.wait(90):
             raise RuntimeError("the consumer did not start")
-        refused = asyncio.run(_produce(s.namesrv_addr, n, rate, mode))
+        refused = asyncio.run(_produce(s.namesrv_addr, n, rate, mode, warmup))
         if not refused:  # else the consumer waits for messages that never came
             got = [g for g in q.get(timeout=180) if g[0] >= 0]
     finally:
@@ -144,13 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("async", "batch"), default="batch")
     ap.add_argument("--vs", action="append", default=[], metavar="KEY=VALUE", help="a broker setting to compare")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--warmup-s", type=float, default=3.0, help="seconds of paced sends before the measured ones")
     args = ap.parse_args(argv)
     variant = dict(kv.split("=", 1) for kv in args.vs)
     print_machine()
     results: dict[str, Any] = {}
     for r in range(args.rounds):
         for name, settings in (("baseline", {}), ("variant", variant)) if variant else (("baseline", {}),):
-            res = one(args.n, args.rate, args.mode, settings)
+            res = one(args.n, args.rate, args.mode, settings, int(args.warmup_s * args.rate))
             results[f"{name}_{r}"] = res
             print(f"{name} {settings or ''} round {r + 1}: e2e p50/p99/max {res['e2e_p50_ms']:.2f} / "
                   f"{res['e2e_p99_ms']:.2f} / {res['e2e_max_ms']:.1f} ms; send->store p50/p99 "

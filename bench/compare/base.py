@@ -103,29 +103,45 @@ class ServerBase:
             log.close()
         return self.proc
 
-    def rss(self) -> int:
+    def tree_pids(self) -> list[int]:
+        """The server's pid and every live process under it: TidalMQ's schedule process holds the timer's
+        index, so its memory is the broker's as much as the broker process's own (as bench.common.cpu_s
+        counts its CPU)."""
         pid = self.server_pid()
         if pid is None:
-            return 0
+            return []
         try:
-            return psutil.Process(pid).memory_info().rss
+            return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
         except psutil.Error:
-            return 0
+            return [pid]
+
+    def rss(self) -> int:
+        """Resident memory of the server's process tree (tree_pids)."""
+        total = 0
+        for pid in self.tree_pids():
+            try:
+                total += psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                pass
+        return total
 
     def live_memory(self) -> dict[str, Any]:
         """Extra memory figures a peer can give (e.g. a JVM's live heap after a full GC)."""
         return {}
 
     def rss_anon(self) -> int:
-        """Anonymous resident memory (RssAnon): RSS without file pages mapped from the store."""
-        pid = self.server_pid()
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-        except (OSError, TypeError):
-            pass
-        return 0
+        """Anonymous resident memory (RssAnon) of the server's process tree: RSS without file pages mapped
+        from the store."""
+        total = 0
+        for pid in self.tree_pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("RssAnon:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            except OSError:
+                pass
+        return total
 
     def kill(self) -> None:
         """SIGKILL the process that holds the messages (not a clean shutdown)."""

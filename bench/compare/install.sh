@@ -14,6 +14,8 @@ if command -v apt-get >/dev/null; then
   $SUDO apt-get update -qq || true
   want=""
   for p in $PKGS; do
+    # installed already: left as it is (not upgraded under other users of the machine)
+    dpkg -s "$p" >/dev/null 2>&1 && continue
     cand=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
     if [ -z "$cand" ] || [ "$cand" = "(none)" ]; then
       echo "install.sh: $p is not available from Debian here; skipped"

@@ -11,24 +11,29 @@ alone) and no burst figures.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import settled_cpu_s
 from bench.compare import workloads
 from bench.compare.base import ServerBase
-from bench.compare.peers.jvm import fetch_lib
+from bench.compare.peers.jvm import fetch_lib, pinned
 
 WINDOW = 256  # async sends in flight, as the Python peers' single sends
 BATCH = 512  # W1's throughput phase: messages a batch request, as the Python peers'
 BATCH_WINDOW = 16
 HEAP = ["-Xms256m", "-Xmx512m"]
 MAIN = "tidalmq.bench.LoadGen"
+KAFKA_MAIN = "tidalmq.bench.KafkaLoad"
 
 
+@functools.cache
 def classpath() -> str:
+    """The load generator's classpath, built into the reference cache once a run (a no-op when built)."""
     lib = fetch_lib("loadgen", "jvm-bench/loadgen")
     return f"{lib.parent / 'target' / 'loadgen-1.jar'}:{lib}/*"
 
@@ -51,11 +56,12 @@ def _client_version() -> str:
 class Phase:
     """One LoadGen run: ``ready`` -> go -> ``sent`` -> ``done``, the broker's CPU read at go and at sent."""
 
-    def __init__(self, server: ServerBase, **params: Any) -> None:
+    def __init__(self, server: ServerBase, main: str = MAIN, cp: str | None = None, **params: Any) -> None:
         self.server = server
         self.events: list[dict[str, Any]] = []
-        args = [f"{k}={v}" for k, v in {"namesrv": server.conn()["namesrv"], **params}.items()]
-        self.proc = subprocess.Popen(["java", *HEAP, "-cp", classpath(), MAIN, *args], stdin=subprocess.PIPE,
+        self.c0 = 0.0  # the broker's CPU seconds at the go line
+        args = [f"{k}={v}" for k, v in {**server.conn(), **params}.items()]
+        self.proc = subprocess.Popen(["java", *HEAP, "-cp", cp or classpath(), main, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def _event(self, want: str, timeout: float) -> dict[str, Any]:
@@ -79,7 +85,7 @@ class Phase:
     def run(self, timeout: float) -> dict[str, Any]:
         try:
             self._event("ready", 120)
-            c0 = workloads.server_cpu_s(self.server)
+            self.c0 = c0 = workloads.server_cpu_s(self.server)
             assert self.proc.stdin is not None
             self.proc.stdin.write("go\n")
             self.proc.stdin.flush()
@@ -103,13 +109,24 @@ def _setup(server: ServerBase, peer: str, *dests: str) -> None:
         cl.close()
 
 
+def kafka_classpath() -> str:
+    """KafkaLoad (compiled in the load generator's jar) with the Kafka peer's own client jars."""
+    kafka_lib = fetch_lib("kafka", f"kafka-{pinned('kafka', 'kafka.version')}")
+    return f"{classpath()}:{kafka_lib}/*"
+
+
 def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
-    """As workloads.w1: 1 KiB messages as fast as the client sends them (batches), then 1,000 msgs/s paced."""
+    """As workloads.w1: 1 KiB messages as fast as the client sends them (batches), then 1,000 msgs/s paced.
+    Kafka's peer (``kafka_java``): its own Java client, which batches by itself (linger.ms at its default
+    for the throughput, 0 for the paced latency), the same 8,192 messages in flight."""
     n = 5_000 if quick else 30_000
     paced_s = 2 if quick else 5
     _setup(server, peer, "jw1t", "jw1l")
+    kafka = peer.startswith("kafka")
+    how: dict[str, Any] = ({"main": KAFKA_MAIN, "cp": kafka_classpath()} if kafka else {})
     # each phase warms the JVM's JIT up on its own path first (before the clock and the CPU reading start)
-    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, batch=BATCH, window=BATCH_WINDOW,
+    batching = {"window": BATCH * BATCH_WINDOW} if kafka else {"batch": BATCH, "window": BATCH_WINDOW}
+    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, **how, **batching,
               warmup=n // 2, wait_s=60 if quick else 120).run(300)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} sends failed")
@@ -120,7 +137,8 @@ def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
     pc = workloads.per_core(rate, r["broker_cpu_s"], r["send_s"])
     out.update(produce_broker_cores=pc["cores"], produced_per_core=pc["per_core"])
     r = Phase(server, topic="jw1l", phase="paced", rate=1000, seconds=paced_s, size=workloads.W1_BODY,
-              window=WINDOW, warmup=1000 * paced_s // 2, wait_s=60).run(120)
+              window=WINDOW, warmup=1000 * paced_s // 2, wait_s=60, **how,
+              **({"linger_ms": 0} if kafka else {})).run(120)
     # a send refused (a busy broker's SYSTEM_BUSY is not retried by an async send) is missing at the consumer
     out.update(paced_rate=1000, paced_n=r["expected"], paced_received=r["received"], paced_send_errors=r["errors"],
                lat_p50_ms=r["p50_ms"], lat_p99_ms=r["p99_ms"])
@@ -134,16 +152,20 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
     t_budget = time.time() + 2 * budget_s
     n = 20_000 if quick else 100_000  # a JVM needs more than the Python workload's 2,000 to say anything
     _setup(server, peer, "jw2enq", "jw2r1000", "jw2r10000")
-    r = Phase(server, topic="jw2enq", phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=WINDOW,
-              warmup=n // 4).run(600)
+    ph = Phase(server, topic="jw2enq", phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=WINDOW,
+               warmup=n // 4)
+    r = ph.run(600)
     if r["errors"]:
         raise RuntimeError(f"{r['errors']} timer sends failed")
     rate = n / r["send_s"]
+    # per core as the Python W2 counts it: the CPU until the broker is idle again (the work left after the
+    # last acknowledgement, such as filing into the timer wheel, included; the JVM's exit is in it too)
+    c_settled, settle_s = settled_cpu_s(lambda: workloads.server_cpu_s(server))
+    c_enq = c_settled - ph.c0
     out: dict[str, Any] = {"enqueue_per_s": rate, "enqueue_n": n, "enqueue_acked_cpu_s": r["broker_cpu_s"],
+                           "enqueue_broker_cpu_s": c_enq, "enqueue_settle_s": settle_s,
                            "enqueue_broker_cores": r["broker_cpu_s"] / r["send_s"],
-                           # per core: what the acknowledged sends cost (the Python workload adds the work
-                           # left after the last acknowledgement)
-                           "enqueue_per_core": n / r["broker_cpu_s"] if r["broker_cpu_s"] > 0 else float("nan")}
+                           "enqueue_per_core": n / c_enq if c_enq > 0 else float("nan")}
     for due_rate, window in ((1_000, 3 if quick else 10), (10_000, 1 if quick else 5)):
         key = f"r{due_rate}"
         total = due_rate * window

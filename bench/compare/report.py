@@ -10,11 +10,12 @@ from typing import Any
 from bench.common import machine
 from bench.compare import report_pending
 
-ORDER = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "redis", "rabbitmq",
-         "activemq", "beanstalkd", "nats")
+ORDER = ("tidalmq", "tidalmq_java", "rocketmq", "rocketmq_p100", "rocketmq_java", "kafka", "kafka_java", "redis",
+         "rabbitmq", "activemq", "beanstalkd", "nats")
 TITLE = {"tidalmq": "TidalMQ", "tidalmq_java": "TidalMQ (Java client)", "rocketmq": "Apache RocketMQ 5 (timer 1000 ms)",
          "rocketmq_p100": "Apache RocketMQ 5 (timer 100 ms)",
          "rocketmq_java": "Apache RocketMQ 5 (timer 100 ms, Java client)", "kafka": "Apache Kafka (KRaft)",
+         "kafka_java": "Apache Kafka (KRaft, Java client)",
          "redis": "Redis (ZSET + Streams)", "rabbitmq": "RabbitMQ (TTL + DLX)",
          "activemq": "ActiveMQ (scheduler)", "beanstalkd": "beanstalkd", "nats": "NATS JetStream"}
 
@@ -27,7 +28,8 @@ NOTES = """\
   one producer in the harness process, one consumer in its own process; except the "Java client" rows: the
   same TidalMQ and RocketMQ brokers driven by RocketMQ's official Java client (rocketmq-client, the Java load
   generator bench/compare/jvm/loadgen, producer and push consumer in one JVM), so that neither broker is
-  judged only through the other's client. Its W2 has no background mix (the due window alone, no burst
+  judged only through the other's client, and Kafka through its own Java client (kafka-clients), which
+  aiokafka's rate does not bound. Its W2 has no background mix (the due window alone, no burst
   figures), and its JIT is warmed up on each phase's own path before the clock starts. At these rates most peers are
   *client-bound*: the msgs/s say what a Python application gets from each broker, not the broker's ceiling.
   Each client pipelines or keeps requests in flight where it can (Redis pipelines of 500, RabbitMQ 256
@@ -48,8 +50,9 @@ NOTES = """\
 - **Redis** is a scheme, not a broker feature: the sorted set, the mover (a separate Python process polling
   every 10 ms, moving due members with one Lua script) and the stream. Its lateness is bounded below by the
   poll interval; its W3 memory is Redis's own (the mover holds nothing).
-- **W3 memory** is the RSS of the process holding the messages, before and after the enqueue (after 3 s of
-  settling). RSS includes mapped store files: TidalMQ maps its CommitLog, so its RSS grows with the page
+- **W3 memory** is the RSS of the process holding the messages and of the processes under it (TidalMQ's
+  schedule process holds the timer's index; runs before 2026-12-02 counted the broker process alone),
+  before and after the enqueue (after 3 s of settling). RSS includes mapped store files: TidalMQ maps its CommitLog, so its RSS grows with the page
   cache it touched; `RssAnon` (anonymous memory only) is given beside it. A JVM's RSS is mostly the heap it has
   touched (ActiveMQ runs with Debian's fixed 512 MiB heap): the live heap after a full GC (`jcmd GC.run`) is
   given beside it. "cut short" means the enqueue hit the workload's time limit before 1 M; the per-message
@@ -143,6 +146,8 @@ def cell_status(p: dict[str, Any], w: str) -> str | None:
         return "not run"
     if "unsupported" in r:
         return f"cannot: {r['unsupported']}"
+    if "skipped" in r:
+        return f"skipped: {r['skipped']}"
     if "error" in r:
         return f"error: {r['error'][:160]}"
     return None

@@ -1,7 +1,7 @@
 """Smoke tests of bench/compare's JVM peers, Apache RocketMQ 5 and Apache Kafka, started by the harness's own
 launchers (bench/compare/peers/rocketmq.py, kafka.py) from the reference cache: W1 --quick end to end, and
 RocketMQ's own timer delivering scheduled messages (W5 --quick); and the Java load generator
-(bench/compare/jload.py) against both TidalMQ and RocketMQ. Run with --run-reference (.ci/run); skipped
+(bench/compare/jload.py) against TidalMQ, RocketMQ and Kafka. Run with --run-reference (.ci/run); skipped
 where java/mvn are missing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from bench.compare import jload, workloads
-from bench.compare.peers import kafka, rocketmq, rocketmq_java, tidalmq_java
+from bench.compare.peers import kafka, kafka_java, rocketmq, rocketmq_java, tidalmq_java
 from bench.compare.peers.jvm import missing_java
 
 # JVMs fetched from Maven Central: with the reference suite (--run-reference), not the default run.
@@ -84,3 +84,17 @@ def test_java_load_generator_drives_rocketmq_timer(tmp_path: Path) -> None:
     # an async send the broker refused as busy (its send queue's wait, on a loaded machine) is counted, not lost
     assert bulk["pending"] + bulk["send_errors"] == 5_000, bulk["first_send_error"]
     assert bulk["pending"] > 0 and not bulk["cut_short"] and len(bulk["enqueue_per_s_by_tenth"]) == 10
+
+
+def test_kafka_through_its_java_client(tmp_path: Path) -> None:
+    """Kafka's W1 through its own Java client (KafkaLoad): every record arrives, the broker's CPU is counted."""
+    if kafka_java.Server.available() is not None:
+        pytest.skip(str(kafka_java.Server.available()))
+    s = kafka_java.Server(tmp_path / "kafka")
+    s.start()
+    try:
+        w1 = jload.w1(s, "kafka_java", quick=True)
+    finally:
+        s.stop()
+    assert w1["received"] == w1["n"] and w1["paced_received"] + w1["paced_send_errors"] == w1["paced_n"]
+    assert w1["produce_broker_cores"] > 0 and w1["lat_p99_ms"] >= w1["lat_p50_ms"]

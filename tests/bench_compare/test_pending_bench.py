@@ -79,3 +79,15 @@ def test_pending_rows_in_the_report() -> None:
     assert rows[0][-1] == "12.0 / 31.0 (50,000 of 50,000)"
     assert rows[1][2] == "6,000,000 (**cut short**)" and rows[1][1] == "10,000,000"
     assert rows[2][2].startswith("skipped: N=100,000,000 needs")
+
+
+def test_disk_parts_name_the_store_parts(tmp_path: Path) -> None:
+    """A part at either depth (TidalMQ's data/store/X, RocketMQ's store/X), parents of a listed part left out."""
+    for rel, size in (("data/store/commitlog/0", 4 << 20), ("data/store/timerlog/0", 1 << 20),
+                      ("store/commitlog/0", 2 << 20), ("data/store/tiny/0", 10)):
+        f = tmp_path / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x" * size)
+    parts = pending_bench.du_parts(tmp_path)
+    assert list(parts) == ["data/store/commitlog", "store/commitlog", "data/store/timerlog"]
+    assert parts["data/store/commitlog"] >= 4 << 20

@@ -85,7 +85,7 @@ public final class LoadGen {
         private int count;
         private int duplicates;
         private double last;
-        private final CountDownLatch all;
+        final CountDownLatch all;
 
         Recorder(int expected) {
             seen = new boolean[expected];
@@ -183,6 +183,7 @@ public final class LoadGen {
         int warmup = intArg("warmup", 0);
         if (warmup > 0) {
             send(producer, topic, warmup, -warmup - 1);
+            firstError = "";  // a warm-up send's error is not the phase's
         }
         System.out.println("{\"event\":\"ready\"}");
         System.out.flush();
@@ -205,13 +206,14 @@ public final class LoadGen {
         System.out.flush();
     }
 
-    /** The phase's sends, ids from ``idBase``; [acknowledged, failed]. */
+    /** The first send error of the measured sends, as text ("" when none failed). */
     private String firstError = "";
 
     private static String jsonText(Object o) {
         return String.valueOf(o).replace("\\", "\\\\").replace("\"", "'").replace("\n", " ");
     }
 
+    /** The phase's sends, ids from {@code idBase}; [acknowledged, failed]. */
     private long[] send(DefaultMQProducer producer, String topic, int count, int idBase) throws Exception {
         int window = intArg("window", 256);
         int batch = intArg("batch", 0);
