@@ -361,7 +361,7 @@ def test_hash_table_agrees_with_a_dict_through_inserts_deletes_and_rebuilds() ->
     from tidalmq.broker.dedup_index import HashTable
 
     rng = np.random.default_rng(7)
-    table, model = HashTable(), {}
+    table, model = HashTable(), dict[int, int]()
     batches = []
     for step in range(40):  # from 4,096 slots to several rebuilds; hashes 0 and 1 included
         hs = rng.integers(0, 2**64, 700, dtype=np.uint64)

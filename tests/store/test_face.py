@@ -233,8 +233,8 @@ def test_outside_store_the_store_is_typed_as_its_protocol() -> None:
     types against MessageStore (store/api.py)."""
     naming = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                     if p.relative_to(SRC).parts[0] != "store" and STORE_TYPE.search(p.read_text()))
-    assert naming == ["broker/controller.py"]
-    made = [line.strip() for line in (SRC / "broker" / "controller.py").read_text().splitlines()
+    assert naming == ["broker/broker_controller.py"]
+    made = [line.strip() for line in (SRC / "broker" / "broker_controller.py").read_text().splitlines()
             if STORE_TYPE.search(line) and "import" not in line]
     assert made and all(line.startswith("self.store: MessageStore = DefaultMessageStore(") for line in made), made
 
