@@ -42,7 +42,7 @@ class FakeBroker:
         self.fenced += 1
 
     def manager(self) -> ReplicasManager:
-        return ReplicasManager(self.config, self.store, self.store_config.store_path_root_dir,  # type: ignore[arg-type]
+        return ReplicasManager(self.config, self.store, self.store_config.store_path_root_dir,
                                self, self.become_master)  # type: ignore[arg-type]
 
 

@@ -17,13 +17,13 @@ from tidalmq.broker.slave.slave_synchronize import SlaveSynchronize
 from tidalmq.ha.client import HAClient
 from tidalmq.ha.service import HAService
 from tidalmq.remoting.protocol.namesrv_headers import RegisterBrokerResponseHeader
-from tidalmq.store.message_store import DefaultMessageStore
+from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
 
 class BrokerReplication:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, sync_flush_timeout_ms: int,
+    def __init__(self, config: BrokerConfig, store: MessageStore, sync_flush_timeout_ms: int,
                  slave_sync: SlaveSynchronize | None, master_role: str) -> None:
         """``config.broker_role``: the role the broker takes now (SLAVE for every replica in controller
         mode); ``master_role``: the one it was configured with, taken at a promotion. ``slave_sync``: a

@@ -40,13 +40,13 @@ from tidalmq.controller.replicas import (
 if TYPE_CHECKING:
     from tidalmq.broker.config import BrokerConfig
     from tidalmq.broker.replication import BrokerReplication
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
 
 class ReplicasManager:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, store_path_root_dir: str,
+    def __init__(self, config: BrokerConfig, store: MessageStore, store_path_root_dir: str,
                  replication: BrokerReplication, promote: Callable[[], Awaitable[None]]) -> None:
         """``replication``: the broker's HA side, told whom to follow and fenced when replaced; ``promote``:
         makes the broker master (BrokerController.become_master)."""

@@ -32,7 +32,7 @@ from tidalmq.store.message_store import GetStatus
 
 if TYPE_CHECKING:
     from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class _Orphan:
 
 
 class PopReviveService:
-    def __init__(self, store: DefaultMessageStore, offsets: ConsumerOffsetManager, pop: PopService, *,
+    def __init__(self, store: MessageStore, offsets: ConsumerOffsetManager, pop: PopService, *,
                  interval_ms: int = 100, grace_ms: int = 500) -> None:
         self.store = store
         self.offsets = offsets

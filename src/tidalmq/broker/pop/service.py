@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
     from tidalmq.broker.topic.topic_config import TopicConfigManager
     from tidalmq.broker.transaction.half_service import StoreInternal
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class PopResult:
 
 
 class PopService:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topics: TopicConfigManager,
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, offsets: ConsumerOffsetManager, filters: ExpressionFilters,
                  stats: BrokerStats, scheduled: ScheduleServices, store_internal: StoreInternal,
                  register_soon: Callable[[], None]) -> None:

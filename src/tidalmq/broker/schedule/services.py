@@ -27,9 +27,9 @@ from tidalmq.schedule.timer_service import (
     find_cancel_target,
 )
 from tidalmq.schedule.timer_takeover import mark_replica
+from tidalmq.store.api import MessageStore
 from tidalmq.store.async_face import StoreFace
 from tidalmq.store.config import MessageStoreConfig, parse_delay_levels
-from tidalmq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ CANCEL_INDEX_WAIT_S = 0.5
 
 
 class ScheduleServices:
-    def __init__(self, store: DefaultMessageStore, store_config: MessageStoreConfig, cfg_dir: Path,
+    def __init__(self, store: MessageStore, store_config: MessageStoreConfig, cfg_dir: Path,
                  early: EarlyChild | None = None) -> None:
         """``early``: the schedule process the command started early (child.start_early), adopted by the
         TimerProcess, else ended."""

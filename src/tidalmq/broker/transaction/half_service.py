@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from tidalmq.broker.client.consumer_manager import ClientChannelInfo
     from tidalmq.broker.config import BrokerConfig
     from tidalmq.broker.topic.topic_config import TopicConfigManager
-    from tidalmq.store.message_store import DefaultMessageStore
+    from tidalmq.store.api import MessageStore
 
 # How the broker stores a message it built itself, through the send path (SendMessageProcessor.store_internal).
 StoreInternal = Callable[[RemotingCommand, InnerMessage], asyncio.Future[RemotingCommand]]
@@ -143,7 +143,7 @@ class TransactionStats:
 
 
 class TransactionalMessageService:
-    def __init__(self, config: BrokerConfig, store: DefaultMessageStore, topics: TopicConfigManager,
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
                  producers: dict[str, dict[Connection, ClientChannelInfo]], store_internal: StoreInternal,
                  state_path: str | Path, clock: Callable[[], int] = _now_ms) -> None:
         """``producers``: the broker's producer groups and their connections (HEART_BEAT's producerDataSet)."""
