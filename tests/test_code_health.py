@@ -1,6 +1,5 @@
 """What docs/broker.md says of the source tree: no module of src/tidalmq over 600 lines (protoc's generated
-modules aside), and the properties' separators spelled in one place, the properties codec (common/message.py).
-The encoders still being moved to the codec are listed: no other module may join them."""
+modules aside), and the properties' separators spelled in one place, the properties codec (common/message.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +9,6 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "tidalmq"
 MAX_LINES = 600
 CODEC = "common/message.py"
-# Still writing separators of their own (issue #46): moved to the codec by the changes of their packages.
-SEPARATORS_PENDING = frozenset({
-    "spark/records.py", "spark/sink.py", "spark/encode.py",
-})
 # The name/value and property separators (\x01, \x02) as a Python source spells them, or the characters.
 _SEPARATOR = re.compile(r"\\x0[12]|\\u000[12]|\\00[12]|chr\([12]\)|[\x01\x02]")
 
@@ -36,5 +31,5 @@ def test_no_module_over_600_lines() -> None:
 def test_the_separators_are_spelled_in_the_codec_alone() -> None:
     spelled = {name for name, text in _modules().items() if _SEPARATOR.search(text)}
     assert CODEC in spelled  # the pattern finds what it looks for
-    outside = spelled - {CODEC} - SEPARATORS_PENDING
+    outside = spelled - {CODEC}
     assert not outside, f"separators spelled outside {CODEC} (use its constants and helpers): {sorted(outside)}"

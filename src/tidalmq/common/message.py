@@ -144,6 +144,11 @@ def property_key(name: str) -> str:
     return name + NAME_VALUE_SEPARATOR
 
 
+def encode_property(name: str, value: str) -> str:
+    """One encoded pair, its separator included: what appending a property to encoded text adds."""
+    return f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+
+
 def has_encoded_property(text: str, name: str) -> bool:
     """Whether encoded ``text`` holds property ``name``, without decoding it."""
     return text.startswith(name + NAME_VALUE_SEPARATOR) or f"{PROPERTY_SEPARATOR}{name}{NAME_VALUE_SEPARATOR}" in text

@@ -5,7 +5,7 @@ The per-row loop (a property string, a header ``struct.pack`` and a UNIQ_KEY f-s
 the sink's Python time; here every step is a pyarrow kernel or a numpy array operation over the batch.
 The layout is ``MessageDecoder.encodeMessages``'s, the one ``Producer.send_batch`` writes: per message
 ``totalsize, magic, bodycrc, flag, bodylen`` (big-endian int32), the body, a big-endian int16 properties
-length and the properties text (``name\\x01value\\x02`` pairs, ending with UNIQ_KEY).
+length and the properties text (encoded name/value pairs, common/message.py's codec, ending with UNIQ_KEY).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from tidalmq.common import message as mc
 
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _MAX_PROPERTIES = 0x7FFF  # the properties length is a signed short on the wire
@@ -41,11 +43,11 @@ def _fixed(rows: np.ndarray) -> pa.Array:
 
 
 def _part(name: bytes, col: pa.Array | None) -> pa.Array | None:
-    """``name\\x01value\\x02`` a row, null where the value is null or empty (the property is left out)."""
+    """An encoded property (``mc.encode_property``) a row, null where the value is null or empty (the property is left out)."""
     if col is None:
         return None
     col = col.cast(pa.binary())
-    text = pc.binary_join_element_wise(name + b"\x01", col, b"\x02", b"")
+    text = pc.binary_join_element_wise(name + mc.NAME_VALUE_SEPARATOR_BYTES, col, mc.PROPERTY_SEPARATOR_BYTES, b"")
     return pc.if_else(pc.greater(pc.binary_length(col), 0), text, pa.scalar(None, pa.binary()))
 
 
@@ -59,8 +61,8 @@ def keys_text(col: pa.Array) -> pa.Array:
 
 
 def properties_text(col: pa.Array) -> pa.Array:
-    """A map<string,string> column as ``name\\x01value\\x02`` text a row (null values left out)."""
-    return pa.array(["".join(f"{k}\x01{v}\x02" for k, v in m if v is not None) if m else None
+    """A map<string,string> column as encoded properties text a row (null values left out)."""
+    return pa.array(["".join(mc.encode_property(k, v) for k, v in m if v is not None) if m else None
                      for m in col.to_pylist()], pa.string())
 
 
@@ -71,7 +73,7 @@ def encode_messages(bodies: pa.Array, ids: np.ndarray, tags: pa.Array | None = N
     Raises ValueError when a row's properties are over the protocol's 32767 bytes."""
     parts = [p for p in (_part(b"TAGS", tags), _part(b"KEYS", keys), None if props is None else props.cast(pa.binary()))
              if p is not None]
-    uniq = pc.binary_join_element_wise(b"UNIQ_KEY\x01", _fixed(ids), b"\x02", b"")
+    uniq = pc.binary_join_element_wise(mc.property_key(mc.UNIQ_KEY).encode(), _fixed(ids), mc.PROPERTY_SEPARATOR_BYTES, b"")
     text = pc.binary_join_element_wise(*parts, uniq, b"", null_handling="replace", null_replacement=b"")
     plen = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
     if len(plen) and int(plen.max()) > _MAX_PROPERTIES:

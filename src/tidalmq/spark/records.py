@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
+from tidalmq.common import message as mc
 from tidalmq.common import sysflag as sf
 from tidalmq.common.msgid import encode_offset_msg_id
 from tidalmq.common.record import RecordError, view_record
@@ -138,10 +139,10 @@ class Columns:
                     props = body[props_at : props_at + props_len].decode("utf-8")
                 except UnicodeDecodeError:
                     raise RecordError(f"corrupt record at {rec_at}: properties are not UTF-8") from None
-                for item in props.split("\x02"):
+                for item in props.split(mc.PROPERTY_SEPARATOR):
                     if not item:
                         continue
-                    k, _, val = item.partition("\x01")
+                    k, _, val = item.partition(mc.NAME_VALUE_SEPARATOR)
                     pkeys.append(k)
                     pvals.append(val)
                     if k == "TAGS":

@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tidalmq.common import message as mc
 from tidalmq.spark.kafka_columns import KAFKA_COLUMNS, from_kafka, is_kafka_header, kafka_conversions
 from tidalmq.spark.options import TidalMQOptionError, WriteOptions, parse_write_options
 
@@ -320,12 +321,12 @@ class _Sender:
             if deliver is None and not level and shard is None:  # the fast path: a batch entry, encoded here
                 parts = []
                 if tags is not None and tags[i] is not None:
-                    parts.append(f"TAGS\x01{tags[i]}\x02")
+                    parts.append(mc.encode_property(mc.TAGS, tags[i]))
                 if keys is not None and keys[i]:
                     k = keys[i]
-                    parts.append(f"KEYS\x01{k if isinstance(k, str) else ' '.join(x for x in k if x)}\x02")
+                    parts.append(mc.encode_property(mc.KEYS, k if isinstance(k, str) else " ".join(x for x in k if x)))
                 if props is not None and props[i]:
-                    parts.extend(f"{pk}\x01{pv}\x02" for pk, pv in props[i] if pv is not None)
+                    parts.extend(mc.encode_property(pk, pv) for pk, pv in props[i] if pv is not None)
                 plain.setdefault(topic, []).append((body, "".join(parts), uniq))
                 continue
             kw: dict[str, Any] = {}
@@ -527,7 +528,7 @@ def _sink_producer_class() -> type:
             ids = [e[2] or "" for e in entries] if entries[0][2] is not None else self._ids.next_ids(len(entries))
             parts: list[bytes] = []
             for (body, props, _), uid in zip(entries, ids, strict=True):
-                pb = f"{props}UNIQ_KEY\x01{uid}\x02".encode()
+                pb = (props + mc.encode_property(mc.UNIQ_KEY, uid)).encode()
                 parts.append(head.pack(20 + len(body) + 2 + len(pb), 0, 0, 0, len(body)))
                 parts.append(body)
                 parts.append(short.pack(len(pb)))
