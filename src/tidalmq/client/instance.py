@@ -178,9 +178,9 @@ class ClientInstance:
                 log.exception("periodic %s failed", getattr(fn, "__name__", fn))
 
     # requests ---------------------------------------------------------------------------------
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        """Send a request and return the response; connection failures raise ``MQClientError``. A
-        cancellation that arrives with the response is not lost (see ``_keep_cancel``)."""
+    async def _signed_connection(self, addr: str, cmd: RemotingCommand) -> Connection:
+        """The connection to ``addr`` for ``cmd``, which it signs; connection failures (or ``addr`` backing
+        off after one) raise ``MQClientError``. A cancellation that arrives with the connection is not lost."""
         left = self.backoff.wait_left(addr)
         if left > 0:
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently; next attempt in {left:.2f}s")
@@ -193,6 +193,13 @@ class ClientInstance:
         _keep_cancel(cancels)
         self.backoff.succeeded(addr)
         self.sign(cmd)
+        return conn
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Send a request and return the response; connection failures raise ``MQClientError``. A
+        cancellation that arrives with the response is not lost (see ``_keep_cancel``)."""
+        conn = await self._signed_connection(addr, cmd)
+        cancels = _cancel_requests()
         try:
             resp = await conn.invoke(cmd, self.request_timeout if timeout is None else timeout)
         except RemotingTimeout as e:
@@ -223,18 +230,7 @@ class ClientInstance:
         return resp
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
-        left = self.backoff.wait_left(addr)
-        if left > 0:
-            raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connect to {addr} failed recently")
-        cancels = _cancel_requests()
-        try:
-            conn = await self.remoting.connection(addr)
-        except RemotingConnectError as e:
-            self.backoff.failed(addr)
-            raise MQClientError(CONNECT_BROKER_EXCEPTION, e.remark) from None
-        _keep_cancel(cancels)
-        self.backoff.succeeded(addr)
-        self.sign(cmd)
+        conn = await self._signed_connection(addr, cmd)
         if not conn.invoke_oneway(cmd):
             raise MQClientError(CONNECT_BROKER_EXCEPTION, f"connection to {addr} is closed")
 

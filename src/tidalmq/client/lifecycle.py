@@ -4,9 +4,12 @@ which of the two it is not."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from tidalmq.client.errors import IllegalStateError
+
+if TYPE_CHECKING:
+    from tidalmq.client.instance import ClientInstance
 
 
 class ClientLifecycle:
@@ -42,3 +45,25 @@ class ClientLifecycle:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
+
+
+class InstanceClient(ClientLifecycle):
+    """A client whose start and shutdown are its client instance's (RocketMQ's MQClientInstance): the pull
+    and pop consumers; the producer adds its registration to ``start``."""
+
+    _instance: ClientInstance
+
+    @property
+    def client_id(self) -> str:
+        return self._instance.client_id
+
+    async def start(self) -> None:
+        if not self._may_start():
+            return
+        await self._instance.start()
+        self._state = "running"
+
+    async def shutdown(self) -> None:
+        if self._state == "running":
+            await self._instance.shutdown()
+        self._state = "shutdown"

@@ -19,7 +19,7 @@ from tidalmq.client import codec
 from tidalmq.client import validators as v
 from tidalmq.client.errors import MQClientError
 from tidalmq.client.instance import ClientInstance
-from tidalmq.client.lifecycle import ClientLifecycle
+from tidalmq.client.lifecycle import InstanceClient
 from tidalmq.client.message import MessageExt
 from tidalmq.common import naming as nm
 from tidalmq.common import pop_handle as ph
@@ -44,7 +44,7 @@ def _route_topic(topic: str, route_topic: str | None) -> str:
     return route_topic
 
 
-class PopConsumer(ClientLifecycle):
+class PopConsumer(InstanceClient):
     KIND = "pop consumer"
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *, request_timeout: float = 10.0,
@@ -56,17 +56,6 @@ class PopConsumer(ClientLifecycle):
         self._instance = ClientInstance(namesrv_addr, instance_name=instance_name, credentials=credentials, tls=tls)
         self._state = "created"
         self._next_broker = itertools.count()
-
-    async def start(self) -> None:
-        if not self._may_start():
-            return
-        await self._instance.start()
-        self._state = "running"
-
-    async def shutdown(self) -> None:
-        if self._state == "running":
-            await self._instance.shutdown()
-        self._state = "shutdown"
 
     async def _broker_addrs(self, topic: str) -> list[tuple[str, str]]:
         # The cached route (the instance refreshes it periodically): no NameServer round trip per pop.

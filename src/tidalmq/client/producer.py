@@ -23,7 +23,7 @@ from tidalmq.client.errors import (
     ValidationError,
 )
 from tidalmq.client.instance import ClientInstance
-from tidalmq.client.lifecycle import ClientLifecycle
+from tidalmq.client.lifecycle import InstanceClient
 from tidalmq.client.message import (
     Message,
     MessageQueue,
@@ -61,7 +61,7 @@ SendCallback = Callable[[SendResult | None, BaseException | None], Any]
 _MODE_SYNC, _MODE_ASYNC, _MODE_ONEWAY = 0, 1, 2
 
 
-class Producer(ClientLifecycle):
+class Producer(InstanceClient):
     """Sends messages. Use as ``async with Producer("group") as p: await p.send(Message(...))``.
 
     Options follow DefaultMQProducer: ``send_timeout`` (s, retries included), ``retry_times_when_send_failed``
@@ -114,10 +114,6 @@ class Producer(ClientLifecycle):
     @property
     def instance(self) -> ClientInstance:
         return self._instance
-
-    @property
-    def client_id(self) -> str:
-        return self._instance.client_id
 
     async def start(self) -> None:
         """Register with the client instance and start its route refresh and heartbeats."""

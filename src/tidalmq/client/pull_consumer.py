@@ -13,7 +13,7 @@ from tidalmq.client import validators as v
 from tidalmq.client.broker_addr import find_master_addr
 from tidalmq.client.errors import MQClientError
 from tidalmq.client.instance import ClientInstance
-from tidalmq.client.lifecycle import ClientLifecycle
+from tidalmq.client.lifecycle import InstanceClient
 from tidalmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus
 from tidalmq.client.offset_store import NOT_FOUND, RemoteBrokerOffsetStore
 from tidalmq.remoting.codes import RequestCode as RC
@@ -44,7 +44,7 @@ class RawPullResult:
     suggest_which_broker_id: int = 0
 
 
-class PullConsumer(ClientLifecycle):
+class PullConsumer(InstanceClient):
     """Pulls exactly the offsets asked for. Offsets committed with ``commit`` are stored on the broker
     under the group (visible to ``Admin.consumer_progress``)."""
 
@@ -60,21 +60,6 @@ class PullConsumer(ClientLifecycle):
                                         credentials=credentials, tls=tls)
         self._offsets = RemoteBrokerOffsetStore(self._instance, group)
         self._state = "created"
-
-    @property
-    def client_id(self) -> str:
-        return self._instance.client_id
-
-    async def start(self) -> None:
-        if not self._may_start():
-            return
-        await self._instance.start()
-        self._state = "running"
-
-    async def shutdown(self) -> None:
-        if self._state == "running":
-            await self._instance.shutdown()
-        self._state = "shutdown"
 
     async def _addr(self, mq: MessageQueue) -> str:
         return await find_master_addr(self._instance, mq)

@@ -35,7 +35,12 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         except OSError:
             pass
     os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """fsync a directory: a rename or a new file in it survives a power cut only once this returns."""
+    dfd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:

@@ -13,6 +13,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tidalmq.common.fileutil import fsync_dir
+
 VERSION = 1
 
 
@@ -49,8 +51,4 @@ class TimerCheckpoint:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(path.parent)

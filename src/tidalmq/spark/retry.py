@@ -62,6 +62,17 @@ def _exhausted(what: str, tries: int, began: float, policy: RetryPolicy, last: B
         f"{policy.num_retries}, retryDeadlineMs={int(policy.deadline_s * 1000)}): {describe(last)}")
 
 
+def _pause_after(e: BaseException, policy: RetryPolicy, what: str, tries: int, began: float, counted: bool) -> float:
+    """The pause before the next try after failure ``e`` (called while it is handled); raises it again when it
+    is not transient, and RetriesExhausted when the policy gives up."""
+    if not transient(e):
+        raise e
+    pause = policy.pause(tries)
+    if gives_up(policy, tries, time.monotonic() + pause - began, counted):
+        raise _exhausted(what, tries, began, policy, e) from e
+    return pause
+
+
 async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str, *,
                       counted: bool = True) -> T:
     """``await call()`` until it succeeds or fails for good: retried until the deadline; ``counted`` (the
@@ -72,12 +83,8 @@ async def retry_async(call: Callable[[], Awaitable[T]], policy: RetryPolicy, wha
         tries += 1
         try:
             return await call()
-        except BaseException as e:  # noqa: BLE001 - sorted below
-            if not transient(e):
-                raise
-            pause = policy.pause(tries)
-            if gives_up(policy, tries, time.monotonic() + pause - began, counted):
-                raise _exhausted(what, tries, began, policy, e) from e
+        except BaseException as e:  # noqa: BLE001 - sorted by _pause_after
+            pause = _pause_after(e, policy, what, tries, began, counted)
         await asyncio.sleep(pause)
 
 
@@ -89,10 +96,6 @@ def retry_sync(call: Callable[[], T], policy: RetryPolicy, what: str, *, counted
         tries += 1
         try:
             return call()
-        except BaseException as e:  # noqa: BLE001 - sorted below
-            if not transient(e):
-                raise
-            pause = policy.pause(tries)
-            if gives_up(policy, tries, time.monotonic() + pause - began, counted):
-                raise _exhausted(what, tries, began, policy, e) from e
+        except BaseException as e:  # noqa: BLE001 - sorted by _pause_after
+            pause = _pause_after(e, policy, what, tries, began, counted)
         time.sleep(pause)

@@ -112,28 +112,40 @@ class GroupCommitService(ServiceThread):
             _call(cb, flushed >= offset and now <= deadline)
 
 
-class FlushRealTimeService(ServiceThread):
+class PeriodicFlushService(ServiceThread):
+    """Flushes every ``interval_ms`` when at least ``least_pages`` are dirty, and whatever is dirty at least
+    every ``thorough_ms`` (RocketMQ's flushLeastPages and flushThoroughInterval)."""
+
+    def __init__(self, name: str, interval_ms: int, least_pages: int, thorough_ms: int) -> None:
+        super().__init__(name)
+        self.interval_s = interval_ms / 1000
+        self.least_pages = least_pages
+        self.thorough_s = thorough_ms / 1000
+        self._last_thorough = time.monotonic()
+
+    def _least_pages_now(self) -> int:
+        """The pages this round's flush needs at least: 0 when a thorough flush is due."""
+        now = time.monotonic()
+        if now - self._last_thorough >= self.thorough_s:
+            self._last_thorough = now
+            return 0
+        return self.least_pages
+
+
+class FlushRealTimeService(PeriodicFlushService):
     """ASYNC_FLUSH: every ``interval_ms`` flush when at least ``least_pages`` are dirty, and whatever is
     dirty at least every ``thorough_ms``."""
 
     def __init__(self, commit_log: CommitLog, interval_ms: int, least_pages: int, thorough_ms: int,
                  on_flushed: Callable[[], None] = lambda: None) -> None:
-        super().__init__("FlushRealTimeService")
+        super().__init__("FlushRealTimeService", interval_ms, least_pages, thorough_ms)
         self.commit_log = commit_log
-        self.interval_s = interval_ms / 1000
-        self.least_pages = least_pages
-        self.thorough_s = thorough_ms / 1000
         self.on_flushed = on_flushed
-        self._last_thorough = time.monotonic()
 
     def run(self) -> None:
         while not self.stopped:
             self.wait_for_running(self.interval_s)
-            least = self.least_pages
-            now = time.monotonic()
-            if now - self._last_thorough >= self.thorough_s:
-                self._last_thorough = now
-                least = 0
+            least = self._least_pages_now()
             try:
                 if self.commit_log.flush(least):
                     self.on_flushed()
@@ -147,29 +159,21 @@ class FlushRealTimeService(ServiceThread):
                 log.exception("final flush failed")
 
 
-class FlushConsumeQueueService(ServiceThread):
+class FlushConsumeQueueService(PeriodicFlushService):
     """Flushes the ConsumeQueues (and the index) periodically; a thorough pass also advances the
     checkpoint's logics/index timestamps, since only then is everything dispatched before it durable."""
 
     def __init__(self, flush_all: Callable[[int], None], interval_ms: int, least_pages: int,
                  thorough_ms: int) -> None:
-        super().__init__("FlushConsumeQueueService")
+        super().__init__("FlushConsumeQueueService", interval_ms, least_pages, thorough_ms)
         self.flush_all = flush_all
-        self.interval_s = interval_ms / 1000
-        self.least_pages = least_pages
-        self.thorough_s = thorough_ms / 1000
-        self._last_thorough = time.monotonic()
 
     def run(self) -> None:
         while not self.stopped:
             self.wait_for_running(self.interval_s)
             if self.stopped:
                 break
-            least = self.least_pages
-            now = time.monotonic()
-            if now - self._last_thorough >= self.thorough_s:
-                self._last_thorough = now
-                least = 0
+            least = self._least_pages_now()
             try:
                 self.flush_all(least)
             except Exception:

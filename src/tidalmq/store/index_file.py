@@ -310,16 +310,8 @@ class IndexFile:
             self.index_count = self.index_num
 
     def _write_header(self, mm: mmap.mmap) -> None:
-        _HEADER.pack_into(
-            mm,
-            0,
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        )
+        _HEADER.pack_into(mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                          self.end_phy_offset, self.hash_slot_count, self.index_count)
 
     # ------------------------------------------------------------------ state
 

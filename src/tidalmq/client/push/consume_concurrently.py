@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from tidalmq.client.message import ConsumeResult, MessageExt, MessageModel, MessageQueue
 from tidalmq.client.offset_store import OffsetStore
 from tidalmq.client.process_queue import ProcessQueue
+from tidalmq.client.push.consume_service import ConsumeMessageService
 from tidalmq.client.push.listener import ListenerRunner, reset_retry_topic
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ class MessageSender(Protocol):
     async def send_message_back(self, msg: MessageExt, delay_level: int | None = None) -> bool: ...
 
 
-class ConsumeConcurrentlyService:
+class ConsumeConcurrentlyService(ConsumeMessageService):
     """``workers`` tasks (consume_thread_max) take batches of up to ``batch_max`` messages. A failed
     batch (RECONSUME_LATER or an exception) is sent back message by message (clustering) or dropped
     (broadcasting, as RocketMQ); what could not be sent back is consumed again here after
@@ -35,15 +36,10 @@ class ConsumeConcurrentlyService:
                  message_model: MessageModel = MessageModel.CLUSTERING, batch_max: int = 1, workers: int = 20,
                  retry_local_delay: float = 5.0, running: Callable[[], bool] = lambda: True,
                  stats: dict[str, int] | None = None) -> None:
-        self.group = group
-        self.listener = listener
-        self.sender = sender
-        self.offset_store = offset_store
-        self.message_model = message_model
-        self.batch_max = batch_max
+        super().__init__(group, listener=listener, sender=sender, offset_store=offset_store,
+                         message_model=message_model, batch_max=batch_max, running=running)
         self.worker_count = workers
         self.retry_local_delay = retry_local_delay
-        self.running = running
         self.stats = stats if stats is not None else {"consumed_ok": 0, "consumed_failed": 0, "retried_locally": 0}
         self._work: asyncio.Queue[WorkItem | None] = asyncio.Queue()
         self._workers: list[asyncio.Task[Any]] = []

@@ -14,6 +14,7 @@ from tidalmq.client.message import ConsumeResult, MessageExt, MessageModel, Mess
 from tidalmq.client.offset_store import OffsetStore
 from tidalmq.client.process_queue import ProcessQueue
 from tidalmq.client.push.consume_concurrently import MessageSender
+from tidalmq.client.push.consume_service import ConsumeMessageService
 from tidalmq.client.push.listener import ListenerRunner, reset_retry_topic
 from tidalmq.client.push.queue_lock import LOCK_INTERVAL
 from tidalmq.common import message as mc
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 NOT_LOCKED_RECHECK = 0.1  # an orderly queue waiting for its lock looks again this often
 
 
-class ConsumeOrderlyService:
+class ConsumeOrderlyService(ConsumeMessageService):
     """A task per queue; at most ``thread_max`` listener calls at once over all queues."""
 
     def __init__(self, group: str, *, listener: ListenerRunner, sender: MessageSender, offset_store: OffsetStore,
@@ -31,16 +32,11 @@ class ConsumeOrderlyService:
                  thread_max: int = 20, max_reconsume_times: int = 0x7FFFFFFF, suspend_time: float = 1.0,
                  stop_timeout: float = 30.0, running: Callable[[], bool] = lambda: True,
                  stats: dict[str, int] | None = None) -> None:
-        self.group = group
-        self.listener = listener
-        self.sender = sender
-        self.offset_store = offset_store
-        self.message_model = message_model
-        self.batch_max = batch_max
+        super().__init__(group, listener=listener, sender=sender, offset_store=offset_store,
+                         message_model=message_model, batch_max=batch_max, running=running)
         self.max_reconsume_times = max_reconsume_times
         self.suspend_time = suspend_time
         self.stop_timeout = stop_timeout
-        self.running = running
         self.stats = stats if stats is not None else {"consumed_ok": 0, "consumed_failed": 0}
         self.tasks: dict[MessageQueue, asyncio.Task[Any]] = {}
         self._wake: dict[MessageQueue, asyncio.Event] = {}
