@@ -35,7 +35,7 @@ def register_processors(b: BrokerController) -> SendMessageProcessor:
                          locks=b.locks, offsets=b.offsets, store=store, filters=b.filters, registration=b)
     ap = AdminProcessor(settings=b, topics=topics, groups=groups, consumers=b.consumers, producers=b.producers,
                         offsets=b.offsets, store=store, stats=b.stats, schedule=b.scheduled.schedule, registration=b,
-                        timer_view=lambda: refresh_timer_view(b.scheduled))
+                        timer_view=lambda: refresh_timer_view(b.scheduled), delay_levels=b.scheduled.delay_table)
     cm = ConsumerManageProcessor(config=cfg, topics=topics, groups=groups, locks=b.locks, store=store, registration=b,
                                  sender=sp)
     reset = OffsetResetProcessor(config=cfg, topics=topics, consumers=b.consumers, offsets=b.offsets, store=store)

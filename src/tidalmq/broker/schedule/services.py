@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.schedule.child import EarlyChild
+from tidalmq.broker.schedule.delay_table import DelayLevelTable
 from tidalmq.broker.schedule.hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.schedule.timer_process import TimerProcess
 from tidalmq.common.fileutil import is_disk_full
@@ -65,9 +66,10 @@ class ScheduleServices:
             early.discard()
         self.timer_rewrite = TimerRewrite(self.timer_max_delay_ms, sc.timer_precision_ms,
                                           lookup=self._lookup_cancel, enabled=sc.timer_wheel_enable)
+        delay_rewrite = DelayLevelRewrite(levels)
+        self.delay_table = DelayLevelTable(store, sc, delay_rewrite, self.schedule)  # messageDelayLevel, live
         # The send path's rewrites, in their order (after the transaction hook).
-        self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [
-            DelayLevelRewrite(max(levels) if levels else 0), self.timer_rewrite]
+        self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [delay_rewrite, self.timer_rewrite]
 
     # lifecycle --------------------------------------------------------------------------------
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
