@@ -29,6 +29,7 @@ from tidalmq.client.message import (
     MessageQueue,
     SendResult,
 )
+from tidalmq.client.reschedule import RescheduleResult, deliver_time, reschedule
 from tidalmq.client.selector import FaultStrategy, MessageQueueSelector, RoundRobin, select_by_hash
 from tidalmq.client.send_request import (
     RETRY_RESPONSE_CODES,
@@ -565,6 +566,22 @@ class Producer(ClientLifecycle):
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return bh.RecallMessageResponseHeader.parse(resp.ext_fields).msg_id or handle.message_id
+
+    async def reschedule(self, topic: str, msg_id: str | None = None, *, key: str | None = None,
+                         deliver_time_ms: int | None = None, delay_ms: int | None = None,
+                         timeout: float | None = None) -> RescheduleResult:
+        """Deliver a pending scheduled message (a timer or a delay-level one) of ``topic``, named by its id
+        (``SendResult.msg_id``) or a key, at ``deliver_time_ms`` or ``delay_ms`` from now instead (0: now).
+        Atomic: delivered once, at the new time (docs/scheduled-delivery.md, "Reschedule"). MQBrokerError
+        QUERY_NOT_FOUND when no broker holds it pending (unknown, delivered, cancelled, or due too soon)."""
+        self._check_running()
+        v.check_topic(topic)
+        when = deliver_time(deliver_time_ms, delay_ms)
+        route, _ = await self._queues(topic)
+        masters = [(name, addr) for name in sorted(route.broker_addrs) if (addr := route.master_addr(name))]
+        wait = self.send_timeout if timeout is None else timeout
+        return await reschedule(lambda addr, req: self._instance.invoke(addr, req, wait), masters, topic, msg_id, key,
+                                when, self.group)
 
     def _prepare_unchecked(self, msg: Message) -> PreparedSend:
         v.check_message(msg, self.max_message_size)

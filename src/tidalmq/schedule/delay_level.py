@@ -29,6 +29,7 @@ from tidalmq.common import fastjson
 from tidalmq.common.fileutil import persist_config, read_with_backup
 from tidalmq.common.naming import SCHEDULE_TOPIC
 from tidalmq.common.record import RecordError, view_record
+from tidalmq.schedule.reschedule import DelayMoves
 from tidalmq.schedule.restore import copy_in_real_topic, restore_record
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.store.api import MessageStore
@@ -47,8 +48,10 @@ def _ms() -> int:
 
 class ScheduleMessageService:
     def __init__(self, store: MessageStore, levels: dict[int, int], offset_path: str | Path,
-                 stats: ScheduleStats | None = None, clock: Callable[[], int] = _ms) -> None:
+                 stats: ScheduleStats | None = None, clock: Callable[[], int] = _ms,
+                 moves: DelayMoves | None = None) -> None:
         self.store = store
+        self.moves = moves  # messages a reschedule replaced: skipped (schedule/reschedule.py)
         self.levels = dict(sorted(levels.items()))
         self.max_level = max(self.levels) if self.levels else 0
         # Levels out of the table that still hold messages: walked at the delay they had until empty.
@@ -75,6 +78,8 @@ class ScheduleMessageService:
                 except (TypeError, ValueError):
                     # Not a level and an offset: reported, and left out (a level is never a path).
                     log.warning("%s: ignoring entry %r: %r, not a delay level and an offset", self.offset_path, k, v)
+        if self.moves is not None:
+            self.moves.load()
 
     def persist(self) -> None:
         if persist_config(self.offset_path, fastjson.dumpb({"offsetTable": dict(sorted(self.offsets.items()))})):
@@ -133,6 +138,8 @@ class ScheduleMessageService:
             # The index is built by reput: dispatch what the CommitLog holds before looking copies up.
             self.store.wait_reput(self.store.max_phy_offset, 30.0)
             self.adopt_leftovers()
+            if self.moves is not None and self.store.has_index:
+                self.moves.verify(self.store, self.offsets)
             self.catch_up()
         except Exception:
             log.exception("schedule catch-up failed; delivering from the offsets on file")
@@ -189,6 +196,8 @@ class ScheduleMessageService:
             offset += delivered
             self.offsets[level] = offset
             self._dirty = True
+            if self.moves is not None:
+                self.moves.passed(level, offset)
             if delivered < due:
                 return now + 1000  # the store refused: try again in a second
         return None
@@ -247,7 +256,11 @@ class ScheduleMessageService:
     def _restore(self, phys_offsets: list[int], sizes: list[int], deliver: list[int], now: int) -> int:
         requests: list[PutRequest] = []
         lateness: list[int] = []
+        moves = self.moves
         for phys, size, when in zip(phys_offsets, sizes, deliver, strict=True):
+            if moves is not None and phys in moves:
+                requests.append(PutRequest("", -1, []))  # rescheduled: its copy waits in the timer
+                continue
             raw = self.store.select_one_message_by_offset(phys, size)
             try:
                 view = view_record(raw) if raw is not None else None

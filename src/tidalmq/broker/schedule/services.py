@@ -20,6 +20,7 @@ from tidalmq.broker.schedule.hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.schedule.timer_process import TimerProcess
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.schedule.delay_level import ScheduleMessageService
+from tidalmq.schedule.reschedule import DelayMoves, ScheduleTarget, find_schedule_target
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_service import (
     CancelTarget,
@@ -51,7 +52,10 @@ class ScheduleServices:
         # RocketMQ 4 delay levels.
         self.schedule_stats = ScheduleStats()
         levels = parse_delay_levels(sc.message_delay_level)
-        self.schedule = ScheduleMessageService(store, levels, cfg_dir / "delayOffset.json", self.schedule_stats)
+        # Delay-level messages a reschedule replaced (schedule/reschedule.py), skipped by their level.
+        self.delay_moves = DelayMoves(cfg_dir / "delayReschedule.json")
+        self.schedule = ScheduleMessageService(store, levels, cfg_dir / "delayOffset.json", self.schedule_stats,
+                                               moves=self.delay_moves)
         # RocketMQ 5 timer messages: arbitrary delivery time and cancel, in <storePathRootDir>/timerwheel, timerlog/.
         self.timer_stats = ScheduleStats()
         self.timer: TimerMessageService | TimerProcess | None = None
@@ -133,3 +137,10 @@ class ScheduleServices:
             # A cancel sent right after its target: let reput index the target first (usually done).
             await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
         return await face.run(find_cancel_target, store, topic, uniq, int(time.time() * 1000))
+
+    async def lookup_schedule_target(self, topic: str, uniq: str | None, key: str | None) -> ScheduleTarget:
+        """A reschedule's target (by uniq key or key), looked up off the loop once reput has caught up."""
+        store, face = self.store, self.store_face
+        await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
+        return await face.run(find_schedule_target, store, topic, uniq, key, int(time.time() * 1000),
+                              self.schedule.walked, dict(self.schedule.offsets))
