@@ -15,7 +15,7 @@ from tests.client.helpers import create_topic
 from tests.compat.harness import uniq
 from tests.mqadmin.support import run_mqadmin
 from tests.support import ModuleTmp, Standalone
-from tidalmq.client.errors import MQBrokerError, ValidationError
+from tidalmq.client.errors import MQBrokerError, MQClientError, ValidationError
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.producer import Producer
 from tidalmq.client.pull_consumer import PullConsumer
@@ -37,10 +37,16 @@ def now_ms() -> int:
 
 async def receive_until(c: PullConsumer, topic: str, last: bytes, timeout: float = 40.0) -> list[MessageExt]:
     """Every message of the topic's one queue up to and including the one whose body is ``last``."""
-    (mq,) = await c.fetch_queues(topic)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            (mq,) = await c.fetch_queues(topic)
+            break
+        except MQClientError:  # a broker just restarted registers its topics again within moments
+            assert time.monotonic() < deadline, f"no route of {topic} within {timeout}s"
+            await asyncio.sleep(0.2)
     got: list[MessageExt] = []
     offset = 0
-    deadline = time.monotonic() + timeout
     while not any(m.body == last for m in got):
         assert time.monotonic() < deadline, f"{[m.body for m in got]} arrived in {timeout}s, not {last!r}"
         r = await c.pull(mq, offset, 32, block_timeout=2.0)
