@@ -148,6 +148,16 @@ def test_by_key_twice_then_cancelled_and_the_refusals(broker: Standalone) -> Non
             async with _admin(broker) as admin:
                 await admin.cancel_scheduled(topic, one.msg_id)  # cancels where it waits now
 
+                async def counted() -> int:  # the timer's view is published about once a second
+                    for _ in range(100):
+                        info = await admin.broker_runtime_info(broker.broker_addr)
+                        if int(info.get("timer.reschedules", "0")) >= 2:
+                            return int(info.get("timer.reschedulesTooLate", "-1"))
+                        await asyncio.sleep(0.1)
+                    raise AssertionError(f"timer.reschedules: {info.get('timer.reschedules')}")
+
+                assert await counted() == 0
+
             async def refused(code: int, text: str, *args: object, **kw: object) -> None:
                 with pytest.raises(MQBrokerError) as e:
                     await p.reschedule(topic, *args, **kw)  # type: ignore[arg-type]

@@ -38,7 +38,8 @@ async def schedule_stats(admin: Admin, args: argparse.Namespace) -> int:
               f"lateness p50/p99/max {t.get('latenessP50Ms', 0)}/{t.get('latenessP99Ms', 0)}/{t.get('latenessMaxMs', 0)} ms, "
               f"behind now {t.get('latenessNowMs', 0)} ms, precision {t.get('precisionMs', '-')} ms")
         print(f"  timer: duplicates skipped {t.get('duplicatesSkipped', 0)}, redelivered {t.get('redelivered', 0)}, "
-              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)})")
+              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)}), "
+              f"reschedules {t.get('reschedules', 0)} (too late {t.get('reschedulesTooLate', 0)})")
         print(f"  delay levels: delivered {d.get('delivered', 0)}, lateness p50/p99/max "
               f"{d.get('latenessP50Ms', 0)}/{d.get('latenessP99Ms', 0)}/{d.get('latenessMaxMs', 0)} ms, "
               f"pending by level {d.get('pending', {})}")

@@ -306,7 +306,8 @@ class TimerMessageService:
             "enqueueOffset": view.enqueue_offset,
             "viewAgeMs": max(0, now - view.published_ms),
         }
-        for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"):
+        for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "reschedules", "reschedulesTooLate",
+                  "unreadable"):
             out[k] = self.counters[k]
         out["histogram"] = {"due": hist["due"], "minute": hist["minute"], "hour": hist["hour"],
                             "day": hist["day"], "beyond": hist["later"] + hist["rolled"]}
