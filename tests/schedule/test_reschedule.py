@@ -15,6 +15,7 @@ from tests.client.helpers import create_topic
 from tests.compat.harness import uniq
 from tests.mqadmin.support import run_mqadmin
 from tests.support import ModuleTmp, Standalone
+from tidalmq.client.admin import Admin
 from tidalmq.client.errors import MQBrokerError, MQClientError, ValidationError
 from tidalmq.client.message import Message, MessageExt
 from tidalmq.client.producer import Producer
@@ -179,8 +180,7 @@ def test_by_key_twice_then_cancelled_and_the_refusals(broker: Standalone) -> Non
     run(scenario())
 
 
-def _admin(s: Standalone):  # type: ignore[no-untyped-def]
-    from tidalmq.client.admin import Admin
+def _admin(s: Standalone) -> Admin:
     return Admin(s.namesrv_addr)
 
 
