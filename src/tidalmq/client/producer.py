@@ -29,7 +29,7 @@ from tidalmq.client.message import (
     MessageQueue,
     SendResult,
 )
-from tidalmq.client.reschedule import RescheduleResult, deliver_time, reschedule
+from tidalmq.client.reschedule import RescheduleResult, deliver_time, masters, reschedule
 from tidalmq.client.selector import FaultStrategy, MessageQueueSelector, RoundRobin, select_by_hash
 from tidalmq.client.send_request import (
     RETRY_RESPONSE_CODES,
@@ -570,18 +570,14 @@ class Producer(ClientLifecycle):
     async def reschedule(self, topic: str, msg_id: str | None = None, *, key: str | None = None,
                          deliver_time_ms: int | None = None, delay_ms: int | None = None,
                          timeout: float | None = None) -> RescheduleResult:
-        """Deliver a pending scheduled message (a timer or a delay-level one) of ``topic``, named by its id
-        (``SendResult.msg_id``) or a key, at ``deliver_time_ms`` or ``delay_ms`` from now instead (0: now).
-        Atomic: delivered once, at the new time (docs/scheduled-delivery.md, "Reschedule"). MQBrokerError
-        QUERY_NOT_FOUND when no broker holds it pending (unknown, delivered, cancelled, or due too soon)."""
+        """Deliver a pending scheduled message of ``topic`` (timer or delay level), named by its id or a key, at
+        ``deliver_time_ms`` or ``delay_ms`` from now (0: now) instead, atomically (client/reschedule.py)."""
         self._check_running()
         v.check_topic(topic)
-        when = deliver_time(deliver_time_ms, delay_ms)
-        route, _ = await self._queues(topic)
-        masters = [(name, addr) for name in sorted(route.broker_addrs) if (addr := route.master_addr(name))]
+        when, (route, _) = deliver_time(deliver_time_ms, delay_ms), await self._queues(topic)
         wait = self.send_timeout if timeout is None else timeout
-        return await reschedule(lambda addr, req: self._instance.invoke(addr, req, wait), masters, topic, msg_id, key,
-                                when, self.group)
+        return await reschedule(lambda addr, req: self._instance.invoke(addr, req, wait), masters(route), topic,
+                                msg_id, key, when, self.group)
 
     def _prepare_unchecked(self, msg: Message) -> PreparedSend:
         v.check_message(msg, self.max_message_size)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from tidalmq.client.codec import TopicRoute
 from tidalmq.client.errors import MQBrokerError, ValidationError
 from tidalmq.remoting.codes import RequestCode, ResponseCode
 from tidalmq.remoting.command import RemotingCommand
@@ -36,11 +37,17 @@ def deliver_time(deliver_time_ms: int | None, delay_ms: int | None) -> int:
     return deliver_time_ms
 
 
+def masters(route: TopicRoute) -> list[tuple[str, str]]:
+    """(broker name, master address) of each broker of a topic's route that has a master."""
+    return [(name, addr) for name in sorted(route.broker_addrs) if (addr := route.master_addr(name))]
+
+
 async def reschedule(invoke: Callable[[str, RemotingCommand], Awaitable[RemotingCommand]],
                      masters: Sequence[tuple[str, str]], topic: str, msg_id: str | None, key: str | None,
                      deliver_time_ms: int, group: str) -> RescheduleResult:
     """Ask each (broker name, master address) in turn; the first that holds the message answers. MQBrokerError
-    with the last refusal (QUERY_NOT_FOUND when none holds it pending)."""
+    with the last refusal (QUERY_NOT_FOUND when none holds it pending). Answers: SUCCESS, QUERY_NOT_FOUND
+    (unknown, delivered, cancelled, due too soon), MESSAGE_ILLEGAL (a key naming several, beyond the max delay)."""
     if bool(msg_id) == bool(key):
         raise ValidationError("reschedule needs the message id or a key, one of them")
     header = bh.RescheduleMessageRequestHeader(topic=topic, producer_group=group, msg_id=msg_id or None,
