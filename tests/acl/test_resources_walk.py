@@ -38,6 +38,7 @@ NOT_CHECKED: dict[int, frozenset[str]] = {code: frozenset(names) for code, names
     RC.UNREGISTER_CLIENT: ("producerGroup",),
     RC.CONSUMER_SEND_MSG_BACK: ("originTopic",),  # parsed, not acted on: the message is read by its offset
     RC.RECALL_MESSAGE: ("producerGroup",),  # as RocketMQ 5.3's header: only the topic is a resource
+    RC.RESCHEDULE_MESSAGE: ("producerGroup",),  # as RECALL_MESSAGE: the group is only recorded (PGROUP)
     RC.END_TRANSACTION: ("producerGroup",),
     RC.QUERY_CONSUMER_OFFSET: ("consumerGroup", "topic"),
     RC.GET_MAX_OFFSET: ("topic",),

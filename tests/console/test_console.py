@@ -11,7 +11,7 @@ import pytest
 from tests.console.data import XSS, Seeded
 from tests.console.support import PAGE_WAIT_S, admin_call, run
 from tests.support import Standalone, wait_for
-from tidalmq.client.admin import AdminError
+from tidalmq.client.admin import Admin, AdminError
 from tidalmq.remoting.codes import ResponseCode
 
 
@@ -200,3 +200,34 @@ def test_cancel_a_scheduled_message(browser: Any, shared_standalone: Standalone,
     with pytest.raises(AdminError) as e:
         run(admin_call(s, "cancel_scheduled", seeded.topic, seeded.timer_id))
     assert e.value.code == ResponseCode.QUERY_NOT_FOUND
+
+
+def test_reschedule_a_scheduled_message(browser: Any, shared_standalone: Standalone, seeded: Seeded) -> None:
+    from selenium.webdriver.common.by import By
+
+    s = shared_standalone
+    later = seeded.timer_ids[3]  # due in 20 hours: moved to now
+    open_page(browser, s, "/schedule")
+    fill(browser, "scheduled-search", topic=seeded.topic, key=later)
+    row = message_with(browser, later)
+    assert "remind in 1200 min" in row.text
+    (form,) = [f for f in row.find_elements(By.TAG_NAME, "form") if "schedule/reschedule" in f.get_attribute("action")]
+    delay = form.find_element(By.NAME, "delay_s")
+    delay.clear()
+    delay.send_keys("0")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert flash(browser).startswith(f"notice: scheduled message {later} of {seeded.topic} on "), flash(browser)
+
+    def delivered() -> bool:
+        copies = run(admin_call(s, "query_messages_by_key", seeded.topic, "reminder"))
+        return any(m.topic == seeded.topic and m.properties.get("UNIQ_KEY") == later for m in copies)
+
+    wait_for(delivered, 15, what="the rescheduled message delivered in its topic")
+    # the client sees it moved: it is no longer pending anywhere
+    async def again() -> None:
+        async with Admin(s.namesrv_addr) as admin:
+            await admin.reschedule(seeded.topic, later, delay_ms=0)
+
+    with pytest.raises(AdminError) as e:
+        run(again())
+    assert e.value.code == ResponseCode.QUERY_NOT_FOUND and "already delivered" in (e.value.remark or "")

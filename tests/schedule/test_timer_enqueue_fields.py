@@ -69,8 +69,25 @@ def test_properties_holding_the_records_mark_are_read_record_by_record(tmp_path:
     odd = {mc.REAL_TOPIC: "T", "": "\x01x", mc.UNIQ_KEY: "U9", mc.TIMER_OUT_MS: "1700000000009"}
     for svc, phys, sizes, tags in _parked_store(tmp_path, [*PARKED[:2], odd, *PARKED[2:]]):
         assert svc.fields.chunk_fields(phys, sizes, tags) is None
-        assert one_by_one(svc, phys, sizes)[2] == ("T", "U9", None, 1700000000009)
+        assert one_by_one(svc, phys, sizes)[2] == ("T", "U9", None, 1700000000009, 0)
         assert svc.fields.chunk_fields(phys[:2], sizes[:2], tags[:2]) == one_by_one(svc, phys[:2], sizes[:2])
+
+
+def test_a_reschedules_copy_is_read_with_the_time_it_replaces(tmp_path: Path) -> None:
+    """RESCHEDULED_FROM (schedule/reschedule.py) keeps a round off the column paths, which read no such field:
+    the copy of a timer message comes out with the old deliver time its enqueue files a marker at."""
+    moved = {mc.UNIQ_KEY: "U7", mc.RESCHEDULED_FROM: "timer:1700000000300", mc.REAL_TOPIC: "T", mc.REAL_QID: "0",
+             mc.TIMER_OUT_MS: "1700000000900"}
+    level = {**moved, mc.RESCHEDULED_FROM: "delay:3:4096"}  # a delay-level target: no marker in the timer
+    plain = {k: v for k, v in moved.items() if k != mc.RESCHEDULED_FROM}
+    ordinary = [{**plain, mc.UNIQ_KEY: "U8"}, {**plain, mc.UNIQ_KEY: "U9"}]  # read as columns, alone
+    for svc, phys, sizes, tags in _parked_store(tmp_path, [*ordinary, moved, level]):
+        fields = svc.fields.chunk_fields(phys, sizes, tags)
+        assert isinstance(fields, list) and fields == one_by_one(svc, phys, sizes)
+        assert fields[2] == ("T", "U7", None, 1700000000900, 1700000000300)
+        assert fields[0] == ("T", "U8", None, 1700000000900, 0)
+        assert fields[3] == ("T", "U7", None, 1700000000900, 0)
+        assert isinstance(svc.fields.chunk_fields(phys[:2], sizes[:2], tags[:2]), FieldColumns)
 
 
 def one_by_one(svc: TimerMessageService, phys: np.ndarray, sizes: np.ndarray) -> list[object]:
@@ -82,10 +99,10 @@ def test_the_chunk_reads_what_the_records_read(parked: Parked) -> None:
     fields = svc.fields.chunk_fields(phys, sizes, tags)
     assert isinstance(fields, list), "the whole-chunk path declined records it should read"
     assert fields == one_by_one(svc, phys, sizes)
-    assert fields[2] == ("Other", None, "T+U1", 1700000000000)
+    assert fields[2] == ("Other", None, "T+U1", 1700000000000, 0)
     assert fields[3] is not None and fields[3][3] == 7
-    assert fields[4] is not None and fields[4][3] == 0 and fields[5] == ("", "U5", None, 0)
-    assert fields[7] == ("Tü", "ü-key", None, 1700000000001)
+    assert fields[4] is not None and fields[4][3] == 0 and fields[5] == ("", "U5", None, 0, 0)
+    assert fields[7] == ("Tü", "ü-key", None, 1700000000001, 0)
     # any part of the chunk: the same
     assert svc.fields.chunk_fields(phys[3:6], sizes[3:6], tags[3:6]) == one_by_one(svc, phys[3:6], sizes[3:6])
 

@@ -138,7 +138,8 @@ class BrokerController:
         self.send_processor: SendMessageProcessor
         # Replication (docs/replication.md): a master serves slaves on haListenPort; a slave streams
         # the master's CommitLog and copies its metadata.
-        slave_sync = (SlaveSynchronize(self.outer_api, self.topics, self.offsets, self.scheduled.schedule, self.groups)
+        slave_sync = (SlaveSynchronize(self.outer_api, self.topics, self.offsets, self.scheduled.schedule, self.groups,
+                                       lambda text: self.scheduled.delay_table.adopt(text, self.config_file))
                       if config.is_slave else None)
         self.replication = BrokerReplication(config, self.store, store_config.sync_flush_timeout, slave_sync,
                                              master_role)

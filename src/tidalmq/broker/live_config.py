@@ -24,8 +24,8 @@ LIVE_BROKER_KEYS: frozenset[str] = frozenset((
     "enableTopicMessageTypeCheck", "recallMessageEnable", "allowRecallWhenBrokerNotWriteable",
     "notifyConsumerIdsChangedEnable",
 ))
-# MessageStoreConfig fields read per append.
-LIVE_STORE_KEYS: frozenset[str] = frozenset(("maxMessageSize",))
+# MessageStoreConfig fields read per append; messageDelayLevel is handed on (broker/schedule/delay_table.py).
+LIVE_STORE_KEYS: frozenset[str] = frozenset(("maxMessageSize", "messageDelayLevel"))
 LIVE_KEYS = LIVE_BROKER_KEYS | LIVE_STORE_KEYS
 # Room in a request frame beside the message body (headers, properties): the broker's frame limit is
 # maxMessageSize plus this, fixed at start.

@@ -18,7 +18,10 @@ from tidalmq.client.admin_data import (
     mq_key,
     offset_of,
 )
+from tidalmq.client.errors import MQBrokerError
 from tidalmq.client.message import MessageExt, MessageQueue
+from tidalmq.client.reschedule import RescheduleResult, deliver_time
+from tidalmq.client.reschedule import reschedule as _reschedule
 from tidalmq.common import fastjson
 from tidalmq.common import naming as nm
 from tidalmq.common import top_addressing as ta
@@ -467,6 +470,22 @@ class Admin:
     async def cancel_scheduled(self, topic: str, uniq_key: str, deliver_ms: int | None = None,
                                group: str = "TOOLS_CANCEL_GROUP") -> str:
         return await _messages.cancel_scheduled(self, topic, uniq_key, deliver_ms, group)
+
+    async def reschedule(self, topic: str, msg_id: str | None = None, *, key: str | None = None,
+                         deliver_time_ms: int | None = None, delay_ms: int | None = None,
+                         group: str = "TOOLS_RESCHEDULE_GROUP") -> RescheduleResult:
+        """``Producer.reschedule`` for tools (mqadmin rescheduleMsg); AdminError when refused."""
+        async def invoke(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+            if self.signer is not None:
+                self.signer.sign(cmd.ext_fields, None)
+            return await self.remoting.invoke(addr, cmd, self.timeout)
+
+        when = deliver_time(deliver_time_ms, delay_ms)
+        masters = [(name, addr) for name, addr, _ in await self._masters_of(topic)]
+        try:
+            return await _reschedule(invoke, masters, topic, msg_id, key, when, group)
+        except MQBrokerError as e:
+            raise AdminError(e.code, e.remark) from None
 
     async def rewind(self, group: str, timestamp_ms: int, topic: str | None = None) -> RewindResult:
         return await _messages.rewind(self, group, timestamp_ms, topic)

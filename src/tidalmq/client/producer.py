@@ -29,6 +29,7 @@ from tidalmq.client.message import (
     MessageQueue,
     SendResult,
 )
+from tidalmq.client.reschedule import RescheduleResult, deliver_time, masters, reschedule
 from tidalmq.client.selector import FaultStrategy, MessageQueueSelector, RoundRobin, select_by_hash
 from tidalmq.client.send_request import (
     RETRY_RESPONSE_CODES,
@@ -561,6 +562,18 @@ class Producer(InstanceClient):
         if resp.code != ResponseCode.SUCCESS:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return bh.RecallMessageResponseHeader.parse(resp.ext_fields).msg_id or handle.message_id
+
+    async def reschedule(self, topic: str, msg_id: str | None = None, *, key: str | None = None,
+                         deliver_time_ms: int | None = None, delay_ms: int | None = None,
+                         timeout: float | None = None) -> RescheduleResult:
+        """Deliver a pending scheduled message of ``topic`` (timer or delay level), named by its id or a key, at
+        ``deliver_time_ms`` or ``delay_ms`` from now (0: now) instead, atomically (client/reschedule.py)."""
+        self._check_running()
+        v.check_topic(topic)
+        when, (route, _) = deliver_time(deliver_time_ms, delay_ms), await self._queues(topic)
+        wait = self.send_timeout if timeout is None else timeout
+        return await reschedule(lambda addr, req: self._instance.invoke(addr, req, wait), masters(route), topic,
+                                msg_id, key, when, self.group)
 
     def _prepare_unchecked(self, msg: Message) -> PreparedSend:
         v.check_message(msg, self.max_message_size)

@@ -60,7 +60,7 @@ class ConsoleServer:
                                       "/messages": self.messages, "/dlq": self.dlq, "/schedule": self.schedule}
         self.posts: dict[str, Callable[[Request], Awaitable[tuple[str, str, Page]]]] = {
             "/topics/create": self.create_topic, "/topics/delete": self.delete_topic,
-            "/dlq/resend": self.resend, "/schedule/cancel": self.cancel}
+            "/dlq/resend": self.resend, "/schedule/cancel": self.cancel, "/schedule/reschedule": self.reschedule}
 
     @property
     def port(self) -> int:
@@ -294,10 +294,14 @@ class ConsoleServer:
             actions = {}
             for m in found:
                 uniq = m.properties.get("UNIQ_KEY", "")
-                if uniq and "TIMER_OUT_MS" in m.properties:  # a timer message (delay levels cannot be cancelled)
-                    actions[m.offset_msg_id] = P.post_form(
-                        "/schedule/cancel", self.csrf, P.hidden("topic", topic) + P.hidden("key", key)
-                        + P.hidden("uniq_key", uniq), "Cancel")
+                if not uniq:
+                    continue
+                ids = P.hidden("topic", topic) + P.hidden("key", key) + P.hidden("uniq_key", uniq)
+                # A timer message can be cancelled (delay levels cannot); any scheduled one moved (RESCHEDULE_MESSAGE).
+                cancel = P.post_form("/schedule/cancel", self.csrf, ids, "Cancel") if "DELAY" not in m.properties else ""
+                actions[m.offset_msg_id] = cancel + P.post_form(
+                    "/schedule/reschedule", self.csrf, ids + ' deliver in <input name="delay_s" value="0" size="6"> s ',
+                    "Reschedule")
             content += P.messages(found, actions)
         return self._page(req, "Scheduled messages", content, error)
 
@@ -305,6 +309,15 @@ class ConsoleServer:
         topic, uniq = req.arg("topic"), req.arg("uniq_key")
         broker = await self.admin.cancel_scheduled(topic, uniq)
         return f"scheduled message {uniq} of {topic} cancelled on {broker}", "", self.schedule
+
+    async def reschedule(self, req: Request) -> tuple[str, str, Page]:
+        topic, uniq = req.arg("topic"), req.arg("uniq_key")
+        delay_s = float(req.arg("delay_s") or "0")  # ValueError: the form's own value
+        if not delay_s >= 0:
+            raise ValueError(f"the delay must be a number of seconds, at least 0, not {req.arg('delay_s')!r}")
+        r = await self.admin.reschedule(topic, uniq, delay_ms=int(delay_s * 1000))
+        return (f"scheduled message {uniq} of {topic} on {r.broker_name} moved from {P.when(r.previous_deliver_time_ms)} "
+                f"to {P.when(r.deliver_time_ms)}"), "", self.schedule
 
 
 def _error_text(e: Exception) -> str:

@@ -1,4 +1,4 @@
-"""TidalMQ's own subcommands, RocketMQ-style: scheduled-message stats and cancel, dead-letter re-send."""
+"""TidalMQ's own subcommands, RocketMQ-style: scheduled-message stats, cancel and reschedule, dead-letter re-send."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-t", "--topic", required=True, help="the message's topic")
     p.add_argument("-i", "--msgId", required=True, help="its client id (UNIQ_KEY)")
     p.add_argument("-d", "--deliverTimeMs", type=int, help="its deliver time (optional)")
+    p = command(sub, "rescheduleMsg", "Deliver a pending scheduled message at another time (TidalMQ)", reschedule)
+    p.add_argument("-t", "--topic", required=True, help="the message's topic")
+    p.add_argument("-i", "--msgId", help="its client id (UNIQ_KEY)")
+    p.add_argument("-k", "--msgKey", help="or one of its keys (naming one pending message)")
+    p.add_argument("-d", "--deliverTimeMs", type=int, help="the new deliver time, epoch ms (at or before now: at once)")
+    p.add_argument("-s", "--delaySeconds", type=float, help="or the new delay from now, seconds (0: at once)")
     p = command(sub, "resendDlqMessage", "Send dead letters of a group back to their topic (TidalMQ)", resend_dlq)
     p.add_argument("-g", "--consumerGroup", required=True, help="consumer group")
     p.add_argument("-i", "--msgId", action="append", default=[], help="message id, repeatable")
@@ -32,7 +38,8 @@ async def schedule_stats(admin: Admin, args: argparse.Namespace) -> int:
               f"lateness p50/p99/max {t.get('latenessP50Ms', 0)}/{t.get('latenessP99Ms', 0)}/{t.get('latenessMaxMs', 0)} ms, "
               f"behind now {t.get('latenessNowMs', 0)} ms, precision {t.get('precisionMs', '-')} ms")
         print(f"  timer: duplicates skipped {t.get('duplicatesSkipped', 0)}, redelivered {t.get('redelivered', 0)}, "
-              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)})")
+              f"cancels {t.get('cancels', 0)} (too late {t.get('cancelsTooLate', 0)}), "
+              f"reschedules {t.get('reschedules', 0)} (too late {t.get('reschedulesTooLate', 0)})")
         print(f"  delay levels: delivered {d.get('delivered', 0)}, lateness p50/p99/max "
               f"{d.get('latenessP50Ms', 0)}/{d.get('latenessP99Ms', 0)}/{d.get('latenessMaxMs', 0)} ms, "
               f"pending by level {d.get('pending', {})}")
@@ -52,6 +59,20 @@ async def schedule_stats(admin: Admin, args: argparse.Namespace) -> int:
 async def cancel_scheduled(admin: Admin, args: argparse.Namespace) -> int:
     name = await admin.cancel_scheduled(args.topic, args.msgId, args.deliverTimeMs)
     print(f"cancel {args.topic} {args.msgId} on {name}: success")
+    return 0
+
+
+async def reschedule(admin: Admin, args: argparse.Namespace) -> int:
+    if bool(args.msgId) == bool(args.msgKey):
+        raise UsageError("name the message by its id (-i) or a key (-k), one of them")
+    if (args.deliverTimeMs is None) == (args.delaySeconds is None):
+        raise UsageError("give the new time (-d) or the delay from now (-s), one of them")
+    if (args.deliverTimeMs or 0) < 0 or (args.delaySeconds or 0) < 0:
+        raise UsageError("the time and the delay must not be negative")
+    delay = None if args.delaySeconds is None else int(args.delaySeconds * 1000)
+    r = await admin.reschedule(args.topic, args.msgId, key=args.msgKey, deliver_time_ms=args.deliverTimeMs,
+                               delay_ms=delay)
+    print(f"reschedule {args.topic} {r.msg_id} on {r.broker_name}: {r.previous_deliver_time_ms} -> {r.deliver_time_ms}")
     return 0
 
 

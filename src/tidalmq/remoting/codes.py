@@ -81,6 +81,8 @@ class RequestCode(IntEnum):
     GET_TOPIC_CONFIG = 351
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
     RECALL_MESSAGE = 370
+    # TidalMQ's own (RocketMQ has no such request), out of RocketMQ's ranges.
+    RESCHEDULE_MESSAGE = 1_000_370
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     PEEK_MESSAGE = 200052

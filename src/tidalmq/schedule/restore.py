@@ -33,7 +33,7 @@ PARKING_PROPERTIES = (
 # endpoint shows them as the message's delivery_timestamp. The relative requests (TIMER_DELAY_SEC / _MS) go:
 # RocketMQ lets the TIMER_OUT_MS beside them stop a client's re-send of the message from being delayed
 # again, but TidalMQ drops a client's TIMER_OUT_MS, so they would delay it anew. TidalMQ's timer never rolls.
-TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_ROLL_TIMES)
+TIMER_PARKING_PROPERTIES = (mc.DELAY, mc.TIMER_DELAY_SEC, mc.TIMER_DELAY_MS, mc.TIMER_ROLL_TIMES, mc.RESCHEDULED_FROM)
 
 
 def restore_record(view: RecordView, extra_properties: dict[str, str] | None = None,

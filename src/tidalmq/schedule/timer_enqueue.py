@@ -15,9 +15,11 @@ from itertools import compress, repeat
 
 import numpy as np
 
+from tidalmq.common import message as mc
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule import timer_fields as tf
 from tidalmq.schedule.entries import ENTRY_DTYPE, make_entries, uniq_hashes
+from tidalmq.schedule.restore import copy_in_real_topic
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_access import TimerStoreAccess
 from tidalmq.schedule.timer_fields import EnqueueFields, FieldColumns, Fields
@@ -206,9 +208,23 @@ class TimerEnqueue:
             if f is None:
                 self.counters["unreadable"] += 1
                 continue
-            real, uniq, del_key, out_ms = f
+            real, uniq, del_key, out_ms, moved_from = f
             if d <= 0:
                 d = out_ms
+            if moved_from and uniq:
+                if p >= watermark and self._moved_too_late(real, uniq, moved_from):
+                    continue  # the message it replaces went out at its old time: it goes nowhere
+                # One record, two entries in the same TimerStore batch: the delete marker of the message it
+                # replaces (at the old time, as a TIMER_DEL_UNIQKEY's) and itself. The marker takes the
+                # record's offset + 1, no record's start, so the TimerStore's once-per-offset rule keeps both.
+                cols[0].append(moved_from)
+                cols[1].append(p + 1)
+                cols[2].append(s)
+                keys.append(f"{real}+{uniq}")
+                cols[4].append(MAGIC_DELETE)
+                if p >= metrics_mark:
+                    counts[(real, moved_from // 60_000)] -= 1
+                self.counters["reschedules"] += 1
             cols[0].append(d)
             cols[1].append(p)
             cols[2].append(s)
@@ -232,6 +248,18 @@ class TimerEnqueue:
             if c:
                 self.metrics.topics.add(real, minute * 60_000, c)
         return enqueued
+
+    def _moved_too_late(self, real: str, uniq: str, moved_from: int) -> bool:
+        """Whether the timer message a reschedule replaces may be delivered already: its time is not after
+        what the TimerStore released (its marker would come too late), or its copy is in the real topic
+        (released before a crash that took the TimerStore's cursor back with it). Counted, and logged."""
+        late = moved_from <= self.timer.read_cursor[0] or copy_in_real_topic(
+            self.store, {mc.REAL_TOPIC: real, mc.UNIQ_KEY: uniq}, mc.TIMER_DEQUEUE_MS)
+        if late:
+            self.counters["reschedulesTooLate"] += 1
+            log.warning("reschedule of %s (%s) came after its old time %d: it stays delivered once, at that time",
+                        uniq, real, moved_from)
+        return late
 
     def enqueue_columns(self, phys: np.ndarray, sizes: np.ndarray, deliver: np.ndarray, fields: FieldColumns,
                          watermark: int, filed: list[np.ndarray]) -> int:

@@ -29,19 +29,21 @@ from tidalmq.common.record import (
 from tidalmq.common.record_batch import PROPERTIES_MARK
 from tidalmq.common.record_columns import record_columns
 from tidalmq.schedule.entries import uniq_hashes
+from tidalmq.schedule.reschedule import timer_moved_from
 from tidalmq.schedule.timer_access import TimerStoreAccess
 
 log = logging.getLogger(__name__)
 
 # The properties the enqueue round and the duplicate skip read (the cancel hash, a delete marker, the
 # real topic's counts, the deliver time when the tag lacks it).
-_ENQUEUE_NAMES = (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS)
+_ENQUEUE_NAMES = (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.TIMER_OUT_MS, mc.RESCHEDULED_FROM)
 _ENQUEUE_PROPERTIES = mc.property_finder_bytes(_ENQUEUE_NAMES)
 # The same in a round's properties joined with a mark before each record's (chunk_fields): the mark no valid
 # properties hold (an empty name with an empty value), found with no groups.
 _RECORD_MARK = PROPERTIES_MARK
 _ENQUEUE_PROPERTIES_MARKED = mc.property_finder_bytes(_ENQUEUE_NAMES, empty_pair=True)
-_REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B = (n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY))
+_REAL_TOPIC_B, _UNIQ_KEY_B, _TIMER_DEL_UNIQKEY_B, _RESCHEDULED_FROM_B = (
+    n.encode() for n in (mc.REAL_TOPIC, mc.UNIQ_KEY, mc.TIMER_DEL_UNIQKEY, mc.RESCHEDULED_FROM))
 # The columnar reading of a round (FieldColumns): the parked properties end with what the broker appends,
 # REAL_TOPIC, REAL_QID and TIMER_OUT_MS (TimerRewrite.timer_properties and park_batch), so one pass finds each
 # record's real topic as that tail, right before the next record's mark or the end. As many tails as
@@ -51,10 +53,12 @@ _MARK_BYTES = _RECORD_MARK[:3]
 _REAL_TOPIC_NAMED = mc.inner_property_key_bytes(mc.REAL_TOPIC)
 _PARKED_TAIL = mc.property_tail_finder_bytes((mc.REAL_TOPIC, mc.REAL_QID, mc.TIMER_OUT_MS), _RECORD_MARK)
 _CANCEL_FOUND = mc.inner_property_key_bytes(mc.TIMER_DEL_UNIQKEY)
+_RESCHEDULE_FOUND = mc.inner_property_key_bytes(mc.RESCHEDULED_FROM)  # a reschedule files a marker too
 # The most of the CommitLog the enqueue round reads as one view (records farther apart are read one by one).
 SPAN_MAX = 8 << 20
-# What the enqueue round reads of a parked record: REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS (0: none)
-Fields = tuple[str, str | None, str | None, int]
+# What the enqueue round reads of a parked record: REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY, TIMER_OUT_MS (0: none),
+# and of a reschedule's copy of a timer message the old deliver time it replaces (RESCHEDULED_FROM; 0: none)
+Fields = tuple[str, str | None, str | None, int, int]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -97,7 +101,7 @@ def field_columns(joined: bytes, n: int) -> FieldColumns | None:
     properties are not UTF-8. A record with two REAL_TOPICs and another with none would pair the wrong
     values: n marks (no properties of a record hold one), n REAL_TOPIC names and n tails, each ending a
     record, leave one each."""
-    if _CANCEL_FOUND in joined or joined.count(_MARK_BYTES) != n or joined.count(_REAL_TOPIC_NAMED) != n:
+    if _CANCEL_FOUND in joined or _RESCHEDULE_FOUND in joined or joined.count(_MARK_BYTES) != n or joined.count(_REAL_TOPIC_NAMED) != n:
         return None
     try:
         joined.decode("utf-8")  # one check for all (an ASCII mark cannot complete a sequence)
@@ -119,6 +123,7 @@ _TAIL_TOPICS_MAX = 8  # more real topics than this in one round: the regex pass
 # Anywhere in a round's span (a record's first property has no separator before it): a cancel may be among
 # them, and the round takes the regex pass, which tells. A body holding these bytes only costs that pass.
 _CANCEL_NAMED = mc.TIMER_DEL_UNIQKEY.encode() + mc.NAME_VALUE_SEPARATOR_BYTES
+_RESCHEDULE_NAMED = mc.RESCHEDULED_FROM.encode() + mc.NAME_VALUE_SEPARATOR_BYTES
 
 
 def _words(text: bytes) -> list[tuple[int, int]]:
@@ -160,7 +165,10 @@ def tail_columns(span: memoryview, u8: np.ndarray, starts: np.ndarray, ends: np.
 
     The names are compared as unaligned 8-byte words, gathered one a record through a view of the span that
     steps one byte at a time (a gather of n words, not of n rows of bytes)."""
-    if len(span) < 8 or _CANCEL_NAMED in bytes(span):  # a copy searches faster than re over the view
+    if len(span) < 8:
+        return None
+    copied = bytes(span)  # a copy searches faster than re over the view
+    if _CANCEL_NAMED in copied or _RESCHEDULE_NAMED in copied:
         return None
     ends = _before_crc(u8, starts, ends)  # the tails come before the record CRC's trailer, where there is one
     w8 = np.ndarray((len(span) - 7,), dtype="<u8", buffer=span, strides=(1,))
@@ -230,7 +238,7 @@ class EnqueueFields:
         if props is None:
             return None
         return (props.get(mc.REAL_TOPIC, ""), props.get(mc.UNIQ_KEY), props.get(mc.TIMER_DEL_UNIQKEY),
-                deliver_of(props, 0))
+                deliver_of(props, 0), timer_moved_from(props.get(mc.RESCHEDULED_FROM)))
 
     def chunk_fields(self, phys: np.ndarray, sizes: np.ndarray,
                       deliver: np.ndarray) -> list[Fields | None] | FieldColumns | None:
@@ -270,24 +278,26 @@ class EnqueueFields:
         fields: list[Fields | None] = []
         real: str | None = None
         uniq = dele = None
-        out = 0
+        out = moved = 0
         try:
             for name, value in _ENQUEUE_PROPERTIES_MARKED.findall(joined):
                 if not name:  # the next record's mark
-                    fields.append((real or "", uniq, dele, out))
+                    fields.append((real or "", uniq, dele, out, moved))
                     real = uniq = dele = None
-                    out = 0
+                    out = moved = 0
                 elif name == _REAL_TOPIC_B:
                     real = value.decode("utf-8")
                 elif name == _UNIQ_KEY_B:
                     uniq = value.decode("utf-8")
                 elif name == _TIMER_DEL_UNIQKEY_B:
                     dele = value.decode("utf-8")
+                elif name == _RESCHEDULED_FROM_B:
+                    moved = timer_moved_from(value.decode("utf-8"))
                 else:  # TIMER_OUT_MS, read as deliver_of reads it
                     out = int(value) if value.isdigit() and len(value) < 19 else int_or(value, 0)
         except UnicodeDecodeError:
             return None
-        fields.append((real or "", uniq, dele, out))
+        fields.append((real or "", uniq, dele, out, moved))
         # The first mark closed no record: drop it. A count off means properties that hold a mark of their
         # own (an empty name with an empty value): read record by record then.
         del fields[0]

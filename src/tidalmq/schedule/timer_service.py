@@ -306,7 +306,8 @@ class TimerMessageService:
             "enqueueOffset": view.enqueue_offset,
             "viewAgeMs": max(0, now - view.published_ms),
         }
-        for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"):
+        for k in ("duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "reschedules", "reschedulesTooLate",
+                  "unreadable"):
             out[k] = self.counters[k]
         out["histogram"] = {"due": hist["due"], "minute": hist["minute"], "hour": hist["hour"],
                             "day": hist["day"], "beyond": hist["later"] + hist["rolled"]}
@@ -322,23 +323,26 @@ def find_cancel_target(store: MessageStore, topic: str, uniq: str, now_ms: int) 
     if not store.has_index:
         return CancelTarget("unchecked")
     found: CancelTarget | None = None
+    found_at = -1
     for view in store.query_message(TIMER_TOPIC, uniq, 64, 0, 1 << 62):
         try:
-            props = decode_record(view, read_body=False).properties
+            m = decode_record(view, read_body=False)
         except RecordError:
             continue
+        props = m.properties
         if props.get(mc.REAL_TOPIC) != topic:
             continue
         if mc.TIMER_DEL_UNIQKEY in props:
             if props[mc.TIMER_DEL_UNIQKEY] == f"{topic}+{uniq}":
                 return CancelTarget("cancelled")
             continue
-        if props.get(mc.UNIQ_KEY) == uniq:
+        if props.get(mc.UNIQ_KEY) == uniq and m.commit_log_offset > found_at:  # a reschedule's copy is the later
             try:
                 found = CancelTarget("pending", int(props.get(mc.TIMER_OUT_MS, "0")),
                                      int(props.get(mc.REAL_QID, "0")))
             except ValueError:
                 continue
+            found_at = m.commit_log_offset
     if found is not None:
         return CancelTarget("delivered") if found.deliver_ms <= now_ms else found
     if store.query_message(topic, uniq, 1, 0, 1 << 62):

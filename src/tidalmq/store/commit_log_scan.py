@@ -345,7 +345,7 @@ class CommitLogScan:
         timer_id = self._topic_id(TIMER_TOPIC.encode())
         tag_codes = self._tag_codes
         for i, (tid, pairs) in enumerate(zip(topic_ids, found, strict=True)):
-            tags = keys = uniq = special = None
+            tags = keys = uniq = special = out_ms = None
             for name, value in pairs:  # the last of a repeated name wins, as in Java
                 if name == b"UNIQ_KEY":
                     uniq = value
@@ -353,8 +353,10 @@ class CommitLogScan:
                     tags = value
                 elif name == b"KEYS":
                     keys = value
-                elif (name == b"DELAY" and tid == schedule_id) or (name == b"TIMER_OUT_MS" and tid == timer_id):
+                elif name == b"DELAY" and tid == schedule_id:
                     special = value
+                elif name == b"TIMER_OUT_MS" and (tid == timer_id or tid == schedule_id):
+                    out_ms = value
                 elif name == b"__LITE_TOPIC":
                     if lite_l is None:
                         lite_l = [None] * len(topic_ids)
@@ -363,12 +365,13 @@ class CommitLogScan:
             if tags:
                 cached = tag_codes.get(tags)
                 code = self.tags_code_of(tags) if cached is None else cached
-            if special is not None:
-                if tid == schedule_id:
-                    code = self._deliver_timestamp(special, store_ts[i], code)
-                elif special.lstrip(b"-").isdigit():
-                    # The timer service enqueues straight from these entries: the tag is the deliver time.
-                    code = int(special)
+            if out_ms is not None and out_ms.lstrip(b"-").isdigit():
+                # The timer service enqueues straight from these entries: the tag is the deliver time. A
+                # delay-level message carries the one its level gave it when it was stored
+                # (DelayLevelRewrite), so a table changed since (a live messageDelayLevel) does not move it.
+                code = int(out_ms)
+            elif special is not None:
+                code = self._deliver_timestamp(special, store_ts[i], code)  # stored before the stamp
             tags_codes.append(code)
             keys_l.append(keys.decode("utf-8", "replace") if keys is not None else None)
             uniq_l.append(uniq.decode("utf-8", "replace") if uniq is not None else None)

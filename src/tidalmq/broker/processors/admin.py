@@ -7,6 +7,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from tidalmq.broker.live_config import FRAME_HEADROOM, apply_live, checked_update, persist
+from tidalmq.broker.schedule.delay_table import KEY as DELAY_LEVEL_KEY
 from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
 from tidalmq.broker.topic.topic_config import TopicConfig
 from tidalmq.common import fastjson
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from tidalmq.broker.client.consumer_manager import ClientChannelInfo, ConsumerManager
     from tidalmq.broker.offset.consumer_offset import ConsumerOffsetManager
     from tidalmq.broker.processors.collaborators import LiveSettings, Registration
+    from tidalmq.broker.schedule.delay_table import DelayLevelTable
     from tidalmq.broker.stats import BrokerStats
     from tidalmq.broker.subscription.subscription_group import SubscriptionGroupManager
     from tidalmq.broker.topic.topic_config import TopicConfigManager
@@ -44,11 +46,11 @@ class AdminProcessor:
                  consumers: ConsumerManager, producers: dict[str, dict[Connection, ClientChannelInfo]],
                  offsets: ConsumerOffsetManager, store: MessageStore, stats: BrokerStats,
                  schedule: ScheduleMessageService, registration: Registration,
-                 timer_view: Callable[[], Awaitable[object] | None]) -> None:
+                 timer_view: Callable[[], Awaitable[object] | None], delay_levels: DelayLevelTable) -> None:
         self.settings, self.config, self.store_config = settings, settings.config, settings.store_config
         self.topics, self.groups, self.consumers, self.producers = topics, groups, consumers, producers
         self.offsets, self.store, self.stats, self.schedule = offsets, store, stats, schedule
-        self.registration, self.timer_view = registration, timer_view
+        self.registration, self.timer_view, self.delay_levels = registration, timer_view, delay_levels
 
     def update_and_create_topic(self, conn: Connection, req: RemotingCommand,
                                 h: bh.CreateTopicRequestHeader) -> RemotingCommand | Awaitable[RemotingCommand]:
@@ -160,7 +162,14 @@ class AdminProcessor:
             new_bc, new_sc = checked_update(self.config, self.store_config, props, self.settings.max_frame - FRAME_HEADROOM)
         except (ConfigError, UnicodeDecodeError) as e:
             return req.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        levels = props.get(DELAY_LEVEL_KEY)
+        if levels is not None:
+            remark = self.delay_levels.refusal(new_sc.message_delay_level)
+            if remark is not None:
+                return req.make_response(ResponseCode.SYSTEM_ERROR, remark)
         apply_live(self.config, self.store_config, new_bc, new_sc, list(props))
+        if levels is not None:
+            self.delay_levels.apply(new_sc.message_delay_level)
         if self.settings.config_file is not None:
             try:
                 persist(self.settings.config_file, props)
@@ -247,7 +256,9 @@ class AdminProcessor:
 
     def get_all_delay_offset(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         offsets = dict(sorted(self.schedule.offsets.items()))
-        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb({"offsetTable": offsets}))
+        # The table beside the offsets: a slave's metadata sync takes it (RocketMQ's body has the offsets only).
+        body = {"offsetTable": offsets, DELAY_LEVEL_KEY: self.delay_levels.text}
+        return req.make_response(ResponseCode.SUCCESS, body=fastjson.dumpb(body))
 
     def trigger_delete_files(self, conn: Connection, req: RemotingCommand, _: NoHeader) -> RemotingCommand:
         n = self.store.clean_expired_now(force=True)

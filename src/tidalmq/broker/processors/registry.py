@@ -13,6 +13,7 @@ from tidalmq.broker.processors.end_transaction import EndTransactionProcessor
 from tidalmq.broker.processors.offset_reset import OffsetResetProcessor
 from tidalmq.broker.processors.pull import PullMessageProcessor
 from tidalmq.broker.processors.recall import RecallMessageProcessor
+from tidalmq.broker.processors.reschedule import RescheduleMessageProcessor
 from tidalmq.broker.processors.send import SendMessageProcessor
 from tidalmq.broker.processors.stats_admin import StatsAdminProcessor
 from tidalmq.broker.schedule.admin import get_timer_metrics, refresh_timer_view
@@ -35,7 +36,7 @@ def register_processors(b: BrokerController) -> SendMessageProcessor:
                          locks=b.locks, offsets=b.offsets, store=store, filters=b.filters, registration=b)
     ap = AdminProcessor(settings=b, topics=topics, groups=groups, consumers=b.consumers, producers=b.producers,
                         offsets=b.offsets, store=store, stats=b.stats, schedule=b.scheduled.schedule, registration=b,
-                        timer_view=lambda: refresh_timer_view(b.scheduled))
+                        timer_view=lambda: refresh_timer_view(b.scheduled), delay_levels=b.scheduled.delay_table)
     cm = ConsumerManageProcessor(config=cfg, topics=topics, groups=groups, locks=b.locks, store=store, registration=b,
                                  sender=sp)
     reset = OffsetResetProcessor(config=cfg, topics=topics, consumers=b.consumers, offsets=b.offsets, store=store)
@@ -43,6 +44,8 @@ def register_processors(b: BrokerController) -> SendMessageProcessor:
                              store=store, stats=b.stats)
     end = EndTransactionProcessor(config=cfg, transactions=b.transactions)
     recall = RecallMessageProcessor(config=cfg, store_config=b.store_config, topics=topics, sender=sp)
+    reschedule = RescheduleMessageProcessor(config=cfg, store_config=b.store_config, topics=topics, store=store,
+                                            sender=sp, scheduled=b.scheduled)
     for send in (rq.SEND_MESSAGE, rq.SEND_MESSAGE_V2, rq.SEND_BATCH_MESSAGE):
         serve(s, send, sp.process)
     serve(s, rq.PULL_MESSAGE, pp.process)
@@ -89,6 +92,7 @@ def register_processors(b: BrokerController) -> SendMessageProcessor:
     serve(s, rq.GET_CONSUMER_RUNNING_INFO, st.get_consumer_running_info)
     serve(s, rq.END_TRANSACTION, end.process)
     serve(s, rq.RECALL_MESSAGE, recall.process)
+    serve(s, rq.RESCHEDULE_MESSAGE, reschedule.process)
     pop = PopProcessors(b.pop)
     serve(s, rq.POP_MESSAGE, pop.pop)
     serve(s, rq.ACK_MESSAGE, pop.ack)

@@ -39,7 +39,7 @@ def delay_level_by_topic(services: ScheduleServices, now_ms: int, max_scan: int 
     store, svc = services.store, services.schedule
     out: dict[str, Counter[int]] = {}
     budget = max_scan
-    for level in svc.levels:
+    for level in svc.walked:
         off = svc.offsets.get(level, 0)
         while off < store.queue_range(SCHEDULE_TOPIC, level - 1).max_offset:
             if budget <= 0:

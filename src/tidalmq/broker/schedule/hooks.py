@@ -32,13 +32,25 @@ def parse_delay_level(text: str) -> int:
 
 class DelayLevelRewrite:
     """A message with ``DELAY`` = level > 0 goes to SCHEDULE_TOPIC_XXXX, queue level − 1, its real
-    topic and queue kept in REAL_TOPIC / REAL_QID; a level above the maximum counts as the maximum."""
+    topic and queue kept in REAL_TOPIC / REAL_QID; a level above the maximum counts as the maximum.
+
+    The deliver time the level gives it now is written beside (TIMER_OUT_MS, the timer's name for the
+    broker's deliver time; dropped on delivery): the ConsumeQueue's tag is read from it, so a table changed
+    at run time (broker/schedule/delay_table.py) leaves a pending message's time as it was given."""
 
     # Properties-text markers that make this hook relevant (see BrokerController.rewrite_before_store).
     markers = (mc.property_key(mc.DELAY),)
 
-    def __init__(self, max_level: int) -> None:
-        self.max_level = max_level
+    def __init__(self, levels: dict[int, int], clock: Callable[[], int] | None = None) -> None:
+        self.clock = clock or _now_ms
+        # Per level, the latest deliver time given this run: what a table change must not overtake, known
+        # here before the message reaches the ConsumeQueue.
+        self.latest: dict[int, int] = {}
+        self.set_levels(levels)
+
+    def set_levels(self, levels: dict[int, int]) -> None:
+        self.levels = dict(levels)
+        self.max_level = max(levels) if levels else 0
 
     def __call__(self, msg: InnerMessage) -> None:
         text = msg.get_property(mc.DELAY)
@@ -51,10 +63,14 @@ class DelayLevelRewrite:
         if level == 0 or self.max_level == 0:
             return
         level = min(level, self.max_level)
+        deliver = self.clock() + self.levels.get(level, 1000)
+        if deliver > self.latest.get(level, 0):
+            self.latest[level] = deliver
         props = msg.properties
         props[mc.REAL_TOPIC] = msg.topic
         props[mc.REAL_QID] = str(msg.queue_id)
         props[mc.DELAY] = str(level)
+        props[mc.TIMER_OUT_MS] = str(deliver)
         msg.topic = SCHEDULE_TOPIC
         msg.queue_id = level - 1
 

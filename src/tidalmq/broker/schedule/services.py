@@ -15,10 +15,12 @@ from pathlib import Path
 
 from tidalmq.broker.message import InnerMessage
 from tidalmq.broker.schedule.child import EarlyChild
+from tidalmq.broker.schedule.delay_table import DelayLevelTable
 from tidalmq.broker.schedule.hooks import DelayLevelRewrite, TimerRewrite
 from tidalmq.broker.schedule.timer_process import TimerProcess
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.schedule.delay_level import ScheduleMessageService
+from tidalmq.schedule.reschedule import DelayMoves, ScheduleTarget, find_schedule_target
 from tidalmq.schedule.stats import ScheduleStats
 from tidalmq.schedule.timer_service import (
     CancelTarget,
@@ -50,7 +52,10 @@ class ScheduleServices:
         # RocketMQ 4 delay levels.
         self.schedule_stats = ScheduleStats()
         levels = parse_delay_levels(sc.message_delay_level)
-        self.schedule = ScheduleMessageService(store, levels, cfg_dir / "delayOffset.json", self.schedule_stats)
+        # Delay-level messages a reschedule replaced (schedule/reschedule.py), skipped by their level.
+        self.delay_moves = DelayMoves(cfg_dir / "delayReschedule.json")
+        self.schedule = ScheduleMessageService(store, levels, cfg_dir / "delayOffset.json", self.schedule_stats,
+                                               moves=self.delay_moves)
         # RocketMQ 5 timer messages: arbitrary delivery time and cancel, in <storePathRootDir>/timerwheel, timerlog/.
         self.timer_stats = ScheduleStats()
         self.timer: TimerMessageService | TimerProcess | None = None
@@ -65,9 +70,10 @@ class ScheduleServices:
             early.discard()
         self.timer_rewrite = TimerRewrite(self.timer_max_delay_ms, sc.timer_precision_ms,
                                           lookup=self._lookup_cancel, enabled=sc.timer_wheel_enable)
+        delay_rewrite = DelayLevelRewrite(levels)
+        self.delay_table = DelayLevelTable(store, sc, delay_rewrite, self.schedule)  # messageDelayLevel, live
         # The send path's rewrites, in their order (after the transaction hook).
-        self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [
-            DelayLevelRewrite(max(levels) if levels else 0), self.timer_rewrite]
+        self.rewrite_hooks: list[Callable[[InnerMessage], None]] = [delay_rewrite, self.timer_rewrite]
 
     # lifecycle --------------------------------------------------------------------------------
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -131,3 +137,10 @@ class ScheduleServices:
             # A cancel sent right after its target: let reput index the target first (usually done).
             await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
         return await face.run(find_cancel_target, store, topic, uniq, int(time.time() * 1000))
+
+    async def lookup_schedule_target(self, topic: str, uniq: str | None, key: str | None) -> ScheduleTarget:
+        """A reschedule's target (by uniq key or key), looked up off the loop once reput has caught up."""
+        store, face = self.store, self.store_face
+        await face.wait_reput(store.max_phy_offset, CANCEL_INDEX_WAIT_S)
+        return await face.run(find_schedule_target, store, topic, uniq, key, int(time.time() * 1000),
+                              self.schedule.walked, dict(self.schedule.offsets))

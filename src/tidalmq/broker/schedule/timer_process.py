@@ -372,7 +372,8 @@ class TimerProcess:
             out: dict[str, Any] = dict.fromkeys(
                 ("pending", "enqueued", "delivered", "early", "enqueueTps", "deliverTps", "latenessP50Ms",
                  "latenessP99Ms", "latenessMaxMs", "latenessLastBatchMs", "latenessNowMs", "enqueueOffset",
-                 "viewAgeMs", "appendP99Ms", "appendMaxMs", "duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate", "unreadable"), 0)
+                 "viewAgeMs", "appendP99Ms", "appendMaxMs", "duplicatesSkipped", "redelivered", "cancels", "cancelsTooLate",
+                 "reschedules", "reschedulesTooLate", "unreadable"), 0)
             out.update(pending=-1, nextDueMs=-1, precisionMs=self.precision_ms, histogram=dict.fromkeys(HISTOGRAM_BUCKETS, 0),
                        latenessHistogram=ScheduleStats().lateness_histogram())
         else:

@@ -1,11 +1,13 @@
 """SlaveSynchronize: the slave copies the master's metadata over remoting (RocketMQ's SlaveSynchronize):
 topic configs, consumer offsets, delay-level offsets and subscription groups, with the admin request
-codes RocketMQ uses, at start and every SYNC_INTERVAL_S."""
+codes RocketMQ uses, at start and every SYNC_INTERVAL_S. The master's messageDelayLevel comes with its
+delay offsets (TidalMQ's addition to that body) and is adopted live."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tidalmq.broker.subscription.subscription_group import SubscriptionGroupConfig
@@ -30,12 +32,14 @@ REQUEST_TIMEOUT_S = 5.0
 
 class SlaveSynchronize:
     def __init__(self, outer_api: BrokerOuterAPI, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
-                 schedule: ScheduleMessageService, groups: SubscriptionGroupManager) -> None:
+                 schedule: ScheduleMessageService, groups: SubscriptionGroupManager,
+                 adopt_delay_levels: Callable[[str], object] | None = None) -> None:
         self.outer_api = outer_api
         self.topics = topics
         self.offsets = offsets
         self.schedule = schedule
         self.groups = groups
+        self.adopt_delay_levels = adopt_delay_levels  # the master's messageDelayLevel, taken live
         self.master_addr = ""
         self._master_known = asyncio.Event()
         self.rounds = 0  # completed syncAll rounds (runtime info)
@@ -105,6 +109,9 @@ class SlaveSynchronize:
         schedule = self.schedule
         schedule.offsets.update({int(level): int(off) for level, off in (body.get("offsetTable") or {}).items()})
         await asyncio.to_thread(schedule.persist)
+        levels = body.get("messageDelayLevel")
+        if isinstance(levels, str) and self.adopt_delay_levels is not None:
+            self.adopt_delay_levels(levels)
 
     async def _sync_subscription_group_config(self) -> None:
         body = await self._fetch(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

@@ -215,6 +215,25 @@ class RecallMessageRequestHeader(Header):
 
 
 @header
+class RescheduleMessageRequestHeader(Header):
+    """RESCHEDULE_MESSAGE (TidalMQ's): a pending scheduled message of ``topic``, named by its message id (UNIQ_KEY)
+    or one of its keys, delivered at ``deliverTimeMs`` instead (at or before now: at once)."""
+
+    topic: str = spec("topic", _T, subject=PUB)
+    producer_group: str = spec("producerGroup", _G, default="")
+    msg_id: str | None = spec("msgId", _X, default=None)
+    key: str | None = spec("key", _X, default=None)
+    deliver_time_ms: int = spec("deliverTimeMs", _L)
+
+
+@header
+class RescheduleMessageResponseHeader(Header):
+    msg_id: str | None = spec("msgId", _X, default=None)
+    deliver_time_ms: int | None = spec("deliverTimeMs", _L, default=None)  # the new time
+    previous_deliver_time_ms: int | None = spec("previousDeliverTimeMs", _L, default=None)
+
+
+@header
 class RecallMessageResponseHeader(Header):
     msg_id: str | None = spec("msgId", _X, default=None)
     msg_region: str | None = spec("MSG_REGION", _X, default=None)

@@ -123,6 +123,8 @@ GET_CONSUMER_RUNNING_INFO = _r(RC.GET_CONSUMER_RUNNING_INFO, bh.GetConsumerRunni
                                _B | _C)
 END_TRANSACTION = _r(RC.END_TRANSACTION, bh.EndTransactionRequestHeader)
 RECALL_MESSAGE = _r(RC.RECALL_MESSAGE, bh.RecallMessageRequestHeader, response=bh.RecallMessageResponseHeader)
+RESCHEDULE_MESSAGE = _r(RC.RESCHEDULE_MESSAGE, bh.RescheduleMessageRequestHeader,
+                        response=bh.RescheduleMessageResponseHeader)
 POP_MESSAGE = _r(RC.POP_MESSAGE, bh.PopMessageRequestHeader, response=bh.PopMessageResponseHeader)
 ACK_MESSAGE = _r(RC.ACK_MESSAGE, bh.AckMessageRequestHeader)
 BATCH_ACK_MESSAGE = _r(RC.BATCH_ACK_MESSAGE, NoHeader, body=bodies.batch_ack, resources_in_body=True)
