@@ -25,6 +25,21 @@ BROKER_SETTINGS = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_local_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Spark's scratch dirs (blockmgr-*, spark-*) under the session's temp dir, for the drivers the tests
+    start and SIGKILL too: a killed driver cannot remove its own, and they would stay in /tmp."""
+    before = os.environ.get("SPARK_LOCAL_DIRS")
+    os.environ["SPARK_LOCAL_DIRS"] = str(tmp_path_factory.mktemp("spark-local"))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_LOCAL_DIRS", None)
+        else:
+            os.environ["SPARK_LOCAL_DIRS"] = before
+
+
 @pytest.fixture(scope="session")
 def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]:
     s = Standalone(tmp_path_factory.mktemp("spark-broker") / "data", BROKER_SETTINGS)
