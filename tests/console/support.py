@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import shutil
+import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -70,3 +74,28 @@ def http(url: str, form: dict[str, str] | None = None, auth: tuple[str, str] | N
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+@contextlib.contextmanager
+def console_process(*args: str, timeout: float = 30.0) -> Iterator[str]:
+    """``tidalmq console ARGS`` in a process of its own, once it printed its ready line; yields what it
+    printed until then. Terminated on leaving."""
+    proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "console", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ready = threading.Event()
+        lines: list[str] = []
+
+        def reader() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.append(line)
+                if "console ready" in line:
+                    ready.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        assert ready.wait(timeout), "".join(lines)
+        yield "".join(lines)
+    finally:
+        proc.terminate()
+        proc.wait(10)

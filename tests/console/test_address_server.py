@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from tests.console.support import http, run
+from tests.console.support import console_process, http, run
 from tests.support import Standalone, free_port
 from tidalmq.console.server import ConsoleServer
 from tidalmq.namesrv.address_server import AddressServer, AddressServerConfig, NamesrvAddressList
@@ -67,25 +64,7 @@ def test_tidalmq_console_command_asks_the_address_server(tmp_path: Path) -> None
     address_port = free_port()
     with Standalone(tmp_path / "data", {"addressServerPort": str(address_port)}) as s:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "console", "--namesrv-domain",
-                                 f"127.0.0.1:{address_port}", "--port", str(port)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            ready = threading.Event()
-            lines: list[str] = []
-
-            def reader() -> None:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    lines.append(line)
-                    if "console ready" in line:
-                        ready.set()
-
-            threading.Thread(target=reader, daemon=True).start()
-            assert ready.wait(30), "".join(lines)
-            assert re.search(rf"namesrv from http://127\.0\.0\.1:{address_port}/rocketmq/nsaddr", "".join(lines))
+        with console_process("--namesrv-domain", f"127.0.0.1:{address_port}", "--port", str(port)) as printed:
+            assert re.search(rf"namesrv from http://127\.0\.0\.1:{address_port}/rocketmq/nsaddr", printed)
             status, page = http(f"http://127.0.0.1:{port}/")
             assert status == 200 and s.broker_addr in page
-        finally:
-            proc.terminate()
-            proc.wait(10)

@@ -7,16 +7,13 @@ import asyncio
 import re
 import select
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acl.conftest import ADMIN, acl_text
-from tests.console.support import admin_call, http, run
+from tests.console.support import admin_call, console_process, http, run
 from tests.support import ModuleTmp, Standalone, free_port
 from tidalmq.client import Admin, Message, Producer
 from tidalmq.common.msgid import encode_offset_msg_id, host_bytes
@@ -119,26 +116,9 @@ def test_bad_http_is_refused_and_the_console_keeps_serving(shared_standalone: St
 def test_tidalmq_console_command_serves_a_running_cluster(shared_standalone: Standalone, tmp_path: Path) -> None:
     s = shared_standalone
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tidalmq.cli", "console", "-n", s.namesrv_addr, "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        ready = threading.Event()
-        lines: list[str] = []
-
-        def reader() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                if "console ready" in line:
-                    ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        assert ready.wait(30), "".join(lines)
+    with console_process("-n", s.namesrv_addr, "--port", str(port)):
         status, page = http(f"http://127.0.0.1:{port}/")
         assert status == 200 and s.broker_addr in page
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_with_acl_but_no_account_the_standalone_serves_no_console(tmp_path: Path,
