@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +128,21 @@ def make_store(tmp_path, clock) -> Iterator:  # noqa: ANN001
                 s.shutdown()
             except Exception:
                 pass
+
+
+def after_power_loss(store: DefaultMessageStore) -> None:
+    """Make a crashed store's next load see a crash of an earlier boot, as a power loss leaves it: the
+    page cache lost, so recovery trusts nothing written since the checkpoint's timestamps."""
+    with open(store.config.abort_path, "wb") as f:
+        f.write(b"another-boot")
+
+
+def set_dispatched(store: DefaultMessageStore, offset: int) -> None:
+    """A crashed store's checkpoint says the reput's last finished round ended at ``offset`` (the round
+    after it was under way when the process died)."""
+    with open(store.config.checkpoint_path, "r+b") as f:
+        f.seek(40)
+        f.write(struct.pack(">qq", offset, 0))
 
 
 def crash(store: DefaultMessageStore) -> None:

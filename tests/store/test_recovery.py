@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import time
 from typing import Any
 
@@ -13,7 +14,7 @@ from tidalmq.common.record import decode_record
 from tidalmq.store.consume_queue import CQ_DTYPE
 from tidalmq.store.message_store import GetStatus, PutRequest, PutStatus
 
-from .conftest import FakeIndex, crash, put_one, rec
+from .conftest import FakeIndex, after_power_loss, crash, put_one, rec, set_dispatched
 
 
 def read_queue(store, topic: str, qid: int) -> list:  # noqa: ANN001
@@ -107,14 +108,20 @@ def test_abnormal_recovery_skips_a_corrupt_body_and_keeps_what_follows(make_stor
     assert put_one(again, "R", 0).queue_offset == 30
 
 
-def test_abnormal_recovery_truncates_a_torn_last_record(make_store) -> None:
+@pytest.mark.parametrize("same_boot", [True, False], ids=["process-crash", "after-a-power-loss"])
+def test_abnormal_recovery_truncates_a_torn_last_record(make_store, same_boot: bool) -> None:  # noqa: ANN001
     """A CRC failure in the last record before unreadable bytes is a torn write: truncated there, as
-    RocketMQ's recovery does."""
+    RocketMQ's recovery does. (A process dies before the reput reads a torn record: its last round ended
+    at the victim.)"""
     store = make_store()
     res = fill(store, 30, queues=1)
     crash(store)
     victim = res[-1]
     _damage_body(store, victim)
+    if same_boot:
+        set_dispatched(store, victim.wrote_offset)
+    else:
+        after_power_loss(store)
     again = make_store()
     assert again.max_phy_offset == victim.wrote_offset
     assert [m.queue_offset for m in read_queue(again, "R", 0)] == list(range(29))
@@ -131,6 +138,7 @@ def test_abnormal_recovery_rebuilds_lagging_consume_queue(make_store, clock) -> 
     store = make_store()
     second = fill(store, 60)
     crash(store)
+    after_power_loss(store)
     # Lose the ConsumeQueue tail (as if its pages never reached the disk): zero the last 15 entries of q0.
     qdir = os.path.join(store.config.consume_queue_path, "R", "0")
     names = sorted(os.listdir(qdir))
@@ -224,6 +232,7 @@ def test_abnormal_recovery_redispatches_only_what_the_checkpoint_does_not_cover(
     clock.now += 10_000
     after = put(30, "after")
     crash(store)
+    after_power_loss(store)
     # The ConsumeQueue tail past the checkpoint never reached the disk.
     qpath = os.path.join(store.config.consume_queue_path, "R", "0", f"{0:020d}")
     with open(qpath, "r+b") as f:
@@ -253,9 +262,10 @@ def test_restart_after_a_process_crash_redispatches_only_what_was_not_queued(mak
     with open(os.path.join(qdir, name), "r+b") as f:
         f.seek(15 * 20)
         f.write(bytes(5 * 20))  # queue 0's entries 15..19: the records res[45], res[48] ... res[57]
-    if not same_boot:
-        with open(store.config.abort_path, "wb") as f:
-            f.write(b"another-boot")
+    if same_boot:
+        set_dispatched(store, res[45].wrote_offset)  # the round from res[45] on was under way
+    else:
+        after_power_loss(store)
     indexed = len(index.entries)
     again = make_store(index=index)
     for q in range(3):
@@ -263,3 +273,37 @@ def test_restart_after_a_process_crash_redispatches_only_what_was_not_queued(mak
                [r.wrote_offset for i, r in enumerate(res) if i % 3 == q]
     redispatched = len(index.entries) - indexed
     assert redispatched == (60 - 45 if same_boot else 60)
+
+
+@pytest.mark.parametrize("marker", ["round-end", "mid-record", "unknown"])
+def test_a_process_crash_is_walked_from_where_the_last_reput_round_ended(make_store, caplog, marker: str) -> None:  # noqa: ANN001
+    """The checkpoint's dispatchedPhyOffset (written after every reput round, kept by the page cache) is
+    where recovery after a process crash starts its walk, so its cost does not grow with what was written
+    since the checkpoint's timestamps. An offset that is not a record's start (or none) falls back to the
+    walk from the checkpoint's file, with the same outcome."""
+    index = FakeIndex()
+    store = make_store(index=index)
+    res = store.put_messages([PutRequest("R", i % 3, [rec("R", i % 3, uniq=f"U{i}")]) for i in range(60)])
+    assert store.wait_reput(store.max_phy_offset, 5) and len(index.entries) == 60
+    crash(store)
+    with open(store.config.checkpoint_path, "rb") as f:
+        f.seek(40)
+        assert struct.unpack(">q", f.read(8))[0] == store.max_phy_offset  # what the live store wrote
+    qdir = os.path.join(store.config.consume_queue_path, "R", "0")
+    (name,) = os.listdir(qdir)
+    with open(os.path.join(qdir, name), "r+b") as f:
+        f.seek(15 * 20)
+        f.write(bytes(5 * 20))  # the round from res[45] on had not written queue 0's part
+    offset = {"round-end": res[45].wrote_offset, "mid-record": res[45].wrote_offset + 7, "unknown": 0}[marker]
+    set_dispatched(store, offset)
+    indexed = len(index.entries)
+    caplog.set_level("INFO", "tidalmq.store")
+    again = make_store(index=index)
+    for q in range(3):
+        assert [m.commit_log_offset for m in read_queue(again, "R", q)] == \
+               [r.wrote_offset for i, r in enumerate(res) if i % 3 == q]
+    assert len(index.entries) - indexed == 15
+    walked = [r.getMessage() for r in caplog.records if "walking from" in r.getMessage()]
+    assert walked == ([f"recovery after a process crash: walking from {offset}, where the last reput round ended"]
+                      if marker == "round-end" else
+                      ["recovery after a process crash: walking from 0, the checkpoint's file"])

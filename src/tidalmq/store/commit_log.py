@@ -368,9 +368,11 @@ class CommitLog:
         return self._recover(lambda: self.recovery.recover_abnormally(min_timestamp))
 
     def recover_after_process_crash(self, min_timestamp: int, check: Callable[[DispatchBatch, int], int | None],
-                                    indexed_to: int | None = None) -> tuple[int, int]:
+                                    indexed_to: int | None = None,
+                                    dispatched: tuple[int, int] = (0, 0)) -> tuple[int, int]:
         """After a crash of the process alone (``CommitLogRecovery.recover_after_process_crash``)."""
-        return self._recover(lambda: self.recovery.recover_after_process_crash(min_timestamp, check, indexed_to))
+        return self._recover(lambda: self.recovery.recover_after_process_crash(min_timestamp, check, indexed_to,
+                                                                                dispatched))
 
     def _recover(self, find: Callable[[], tuple[int, int]]) -> tuple[int, int]:
         """``find()`` the end of valid data (and where re-dispatch starts) and truncate there; (0, 0)
