@@ -11,6 +11,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
@@ -20,6 +22,7 @@ import java.util.concurrent.locks.LockSupport;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -184,6 +187,7 @@ public final class LoadGen {
         if (warmup > 0) {
             send(producer, topic, warmup, -warmup - 1);
             firstError = "";  // a warm-up send's error is not the phase's
+            busyRetries.set(0);
         }
         System.out.println("{\"event\":\"ready\"}");
         System.out.flush();
@@ -193,6 +197,7 @@ public final class LoadGen {
         double t1 = nowMs();
         System.out.println("{\"event\":\"sent\",\"count\":" + sent[0] + ",\"errors\":" + sent[1]
             + ",\"first_error\":\"" + jsonText(firstError) + "\""
+            + ",\"busy_retries\":" + busyRetries.get()
             + ",\"send_s\":" + (t1 - t0) / 1000 + ",\"t0_ms\":" + t0 + "}");
         System.out.flush();
         String got = "";
@@ -221,7 +226,7 @@ public final class LoadGen {
         AtomicLong ok = new AtomicLong();
         AtomicLong failed = new AtomicLong();
         AtomicReference<Throwable> firstError = new AtomicReference<>();
-        SendCallback cb = callback(1, inFlight, ok, failed, firstError);
+        Sender cb = new Sender(producer, inFlight, ok, failed, firstError);
         Random rnd = new Random();
         switch (phase) {
             case "throughput" -> {
@@ -230,13 +235,13 @@ public final class LoadGen {
                     Message m = new Message(topic, body(idBase + i, nowMs()));
                     if (batch <= 0) {
                         inFlight.acquire();
-                        producer.send(m, cb);
+                        cb.send(m);
                         continue;
                     }
                     held.add(m);
                     if (held.size() >= batch || i == count - 1) {
                         inFlight.acquire();
-                        producer.send(held, callback(held.size(), inFlight, ok, failed, firstError));
+                        cb.send(held);
                         held = new ArrayList<>();
                     }
                 }
@@ -251,7 +256,7 @@ public final class LoadGen {
                         LockSupport.parkNanos(d);
                     }
                     inFlight.acquire();
-                    producer.send(new Message(topic, body(idBase + i, nowMs())), cb);
+                    cb.send(new Message(topic, body(idBase + i, nowMs())));
                 }
             }
             case "timer-enqueue" -> {
@@ -274,7 +279,7 @@ public final class LoadGen {
                     Message m = new Message(topic, body(idBase + i, due));
                     m.setDeliverTimeMs(due);
                     inFlight.acquire();
-                    producer.send(m, cb);
+                    cb.send(m);
                 }
             }
             case "timer-late" -> {
@@ -295,7 +300,7 @@ public final class LoadGen {
                     Message m = new Message(topic, body(idBase + i, due[i]));
                     m.setDeliverTimeMs(due[i]);
                     inFlight.acquire();
-                    producer.send(m, cb);
+                    cb.send(m);
                 }
             }
             default -> throw new IllegalArgumentException("unknown phase " + phase);
@@ -307,22 +312,84 @@ public final class LoadGen {
         return new long[] {ok.get(), failed.get()};
     }
 
-    private static SendCallback callback(int messages, Semaphore inFlight, AtomicLong ok, AtomicLong failed,
-                                         AtomicReference<Throwable> firstError) {
-        return new SendCallback() {
-            @Override
-            public void onSuccess(SendResult r) {
-                ok.addAndGet(messages);
-                inFlight.release();
-            }
+    /** Busy answers resent (RocketMQ's flow control: SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy"). */
+    private final AtomicLong busyRetries = new AtomicLong();
+    private static final ScheduledExecutorService RETRY = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "busy-retry");
+        t.setDaemon(true);
+        return t;
+    });
+    private static final int SYSTEM_BUSY = 2;
+    private static final int BUSY_ATTEMPTS = 50;
 
-            @Override
-            public void onException(Throwable e) {
-                failed.addAndGet(messages);
-                firstError.compareAndSet(null, e);
-                inFlight.release();
-            }
-        };
+    /** Async sends that hold an in-flight permit until answered. A send the broker refuses as busy is sent
+     * again after a pause (10 ms, growing to 200 ms), as a user's producer does under flow control: the
+     * official client resends only on another broker, and a one-broker bench has none. Other errors fail. */
+    private final class Sender {
+        private final DefaultMQProducer producer;
+        private final Semaphore inFlight;
+        private final AtomicLong ok;
+        private final AtomicLong failed;
+        private final AtomicReference<Throwable> firstError;
+
+        Sender(DefaultMQProducer producer, Semaphore inFlight, AtomicLong ok, AtomicLong failed,
+               AtomicReference<Throwable> firstError) {
+            this.producer = producer;
+            this.inFlight = inFlight;
+            this.ok = ok;
+            this.failed = failed;
+            this.firstError = firstError;
+        }
+
+        void send(Message m) throws Exception {
+            send(m, 0);
+        }
+
+        void send(List<Message> batch) throws Exception {
+            send(batch, 0);
+        }
+
+        private void send(Message m, int tries) throws Exception {
+            producer.send(m, callback(1, () -> send(m, tries + 1), tries));
+        }
+
+        private void send(List<Message> batch, int tries) throws Exception {
+            producer.send(batch, callback(batch.size(), () -> send(batch, tries + 1), tries));
+        }
+
+        private SendCallback callback(int messages, Action again, int tries) {
+            return new SendCallback() {
+                @Override
+                public void onSuccess(SendResult r) {
+                    ok.addAndGet(messages);
+                    inFlight.release();
+                }
+
+                @Override
+                public void onException(Throwable e) {
+                    boolean busy = e instanceof MQBrokerException be && be.getResponseCode() == SYSTEM_BUSY;
+                    if (busy && tries < BUSY_ATTEMPTS) {
+                        busyRetries.incrementAndGet();
+                        RETRY.schedule(() -> {
+                            try {
+                                again.run();
+                            } catch (Exception resendFailed) {
+                                onException(resendFailed);
+                            }
+                        }, Math.min(200, 10L << Math.min(tries, 4)), TimeUnit.MILLISECONDS);
+                        return;
+                    }
+                    failed.addAndGet(messages);
+                    firstError.compareAndSet(null, e);
+                    inFlight.release();
+                }
+            };
+        }
+    }
+
+    @FunctionalInterface
+    private interface Action {
+        void run() throws Exception;
     }
 
     public static void main(String[] argv) throws Exception {
