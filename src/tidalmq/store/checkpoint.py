@@ -70,6 +70,18 @@ class StoreCheckpoint:
         self.dispatched_msg_timestamp = store_timestamp
         _DISPATCHED.pack_into(self._mm, _DISPATCHED_POS, offset, store_timestamp)
 
+    def take_dispatched(self) -> tuple[int, int]:
+        """(dispatchedPhyOffset, dispatchedMsgTimestamp), then 0 ("unknown") until the next round: a crash
+        during recovery's truncation must not leave it pointing past the cut, into stale bytes."""
+        taken = (self.dispatched_phy_offset, self.dispatched_msg_timestamp)
+        self.note_dispatched(0, 0)
+        return taken
+
+    def lower_dispatched(self, offset: int) -> None:
+        """Before the CommitLog is cut at ``offset``: never past the cut, where new records will go."""
+        if self.dispatched_phy_offset > offset:
+            self.note_dispatched(offset, 0)
+
     def flush(self) -> None:
         self.write()
         os.fsync(self._fd)

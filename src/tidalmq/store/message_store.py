@@ -84,8 +84,7 @@ class DefaultMessageStore(OffsetLookup):
         self.reader = MessageReader(config, self.commit_log, self.queues, self.index_service, self.stats,
                                     _total_physical_memory() * config.access_message_in_memory_max_ratio // 100)
         self._listeners: list[Callable[[dict[tuple[str, int], int]], None]] = []
-        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self._listeners,
-                                         self._note_dispatched)
+        self.reput = ReputMessageService(self.commit_log, self.dispatcher.dispatch, self._listeners)
         self.commit_log.on_written = self.reput.wakeup
         self.flush_service: GroupCommitService | FlushRealTimeService | None = None
         self.flush_cq_service: FlushConsumeQueueService | None = None
@@ -123,6 +122,7 @@ class DefaultMessageStore(OffsetLookup):
         ok = self.commit_log.mfq.load()
         ok = ok and self.queues.load()
         self.checkpoint = StoreCheckpoint(cfg.checkpoint_path)
+        self.reput.on_round = self.checkpoint.note_dispatched
         if self.index_service is not None:
             try:
                 ok = bool(self.index_service.load(self.last_exit_ok)) and ok
@@ -147,10 +147,7 @@ class DefaultMessageStore(OffsetLookup):
             min_ts = cp.min_timestamp_index() if self.config.message_index_safe else cp.min_timestamp()
             if self._process_crash:
                 indexed = None if self.index_service is None else self.index_service.max_index_commit_log_offset
-                dispatched = (cp.dispatched_phy_offset, cp.dispatched_msg_timestamp)
-                # Unknown until this recovery's reput round: a crash during the recovery's truncation must
-                # not leave it pointing past the cut, into stale bytes.
-                cp.note_dispatched(0, 0)
+                dispatched = cp.take_dispatched()
                 process, rebuild_from = self.commit_log.recover_after_process_crash(min_ts, self.queues.first_unqueued,
                                                                                     indexed, dispatched)
             else:
@@ -184,8 +181,8 @@ class DefaultMessageStore(OffsetLookup):
         if offset >= self.commit_log.max_offset:
             return False
         log.warning("store: truncating the CommitLog from %d to %d", self.commit_log.max_offset, offset)
-        if self.checkpoint is not None and self.checkpoint.dispatched_phy_offset > offset:
-            self.checkpoint.note_dispatched(offset, 0)  # never past the cut, where new records will go
+        if self.checkpoint is not None:
+            self.checkpoint.lower_dispatched(offset)
         self.commit_log.truncate_tail(offset)
         self.queues.truncate_dirty(offset)
         self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
@@ -259,6 +256,7 @@ class DefaultMessageStore(OffsetLookup):
             except Exception:
                 log.exception("index close failed")
         if self.checkpoint is not None:
+            self.reput.on_round = None
             self.checkpoint.close()
             self.checkpoint = None
 
@@ -369,11 +367,6 @@ class DefaultMessageStore(OffsetLookup):
         if svc is not None:
             svc.wakeup()
         callback(True)
-
-    def _note_dispatched(self, offset: int, store_timestamp: int) -> None:
-        cp = self.checkpoint
-        if cp is not None:
-            cp.note_dispatched(offset, store_timestamp)
 
     def _on_cl_flushed(self) -> None:
         cp = self.checkpoint

@@ -31,12 +31,11 @@ ROUND_PAUSE_S = 0.001
 class ReputMessageService(ServiceThread):
     def __init__(self, commit_log: CommitLog,
                  dispatch: Callable[[DispatchBatch], dict[tuple[str, int], int]],
-                 listeners: list[Callable[[dict[tuple[str, int], int]], None]],
-                 on_round: Callable[[int, int], None] | None = None) -> None:
+                 listeners: list[Callable[[dict[tuple[str, int], int]], None]]) -> None:
         super().__init__("ReputMessageService")
-        # on_round(offset, store timestamp): a round ended, everything before offset dispatched (the
-        # checkpoint's dispatchedPhyOffset, where recovery after a process crash starts)
-        self.on_round = on_round
+        # on_round(offset, store timestamp): a round ended, everything before offset dispatched (the store
+        # sets the checkpoint's dispatchedPhyOffset there: where recovery after a process crash starts)
+        self.on_round: Callable[[int, int], None] | None = None
         self.commit_log = commit_log
         self.dispatch = dispatch
         self.listeners = listeners
@@ -73,8 +72,9 @@ class ReputMessageService(ServiceThread):
                 self.reput_from_offset = next_offset
                 self._progress.notify_all()
                 ready = self._take_waiters(next_offset) if self._waiters else ()
-            if self.on_round is not None and next_offset != prev:
-                self.on_round(next_offset, self.last_dispatched_store_timestamp)
+            on_round = self.on_round
+            if on_round is not None and next_offset != prev:
+                on_round(next_offset, self.last_dispatched_store_timestamp)
             for fn in ready:
                 self._call(fn)
             if touched:
