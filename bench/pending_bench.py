@@ -41,9 +41,9 @@ DAY_MS = 86_400_000
 # a disk budget per pending message, with room to spare: the CommitLog record (~250 B for a 100-byte body
 # and its properties) plus the timer's own log and index
 DISK_PER_MSG = 600
-# Messages a client call sends (and waits for) at a time: many times the tidalmq peer's 8,192 in flight, so the
-# pipeline is not drained every few batches (docs/benchmarks.md, the full run of 2026-12-02).
-CHUNK = 100_000
+# Messages a client call sends (and waits for) at a time. About the tidalmq peer's 8,192 in flight, so the
+# pipeline drains once a chunk: a larger chunk is the next thing to try (docs/benchmarks.md, 2026-12-02).
+CHUNK = 10_000
 DUE_RATE = 10_000
 RESTART_TIMEOUT = 1800.0  # seconds a peer may take to come back with N pending
 PEERS = ("tidalmq", "rocketmq_java", "rocketmq", "rocketmq_p100")
