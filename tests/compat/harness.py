@@ -48,14 +48,17 @@ class AgentError(AssertionError):
 class ClientAgent:
     """One ``tests.compat.agent`` subprocess: an official client producer and/or consumers."""
 
-    def __init__(self, name: str, log_dir: Path, lifetime: float = 240.0) -> None:
+    def __init__(self, name: str, log_dir: Path, lifetime: float = 240.0,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: set in the agent's environment over this process's (``HOME`` moves the C++ core's
+        ``~/logs/rocketmq-cpp`` and its NameServer snapshot)."""
         self.name = name
         self.stderr_path = log_dir / f"agent-{name}.stderr"
         err = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
             [str(OFFICIAL_PYTHON), "-m", "tests.compat.agent", str(lifetime)],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         err.close()
         self.events: list[dict[str, Any]] = []

@@ -77,6 +77,19 @@ class Broker(Standalone):
         return cmd
 
 
+CPP_FETCH_INTERVAL_S = 120  # rocketmq-client-cpp's MQClientFactory::fetchNameServerAddr, from its start
+
+
+def _cpp_log(home: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((home / "logs" / "rocketmq-cpp").glob("*.log*")))
+
+
+def _cpp_fetch_lines(home: Path) -> str:
+    """The C++ core's log lines about the address server and the NameServer list (a failing wait's evidence)."""
+    keep = ("fetchNSAddr", "name server address", "updateNameServerAddressList", "timed_mutex")
+    return "\n".join(ln for ln in _cpp_log(home).splitlines() if any(k in ln for k in keep))[-4000:]
+
+
 async def _registered(namesrv: str, broker_addr: str) -> bool:
     async with Admin(namesrv) as admin:
         info = await admin.cluster_info()
@@ -191,11 +204,15 @@ def test_clients_follow_a_moved_namesrv_through_the_address_server(
                             env={k: v for k, v in os.environ.items() if k not in ("NAMESRV_ADDR",)})
     java_lines: list[str] = []
     threading.Thread(target=lambda: java_lines.extend(java.stdout or []), daemon=True).start()
-    cpp = ClientAgent("moved-cpp", home) if OFFICIAL_PYTHON.exists() else None
+    cpp_home = module_tmp("moved-cpp-home")  # the C++ core logs under $HOME/logs/rocketmq-cpp
+    cpp = (ClientAgent("moved-cpp", home, lifetime=2 * CPP_FETCH_INTERVAL_S + 240, env={"HOME": str(cpp_home)})
+           if OFFICIAL_PYTHON.exists() else None)
     tidal = TidalClients(domain)
+    cpp_started = time.monotonic()
     try:
         if cpp is not None:  # the C++ core takes the address server's whole URL as its domain
             cpp.call("producer_start", group=f"CppMovedPG_{RUN}", namesrv_domain=f"http://{domain}/rocketmq/{SUBGROUP}")
+            cpp_started = time.monotonic()
             send_acknowledged(cpp, [msg(TOPIC, "cpp-before")])
 
         def java_received() -> int:
@@ -214,8 +231,17 @@ def test_clients_follow_a_moved_namesrv_through_the_address_server(
         flag.write_text(AFTER)
 
         assert tidal.send_after(30) > moved
-        if cpp is not None:  # its first fetch after start is two minutes on
-            [result] = send_acknowledged(cpp, [msg(AFTER, "cpp-after")], timeout=200)
+        if cpp is not None:
+            # The C++ core asks the address server 120 s after its start and every 120 s on: the send waits
+            # for its log to say it took the new list (a failed fetch allowed for), rather than asking the
+            # stopped NameServer for a route all along
+            changed = f"name server address changed, old: {old.namesrv_addr}, new: {new.namesrv_addr}"
+            try:
+                wait_for(lambda: changed in _cpp_log(cpp_home), cpp_started + 2 * CPP_FETCH_INTERVAL_S + 30
+                         - time.monotonic(), 0.5, "the C++ core to take the new NameServer list")
+            except AssertionError as e:
+                raise AssertionError(f"{e}; its address-server lines:\n{_cpp_fetch_lines(cpp_home)}") from None
+            [result] = send_acknowledged(cpp, [msg(AFTER, "cpp-after")], timeout=30)
             assert result["status"] == "OK"
         java.wait(CLIENT_TIMEOUT)
         assert java.returncode == 0, (java.stderr.read() if java.stderr else "")[-3000:]
