@@ -32,6 +32,7 @@ def test_a_commit_log_file_that_holds_the_largest_message_is_taken() -> None:
     ("mappedFileSizeConsumeQueue", "1000001", "multiple of 20"),
     ("diskMaxUsedSpaceRatio", "150", "between 1 and 100"),
     ("timerPrecisionMs", "7", "divide 1000"),
+    ("timerPrecisionMs", "0", ">= 1"),
     ("messageDelayLevel", "1s 5x", "bad delay level"),
     ("messageDelayLevel", "", "no delay level"),
     ("messageDelayLevel", "1s 0s", "more than 0"),
@@ -82,6 +83,14 @@ def test_defaults_and_rocketmq_spellings_pass() -> None:
     sc.validate()
     bc.validate()
     assert sc.sync_flush
+
+
+@pytest.mark.parametrize("ms", ["1", "2", "5", "10", "1000"])
+def test_timer_precisions_that_divide_a_second_pass(ms: str) -> None:
+    sc = MessageStoreConfig()
+    apply_properties(sc, {"timerPrecisionMs": ms})
+    sc.validate()
+    assert sc.timer_precision_ms == int(ms)
 
 
 def _standalone(tmp_path, ns_port: int, *settings: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001

@@ -42,6 +42,20 @@ def test_never_early_and_rounded_to_precision(open_store: Open, clock: Clock) ->
     assert list(got["size"]) == [9, 9]
 
 
+def test_a_one_millisecond_tick_releases_each_entry_at_its_own_time(open_store: Open, clock: Clock) -> None:
+    s = open_store(precision_ms=1)
+    t = clock.now
+    s.enqueue(make_entries(deliver_ms=[t + 1001, t + 1003, t + 1003, t + 1042], offset=[1, 2, 3, 4]), 5)
+    assert len(s.pop_due(t + 1000)) == 0  # the cursor enters the slot: its entries are known
+    assert s.next_due_ms() == t + 1001
+    assert offsets(s.pop_due(t + 1001)) == [1]
+    assert s.next_due_ms() == t + 1003
+    assert len(s.pop_due(t + 1002)) == 0
+    assert offsets(s.pop_due(t + 1003)) == [2, 3]
+    assert s.next_due_ms() == t + 1042 and len(s.pop_due(t + 1041)) == 0
+    assert offsets(s.pop_due(t + 1042)) == [4]
+
+
 def test_order_by_deliver_time_then_offset_within_a_tick(open_store: Open, clock: Clock) -> None:
     s = open_store(precision_ms=100)
     t = clock.now

@@ -1,8 +1,9 @@
 """TidalMQ: ``tidalmq standalone`` (tests/support.Standalone) driven by our asyncio client (tidalmq.client).
 
 Scheduled messages use RocketMQ 5's arbitrary delivery time (``deliver_time_ms`` -> TIMER_DELIVER_MS); the
-timer store releases them at ``timerPrecisionMs`` (10 ms here, as bench/schedule_bench.py; the broker's default
-is 100 ms, docs/scheduled-delivery.md allows 10 .. 1000). Durable setting (W4): ``flushDiskType=SYNC_FLUSH`` (a
+timer store releases them at ``timerPrecisionMs`` (5 ms here: at 1,000 due/s it halved W2's p99 against 10 ms, and 1-2 ms
+made 10,000 due/s no better, docs/benchmarks.md; the broker's default is 100 ms, docs/scheduled-delivery.md allows
+1 .. 1000). Durable setting (W4): ``flushDiskType=SYNC_FLUSH`` (a
 send is acknowledged once fsynced).
 """
 
@@ -58,14 +59,14 @@ class Server(ServerBase):
         return f"tidalmq {getattr(tidalmq, '__version__', '0.1.0')} (this tree)"
 
     def _settings(self) -> dict[str, str]:
-        s = {"timerPrecisionMs": "10", "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
+        s = {"timerPrecisionMs": "5", "mappedFileSizeCommitLog": str(256 * 1024 * 1024),
              "flushDiskType": "SYNC_FLUSH" if self.durable else "ASYNC_FLUSH",
              "maxTransferCountOnMessageInMemory": str(PULL_BATCH),
              "maxTransferBytesOnMessageInMemory": str(PULL_BATCH * 1536)}
         return s
 
     def settings(self) -> dict[str, str]:
-        return {**self._settings(), "timer": "timerPrecisionMs=10 (the default is 100; 10 is the finest allowed)",
+        return {**self._settings(), "timer": "timerPrecisionMs=5 (the default is 100; 1 is the finest allowed)",
                 "client": f"tidalmq.client Producer.send_batch ({BATCH} a request, {BATCH_WINDOW} in flight) for "
                 f"plain and scheduled messages (timer messages in batches: beyond RocketMQ, which refuses delays "
                 f"in batches), send_async ({WINDOW} in flight) for keyed ones (W5), PushConsumer (pulls of {PULL_BATCH}, listener batch 32, "

@@ -69,8 +69,8 @@ class CancelTarget:
 
 
 def check_precision(precision_ms: int) -> int:
-    if precision_ms < 10 or SLOT_MS % precision_ms:
-        raise ValueError(f"timerPrecisionMs must be >= 10 and divide {SLOT_MS}, got {precision_ms}")
+    if precision_ms < 1 or SLOT_MS % precision_ms:
+        raise ValueError(f"timerPrecisionMs must be >= 1 and divide {SLOT_MS}, got {precision_ms}")
     return precision_ms
 
 

@@ -144,7 +144,7 @@ def _multiple_of(unit: int) -> Check:
 
 
 def _timer_precision(v: int) -> str | None:
-    return None if v >= 10 and TIMER_SLOT_MS % v == 0 else f"must be >= 10 and divide {TIMER_SLOT_MS}"
+    return None if v >= 1 and TIMER_SLOT_MS % v == 0 else f"must be >= 1 and divide {TIMER_SLOT_MS}"
 
 
 _POSITIVE_INT = in_range(1, JAVA_INT_MAX)
