@@ -154,6 +154,10 @@ class ApacheRocketMQ:
             "mappedFileSizeCommitLog": str(64 << 20), "mappedFileSizeConsumeQueue": "300000",
             "enablePropertyFilter": "true", "timerWheelEnable": "true", "autoCreateTopicEnable": "true",
             "autoCreateSubscriptionGroup": "true", "traceTopicEnable": "false",
+            # A send that waits longer than this in the broker's queue is answered [TIMEOUT_CLEAN_QUEUE]
+            # broker busy (default 200 ms): on a 2-core machine with a client JVM starting beside it,
+            # the broker's own JIT warm-up alone passes that (CI saw 202..221 ms).
+            "waitTimeMillsInSendQueue": "3000",
             **self.broker_settings})
         log = self.home / "broker.out"
         proc = self._java("org.apache.rocketmq.broker.BrokerStartup",

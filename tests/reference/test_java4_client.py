@@ -183,9 +183,11 @@ def test_retry_after_reconsume_later_then_dlq_readable(observed: dict[str, list[
     # level 3 (10 s): stored into the retry topic no earlier than 10 s after the first delivery
     gap = second["storeTimestamp"] - first["receivedAt"]
     assert 10000 - 100 <= gap < 15000, gap
-    # a 4.x consumer of a new group learns its %RETRY% topic's route when it polls the NameServer (30 s)
-    # or rebalances (20 s), so the retry can reach the listener up to that late: bounded, not equal
-    assert second["receivedAt"] - first["receivedAt"] < 35000
+    # A 4.x consumer of a new group learns its %RETRY% topic's route (made by its first heartbeat) at its
+    # next NameServer poll (pollNameServerInterval, 30 s) and pulls that queue from the rebalance after it
+    # (rocketmq.client.rebalance.waitInterval, 20 s): the retry reaches the listener up to ~50 s after the
+    # consumer started, bounded by the client's intervals, not equal to them (CI saw 40 s).
+    assert second["receivedAt"] - first["receivedAt"] < 30000 + 20000 + 5000
     # maxReconsumeTimes 1: the second RECONSUME_LATER sends it to %DLQ%group, which a consumer can read
     (queues,) = events(observed, "retry", "dlqQueues")
     assert queues["count"] >= 1
