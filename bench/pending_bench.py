@@ -41,8 +41,8 @@ DAY_MS = 86_400_000
 # a disk budget per pending message, with room to spare: the CommitLog record (~250 B for a 100-byte body
 # and its properties) plus the timer's own log and index
 DISK_PER_MSG = 600
-# Messages a client call sends (and waits for) at a time. About the tidalmq peer's 8,192 in flight, so the
-# pipeline drains once a chunk: a larger chunk is the next thing to try (docs/benchmarks.md, 2026-12-02).
+# Messages a client call sends (and waits for) at a time (--chunk). The client's pipeline drains at the end
+# of each chunk; the A/B of chunk sizes is in docs/benchmarks.md.
 CHUNK = 10_000
 DUE_RATE = 10_000
 RESTART_TIMEOUT = 1800.0  # seconds a peer may take to come back with N pending
@@ -85,7 +85,7 @@ def du_parts(path: Path) -> dict[str, int]:
     return {str(d.relative_to(path)): v for d, v in sorted(keep.items(), key=lambda kv: -kv[1])}
 
 
-def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
+def enqueue(cl: Any, n: int, budget_s: float, chunk: int = CHUNK) -> dict[str, Any]:
     """N messages due 7..30 days ahead, in tenths; the rate of each tenth."""
     tenth = max(1, n // 10)
     rates: list[float] = []
@@ -94,7 +94,7 @@ def enqueue(cl: Any, n: int, budget_s: float) -> dict[str, Any]:
     while sent < n and time.time() - t0 < budget_s:
         ts, s0, goal = time.time(), sent, min(n, sent + tenth)
         while sent < goal and time.time() - t0 < budget_s:
-            k = min(CHUNK, goal - sent)
+            k = min(chunk, goal - sent)
             cl.schedule("pbulk", [(base + random.randint(7 * DAY_MS, 30 * DAY_MS),
                                    workloads.sched_body(sent + i, 0), "") for i in range(k)])
             sent += k
@@ -136,7 +136,7 @@ def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[st
             "late_sends_overran_ms": overran_ms}
 
 
-def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str, Any]:
+def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path, chunk: int = CHUNK) -> dict[str, Any]:
     why = disk_check(n, tmp)
     if why:
         return {"target": n, "skipped": why}
@@ -156,7 +156,7 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
             if getattr(mod, "workloads", None) is jload:  # the peer's client is the Java load generator
                 out = jload.enqueue_pending(s, "pbulk", n, budget_s, 7 * DAY_MS, 30 * DAY_MS)
             else:
-                out = enqueue(cl, n, budget_s)
+                out = enqueue(cl, n, budget_s, chunk)
             time.sleep(3.0)  # the work left after the last acknowledgement
             pend = out["pending"]
             out.update(disk_bytes_per_msg=du(s.workdir) / pend if pend else float("nan"), disk_parts=du_parts(s.workdir),
@@ -193,13 +193,13 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path) -> dict[str,
         shutil.rmtree(s.workdir, ignore_errors=True)
 
 
-def run(peers: list[str], ns: list[int], quick: bool, budget: float, tmp: Path) -> dict[str, Any]:
+def run(peers: list[str], ns: list[int], quick: bool, budget: float, tmp: Path, chunk: int = CHUNK) -> dict[str, Any]:
     """Every peer at every N (smallest first; a peer cut short is not tried at a larger N)."""
     results: dict[str, Any] = {}
     for peer in peers:
         for n in ns:
             try:
-                r = one(peer, n, quick, budget, tmp)
+                r = one(peer, n, quick, budget, tmp, chunk)
             except Exception as e:  # noqa: BLE001
                 traceback.print_exc()
                 r = {"target": n, "error": f"{type(e).__name__}: {e}"}
@@ -218,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, action="append", help="only this N (repeatable): a targeted run")
     ap.add_argument("--peer", action="append", choices=PEERS, help=f"default: {' '.join(DEFAULT_PEERS)}")
     ap.add_argument("--budget", type=float, help="seconds an enqueue may take (default 60 quick, 1200 otherwise)")
+    ap.add_argument("--chunk", type=int, default=CHUNK,
+                    help=f"messages the Python client sends and waits for at a time (default {CHUNK:,})")
     ap.add_argument("--compare", help="a previous bench/out/pending-*.json")
     args = ap.parse_args(argv)
     ns = sorted(args.n) if args.n else sizes(args.quick, args.with_1e8)
@@ -229,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_machine()
     with tempfile.TemporaryDirectory(prefix="tidalmq-pending-") as d:
-        results = run(list(args.peer or DEFAULT_PEERS), ns, args.quick, budget, Path(d))
+        results = run(list(args.peer or DEFAULT_PEERS), ns, args.quick, budget, Path(d), args.chunk)
     flat = {f"{key}_{k}": v for key, r in results.items() for k, v in r.items() if isinstance(v, int | float)}
-    path = save("pending", {"quick": args.quick, **results, **flat})
+    path = save("pending", {"quick": args.quick, "chunk": args.chunk, **results, **flat})
     print(f"results: {path}")
     compare(args.compare, flat)
     return 0
