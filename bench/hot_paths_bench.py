@@ -213,6 +213,28 @@ def _temp_store() -> Iterator[tuple[str, Any]]:
             store.shutdown()
 
 
+def store_pull(rounds: int, pull: int = 32, n: int = 32_768) -> float:
+    """The store's read of one pull (DefaultMessageStore.get_message, no filter) of ``pull`` messages at the
+    broker's default caps (32 messages / 256 KiB) over one queue of ``n`` 100-byte messages: µs a pull."""
+    from tidalmq.common.record import encode_record
+
+    with _temp_store() as (_tmp, store):
+        recs = [encode_record(topic="BenchPull", queue_id=0, body=b"b" * 100, properties={"UNIQ_KEY": f"{i:032X}"},
+                              born_timestamp=1, born_port=1, store_port=10911) for i in range(n)]
+        for k in range(0, n, 512):
+            res = store.put_messages([PutRequest("BenchPull", 0, recs[k:k + 512])])
+            assert all(r.status == PutStatus.PUT_OK for r in res)
+        assert store.wait_reput(store.max_phy_offset, 30)
+
+        def read_all() -> None:
+            off = 0
+            while off < n:
+                got = store.get_message("bench", "BenchPull", 0, off, pull)
+                off = got.next_begin_offset
+
+        return best_us(read_all, 1, rounds) / (n / pull)
+
+
 def timer_enqueue_read(rounds: int, n: int = 4096) -> tuple[float, float]:
     """The schedule process's enqueue round over ``n`` parked timer messages (1 KiB bodies, the properties
     park_batch writes): µs a message to read their fields from the CommitLog (one round's worth at a time,
@@ -475,6 +497,8 @@ def main() -> None:
     for pull in (32, 256):
         r[f"consume_pull{pull}_us"] = consume_service(pull, args.rounds)
         print(f"consume service, pulls of {pull:<4d}:        {r[f'consume_pull{pull}_us']:6.2f} µs a message")
+    r["store_pull32_us"] = store_pull(args.rounds)
+    print(f"store read of a pull of 32 (defaults): {r['store_pull32_us']:6.2f} µs a pull")
     r["batch64_encode_us"], r["timer_batch64_encode_us"], r["timer_batch64_park_us"] = batch_encode_and_park(args.rounds)
     print(f"batch of 64 encoded (UNIQ_KEY only):   {r['batch64_encode_us']:6.2f} µs a message")
     print(f"timer batch of 64 encoded:             {r['timer_batch64_encode_us']:6.2f} µs a message")

@@ -136,6 +136,22 @@ def test_get_message_transfer_limits(make_store) -> None:
     assert (r.message_count, r.next_begin_offset) == (5, 5)
 
 
+def test_unfiltered_pulls_walk_the_queue_a_full_batch_at_a_time(make_store) -> None:
+    """At the default caps (32 messages) each pull returns a full batch and the next offset after it; a pull
+    asking for no message still gets one (RocketMQ's "at least one")."""
+    store = make_store()
+    store.put_messages([PutRequest("W", 0, [rec("W")]) for _ in range(100)])
+    store.wait_reput(store.max_phy_offset, 5)
+    batches, off = [], 0
+    while off < 100:
+        r = store.get_message("g", "W", 0, off, 64)
+        batches.append((r.queue_offsets[0], r.message_count, r.next_begin_offset))
+        off = r.next_begin_offset
+    assert batches == [(0, 32, 32), (32, 32, 64), (64, 32, 96), (96, 4, 100)]
+    r = store.get_message("g", "W", 0, 10, 0)
+    assert (r.status, r.queue_offsets, r.next_begin_offset) == (GetStatus.FOUND, [10], 11)
+
+
 def test_tag_filtering(make_store) -> None:
     store = make_store()
     for i in range(30):

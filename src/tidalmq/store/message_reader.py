@@ -88,6 +88,12 @@ class MessageReader(OffsetLookup):
         # Entries examined per call are bounded like RocketMQ (maxFilterMessageSize, one CQ file).
         max_filter_bytes = max(cfg.max_filter_message_size, max_msg_nums * CQ_STORE_UNIT_SIZE)
         n_scan = min(max_off - offset, -(-max_filter_bytes // CQ_STORE_UNIT_SIZE))
+        if tag_codes is None and filter is None:
+            # Unfiltered, every live entry is taken until the batch is full: entries past the most it can
+            # hold are never looked at, so they are not converted either (800 entries for a pull of 32 at
+            # RocketMQ's defaults; the conversion was a fifth of the broker's time serving such pulls).
+            n_scan = min(n_scan, max(1, max_msg_nums), max(cfg.max_transfer_count_on_message_in_memory,
+                                                   cfg.max_transfer_count_on_message_in_disk))
         max_pull = min(max(max_total_bytes, 100), MAX_PULL_MSG_SIZE)
         arr = cq.entries(offset, n_scan)
         if arr is None:
