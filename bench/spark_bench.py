@@ -7,6 +7,9 @@ materialised: ``sum(length(body))``, ``count(distinct msgId)``), a streaming rea
 (``Trigger.AvailableNow`` into the ``noop`` sink, from the first offset to the end) and a stream into
 Parquet (``AvailableNow``, with a checkpoint).
 
+Beside each figure, the broker's CPU a row (its process tree's, TidalMQ's or Kafka's): rows/s at one full
+broker core is 10^6 / that, the bound where the broker is what binds.
+
 The broker runs with its defaults (a pull capped at 32 messages / 256 KiB, RocketMQ's
 ``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``), as a user meets it;
 ``--raise-pull-caps`` raises them to ``--pull-max`` messages / 4 MiB.
@@ -39,15 +42,22 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support import Standalone  # noqa: E402
 
-from bench.common import compare, print_machine, save  # noqa: E402
+from bench.common import compare, cpu_s, print_machine, save  # noqa: E402
 
 
-def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable[[], object]) -> None:
+def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable[[], object],
+           broker_cpu: Callable[[], float]) -> None:
+    """``fn``'s rows/s under ``key``, and the broker's CPU a row under ``key`` with ``broker_us_per_row``
+    in place of ``rows_per_s``: what bounds a figure at one broker core (the broker's process tree,
+    bench.common.cpu_s)."""
+    c0 = broker_cpu()
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
+    us = (broker_cpu() - c0) / n * 1e6
     results[key] = n / dt
-    print(f"{label:<28} {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s", flush=True)
+    results[key.replace("rows_per_s", "broker_us_per_row")] = us
+    print(f"{label:<28} {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s  broker {us:5.2f} µs a row", flush=True)
 
 
 def _check(seen: int, n: int, what: str) -> None:
@@ -68,13 +78,13 @@ def _stream(df: Any, fmt: str, tmp: Path, name: str) -> int:
 
 
 def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Namespace, tmp: Path,
-             results: dict[str, float]) -> None:
+             results: dict[str, float], broker_cpu: Callable[[], float]) -> None:
     from tidalmq.client.sync import Admin
 
     write = df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append")
     if args.dedup:
         write = write.option("writeId", topic)
-    _timed(results, "sink_rows_per_s", "tidalmq sink write", n, write.save)
+    _timed(results, "sink_rows_per_s", "tidalmq sink write", n, write.save, broker_cpu)
     # the sink's sends are acknowledged once in the CommitLog; the ConsumeQueue (what readers see) follows
     with Admin(ns) as admin:
         deadline = time.monotonic() + 120
@@ -89,21 +99,22 @@ def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Na
                                        "sum(size(properties)) as props", "max(storeTimestamp) as last").collect()[0]
         _check(row["n"], n, "batch read")
 
-    _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch)
+    _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch, broker_cpu)
     stream = spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "stream_read_rows_per_s", "tidalmq stream read (noop)", n, lambda: _check(_stream(
         stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "t-noop"),
-        n, "streaming read"))
+        n, "streaming read"), broker_cpu)
     _timed(results, "stream_parquet_rows_per_s", "tidalmq stream -> parquet", n, lambda: _check(_stream(
         stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "t-pq"),
-        n, "stream to parquet"))
+        n, "stream to parquet"), broker_cpu)
 
 
-def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float]) -> None:
+def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float],
+           broker_cpu: Callable[[], float]) -> None:
     kafka = {"kafka.bootstrap.servers": bootstrap}
     write = df.selectExpr("keys as key", "body as value").write.format("kafka").options(**kafka).option("topic", topic)
-    _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save)
+    _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save, broker_cpu)
     reader = spark.read.format("kafka").options(**kafka).option("subscribe", topic) \
         .option("startingOffsets", "earliest").option("endingOffsets", "latest")
 
@@ -112,14 +123,15 @@ def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, r
                                        "sum(length(key)) as keys", "max(timestamp) as last").collect()[0]
         _check(row["n"], n, "kafka batch read")
 
-    _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch)
+    _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch, broker_cpu)
     stream = spark.readStream.format("kafka").options(**kafka).option("subscribe", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "kafka_stream_read_rows_per_s", "kafka stream read (noop)", n, lambda: _check(_stream(
         stream.selectExpr("length(value) as len", "key", "offset", "timestamp"), "noop", tmp, "k-noop"),
-        n, "kafka streaming read"))
+        n, "kafka streaming read"), broker_cpu)
     _timed(results, "kafka_stream_parquet_rows_per_s", "kafka stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr("partition", "offset", "key", "value"), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"))
+        stream.selectExpr("partition", "offset", "key", "value"), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"),
+           broker_cpu)
 
 
 def _start_kafka(workdir: Path, partitions: int) -> Any:
@@ -199,13 +211,16 @@ def main() -> None:
 
         df = spark.range(0, n, 1, 2).selectExpr(f"concat(lpad(cast(id as string), 12, '0'), '{pad}') as body",
                                                 "'bench' as tags", "concat('k', cast(id as string)) as keys")
-        _tidalmq(spark, ns, topic, df, n, args, tmp, results)
+        assert broker.proc is not None
+        broker_pid = broker.proc.pid
+        _tidalmq(spark, ns, topic, df, n, args, tmp, results, lambda: cpu_s(broker_pid))
         if kafka is not None:
             bootstrap = kafka.conn()["bootstrap"]
             warm = spark.range(1000).selectExpr("cast(id as string) as value")
             warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
                 .save()
-            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results)
+            kafka_pid = kafka.server_pid()
+            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results, lambda: cpu_s(kafka_pid))
             for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
                 ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
                 print(f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}")
