@@ -22,14 +22,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support import Standalone  # noqa: E402
+from tests.support import Standalone, wait_for  # noqa: E402
 
 from bench.common import compare, print_machine, save  # noqa: E402
 
@@ -45,14 +44,6 @@ def stored(ns: str, topic: str) -> int:
             return sum(q.max_offset - q.min_offset for q in admin.topic_status(topic))
     except Exception:  # noqa: BLE001 - a broker being killed or restarted
         return -1
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def rss_anon_bytes(pid: int) -> int:
@@ -127,7 +118,7 @@ def main() -> int:
 
         def kill_part_way() -> None:  # beside the write: PySpark finds no data source from another thread
             try:
-                wait_for(lambda: stored(ns, topic) >= n * args.kill_at, 3600, f"{args.kill_at:.0%} of the rows")
+                wait_for(lambda: stored(ns, topic) >= n * args.kill_at, 3600, 0.2, f"{args.kill_at:.0%} of the rows")
                 killed["stored_at_kill"] = stored(ns, topic)
                 t_kill = time.monotonic()
                 broker.kill()
@@ -149,7 +140,7 @@ def main() -> int:
         if killed["stored_at_kill"] >= n:
             raise SystemExit("the write had finished before the kill: raise --rows or lower --kill-at")
         results.update(killed)
-        wait_for(lambda: stored(ns, topic) >= n, 300, "the first write's rows in the ConsumeQueues")
+        wait_for(lambda: stored(ns, topic) >= n, 300, 0.2, "the first write's rows in the ConsumeQueues")
         results["stored_after_write"] = stored(ns, topic)
         results["write_rows_per_s"] = n / results["write_s"]
         print(f"write across the kill: {n:,} rows in {results['write_s']:.1f} s "
