@@ -46,8 +46,8 @@ DISK_PER_MSG = 600
 CHUNK = 10_000
 DUE_RATE = 10_000
 RESTART_TIMEOUT = 1800.0  # seconds a peer may take to come back with N pending
-PEERS = ("tidalmq", "rocketmq_java", "rocketmq", "rocketmq_p100")
-DEFAULT_PEERS = ("tidalmq", "rocketmq_java")
+PEERS = ("tidalmq", "tidalmq_java", "rocketmq_java", "rocketmq", "rocketmq_p100")
+DEFAULT_PEERS = ("tidalmq", "tidalmq_java", "rocketmq_java")
 SIZES, QUICK_SIZES, HUGE = (10**6, 10**7), (20_000, 100_000), 10**8
 
 
@@ -104,15 +104,17 @@ def enqueue(cl: Any, n: int, budget_s: float, chunk: int = CHUNK) -> dict[str, A
             "enqueue_per_s": sent / took if took else float("nan"), "enqueue_per_s_by_tenth": rates}
 
 
-def lateness(peer: str, s: Any, rate: float, window: int, java: bool) -> dict[str, Any]:
+def lateness(peer: str, s: Any, rate: float, window: int, java: bool, batch: int = 0) -> dict[str, Any]:
     """DUE_RATE due/s over ``window`` seconds, sent in random order before the window starts (planned from the
-    enqueue ``rate`` of the same client: the Java load generator's for a Java peer)."""
+    enqueue ``rate`` of the same client, sending as it enqueued: the Java load generator's for a Java peer,
+    in batches of ``batch`` or one by one)."""
     m = DUE_RATE * window
     rate = rate if rate == rate and rate > 0 else 10_000.0
     lead_s = m / rate * 1.5 + 3
     if java:
         r = jload.Phase(s, topic="plate", phase="timer-late", rate=DUE_RATE, seconds=window, lead_ms=int(lead_s * 1000),
-                        size=workloads.SCHED_BODY, window=jload.WINDOW, wait_s=lead_s + window + 60).run(lead_s + 600)
+                        size=workloads.SCHED_BODY, window=jload.BATCH_WINDOW if batch > 0 else jload.WINDOW,
+                        batch=batch, wait_s=lead_s + window + 60).run(lead_s + 600)
         return {"late_expected": m, "late_delivered": r["received"], "late_p50_ms": r["p50_ms"],
                 "late_p99_ms": r["p99_ms"], "late_early": r["early"],
                 "late_sends_overran_ms": max(0.0, r["send_s"] - lead_s) * 1000}
@@ -153,8 +155,10 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path, chunk: int =
                 cl.setup(d, True)
             time.sleep(1.0)
             anon0 = s.rss_anon()
-            if getattr(mod, "workloads", None) is jload:  # the peer's client is the Java load generator
-                out = jload.enqueue_pending(s, "pbulk", n, budget_s, 7 * DAY_MS, 30 * DAY_MS)
+            java = getattr(mod, "workloads", None) is jload  # the peer's client is the Java load generator
+            batch = getattr(mod, "TIMER_BATCH", 0)
+            if java:
+                out = jload.enqueue_pending(s, "pbulk", n, budget_s, 7 * DAY_MS, 30 * DAY_MS, batch)
             else:
                 out = enqueue(cl, n, budget_s, chunk)
             time.sleep(3.0)  # the work left after the last acknowledgement
@@ -185,8 +189,7 @@ def one(peer: str, n: int, quick: bool, budget_s: float, tmp: Path, chunk: int =
                    due_after_restart_delivered=len({i for i, _, _ in got}), due_after_restart=few)
         # lateness at DUE_RATE due/s with N pending
         window = 1 if quick else 5
-        out.update(late_due_per_s=DUE_RATE, **lateness(peer, s, out["enqueue_per_s"], window,
-                                                     getattr(mod, "workloads", None) is jload))
+        out.update(late_due_per_s=DUE_RATE, **lateness(peer, s, out["enqueue_per_s"], window, java, batch))
         return out
     finally:
         s.stop()

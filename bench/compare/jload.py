@@ -186,11 +186,14 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
     return out
 
 
-def enqueue_pending(server: ServerBase, topic: str, n: int, budget_s: float, lo_ms: int, hi_ms: int) -> dict[str, Any]:
+def enqueue_pending(server: ServerBase, topic: str, n: int, budget_s: float, lo_ms: int, hi_ms: int,
+                    batch: int = 0) -> dict[str, Any]:
     """bench/pending_bench.py's enqueue through the Java client: N timer messages due ``lo_ms`` .. ``hi_ms``
-    ahead (single async sends, WINDOW in flight), the rate of each tenth, cut at ``budget_s``."""
-    ph = Phase(server, topic=topic, phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=WINDOW,
-               min_delay_ms=lo_ms, max_delay_ms=hi_ms, budget_s=budget_s)
+    ahead, the rate of each tenth, cut at ``budget_s``. ``batch`` 0: single async sends, WINDOW in flight;
+    else batches of ``batch``, BATCH_WINDOW in flight (for a broker that takes timer messages in batches)."""
+    window = BATCH_WINDOW if batch > 0 else WINDOW
+    ph = Phase(server, topic=topic, phase="timer-enqueue", n=n, size=workloads.SCHED_BODY, window=window,
+               batch=batch, min_delay_ms=lo_ms, max_delay_ms=hi_ms, budget_s=budget_s)
     r = ph.run(budget_s + 600)
     marks = [(0, r["t0_ms"])] + [(e["sent"], e["at_ms"]) for e in ph.events if e.get("event") == "tenth"]
     marks.append((r["count"], r["t0_ms"] + r["send_s"] * 1000))
@@ -200,4 +203,5 @@ def enqueue_pending(server: ServerBase, topic: str, n: int, budget_s: float, lo_
     # the first tenth includes the JVM's JIT warming up (no warm-up here: every message sent is pending)
     return {"target": n, "pending": sent, "cut_short": sent + r["errors"] < n, "enqueue_s": r["send_s"],
             "enqueue_per_s": sent / r["send_s"] if r["send_s"] else float("nan"), "enqueue_per_s_by_tenth": rates,
-            "send_errors": r["errors"], "first_send_error": r.get("first_error", ""), "client": "java"}
+            "send_errors": r["errors"], "first_send_error": r.get("first_error", ""),
+            "client": f"java, batches of {batch}" if batch > 0 else "java, single sends"}

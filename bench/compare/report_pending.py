@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 TITLE = {"tidalmq": "TidalMQ (tidalmq.client, batches)",
+         "tidalmq_java": "TidalMQ (Java client, batches)",
          "rocketmq_java": "Apache RocketMQ 5, timer 100 ms (Java client, single async sends)",
          "rocketmq": "Apache RocketMQ 5, timer 1000 ms (tidalmq.client, single async sends)",
          "rocketmq_p100": "Apache RocketMQ 5, timer 100 ms (tidalmq.client, single async sends)"}

@@ -50,16 +50,22 @@ def test_kafka_w1(tmp_path: Path) -> None:
 
 def test_java_load_generator_drives_tidalmq(tmp_path: Path) -> None:
     """The Java load generator (RocketMQ's official client) against TidalMQ: W1 sends arrive whole, the broker's
-    CPU is counted per phase, and timer messages come at their deliver time, none before it."""
+    CPU is counted per phase, and timer messages sent in batches (each with its own deliver time) come at
+    their deliver time, none before it; the pending-scale enqueue in batches stores every message."""
     s = tidalmq_java.Server(tmp_path / "tidalmq")
     s.start()
     try:
         w1 = jload.w1(s, "tidalmq_java", quick=True)
-        jload._setup(s, "tidalmq_java", "jlate")
+        jload._setup(s, "tidalmq_java", "jlate", "jbulk")
         late = jload.Phase(s, topic="jlate", phase="timer-late", rate=500, seconds=1, lead_ms=3000, size=100,
-                           window=64, wait_s=30).run(120)
+                           window=4, batch=64, wait_s=30).run(120)
+        bulk = jload.enqueue_pending(s, "jbulk", 5_000, 120, 7 * 86_400_000, 30 * 86_400_000,
+                                     tidalmq_java.TIMER_BATCH)
     finally:
         s.stop()
+    assert bulk["send_errors"] == 0, bulk["first_send_error"]
+    assert bulk["pending"] == 5_000 and not bulk["cut_short"] and len(bulk["enqueue_per_s_by_tenth"]) == 10
+    assert bulk["client"] == f"java, batches of {tidalmq_java.TIMER_BATCH}"
     assert w1["received"] == w1["n"]
     assert w1["paced_received"] + w1["paced_send_errors"] == w1["paced_n"]
     assert w1["produce_broker_cores"] > 0 and w1["lat_p99_ms"] >= w1["lat_p50_ms"]

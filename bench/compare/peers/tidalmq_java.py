@@ -9,6 +9,9 @@ from bench.compare.peers import tidalmq
 from bench.compare.peers.jvm import missing_java
 
 workloads = jload  # run.py runs this module's W1 and W2
+# bench/pending_bench.py's enqueue: timer messages in batches of this many (the broker takes them; RocketMQ
+# refuses delays in batches, so rocketmq_java sends them one by one)
+TIMER_BATCH = jload.BATCH
 SAME = "the broker of the peer tidalmq: measured there, through tidalmq.client"
 
 

@@ -178,7 +178,8 @@ public final class LoadGen {
         producer.setInstanceName("loadgen-producer");
         producer.setSendMsgTimeout(intArg("send_timeout_ms", 10_000));
         producer.start();
-        Recorder rec = new Recorder(expected);
+        // no consumer, no recorder: its arrays are sized by the count (10^8 of them would not fit the heap)
+        Recorder rec = consume ? new Recorder(expected) : null;
         DefaultMQPushConsumer c = consume ? consumer(namesrv, topic, rec) : null;
         // the route is in the producer's cache before the clock starts
         producer.send(new Message(topic, body(-1, nowMs())));
@@ -227,24 +228,16 @@ public final class LoadGen {
         AtomicLong failed = new AtomicLong();
         AtomicReference<Throwable> firstError = new AtomicReference<>();
         Sender cb = new Sender(producer, inFlight, ok, failed, firstError);
+        // batch > 0: batches of that many, timer messages too, each with its own deliver time (TidalMQ takes
+        // them; RocketMQ refuses delays in batches, so its timer phases run with batch=0)
+        Batcher out = new Batcher(cb, inFlight, batch);
         Random rnd = new Random();
         switch (phase) {
             case "throughput" -> {
-                List<Message> held = new ArrayList<>();
                 for (int i = 0; i < count; i++) {
-                    Message m = new Message(topic, body(idBase + i, nowMs()));
-                    if (batch <= 0) {
-                        inFlight.acquire();
-                        cb.send(m);
-                        continue;
-                    }
-                    held.add(m);
-                    if (held.size() >= batch || i == count - 1) {
-                        inFlight.acquire();
-                        cb.send(held);
-                        held = new ArrayList<>();
-                    }
+                    out.add(new Message(topic, body(idBase + i, nowMs())));
                 }
+                out.flush();
             }
             case "paced" -> {
                 double rate = dblArg("rate", 1000);
@@ -269,6 +262,7 @@ public final class LoadGen {
                 int tenth = Math.max(1, count / 10);
                 for (int i = 0; i < count; i++) {
                     if (i > 0 && i % tenth == 0 && idBase >= 0) {
+                        out.flush();
                         System.out.println("{\"event\":\"tenth\",\"sent\":" + i + ",\"at_ms\":" + nowMs() + "}");
                         System.out.flush();
                         if (System.nanoTime() > cut) {
@@ -278,9 +272,9 @@ public final class LoadGen {
                     long due = base + lo + (long) (rnd.nextDouble() * span);
                     Message m = new Message(topic, body(idBase + i, due));
                     m.setDeliverTimeMs(due);
-                    inFlight.acquire();
-                    cb.send(m);
+                    out.add(m);
                 }
+                out.flush();
             }
             case "timer-late" -> {
                 // due uniformly over [T0, T0 + seconds] at rate due/s, T0 lead_ms ahead, sent in random order
@@ -299,9 +293,9 @@ public final class LoadGen {
                 for (int i = 0; i < count; i++) {
                     Message m = new Message(topic, body(idBase + i, due[i]));
                     m.setDeliverTimeMs(due[i]);
-                    inFlight.acquire();
-                    cb.send(m);
+                    out.add(m);
                 }
+                out.flush();
             }
             default -> throw new IllegalArgumentException("unknown phase " + phase);
         }
@@ -384,6 +378,41 @@ public final class LoadGen {
                     inFlight.release();
                 }
             };
+        }
+    }
+
+    /** Sends each message at once (batch 0) or holds it until a batch is full; flush sends what is held. */
+    private static final class Batcher {
+        private final Sender cb;
+        private final Semaphore inFlight;
+        private final int batch;
+        private List<Message> held = new ArrayList<>();
+
+        Batcher(Sender cb, Semaphore inFlight, int batch) {
+            this.cb = cb;
+            this.inFlight = inFlight;
+            this.batch = batch;
+        }
+
+        void add(Message m) throws Exception {
+            if (batch <= 0) {
+                inFlight.acquire();
+                cb.send(m);
+                return;
+            }
+            held.add(m);
+            if (held.size() >= batch) {
+                flush();
+            }
+        }
+
+        void flush() throws Exception {
+            if (held.isEmpty()) {
+                return;
+            }
+            inFlight.acquire();
+            cb.send(held);
+            held = new ArrayList<>();
         }
     }
 
