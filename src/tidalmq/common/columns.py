@@ -20,4 +20,3 @@ def gather_be(u8: np.ndarray, positions: np.ndarray, width: int, *, signed: bool
         return np.zeros(0, dtype=np.int64)
     raw = u8[positions[:, None] + _RANGES[width]]  # a fresh C-contiguous (n, width) array
     return raw.view(_SIGNED[width] if signed else _UNSIGNED[width]).ravel().astype(np.int64)
-

@@ -35,15 +35,15 @@ class RecordColumns(NamedTuple):
     ok: np.ndarray  # bool: the checks of ``view_record`` (magic, lengths adding up to TOTALSIZE)
 
 
-def _layout_table(column: str) -> np.ndarray:
-    """An offset of every layout, indexed by SYSFLAG & _V6_HOSTS."""
+def layout_offsets(column: str) -> np.ndarray:
+    """The offset of ``column`` in every layout, indexed by SYSFLAG & _V6_HOSTS."""
     return np.array([LAYOUTS[k].offsets[column] if k in LAYOUTS else 0 for k in range(_V6_HOSTS + 1)],
                     dtype=np.int64)
 
 
-_OFF_STORE_TS = _layout_table("store_ts")
-_OFF_PREPARED = _layout_table("prepared")
-_OFF_BODY_LEN = _layout_table("body_len")
+_OFF_STORE_TS = layout_offsets("store_ts")
+_OFF_PREPARED = layout_offsets("prepared")
+_OFF_BODY_LEN = layout_offsets("body_len")
 _AR_HEAD = np.arange(POS_BORNHOST, dtype=np.int64)
 
 
