@@ -267,10 +267,10 @@ def _spans(data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray, kind: pa.Da
 
 
 def _properties(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.MapArray:
-    """Every record's properties (``name\x01value\x02`` items, empty items skipped, a value running to the
-    item's end) as one MapArray, with numpy over all records at once: the items of all records are split
-    at their separators, with each record's end a boundary as well (a record whose text does not end with
-    a separator does not run into the next)."""
+    """Every record's properties (name-value items in the codec's separators, empty items skipped, a value
+    running to the item's end) as one MapArray, with numpy over all records at once: the items of all
+    records are split at their separators, with each record's end a boundary as well (a record whose text
+    does not end with a separator does not run into the next)."""
     props = _spans(data, at, length, pa.binary())
     n = len(at)
     rec_offs = np.frombuffer(props.buffers()[1], dtype=np.int32, count=n + 1).astype(np.int64)
