@@ -15,8 +15,10 @@ class ProxyConfig:
     grpc_server_port: int = DEFAULT_GRPC_PORT
     # Bodies over this are refused (MESSAGE_BODY_TOO_LARGE); the standalone passes its maxMessageSize.
     max_message_size: int = 4 * 1024 * 1024
-    # The long polling a push consumer is told to use (Settings.subscription.long_polling_timeout).
-    long_polling_timeout_ms: int = 30_000
+    # grpcClientConsumerMaxLongPollingTimeoutMillis: the longest a receive is held waiting for messages, and
+    # the long polling a push consumer is told to use (Settings.subscription.long_polling_timeout), as
+    # RocketMQ 5's proxy: a push consumer's shutdown waits for its polls in flight, so this bounds it too.
+    grpc_client_consumer_max_long_polling_timeout_millis: int = 20_000
     # aclEnable: the clients' credentials are checked against plain_acl.yml ($ROCKETMQ_HOME/conf, or
     # aclPlainFile); in the standalone the broker's own aclEnable decides, and its ACL is shared.
     acl_enable: bool = False
@@ -31,4 +33,4 @@ class ProxyConfig:
     def validate(self) -> None:
         """Refuse values the endpoint cannot run with (``ConfigError`` names the key)."""
         check_fields(self, {"grpc_server_port": port_in_range(-1), "max_message_size": in_range(1, JAVA_INT_MAX),
-                            "long_polling_timeout_ms": in_range(1, JAVA_INT_MAX)})
+                            "grpc_client_consumer_max_long_polling_timeout_millis": in_range(1, JAVA_INT_MAX)})

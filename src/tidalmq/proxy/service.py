@@ -58,7 +58,8 @@ class MessagingService:
         self.recall = RecallMessageActivity(self.producer, access)
         self.transaction = TransactionActivity(self.producer, channels, access)
         relay.relay = self.transaction.relay_check
-        self.receive = ReceiveMessageActivity(self.consumers, self.metadata, self.lite, access)
+        self.receive = ReceiveMessageActivity(
+            self.consumers, self.metadata, self.lite, access, config.grpc_client_consumer_max_long_polling_timeout_millis)
         self.ack = AckMessageActivity(self.consumers, access)
         self.change_invisible = ChangeInvisibleDurationActivity(self.consumers, access)
         self.dead_letter = ForwardMessageToDLQActivity(self.consumers, instance, access)

@@ -70,8 +70,8 @@ class ClientActivity:
             if client.client_type in LITE_CLIENT_TYPES:  # the lite clients read both, and refuse to subscribe without
                 out.subscription.lite_subscription_quota = self.lite.quota
                 out.subscription.max_lite_topic_size = MAX_LITE_TOPIC_SIZE
-            if not client.subscription.HasField("long_polling_timeout"):
-                out.subscription.long_polling_timeout.FromMilliseconds(self.config.long_polling_timeout_ms)
+            out.subscription.long_polling_timeout.FromMilliseconds(
+                self.config.grpc_client_consumer_max_long_polling_timeout_millis)
         out.metric.on = False
         return out
 

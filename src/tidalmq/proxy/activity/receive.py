@@ -29,8 +29,9 @@ RECEIVE_MARGIN_S = 1.0
 
 class ReceiveMessageActivity:
     def __init__(self, consumers: PopConsumers, metadata: ProxyMetadata, lite: LiteSubscriptions,
-                 access: AccessCheck) -> None:
+                 access: AccessCheck, max_poll_ms: int) -> None:
         self.consumers = consumers
+        self.max_poll_ms = max_poll_ms  # grpcClientConsumerMaxLongPollingTimeoutMillis
         self.metadata = metadata
         self.lite = lite
         self.access = access
@@ -46,6 +47,7 @@ class ReceiveMessageActivity:
         invisible = (convert.millis(request.invisible_duration) if request.HasField("invisible_duration")
                      else DEFAULT_INVISIBLE_MS)
         poll = convert.millis(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        poll = min(poll, self.max_poll_ms)
         remaining = context.time_remaining()
         if remaining is not None:  # the answer must reach the client before its deadline
             poll = max(0, min(poll, int((remaining - RECEIVE_MARGIN_S) * 1000)))
