@@ -142,7 +142,7 @@ def test_remoting_values_refused(key: str, value: str, says: str) -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [("grpcServerPort", "70000"), ("grpcServerPort", "-2"),
-                                            ("longPollingTimeoutMs", "0")])
+                                            ("grpcClientConsumerMaxLongPollingTimeoutMillis", "0")])
 def test_proxy_values_refused(key: str, value: str) -> None:
     pc = ProxyConfig()
     apply_properties(pc, {key: value})
