@@ -7,4 +7,6 @@ bash scripts/setup-system.sh  # Debian packages the suite needs (fuse3 for the p
 bash scripts/setup.sh test
 .venv/bin/ruff check src tests bench
 .venv/bin/mypy  # src/tidalmq and tests, with the settings in pyproject.toml's [tool.mypy]
-exec .venv/bin/python -m pytest "$@"
+# Four workers, each test file in one of them (its module-scoped brokers started once); TIDALMQ_TEST_WORKERS
+# changes the count, and `-n 0` among the arguments runs in this process alone.
+exec .venv/bin/python -m pytest -n "${TIDALMQ_TEST_WORKERS:-4}" --dist loadfile "$@"

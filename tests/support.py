@@ -34,9 +34,19 @@ _PICK = random.Random()  # seeded from the OS: parallel test runs pick apart
 
 
 def server_port_range() -> tuple[int, int]:
-    """Where the tests' servers listen: the ports just below the kernel's ephemeral range (free_ports)."""
+    """Where the tests' servers listen: the ports just below the kernel's ephemeral range (free_ports).
+
+    Under pytest-xdist each worker gets a slice of its own: a port one worker found free and handed to a
+    broker it starts is bound only a moment later, and another worker's broker picking the same port in
+    that moment failed to start ("address already in use")."""
     top = _ephemeral_range_start() - 1
-    return max(10_000, top - 12_000), top
+    low = max(10_000, top - 12_000)
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        width = (top - low) // int(count)
+        low += int(worker[2:]) * width
+        top = low + width - 1
+    return low, top
 
 
 def bindable(port: int) -> bool:

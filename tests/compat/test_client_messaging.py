@@ -18,6 +18,7 @@ from tests.compat.harness import (
     consumer_ids,
     create_topic,
     msg,
+    send_acknowledged,
     sentinels_received,
     stored_record,
     uniq,
@@ -61,7 +62,7 @@ def wait_until_listening(producer: ClientAgent, consumers: list[ClientAgent], to
     rnd = 0
     full = set(range(queues))
     while True:
-        producer.call("send", mode="orderly", messages=[
+        send_acknowledged(producer, mode="orderly", messages=[
             msg(topic, f"warmup-{rnd}-{q}", tags=tags, keys=f"warmup-{rnd}-{q}", arg=q) for q in range(queues)])
         for c in consumers:  # give this round's markers a moment before judging
             def marker_came(c: ClientAgent = c, prefix: str = f"warmup-{rnd}-") -> bool:
@@ -127,7 +128,7 @@ def test_orderly_send_keeps_shards_in_queue_order(shared_standalone: Standalone,
     shards, per = 6, 15
     # interleave shards so that only the selector keeps each one on its queue
     specs = [msg(topic, f"s{sh}-{seq}", tags="TagA", keys=f"s{sh}-{seq}", arg=sh) for seq in range(per) for sh in range(shards)]
-    assert_sent_ok(p.call("send", mode="orderly", messages=specs))
+    assert_sent_ok(send_acknowledged(p, mode="orderly", messages=specs))
 
     c = start_consumer(agents, s, uniq("CG"), topic, name="c1")
     got = c.wait_messages(lambda ms: len({m["keys"] for m in ms}) >= shards * per, 30, "all orderly messages")
@@ -149,7 +150,7 @@ def test_orderly_push_consumer_gets_each_queue_in_order(shared_standalone: Stand
     p = start_producer(agents, s)
     per = 20
     specs = [msg(topic, f"q{q}-{seq}", tags="TagA", keys=f"q{q}-{seq}", arg=q) for seq in range(per) for q in range(4)]
-    assert_sent_ok(p.call("send", mode="orderly", messages=specs))
+    assert_sent_ok(send_acknowledged(p, mode="orderly", messages=specs))
     c = start_consumer(agents, s, uniq("CG"), topic, name="c1", orderly=True)
     got = c.wait_messages(lambda ms: len({m["keys"] for m in ms}) >= 4 * per, 40, "all messages, orderly")
     for q in range(4):
@@ -221,7 +222,7 @@ def test_two_consumers_in_one_group_split_the_queues(shared_standalone: Standalo
     last_owner: dict[int, str] | None = None
     while True:
         keys = [f"warmup-{rnd}-{q}" for q in range(queues)]
-        p.call("send", mode="orderly", messages=[msg(topic, k, tags="TagA", keys=k, arg=q) for q, k in enumerate(keys)])
+        send_acknowledged(p, mode="orderly", messages=[msg(topic, k, tags="TagA", keys=k, arg=q) for q, k in enumerate(keys)])
         round_keys = set(keys)
 
         def round_came(round_keys: set[str] = round_keys) -> bool:

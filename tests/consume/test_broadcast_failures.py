@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import create_topic, msg, uniq, wait_route
+from tests.compat.harness import create_topic, msg, send_acknowledged, uniq, wait_route
 from tests.support import Standalone
 
 pytestmark = pytest.mark.compat
@@ -28,7 +28,7 @@ def test_broadcast_failures_are_not_retried(standalone: Standalone, agents: Any)
         consumers.append(c)
     # Broadcasting consumers start at each queue's end: send markers until both are listening.
     for rnd in range(40):
-        p.call("send", mode="orderly", messages=[msg(topic, "m", keys=f"mark-{rnd}-{q}", arg=q) for q in range(2)])
+        send_acknowledged(p, mode="orderly", messages=[msg(topic, "m", keys=f"mark-{rnd}-{q}", arg=q) for q in range(2)])
         if all(c.holds_within(lambda c=c, r=rnd: {f"mark-{r}-0", f"mark-{r}-1"} <= {m["keys"] for m in c.messages()},
                               2, "markers") for c in consumers):
             break

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import consumer_ids, create_topic, msg, sentinels_received, uniq, wait_route
+from tests.compat.harness import (
+    consumer_ids,
+    create_topic,
+    msg,
+    send_acknowledged,
+    sentinels_received,
+    uniq,
+    wait_route,
+)
 from tests.support import Standalone
 
 pytestmark = pytest.mark.compat
@@ -39,7 +47,7 @@ def test_orderly_keeps_queue_order_through_failures_and_restart(standalone: Stan
             fail_once_keys=fail_once)
     c1.wait(lambda: len(consumer_ids(s.broker_addr, group)) == 1, 20, "consumer registered")
     first = [msg(topic, f"o-{q}-{seq}", keys=f"o-{q}-{seq}", arg=q) for seq in range(PER_QUEUE // 2) for q in range(QUEUES)]
-    assert all(r["status"] == "OK" for r in p.call("send", mode="orderly", messages=first))
+    assert all(r["status"] == "OK" for r in send_acknowledged(p, mode="orderly", messages=first))
     c1.wait(lambda: sum(len(v) for v in successes_by_queue([c1]).values()) == len(first), 60, "first half")
     # Each planned failure was retried locally before anything after it in the queue.
     for q, seqs in successes_by_queue([c1]).items():
@@ -54,7 +62,7 @@ def test_orderly_keeps_queue_order_through_failures_and_restart(standalone: Stan
             fail_once_keys=fail_once)
     second = [msg(topic, f"o-{q}-{seq}", keys=f"o-{q}-{seq}", arg=q)
               for seq in range(PER_QUEUE // 2, PER_QUEUE) for q in range(QUEUES)]
-    assert all(r["status"] == "OK" for r in p.call("send", mode="orderly", messages=second))
+    assert all(r["status"] == "OK" for r in send_acknowledged(p, mode="orderly", messages=second))
     c2.wait(lambda: all(len(v) and v[-1] == PER_QUEUE - 1 for v in successes_by_queue([c2]).values())
             and len(successes_by_queue([c2])) == QUEUES, 60, "second half")
     sentinels_received(p, [c2], topic, QUEUES)  # a replayed tail would come before them

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.harness import consumer_ids, create_topic, msg, uniq, wait_route
+from tests.compat.harness import consumer_ids, create_topic, msg, send_acknowledged, uniq, wait_route
 from tests.support import Standalone
 
 pytestmark = pytest.mark.compat
@@ -22,7 +22,7 @@ def settle_owners(p: Any, consumers: list[Any], topic: str, timeout: float = 60.
     rnd = 0
     while True:
         keys = [f"mark-{rnd}-{q}" for q in range(QUEUES)]
-        p.call("send", mode="orderly", messages=[msg(topic, k, keys=k, arg=q) for q, k in enumerate(keys)])
+        send_acknowledged(p, mode="orderly", messages=[msg(topic, k, keys=k, arg=q) for q, k in enumerate(keys)])
         consumers[0].holds_within(lambda ks=keys: set(ks) <= {m["keys"] for c in consumers for m in c.messages()}, 5,
                                   "a round of markers")  # judged below, whether all came or not
         owner: dict[int, list[str]] = {}

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.compat.harness import ClientAgent, create_topic, msg, require_official_client, uniq
+from tests.compat.harness import (
+    ClientAgent,
+    create_topic,
+    msg,
+    require_official_client,
+    send_acknowledged,
+    uniq,
+)
 from tests.support import Standalone
 from tidalmq.client import MessageExt, PopConsumer
 
@@ -29,7 +36,7 @@ def test_official_orderly_sends_popped_in_order_with_properties(shared_standalon
         producer.call("producer_start", group=uniq("PG"), namesrv=s.namesrv_addr)
         specs = [msg(topic, f"s{sh}-{seq}", tags="TagA", keys=f"s{sh}-{seq}", props={"color": "red"}, arg=sh)
                  for seq in range(per) for sh in range(shards)]
-        results = producer.call("send", mode="orderly", messages=specs)
+        results = send_acknowledged(producer, mode="orderly", messages=specs)
         assert all(r and r["status"] == "OK" for r in results), results[:3]
     finally:
         producer.close()
