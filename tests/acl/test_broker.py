@@ -23,6 +23,7 @@ from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
 from tidalmq.client.codec import encode_batch
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
+from tidalmq.common.record import decode_record
 from tidalmq.namesrv.server import NameServer
 from tidalmq.remoting.codes import RequestCode as RC
 from tidalmq.remoting.codes import ResponseCode
@@ -217,6 +218,19 @@ def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
             for topic in ("pubOnly", "denied"):
                 with pytest.raises(MQBrokerError, match=f"No permission for topic:{topic}"):
                     await c.pull(MessageQueue(topic, broker, 0), 0)
+            # The pipelined raw pulls (the Spark source's) are signed one by one, their fields built each time.
+            for topic, allowed in (("both", True), ("denied", False)):
+                pipe = await c.raw_pipeline(MessageQueue(topic, broker, 0))
+                fut = pipe.send(0, 32)
+                assert fut is not None
+                answer = await fut
+                if allowed:
+                    raw = pipe.result(answer, 0)
+                    assert raw.status.name == "FOUND" and raw.next_begin_offset == 1
+                    assert decode_record(memoryview(raw.body)).body == b"hello"
+                else:
+                    with pytest.raises(MQBrokerError, match="No permission for topic:denied"):
+                        pipe.result(answer, 0)
         async with PullConsumer("deniedGroup", ns, credentials=USER) as c:
             with pytest.raises(MQBrokerError, match="No permission for group:deniedGroup"):
                 await c.pull(MessageQueue("both", broker, 0), 0)

@@ -22,8 +22,9 @@ from typing import Any
 
 from tidalmq.client.errors import MQBrokerError, MQClientError
 from tidalmq.client.message import MessageQueue, PullStatus
-from tidalmq.client.pull_consumer import PullConsumer
+from tidalmq.client.pull_consumer import PullConsumer, RawPullPipeline
 from tidalmq.client.sync import run as run_sync
+from tidalmq.common import event_loop
 from tidalmq.common import naming as nm
 from tidalmq.spark.options import EARLIEST, LATEST, ReadOptions, StartSpec, TidalMQOptionError
 from tidalmq.spark.retry import RetriesExhausted, describe, retry_async, retry_sync
@@ -330,7 +331,7 @@ def _pump_thread(opts: ReadOptions, spec: RangeSpec, out: queue.Queue, stop: thr
                 continue
 
     try:
-        asyncio.run(_pump(opts, spec, put, stop))
+        event_loop.run(_pump(opts, spec, put, stop))
         put(_DONE)
     except BaseException as e:  # noqa: BLE001 - handed to the reading thread
         put(e)
@@ -344,38 +345,87 @@ async def _pump(opts: ReadOptions, spec: RangeSpec, put, stop: threading.Event) 
     except RetriesExhausted as e:
         raise TidalMQSourceError(str(e)) from e.__cause__
     mq = MessageQueue(spec.topic, spec.broker, spec.queue_id)
+    pending: deque[tuple[int, int, asyncio.Future]] = deque()
     try:
+        pipe = await _pipeline(consumer, opts, mq)
         window, depth = opts.pull_batch_size, opts.pull_pipeline
-        pending: deque[asyncio.Task] = deque()
         nxt = spec.start
         while (nxt < spec.end or pending) and not stop.is_set():
             while nxt < spec.end and len(pending) < depth:
                 hi = min(spec.end, nxt + window)
-                pending.append(asyncio.ensure_future(_window(consumer, opts, spec, mq, nxt, hi)))
+                pending.append((nxt, hi, _request(consumer, opts, spec, mq, pipe, nxt, hi)))
                 nxt = hi
-            bodies = await pending.popleft()
-            window, depth = _resize(opts, window, depth, bodies)
+            lo, hi, fut = pending.popleft()
+            bodies, cap = await _answered(consumer, opts, spec, mq, pipe, lo, hi, fut, pending)
+            window, depth = _resize(opts, window, depth, cap)
             for item in bodies:
                 put(item)  # blocks this loop when the reader is behind: that is the back-pressure
-        for p in pending:
-            p.cancel()
     finally:
+        for _lo, _hi, p in pending:
+            p.cancel()
         await consumer.shutdown()
+
+
+async def _pipeline(consumer: PullConsumer, opts: ReadOptions, mq: MessageQueue) -> RawPullPipeline | None:
+    """The queue's pipelined pulls; None where its broker cannot be found yet (every window then goes
+    through ``_window``, which retries)."""
+    try:
+        return await consumer.raw_pipeline(mq, opts.sub_expression, expression_type=opts.sub_expression_type)
+    except MQClientError:
+        return None
+
+
+def _request(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, mq: MessageQueue,
+             pipe: RawPullPipeline | None, lo: int, hi: int) -> asyncio.Future[Any]:
+    """The pull of [lo, hi) as one request on the open connection (the future of its response), or, with no
+    open connection, ``_window``'s task for it (which connects, retries, and pulls the window whole)."""
+    fut: asyncio.Future[Any] | None = pipe.send(lo, hi - lo) if pipe is not None else None
+    return fut if fut is not None else asyncio.ensure_future(_window(consumer, opts, spec, mq, lo, hi))
+
+
+async def _answered(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, mq: MessageQueue,
+                    pipe: RawPullPipeline | None, lo: int, hi: int, fut: asyncio.Future,
+                    pending: deque[tuple[int, int, asyncio.Future]]) -> tuple[list[tuple[bytes, int, int]], int | None]:
+    """The bodies of [lo, hi) from ``fut``, and the most messages the broker answered a pull with where that
+    was less than asked (its cap), else None. A window answered in part has its rest asked for at once, in
+    pulls of what the first one brought, ahead of the windows in flight (``pending``); anything but records
+    found (an error, a timeout, a lost connection, nothing readable yet) goes to ``_window``, which knows
+    what each means."""
+    if isinstance(fut, asyncio.Task):  # _window's own: its errors are the read's
+        bodies = await fut
+        return bodies, _window_cap(bodies)
+    assert pipe is not None
+    try:
+        res = pipe.result(await fut, lo)
+    except Exception:  # noqa: BLE001 - _window pulls the window again, with the retries and the errors' meaning
+        res = None
+    if res is not None and res.status == PullStatus.FOUND and lo < res.next_begin_offset:
+        nb = res.next_begin_offset
+        if nb >= hi:
+            return [(res.body, lo, hi)], None
+        step = nb - lo
+        for a in reversed(range(nb, hi, step)):
+            b = min(hi, a + step)
+            pending.appendleft((a, b, _request(consumer, opts, spec, mq, pipe, a, b)))
+        return [(res.body, lo, nb)], step
+    bodies = await _window(consumer, opts, spec, mq, lo, hi)
+    return bodies, _window_cap(bodies)
+
+
+def _window_cap(bodies: list[tuple[bytes, int, int]]) -> int | None:
+    """The broker's cap as ``_window``'s pulls show it: the first one's advance, where it took several."""
+    return bodies[1][1] - bodies[0][1] if len(bodies) > 1 else None
 
 
 _MAX_PULLS_IN_FLIGHT = 32
 
 
-def _resize(opts: ReadOptions, window: int, depth: int, bodies: list[tuple[bytes, int, int]]) -> tuple[int, int]:
-    """A broker that answered a window in several pulls caps a pull below ``pullBatchSize`` (RocketMQ's
-    ``maxTransferCountOnMessageInMemory``, 32 by default): windows of that size, more of them in flight
-    (as many offsets as ``pullBatchSize`` x ``pullPipeline``, at most 32 pulls), so that a broker left at
-    its defaults is read about as fast as one whose caps were raised."""
-    if len(bodies) < 2:
-        return window, depth
-    lo, hi = bodies[0][1], bodies[0][2]
-    cap = max(1, -(-(hi - lo) // len(bodies)))
-    if cap >= window:
+def _resize(opts: ReadOptions, window: int, depth: int, cap: int | None) -> tuple[int, int]:
+    """A broker that answers a pull with fewer messages than asked caps a pull below ``pullBatchSize``
+    (RocketMQ's ``maxTransferCountOnMessageInMemory``, 32 by default): windows of that size, more of them
+    in flight (as many offsets as ``pullBatchSize`` x ``pullPipeline``, at most 32 pulls), so that a broker
+    left at its defaults is read about as fast as one whose caps were raised."""
+    if cap is None or cap >= window:
         return window, depth
     return cap, max(depth, min(_MAX_PULLS_IN_FLIGHT, opts.pull_batch_size * opts.pull_pipeline // cap))
 
