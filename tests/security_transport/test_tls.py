@@ -10,7 +10,7 @@ import pytest
 from tests.client.helpers import create_topic, uniq
 from tests.mqadmin.support import run_mqadmin
 from tests.security_transport.conftest import Certs, server_tls
-from tests.support import Standalone
+from tests.support import Standalone, wait_for
 from tidalmq.client import Message, Producer, PullConsumer, PullStatus, tls_context
 from tidalmq.remoting.tls import TlsOption
 
@@ -66,7 +66,8 @@ def test_enforcing_tls_round_trip_and_plain_refused(tmp_path: Path, certs: Certs
         out = run_mqadmin(s.namesrv_addr, "topicList", env={"tls.enable": "true", "tls.client.authServer": "true",
                                                             "tls.client.trustCertPath": str(certs.other_ca)})
         assert out.returncode == 1, out.stdout  # the server's certificate is not signed by that CA
-        assert "a plain connection, and tls.server.mode is enforcing" in s.log_tail(200)
+        line = "a plain connection, and tls.server.mode is enforcing"  # read from the log by a thread: waited for
+        wait_for(lambda: line in s.log_tail(200), 10, what=f"{line!r} in the log")
 
 
 def test_permissive_serves_plain_and_tls_on_one_port(tmp_path: Path, certs: Certs) -> None:
@@ -85,12 +86,14 @@ def test_client_auth_required(tmp_path: Path, certs: Certs) -> None:
                                 key_path=str(certs.client_key))
         assert run(send_and_pull(s.namesrv_addr, with_cert)) == [b"one", b"two"]
         run(refused(s.namesrv_addr, tls_context(trust_cert_path=str(certs.ca))))
-        assert "TLS handshake failed" in s.log_tail(200)
+        line = "TLS handshake failed"  # read from the log by a thread: waited for
+        wait_for(lambda: line in s.log_tail(200), 10, what=f"{line!r} in the log")
 
 
 def test_disabled_refuses_tls_clients(standalone: Standalone) -> None:
     run(refused(standalone.namesrv_addr, True))
-    assert "a TLS handshake, and this port does not speak TLS" in standalone.log_tail(200)
+    line = "a TLS handshake, and this port does not speak TLS"  # read from the log by a thread: waited for
+    wait_for(lambda: line in standalone.log_tail(200), 10, what=f"{line!r} in the log")
 
 
 def test_tls_config_file_and_bad_settings(tmp_path: Path, certs: Certs) -> None:

@@ -33,6 +33,8 @@ _STATUS = {
 }
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+_PULL_OFFSET_KEY = bh.PullMessageRequestHeader.key_of("queue_offset")
+_PULL_NUMS_KEY = bh.PullMessageRequestHeader.key_of("max_msg_nums")
 MAX_PULL_NUMS = 65536  # the broker caps a pull anyway (maxTransferCountOnMessageInMemory, bytes)
 
 
@@ -78,8 +80,8 @@ class RawPullPipeline:
             sys_flag=FLAG_SUBSCRIPTION, commit_offset=0, suspend_timeout_millis=0, subscription=expr, sub_version=0,
             expression_type=expression_type, max_msg_bytes=max(max_bytes, 0)))
         self._fields = fields
-        const = {k: v for k, v in fields.items() if k not in ("queueOffset", "maxMsgNums")}
-        self._template = ExtFieldsTemplate(("queueOffset", "maxMsgNums"), const)
+        changing = (_PULL_OFFSET_KEY, _PULL_NUMS_KEY)
+        self._template = ExtFieldsTemplate(changing, {k: v for k, v in fields.items() if k not in changing})
 
     def send(self, offset: int, max_nums: int) -> asyncio.Future[RemotingCommand] | None:
         if not 1 <= max_nums <= MAX_PULL_NUMS:
@@ -91,7 +93,7 @@ class RawPullPipeline:
             cmd = RemotingCommand(code=RC.PULL_MESSAGE, serialize_type=SerializeType.ROCKETMQ,
                                   ext_encoded=self._template.encode(str(offset), str(max_nums)))
         else:
-            ext = {**self._fields, "queueOffset": str(offset), "maxMsgNums": str(max_nums)}
+            ext = {**self._fields, _PULL_OFFSET_KEY: str(offset), _PULL_NUMS_KEY: str(max_nums)}
             cmd = self._instance.sign(RemotingCommand(code=RC.PULL_MESSAGE, ext_fields=ext,
                                                       serialize_type=SerializeType.ROCKETMQ))
         return conn.request(cmd, self._timeout)
