@@ -50,6 +50,18 @@ class RawPullResult:
     suggest_which_broker_id: int = 0
 
 
+def raw_pull_header(group: str, mq: MessageQueue, offset: int, max_nums: int, expression: str, expression_type: str,
+                    block_timeout: float, max_bytes: int) -> bh.PullMessageRequestHeader:
+    """A raw pull's header: the subscription comes with it (no heartbeat registers one), a TAG expression in
+    the form the broker parses."""
+    expr = codec.Subscription.build(mq.topic, expression, 0).expression if expression_type == "TAG" else expression
+    return bh.PullMessageRequestHeader(
+        consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset, max_msg_nums=max_nums,
+        sys_flag=FLAG_SUBSCRIPTION | (FLAG_SUSPEND if block_timeout > 0 else 0), commit_offset=0,
+        suspend_timeout_millis=int(block_timeout * 1000), subscription=expr, sub_version=0,
+        expression_type=expression_type, max_msg_bytes=max(max_bytes, 0))
+
+
 def raw_result(resp: RemotingCommand, offset: int) -> RawPullResult:
     """A PULL_MESSAGE response (one of ``_STATUS``'s codes) as a ``RawPullResult`` of a pull at ``offset``."""
     h = bh.PullMessageResponseHeader.parse(resp.ext_fields)
@@ -61,8 +73,8 @@ def raw_result(resp: RemotingCommand, offset: int) -> RawPullResult:
 
 class RawPullPipeline:
     """Raw pulls of one queue sent back to back without a coroutine, a task or a timer each (the Spark
-    source's reads: a broker at RocketMQ's default cap answers 32 messages a pull, so a million rows are
-    ~31,000 pulls, and the client's own cost a pull counts). ``send`` writes a PULL_MESSAGE in the ROCKETMQ
+    source's reads: a broker at RocketMQ's default cap answers 32 messages a pull, so a large read is many
+    pulls, and the client's own cost a pull counts). ``send`` writes a PULL_MESSAGE in the ROCKETMQ
     header serialization, its fields from a template encoded once (where the client signs its requests, a
     signature covering every field, they are built and signed each time), and returns the future of the
     response, or None when there is no open connection to the queue's broker: the caller then goes through
@@ -74,11 +86,8 @@ class RawPullPipeline:
         self._instance = consumer._instance
         self._addr = addr
         self._timeout = consumer.pull_timeout
-        expr = codec.Subscription.build(mq.topic, expression, 0).expression if expression_type == "TAG" else expression
-        fields = ext_of(RC.PULL_MESSAGE, bh.PullMessageRequestHeader(
-            consumer_group=consumer.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=0, max_msg_nums=1,
-            sys_flag=FLAG_SUBSCRIPTION, commit_offset=0, suspend_timeout_millis=0, subscription=expr, sub_version=0,
-            expression_type=expression_type, max_msg_bytes=max(max_bytes, 0)))
+        fields = ext_of(RC.PULL_MESSAGE, raw_pull_header(consumer.group, mq, 0, 1, expression, expression_type, 0.0,
+                                                         max_bytes))
         self._fields = fields
         changing = (_PULL_OFFSET_KEY, _PULL_NUMS_KEY)
         self._template = ExtFieldsTemplate(changing, {k: v for k, v in fields.items() if k not in changing})
@@ -208,13 +217,7 @@ class PullConsumer(InstanceClient):
             raise v.ValidationError(f"offset must be >= 0, got {offset}")
         if not 1 <= max_nums <= MAX_PULL_NUMS:
             raise v.ValidationError(f"max_nums must be within 1..{MAX_PULL_NUMS}, got {max_nums}")
-        expr = codec.Subscription.build(mq.topic, expression, 0).expression if expression_type == "TAG" else expression
-        sysflag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if block_timeout > 0 else 0)
-        ext = bh.PullMessageRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset, max_msg_nums=max_nums,
-            sys_flag=sysflag, commit_offset=0, suspend_timeout_millis=int(block_timeout * 1000), subscription=expr,
-            sub_version=0, expression_type=expression_type, max_msg_bytes=max(max_bytes, 0),
-        )
+        ext = raw_pull_header(self.group, mq, offset, max_nums, expression, expression_type, block_timeout, max_bytes)
         resp = await self._instance.invoke_ok(await self._addr(mq), RC.PULL_MESSAGE, ext,
                                               timeout=self.pull_timeout + block_timeout, ok=tuple(_STATUS))
         return raw_result(resp, offset)
