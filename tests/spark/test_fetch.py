@@ -69,3 +69,16 @@ def test_a_broker_killed_mid_read_is_read_through_once_it_is_back(default_broker
     default_broker.start()
     seen += [r["queueOffset"] for r in rows]
     assert seen == list(range(20_000))
+
+
+def test_a_broker_answering_one_message_a_pull_is_read_whole(tmp_path: Path) -> None:
+    # The rest of a window of 1,024 answered one message at a time: at most 32 pulls go out for it at once,
+    # the last for all that is left, answered in part in its turn.
+    settings = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024), "maxTransferCountOnMessageInMemory": "1",
+                "maxTransferCountOnMessageInDisk": "1"}
+    with Standalone(tmp_path / "data", settings) as s:
+        topic = topic_name("FetchOne")
+        create_topic(s.namesrv_addr, topic, 1)
+        produce(s.namesrv_addr, topic, 2500)
+        rows = list(_read(s.namesrv_addr, topic, 3, 2500))
+    assert [r["queueOffset"] for r in rows] == list(range(3, 2500))

@@ -404,8 +404,10 @@ async def _answered(consumer: PullConsumer, opts: ReadOptions, spec: RangeSpec, 
         if nb >= hi:
             return [(res.body, lo, hi)], None
         step = nb - lo
-        for a in reversed(range(nb, hi, step)):
-            b = min(hi, a + step)
+        # At most as many pulls as may be in flight, the last one for all that is left (answered in part in
+        # its turn): a window of large messages answered one at a time does not become a pull each at once.
+        starts = list(range(nb, hi, step))[:_MAX_PULLS_IN_FLIGHT]
+        for a, b in reversed(list(zip(starts, [*starts[1:], hi], strict=True))):
             pending.appendleft((a, b, _request(consumer, opts, spec, mq, pipe, a, b)))
         return [(res.body, lo, nb)], step
     bodies = await _window(consumer, opts, spec, mq, lo, hi)
