@@ -19,7 +19,7 @@ from tests.client.helpers import create_topic, uniq
 from tests.mqadmin.support import MQADMIN
 from tests.support import Standalone, free_port
 from tidalmq.acl import RequestSigner, SessionCredentials, namesrv_validator
-from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer
+from tidalmq.client import Admin, Message, MQBrokerError, Producer, PullConsumer, ValidationError
 from tidalmq.client.codec import encode_batch
 from tidalmq.client.message import MessageQueue
 from tidalmq.common import fastjson
@@ -221,6 +221,9 @@ def test_topic_permissions_on_send_and_pull(acl_standalone: Standalone) -> None:
             # The pipelined raw pulls (the Spark source's) are signed one by one, their fields built each time.
             for topic, allowed in (("both", True), ("denied", False)):
                 pipe = await c.raw_pipeline(MessageQueue(topic, broker, 0))
+                for offset, nums in ((-1, 32), (0, 0)):  # refused before anything is sent, as pull_raw does
+                    with pytest.raises(ValidationError):
+                        pipe.send(offset, nums)
                 fut = pipe.send(0, 32)
                 assert fut is not None
                 answer = await fut

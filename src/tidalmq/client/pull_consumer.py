@@ -93,6 +93,8 @@ class RawPullPipeline:
         self._template = ExtFieldsTemplate(changing, {k: v for k, v in fields.items() if k not in changing})
 
     def send(self, offset: int, max_nums: int) -> asyncio.Future[RemotingCommand] | None:
+        if offset < 0:
+            raise v.ValidationError(f"offset must be >= 0, got {offset}")
         if not 1 <= max_nums <= MAX_PULL_NUMS:
             raise v.ValidationError(f"max_nums must be within 1..{MAX_PULL_NUMS}, got {max_nums}")
         conn = self._instance.ready_connection(self._addr)
