@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# np.unique imports numpy.ma on its first call: ~15 ms holding the GIL on whichever thread calls it first (a
+# broker's reput in its first round over two topics, its event loop waiting meanwhile). Imported here, at
+# start-up, by every process that handles records.
+import numpy.ma  # noqa: F401
+
 _RANGES = {n: np.arange(n, dtype=np.int64) for n in (1, 2, 4, 8)}
 _SIGNED = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}
 _UNSIGNED = {1: ">u1", 2: ">u2", 4: ">u4", 8: ">u8"}

@@ -17,7 +17,7 @@ import numpy as np
 
 from tidalmq.common.fileutil import path_under
 from tidalmq.store.config import CQ_STORE_UNIT_SIZE
-from tidalmq.store.mapped_file import MappedFile, MappedFileQueue
+from tidalmq.store.mapped_file import MappedFile, MappedFileQueue, pwrite_all
 
 log = logging.getLogger("tidalmq.store")
 
@@ -132,12 +132,16 @@ class ConsumeQueue:
             return self.max_offset_in_queue
 
     def _append(self, arr: np.ndarray) -> None:
+        # Written with pwrite, not stored through the mapping (which readers use, the same page cache): the
+        # first store into a page of a new file's reserved (unwritten) extent faults, and that fault waits
+        # for the filesystem's journal while holding the GIL, stopping the event loop with it. pwrite waits
+        # with the GIL released (docs/benchmarks.md, 2026-12-03: a new topic's first deliveries).
         i = 0
         while i < len(arr):
             mf = self.mfq.get_last_mapped_file(self.mfq.max_offset())
             local = mf.wrote_position // CQ_STORE_UNIT_SIZE
             k = min(len(arr) - i, self.per_file - local)
-            mf.numpy(CQ_DTYPE)[local : local + k] = arr[i : i + k]
+            pwrite_all(mf.fd, [arr[i : i + k].data], mf.wrote_position, k * CQ_STORE_UNIT_SIZE)
             mf.wrote_position += k * CQ_STORE_UNIT_SIZE
             i += k
 
