@@ -242,8 +242,14 @@ def test_clean_file_forcibly_enable_deletes_unconsumed_files_as_rocketmq(small_d
                 while int((await runtime_info(c, s.broker_addr))["commitLogMinOffset"]) == 0:
                     assert loop.time() < deadline, "no CommitLog file deleted over the forcible ratio"
                     await asyncio.sleep(0.1)
-                # Nobody consumed them, and they are gone: a pull from 0 starts past them.
+                # Nobody consumed them, and they are gone: a pull from 0 starts past them. Until the consume
+                # queue's minimum follows the CommitLog's, a pull is told to retry (MESSAGE_WAS_REMOVING), as
+                # RocketMQ's is: the client pulls again at once.
                 r = await c.invoke(s.broker_addr, pull_cmd("ForceT", 0, 0), 10)
+                while r.code == ResponseCode.PULL_RETRY_IMMEDIATELY:
+                    assert loop.time() < deadline, "the consume queue's minimum never followed the CommitLog's"
+                    await asyncio.sleep(0.05)
+                    r = await c.invoke(s.broker_addr, pull_cmd("ForceT", 0, 0), 10)
                 if r.code == ResponseCode.SUCCESS:
                     assert records(r.body_bytes())[0].queue_offset > 0
                 else:
