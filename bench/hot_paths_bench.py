@@ -195,8 +195,9 @@ def stats_counting(rounds: int) -> tuple[float, float]:
 
 
 @contextlib.contextmanager
-def _temp_store() -> Iterator[tuple[str, Any]]:
-    """A started DefaultMessageStore in a temp dir (64 MiB CommitLog files), and the dir; shut down after."""
+def _temp_store(**config: Any) -> Iterator[tuple[str, Any]]:
+    """A started DefaultMessageStore in a temp dir (64 MiB CommitLog files, ``config`` set on its
+    MessageStoreConfig), and the dir; shut down after."""
     import tempfile
 
     from tidalmq.store.config import MessageStoreConfig
@@ -204,7 +205,7 @@ def _temp_store() -> Iterator[tuple[str, Any]]:
 
     with tempfile.TemporaryDirectory(prefix="tidalmq-hotpaths-") as tmp:
         store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir=f"{tmp}/store",
-                                                       mapped_file_size_commit_log=64 << 20))
+                                                       mapped_file_size_commit_log=64 << 20, **config))
         assert store.load()
         store.start()
         try:
@@ -213,12 +214,15 @@ def _temp_store() -> Iterator[tuple[str, Any]]:
             store.shutdown()
 
 
-def store_pull(rounds: int, pull: int = 32, n: int = 32_768) -> float:
+def store_pull(rounds: int, pull: int = 32, n: int = 32_768, raised: bool = False) -> float:
     """The store's read of one pull (DefaultMessageStore.get_message, no filter) of ``pull`` messages at the
-    broker's default caps (32 messages / 256 KiB) over one queue of ``n`` 100-byte messages: µs a pull."""
+    broker's default caps (32 messages / 256 KiB), or ``raised`` to 2,048 / 4 MiB, over one queue of ``n``
+    100-byte messages: µs a pull."""
     from tidalmq.common.record import encode_record
 
-    with _temp_store() as (_tmp, store):
+    caps = {"max_transfer_count_on_message_in_memory": 2048,
+            "max_transfer_bytes_on_message_in_memory": 4 << 20} if raised else {}
+    with _temp_store(**caps) as (_tmp, store):
         recs = [encode_record(topic="BenchPull", queue_id=0, body=b"b" * 100, properties={"UNIQ_KEY": f"{i:032X}"},
                               born_timestamp=1, born_port=1, store_port=10911) for i in range(n)]
         for k in range(0, n, 512):
@@ -499,6 +503,8 @@ def main() -> None:
         print(f"consume service, pulls of {pull:<4d}:        {r[f'consume_pull{pull}_us']:6.2f} µs a message")
     r["store_pull32_us"] = store_pull(args.rounds)
     print(f"store read of a pull of 32 (defaults): {r['store_pull32_us']:6.2f} µs a pull")
+    r["store_pull1024_raised_us"] = store_pull(args.rounds, pull=1024, raised=True) / 1024
+    print(f"store read of a pull of 1024 (raised): {r['store_pull1024_raised_us']:6.2f} µs a message")
     r["batch64_encode_us"], r["timer_batch64_encode_us"], r["timer_batch64_park_us"] = batch_encode_and_park(args.rounds)
     print(f"batch of 64 encoded (UNIQ_KEY only):   {r['batch64_encode_us']:6.2f} µs a message")
     print(f"timer batch of 64 encoded:             {r['timer_batch64_encode_us']:6.2f} µs a message")

@@ -14,6 +14,10 @@ The broker runs with its defaults (a pull capped at 32 messages / 256 KiB, Rocke
 ``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``), as a user meets it;
 ``--raise-pull-caps`` raises them to ``--pull-max`` messages / 4 MiB.
 
+``--floor`` runs the same reads through a Python data source that reads nothing
+(bench/spark_floor_source.py: slices of one batch of the topic's own rows): what Spark itself costs any
+Python data source, the ceiling of ``tidalmq``'s reads on the machine.
+
 ``--kafka`` measures Spark's own Kafka connector the same way on the same machine and the same
 ``local[2]`` session, side by side: Apache Kafka (scripts/reference/kafka/pom.xml, one KRaft node started
 by bench/compare's peer, its defaults otherwise) and ``spark-sql-kafka-0-10`` (scripts/reference/
@@ -21,12 +25,13 @@ spark-kafka/pom.xml), both fetched from Maven Central into the reference cache b
 ``scripts/reference/fetch.sh``. Same rows (``value`` = the body, ``key`` = the keys), a topic of
 ``--queues`` partitions.
 
-    .venv/bin/python bench/spark_bench.py [--messages 1000000] [--kafka] [--compare bench/out/spark-latest.json]
+    .venv/bin/python bench/spark_bench.py [--messages 1000000] [--kafka] [--floor] [--compare bench/out/spark-latest.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -110,6 +115,43 @@ def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Na
         n, "stream to parquet"), broker_cpu)
 
 
+def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, results: dict[str, float],
+           broker_cpu: Callable[[], float]) -> None:
+    """The same reads through ``bench/spark_floor_source.py``: slices of one batch of the topic's own rows,
+    no broker, no decode: what Spark costs any Python data source, the ceiling of ``tidalmq``'s reads."""
+    import pyarrow as pa
+    from pyspark import cloudpickle
+
+    import bench.spark_floor_source as floor
+    from tidalmq.spark.records import ARROW_SCHEMA
+
+    cloudpickle.register_pickle_by_value(floor)  # the workers need not find bench/ on their path
+    spark.dataSource.register(floor.FloorDataSource)
+    first = json.dumps({topic: {str(q): 8192 if q == 0 else 0 for q in range(queues)}})  # queue 0's first 8,192
+    rows = spark.read.format("tidalmq").option("nameserver", ns).option("topic", topic) \
+        .option("endingOffsets", first).load()
+    template = rows.toArrow().cast(ARROW_SCHEMA).combine_chunks().to_batches()[0]
+    path = tmp / "floor-template.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, template.schema) as w:
+        w.write_batch(template)
+    opts = {"template": str(path), "rows": str(n), "partitions": str(queues)}
+
+    def batch() -> None:
+        row = spark.read.format(floor.NAME).options(**opts).load().selectExpr(
+            "count(*) as n", "sum(length(body)) as bytes", "max(queueOffset) as maxoff",
+            "sum(size(properties)) as props", "max(storeTimestamp) as last").collect()[0]
+        _check(row["n"], n, "floor batch read")
+
+    _timed(results, "floor_batch_read_rows_per_s", "floor batch read", n, batch, broker_cpu)
+    stream = spark.readStream.format(floor.NAME).options(**opts).load()
+    _timed(results, "floor_stream_read_rows_per_s", "floor stream read (noop)", n, lambda: _check(_stream(
+        stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "f-noop"),
+        n, "floor streaming read"), broker_cpu)
+    _timed(results, "floor_stream_parquet_rows_per_s", "floor stream -> parquet", n, lambda: _check(_stream(
+        stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "f-pq"),
+        n, "floor stream to parquet"), broker_cpu)
+
+
 def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float],
            broker_cpu: Callable[[], float]) -> None:
     kafka = {"kafka.bootstrap.servers": bootstrap}
@@ -142,11 +184,30 @@ def _start_kafka(workdir: Path, partitions: int) -> Any:
             return {**super().props(), "num.partitions": str(partitions)}
 
     why = Kafka.available()
-    if why and "aiokafka" not in why:  # the Spark side needs no aiokafka
+    if why:  # aiokafka too: the topic is made with its admin client
         raise SystemExit(f"--kafka: {why}")
     server = Kafka(workdir)
     server.start()
     return server
+
+
+def _create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """The topic made before the write, with ``partitions`` partitions: the first write need not race the
+    topic's auto-creation (one run's write waited on a partition until its records expired, the machine
+    idle)."""
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    async def go() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, partitions, 1)])
+        finally:
+            await admin.close()
+
+    asyncio.run(go())
 
 
 def main() -> None:
@@ -159,6 +220,9 @@ def main() -> None:
     ap.add_argument("--raise-pull-caps", action="store_true",
                     help="raise the broker's pull caps (32 / 256 KiB by default) to --pull-max / 4 MiB")
     ap.add_argument("--kafka", action="store_true", help="Spark's Kafka connector and Apache Kafka side by side")
+    ap.add_argument("--floor", action="store_true",
+                    help="the same reads through a Python data source that reads nothing (what Spark costs "
+                    "any Python data source: bench/spark_floor_source.py)")
     ap.add_argument("--compare", help="a previous JSON result (bench/out/spark-*.json)")
     ap.add_argument("--dedup", action="store_true",
                     help="exactly-once writes: duplicationEnable on the broker and a writeId on the sink")
@@ -214,16 +278,23 @@ def main() -> None:
         assert broker.proc is not None
         broker_pid = broker.proc.pid
         _tidalmq(spark, ns, topic, df, n, args, tmp, results, lambda: cpu_s(broker_pid))
+        if args.floor:
+            _floor(spark, ns, topic, n, args.queues, tmp, results, lambda: cpu_s(broker_pid))
         if kafka is not None:
             bootstrap = kafka.conn()["bootstrap"]
             warm = spark.range(1000).selectExpr("cast(id as string) as value")
             warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
                 .save()
             kafka_pid = kafka.server_pid()
+            _create_kafka_topic(bootstrap, topic, args.queues)
             _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results, lambda: cpu_s(kafka_pid))
             for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
                 ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
-                print(f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}")
+                line = f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}"
+                if f"floor_{k}_rows_per_s" in results:
+                    ceiling = results[f"floor_{k}_rows_per_s"]
+                    line += f"  floor {ceiling:>10,.0f}  floor / kafka {ceiling / theirs:5.2f}"
+                print(line)
         spark.stop()
     finally:
         if kafka is not None:

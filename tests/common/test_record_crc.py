@@ -85,3 +85,31 @@ def test_a_batch_is_sealed_as_single_records_are(packed: bool, ends: str) -> Non
         assert record_crc_ok(rec, 0, len(rec)) is True and v.queue_offset == 5 + i
         assert v.properties["KEYS"].startswith(f"k{i:02d}") and "__CRC32#" in v.properties
         assert rec[-CRC32_RESERVED_LEN - 1] == 2  # the client's last pair ended, where it was not
+
+
+def test_records_checked_at_once_get_the_verdict_each_gets_alone() -> None:
+    """``records_crc_sound`` over a span of records (sealed ones and one written without the trailer):
+    True exactly when no record's ``record_crc_ok`` is False, whichever byte of the span is changed."""
+    import numpy as np
+
+    from tidalmq.common.record import records_crc_sound
+
+    recs = [_sealed(f"KEYS\x01k{i}\x02TAGS\x01t\x02") for i in range(4)]
+    recs.insert(2, encode_record(topic="T", queue_id=1, body=b"plain", properties="KEYS\x01p\x02"))
+    span = bytearray(b"".join(recs))
+    starts = np.cumsum([0] + [len(r) for r in recs[:-1]]).astype(np.int64)
+    ends = starts + np.array([len(r) for r in recs], np.int64)
+
+    def alone(buf: bytearray) -> bool:
+        return all(record_crc_ok(buf, int(s), int(e - s)) is not False for s, e in zip(starts, ends, strict=True))
+
+    assert records_crc_sound(memoryview(span), starts, ends) is True
+    assert records_crc_sound(memoryview(span), starts[2:3], ends[2:3]) is True  # no trailer at all
+    failed = 0
+    for at in range(len(span)):
+        bad = bytearray(span)
+        bad[at] ^= 0x01
+        verdict = alone(bad)
+        failed += not verdict
+        assert records_crc_sound(memoryview(bad), starts, ends) is verdict, at
+    assert failed > len(span) // 2  # the flips the CRC covers (the plain record's, and none of 4 trailers, pass)

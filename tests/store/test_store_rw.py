@@ -152,6 +152,49 @@ def test_unfiltered_pulls_walk_the_queue_a_full_batch_at_a_time(make_store) -> N
     assert (r.status, r.queue_offsets, r.next_begin_offset) == (GetStatus.FOUND, [10], 11)
 
 
+RAISED_CAPS = {"max_transfer_count_on_message_in_memory": 1024, "mapped_file_size_consume_queue": 20 * 1024}
+
+
+def _accept_all(_tag: int, _view: memoryview) -> bool:  # a filter: the pull then reads one record at a time
+    return True
+
+
+@pytest.mark.parametrize("file_size", [16 * 1024, 1 << 20], ids=["files-of-16KiB", "one-file"])
+def test_a_large_pull_read_at_once_is_the_pull_read_one_by_one(make_store, file_size: int) -> None:
+    """With the caps raised, an unfiltered pull of 200 (its records read at once) returns the same records,
+    queue offsets and next offset as the same pull read one record at a time, also across CommitLog files
+    (16 KiB ones hold ~100 of these records)."""
+    store = make_store(mapped_file_size_commit_log=file_size, **RAISED_CAPS)
+    store.put_messages([PutRequest("W", 0, [rec("W", keys=f"k{i}", body=b"b%03d" % i)]) for i in range(300)])
+    store.wait_reput(store.max_phy_offset, 5)
+    for off in (0, 57, 250):
+        at_once = store.get_message("g", "W", 0, off, 200)
+        one_by_one = store.get_message("g", "W", 0, off, 200, filter=_accept_all)
+        assert at_once.status is GetStatus.FOUND
+        assert at_once.queue_offsets == one_by_one.queue_offsets == list(range(off, min(300, off + 200)))
+        assert [bytes(b) for b in at_once.buffers] == [bytes(b) for b in one_by_one.buffers]
+        assert [decode_record(b).body for b in at_once.buffers] == [b"b%03d" % i for i in at_once.queue_offsets]
+        assert at_once.next_begin_offset == one_by_one.next_begin_offset == min(300, off + 200)
+
+
+def test_a_large_pull_skips_a_record_whose_crc_fails(make_store) -> None:
+    """A byte of one record's properties changed in the mapping: a pull of 200 read at once is refused by
+    its CRC check, read one by one, and returns every other record; the bad one is marked and never served."""
+    store = make_store(mapped_file_size_commit_log=1 << 20, **RAISED_CAPS)
+    store.put_messages([PutRequest("W", 0, [rec("W", keys=f"k{i:03d}")]) for i in range(200)])
+    store.wait_reput(store.max_phy_offset, 5)
+    first = store.get_message("g", "W", 0, 0, 200)
+    victim = first.buffers[120]
+    at = bytes(victim).index(b"k120") + 3
+    victim[at] ^= 0x01  # k120 -> k121: the properties stay well formed, only the record CRC sees it
+    del first, victim
+    again = store.get_message("g", "W", 0, 0, 200)
+    assert again.queue_offsets == [i for i in range(200) if i != 120]
+    assert store.commit_log.corrupt_records == 1
+    alone = store.get_message("g", "W", 0, 120, 1)  # the bad record alone: nothing, and the offset after it
+    assert (alone.queue_offsets, alone.next_begin_offset) == ([], 121)
+
+
 def test_tag_filtering(make_store) -> None:
     store = make_store()
     for i in range(30):

@@ -559,6 +559,29 @@ def record_crc_ok(record: bytes | bytearray | memoryview | mmap.mmap, pos: int, 
         return False
     return int(digits[::-1]) == _crc32(record[pos : end + _CRC_NAME_AT]) & 0x7FFFFFFF
 
+_TRAILER_AT = np.arange(_CRC_NAME_AT, 0, dtype=np.int64)
+_CRC_NAME_U8 = np.frombuffer(_CRC_NAME, np.uint8)
+_DIGIT_WEIGHTS = 10 ** np.arange(10, dtype=np.int64)  # the trailer's digits, least significant first
+
+
+def records_crc_sound(buf: memoryview, starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether no record ``buf[starts[i] : ends[i]]`` (each longer than ``MIN_RECORD_SIZE +
+    CRC32_RESERVED_LEN``) fails its record CRC: ``record_crc_ok`` for many at once, a record without a
+    trailer passing as its None does. The trailers are one matrix; each CRC is still a call over its bytes."""
+    tails = np.frombuffer(buf, np.uint8)[ends[:, None] + _TRAILER_AT]
+    named = tails[:, : len(_CRC_NAME)] == _CRC_NAME_U8
+    if not named.any():
+        return True
+    if not named.all():  # some records carry no trailer (enabledAppendPropCRC was off when they were written)
+        has = named.all(axis=1)
+        tails, starts, ends = tails[has], starts[has], ends[has]
+    digits = tails[:, len(_CRC_NAME) : -1] - ord("0")  # uint8: anything but a digit wraps above 9
+    if (digits > 9).any() or (tails[:, -1] != PROPERTY_SEPARATOR_BYTE).any():
+        return False
+    crcs = [_crc32(buf[a:b]) & 0x7FFFFFFF for a, b in zip(starts.tolist(), (ends + _CRC_NAME_AT).tolist(), strict=True)]
+    return crcs == (digits.astype(np.int64) @ _DIGIT_WEIGHTS).tolist()
+
+
 # The properties the store's dispatch reads (ConsumeQueue tag code, index keys, the schedule topics'
 # deliver times), found with a separator put in front (``dispatch_properties``): copying the few dozen bytes
 # to put it there costs less than a pattern that also matches at the start (docs/benchmarks.md, "Figures

@@ -30,6 +30,7 @@ from tidalmq.common import sysflag as sf
 from tidalmq.common.fileutil import is_disk_full
 from tidalmq.common.msgid import host_bytes, joined_offset_msg_ids
 from tidalmq.common.record import (
+    CRC32_RESERVED_LEN,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -41,6 +42,7 @@ from tidalmq.common.record import (
     has_record_crc,
     patch_for_append,
     record_crc_ok,
+    records_crc_sound,
     reserve_record_crc,
     seal_record_crc,
     store_timestamp_pos,
@@ -61,6 +63,7 @@ log = logging.getLogger("tidalmq.store")
 _II = struct.Struct(">ii")
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
+_SMALLEST_CHECKED = MIN_RECORD_SIZE + CRC32_RESERVED_LEN  # get_messages leaves records this small to get_message
 
 _NOT_TX = (sf.TRANSACTION_NOT_TYPE, sf.TRANSACTION_COMMIT_TYPE)
 # A run whose pieces average fewer bytes than this is joined and written as one buffer: what pwritev and
@@ -442,6 +445,34 @@ class CommitLog:
             self.mark_corrupt(phys, "record CRC mismatch found by a read")
             return None
         return view
+
+    @property
+    def reads_in_batches(self) -> bool:
+        """Whether ``get_messages`` may serve a pull's records at once: nothing found corrupt, and no
+        checkCRCOnRead (whose checks, and the marking of what fails them, stay one record at a time)."""
+        return not self.corrupt and not self.check_on_read
+
+    def get_messages(self, phys: np.ndarray, sizes: np.ndarray) -> list[memoryview] | None:
+        """Views of the records at ``phys`` (``sizes`` from their ConsumeQueue entries), checked as
+        ``get_message`` checks each; None unless every one is a whole written record of one file whose
+        TOTALSIZE is its entry's size and whose record CRC holds: the caller then reads them one by one,
+        which skips (and marks) whatever fails."""
+        if not len(phys):
+            return []
+        mf = self.mfq.find_mapped_file_by_offset(int(phys[0]))
+        if mf is None:
+            return None
+        pos = phys - mf.file_from_offset
+        ends = pos + sizes
+        pos_l, ends_l = pos.tolist(), ends.tolist()
+        if min(pos_l) < 0 or max(ends_l) > mf.wrote_position or min(sizes.tolist()) <= _SMALLEST_CHECKED:
+            return None
+        view = mf.view
+        if (np.ndarray((len(view) - 3,), ">i4", buffer=view, strides=(1,))[pos] != sizes).any():  # TOTALSIZE
+            return None
+        if self.check_prop_crc and not records_crc_sound(view, pos, ends):
+            return None
+        return [view[a:b] for a, b in zip(pos_l, ends_l, strict=True)]
 
     def _servable(self, view: memoryview, phys: int) -> bool:
         """Whether the record at ``phys`` may be served: not found corrupt before and, with

@@ -39,6 +39,9 @@ class OffsetLookup:
             return None
 
 
+BATCH_READ_MIN = 64  # the fewest entries a pull reads at once (get_messages) rather than one by one
+
+
 class MessageReader(OffsetLookup):
     """Reads messages of ``commit_log`` through the entries of ``queues`` and the ``index``; counts them in
     ``stats``. ``memory``: the bytes of the CommitLog's tail taken to be in the page cache (the transfer
@@ -117,45 +120,63 @@ class MessageReader(OffsetLookup):
         cand_idx = np.flatnonzero(cand).tolist()
         phys_l = phys.tolist()
         sizes_l = sizes.tolist()
-        total = count = 0
         buffers = res.buffers
         qoffs = res.queue_offsets
         memory = self._memory
-        next_rel = n
-        max_phy_pulling = 0
-        filtered = 0
         get = self.commit_log.get_message
-        for i in cand_idx:
-            size = sizes_l[i]
-            p = phys_l[i]
-            if count:
-                # isTheBatchFull
-                if count + 1 > max_msg_nums or total + size > max_pull:
-                    next_rel = i
-                    break
-                if max_offset_py - p <= memory:
-                    if total + size > cfg.max_transfer_bytes_on_message_in_memory \
-                            or count > cfg.max_transfer_count_on_message_in_memory - 1:
+        # Unfiltered, a large batch's entries are read at once (get_messages: one file lookup, the TOTALSIZE
+        # and record CRC checks as matrices); a small one, or where that declines, one by one: numpy's cost
+        # a call outweighs the loop below a few dozen records (docs/benchmarks.md, 2026-12-03 night).
+        batched = filter is None and self.commit_log.reads_in_batches and min(
+            len(cand_idx), max_msg_nums, cfg.max_transfer_count_on_message_in_memory) >= BATCH_READ_MIN
+        while True:
+            total = count = filtered = max_phy_pulling = 0
+            next_rel = n
+            taken: list[int] = []
+            for i in cand_idx:
+                size = sizes_l[i]
+                p = phys_l[i]
+                if count:
+                    # isTheBatchFull
+                    if count + 1 > max_msg_nums or total + size > max_pull:
                         next_rel = i
                         break
-                elif total + size > cfg.max_transfer_bytes_on_message_in_disk \
-                        or count > cfg.max_transfer_count_on_message_in_disk - 1:
+                    if max_offset_py - p <= memory:
+                        if total + size > cfg.max_transfer_bytes_on_message_in_memory \
+                                or count > cfg.max_transfer_count_on_message_in_memory - 1:
+                            next_rel = i
+                            break
+                    elif total + size > cfg.max_transfer_bytes_on_message_in_disk \
+                            or count > cfg.max_transfer_count_on_message_in_disk - 1:
+                        next_rel = i
+                        break
+                if total >= max_pull:
                     next_rel = i
                     break
-            if total >= max_pull:
-                next_rel = i
+                max_phy_pulling = p
+                if batched:
+                    taken.append(i)
+                    total += size
+                    count += 1
+                    continue
+                view = get(p, size)
+                if view is None:
+                    continue
+                if filter is not None and not filter(int(tags[i]), view):
+                    filtered += 1
+                    continue
+                buffers.append(view)
+                qoffs.append(offset + i)
+                total += size
+                count += 1
+            if not batched:
                 break
-            max_phy_pulling = p
-            view = get(p, size)
-            if view is None:
-                continue
-            if filter is not None and not filter(int(tags[i]), view):
-                filtered += 1
-                continue
-            buffers.append(view)
-            qoffs.append(offset + i)
-            total += size
-            count += 1
+            views = self.commit_log.get_messages(phys[taken], sizes[taken])
+            if views is not None:
+                buffers.extend(views)
+                qoffs.extend(offset + i for i in taken)
+                break
+            batched = False
         res.next_begin_offset = offset + next_rel
         res.message_count = count
         res.buffer_total_size = total
