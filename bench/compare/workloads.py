@@ -14,6 +14,7 @@ import os
 import queue
 import random
 import time
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,7 +51,10 @@ def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int | 
     """Receive until ``expected`` distinct ids with field 2 (the deliver time) <= ``due_by`` arrived (+``grace``
     s for duplicates) or ``deadline``; put [(id, recv ms, field 2 of the body)] on ``q``. ``expected`` None:
     (expected, deadline, due_by) come later on ``plan_q`` (Consumer.plan), before the first message."""
-    got: list[tuple[int, float, float]] = []
+    # Columns, not a tuple a message: a full collection walks every tracked object, and tens of thousands
+    # of tuples made the consumer stand still 20-45 ms in W2's window (docs/benchmarks.md, 2026-12-04),
+    # which was then measured as every peer's lateness.
+    ids, recv_ms, field2 = array("q"), array("d"), array("d")
     seen: set[int] = set()
     done_at = [0.0]
     plan: dict[str, float] = {} if expected is None else {"expected": expected, "deadline": deadline, "due_by": due_by}
@@ -72,7 +76,9 @@ def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int | 
             parts = b.split(b"|", 2)
             i = int(parts[0])
             f2 = float(parts[1])
-            got.append((i, t, f2))
+            ids.append(i)
+            recv_ms.append(t)
+            field2.append(f2)
             if not planned(30):
                 raise RuntimeError("a message arrived, the plan did not")
             if f2 <= plan["due_by"]:
@@ -88,9 +94,9 @@ def _consume_worker(peer: str, conn: dict[str, Any], dest: str, expected: int | 
 
         cl.consume(dest, on_body, stop, ordered)
         cl.close()
-        q.put(got)
+        q.put(list(zip(ids, recv_ms, field2, strict=True)))
     except BaseException as e:  # reported by the harness
-        q.put(("error", f"{type(e).__name__}: {e}", got))
+        q.put(("error", f"{type(e).__name__}: {e}", list(zip(ids, recv_ms, field2, strict=True))))
 
 
 class Consumer:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ from tidalmq import __version__
 from tidalmq.acl.config import Account, AclConfigError
 from tidalmq.broker.config import BrokerConfig, default_data_dir
 from tidalmq.broker.schedule.child import start_early
+from tidalmq.common.collector import settle_after_start
 from tidalmq.common.config import ConfigError, apply_properties, load_properties_file
 from tidalmq.common.top_addressing import configured_addr
 from tidalmq.console.config import DEFAULT_CONSOLE_PORT, ConsoleConfig
@@ -42,15 +42,6 @@ def _install_uvloop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:  # uvloop is optional on platforms that lack it
         pass
-
-
-def _settle_gc() -> None:
-    """After start-up: move what start-up built (configs, tables, mapped files) out of the collector's
-    sight, and collect less often. The send path allocates a few short-lived containers per message;
-    with the default thresholds the collector would run thousands of times a second."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
 
 
 def _port(lo: int) -> Callable[[str], int]:
@@ -249,7 +240,7 @@ async def _standalone(args: argparse.Namespace) -> int:
     if cc.console_enable:
         console = await _start_standalone_console(args.host, cc, bc, tls)
         console_text = f" console http://{args.host}:{console.port}/" if console is not None else ""
-    _settle_gc()
+    settle_after_start()
     stop = _stop_on_signal()
     print(f"TidalMQ {__version__} standalone ready: namesrv {args.host}:{ns.port} broker {bc.broker_addr}"
           f"{grpc_text}{console_text}{_address_text(args.host, address_server)} data {data_dir}", flush=True)
@@ -365,7 +356,7 @@ async def _broker(args: argparse.Namespace) -> int:
         broker.config_file = Path(args.config)
     await broker.start()
     exporter = broker.start_metrics_exporter()
-    _settle_gc()
+    settle_after_start()
     stop = _stop_on_signal()
     print(f"TidalMQ {__version__} broker {bc.broker_name} ready on {bc.broker_addr}", flush=True)
     await stop.wait()

@@ -481,6 +481,32 @@ def _put_timer_record(store: DefaultMessageStore, i: int) -> None:
     store.dispatch()
 
 
+def test_a_delivery_is_in_its_queue_once_its_put_is_answered_without_the_reput_thread(tmp_path: Path) -> None:
+    """The thread that serves the child's PUT dispatches what it stored: the delivered copy is in its
+    queue when the request is done, with no reput thread running (it is not on a delivery's path)."""
+    store, cfg = _timer_store(tmp_path / "store")
+    assert store.load()  # not started: no reput thread
+    timer = TimerProcess(store, cfg)
+    ours, childs = socket.socketpair()
+    timer._sock = ours
+    try:
+        assert not store.dispatch_running
+        recs = [encode_record(topic="Due", queue_id=1, body=b"d%d" % i, properties={}, born_timestamp=1, born_port=1,
+                              store_port=10911) for i in range(3)]
+        timer._handle(Kind.PUT, encode_puts([PutRequest("Due", 1, recs)]))
+        kind, payload = next(iter(FrameReader().feed(childs.recv(1 << 16))))
+        assert kind == Kind.PUT_RESULT and decode_statuses(payload) == [PutStatus.PUT_OK]
+        got = store.read_queue("Due", 1, 0, 10)
+        assert len(got) == 3
+        bodies = [decode_record(store.select_one_message_by_offset(int(o))).body  # type: ignore[arg-type]
+                  for o in got.commit_log_offsets]
+        assert bodies == [b"d0", b"d1", b"d2"]
+    finally:
+        ours.close()
+        childs.close()
+        store.shutdown()
+
+
 def test_arrivals_are_told_to_the_child_from_the_event_loop_in_few_whole_states(tmp_path: Path) -> None:
     """With the broker's event loop attached, arrivals dispatched on the loop and on another thread (the
     reput's) reach the child with no publisher thread running: at most one STATE per STATE_PAUSE_S, the

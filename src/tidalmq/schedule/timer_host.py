@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tidalmq.common.collector import settle_after_start
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule.channel import (
     FrameReader,
@@ -244,6 +245,7 @@ def serve(sock: socket.socket, cfg: dict[str, Any]) -> None:
     svc.start()
     pusher = ViewPusher(svc, channel)
     pusher.start()
+    settle_after_start()
     stopper: threading.Thread | None = None
 
     def stop() -> None:

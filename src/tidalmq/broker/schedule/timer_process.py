@@ -4,7 +4,9 @@ TimerProcess starts ``python -m tidalmq.schedule.timer_host`` with one end of a 
 when it dies, stops it on shutdown, and serves its requests on a thread of its own:
 
 - PUT: a batch of deliveries, appended with ``put_messages`` as soon as it arrives (this thread waits for
-  no event loop, so deliveries do not queue behind client sends), answered with the put statuses;
+  no event loop, so deliveries do not queue behind client sends), answered with the put statuses, then
+  dispatched to the queues on this thread (the reput thread's wake-up, its pause and its turn at the
+  interpreter are not on a delivery's path);
 - QUERY / WAIT_REPUT: the index lookups and the reput wait of the timer's post-crash check;
 - VIEW: the timer's snapshot, kept for runtime info and GET_TIMER_METRICS.
 
@@ -275,9 +277,10 @@ class TimerProcess:
                 # would put them ahead of the one it retries. Refused, nothing stored, until RESUME.
                 statuses = [PutStatus.SERVICE_NOT_AVAILABLE] * len(requests)
             else:
-                statuses = [r.status for r in store.put_messages(requests)]
+                statuses = [r.status for r in store.put_messages(requests, dispatch_myself=True)]
                 self._refusing = any(s is not PutStatus.PUT_OK for s in statuses)
             self._send(frame(Kind.PUT_RESULT, encode_statuses(statuses)))
+            store.dispatch()  # after the answer: the child's next batch is under way meanwhile
         elif kind is Kind.RESUME:
             self._refusing = False
         elif kind is Kind.QUERY:
