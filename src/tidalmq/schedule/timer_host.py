@@ -178,8 +178,8 @@ def view_payload(svc: TimerMessageService, channel: BrokerChannel) -> dict[str, 
     took = sorted(channel.append_ms)
     snap["appendP99Ms"] = round(took[int(0.99 * (len(took) - 1))], 1) if took else 0
     snap["appendMaxMs"] = round(took[-1], 1) if took else 0
-    return {"snapshot": snap,
-            "topics": {t: {str(m): n for m, n in c.items()} for t, c in svc.topic_minutes().items()}}
+    view = svc.view
+    return {"snapshot": snap, "topics": view.topics_json if view is not None else {}}
 
 
 class ViewPusher(threading.Thread):

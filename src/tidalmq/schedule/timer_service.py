@@ -259,8 +259,9 @@ class TimerMessageService:
         """Timer thread (or load): publish a new TimerView in one attribute store."""
         now = self.clock()
         hist = self.timer.histogram(now)  # its buckets add up to pending_count(): one walk of the wheel
+        topics = self.metrics.topics
         self.views.publish(TimerView(now, max(0, sum(hist.values())), hist, nxt, self.timer.enqueue_offset,
-                                     {t: Counter(c) for t, c in self.metrics.topics.by_topic.items()}))
+                                     topics.copies(), topics.to_json()))
 
     def request_view(self) -> None:
         """Ask the thread for a fresh view at its next round (readers call this; it never waits)."""

@@ -5,12 +5,17 @@ readers on other threads (``TimerView``, ``TimerViews``), rates and the histogra
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from tidalmq.schedule.timer_store import DAY_MS
 
@@ -31,6 +36,7 @@ class TimerView:
     next_due_ms: int | None
     enqueue_offset: int
     topics: dict[str, Counter[int]]  # pending per real topic by deliver minute
+    topics_json: dict[str, dict[str, Any]] = field(default_factory=dict)  # the same, as minutes_to_json has it
 
 
 class RateMeter:
@@ -50,19 +56,48 @@ class RateMeter:
         return 0.0 if now - t0 <= 0 else (total - c0) / (now - t0)
 
 
+def minutes_to_json(minutes: Counter[int]) -> dict[str, Any]:
+    """A topic's pending total, and its minutes and counts as base64 of little-endian int64 arrays. Messages
+    due over 30 days fill ~43,000 minutes: as a JSON object ({"<minute>": count}) they took 16-30 ms to
+    encode and as long to decode, holding the interpreter, in the schedule process at each durable commit and
+    view push and in the broker at each view it received (docs/benchmarks.md, 2026-12-04)."""
+    keys = np.fromiter(minutes.keys(), dtype="<i8", count=len(minutes))
+    counts = np.fromiter(minutes.values(), dtype="<i8", count=len(minutes))
+    return {"pending": int(counts.sum()), "minutes": base64.b64encode(keys.tobytes()).decode(),
+            "counts": base64.b64encode(counts.tobytes()).decode()}
+
+
+def minutes_from_json(data: dict[str, Any]) -> Counter[int]:
+    """``minutes_to_json``'s form, or the older one ({"<minute>": count}); ValueError if it is neither."""
+    if "minutes" in data and "counts" in data:
+        keys = np.frombuffer(base64.b64decode(data["minutes"], validate=True), dtype="<i8")
+        counts = np.frombuffer(base64.b64decode(data["counts"], validate=True), dtype="<i8")
+        if len(keys) != len(counts):
+            raise ValueError(f"{len(keys)} minutes against {len(counts)} counts")
+        keep = counts > 0
+        return Counter(dict(zip(keys[keep].tolist(), counts[keep].tolist(), strict=True)))
+    return Counter({int(k): int(v) for k, v in data.items() if int(v) > 0})
+
+
 class TopicCounts:
     """Pending timer messages per real topic, bucketed by deliver minute (RocketMQ's TimerMetrics, with times).
 
     Kept in memory, persisted at each durable commit with the enqueue watermark it matches. Exact across clean
-    restarts; after a crash it can over-count the few messages committed between two snapshots (as RocketMQ's)."""
+    restarts; after a crash it can over-count the few messages committed between two snapshots (as RocketMQ's).
+    A topic's copy (for a view) and its encoding (for the snapshot and the view the broker is sent) are made
+    again only once it changed: a topic whose messages are due over weeks has tens of thousands of minutes."""
 
     def __init__(self) -> None:
         self.by_topic: dict[str, Counter[int]] = {}
+        self._changes: Counter[str] = Counter()
+        self._copies: dict[str, tuple[int, Counter[int]]] = {}
+        self._encoded: dict[str, tuple[int, dict[str, Any]]] = {}
 
     def add(self, topic: str, deliver_ms: int, n: int) -> None:
         c = self.by_topic.get(topic)
         if c is None:
             c = self.by_topic[topic] = Counter()
+        self._changes[topic] += 1
         m = deliver_ms // 60_000
         c[m] += n
         if c[m] <= 0:
@@ -76,14 +111,35 @@ class TopicCounts:
     def histogram(self, topic: str, now_ms: int) -> dict[str, int]:
         return histogram_of(self.by_topic.get(topic, Counter()), now_ms)
 
-    def to_json(self) -> dict[str, dict[str, int]]:
-        return {t: {str(k): v for k, v in c.items()} for t, c in self.by_topic.items()}
+    def _made_once(self, made: dict[str, tuple[int, Any]], make: Callable[[Counter[int]], Any]) -> dict[str, Any]:
+        out = {}
+        for t, c in self.by_topic.items():
+            version = self._changes[t]
+            hit = made.get(t)
+            if hit is None or hit[0] != version:
+                hit = made[t] = (version, make(c))
+            out[t] = hit[1]
+        for t in [t for t in made if t not in self.by_topic]:
+            del made[t]
+        return out
+
+    def copies(self) -> dict[str, Counter[int]]:
+        """Each topic's counts as they are now, for a view (not to be changed: unchanged topics share them)."""
+        return self._made_once(self._copies, Counter)
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return self._made_once(self._encoded, minutes_to_json)
 
     @classmethod
-    def from_json(cls, data: dict[str, dict[str, int]]) -> TopicCounts:
+    def from_json(cls, data: dict[str, dict[str, Any]]) -> TopicCounts:
         out = cls()
         for t, c in data.items():
-            out.by_topic[t] = Counter({int(k): int(v) for k, v in c.items() if int(v) > 0})
+            try:
+                counter = minutes_from_json(c)
+            except (ValueError, TypeError, AttributeError) as e:  # binascii.Error is a ValueError
+                raise ValueError(f"timer metrics of {t!r}: {e}") from e
+            if counter:
+                out.by_topic[t] = counter
         return out
 
 
@@ -166,8 +222,9 @@ class TimerMetrics:
             data = json.loads(self.path.read_text())
             self.topics = TopicCounts.from_json(data.get("topics", {}))
             self.mark = int(data.get("enqueueOffset", 0))
-        except (OSError, ValueError):
-            self.mark = 0  # no snapshot: recount whatever the replay re-reads
+        except (OSError, ValueError, TypeError, AttributeError):  # binascii.Error is a ValueError
+            self.topics = TopicCounts()
+            self.mark = 0  # no snapshot (or one unreadable): recount whatever the replay re-reads
         self.mark = min(self.mark, enqueue_offset)
 
     def snapshot(self, enqueue_offset: int) -> bytes:

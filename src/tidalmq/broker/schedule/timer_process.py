@@ -42,7 +42,7 @@ from tidalmq.schedule.channel import (
     json_frame,
 )
 from tidalmq.schedule.stats import ScheduleStats
-from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS
+from tidalmq.schedule.timer_view import HISTOGRAM_BUCKETS, minutes_from_json
 from tidalmq.store.api import MessageStore
 from tidalmq.store.config import MessageStoreConfig
 from tidalmq.store.results import PutStatus
@@ -392,4 +392,4 @@ class TimerProcess:
         view = self._view
         if view is None:
             return {}
-        return {t: Counter({int(m): int(n) for m, n in c.items()}) for t, c in view["topics"].items()}
+        return {t: minutes_from_json(c) for t, c in view["topics"].items()}
