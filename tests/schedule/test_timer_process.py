@@ -507,6 +507,40 @@ def test_a_delivery_is_in_its_queue_once_its_put_is_answered_without_the_reput_t
         store.shutdown()
 
 
+def test_a_dispatch_that_fails_after_a_put_neither_ends_the_child_nor_floods_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The put is answered as stored, the serving thread goes on (a request that raises would restart the
+    child), one line says what failed, and what was stored is dispatched once dispatching works again."""
+    store, cfg = _timer_store(tmp_path / "store")
+    assert store.load()
+    timer = TimerProcess(store, cfg)
+    ours, childs = socket.socketpair()
+    timer._sock = ours
+
+    def broken(*, wait: bool = True) -> None:
+        raise RuntimeError("dispatch broke")
+
+    try:
+        monkeypatch.setattr(store, "dispatch", broken)
+        for i in range(3):
+            rec = encode_record(topic="Due", queue_id=0, body=b"d%d" % i, properties={}, born_timestamp=1,
+                                born_port=1, store_port=10911)
+            with caplog.at_level("WARNING", logger="tidalmq.broker.schedule.timer_process"):
+                timer._handle(Kind.PUT, encode_puts([PutRequest("Due", 0, [rec])]))
+            kind, payload = next(iter(FrameReader().feed(childs.recv(1 << 16))))
+            assert kind == Kind.PUT_RESULT and decode_statuses(payload) == [PutStatus.PUT_OK]
+        lines = [r.getMessage() for r in caplog.records if "dispatch after a schedule process put" in r.getMessage()]
+        assert len(lines) == 1 and "RuntimeError: dispatch broke" in lines[0]
+        assert not timer._refusing
+        monkeypatch.undo()
+        store.dispatch()  # as the reput thread's next round does
+        assert len(store.read_queue("Due", 0, 0, 10)) == 3
+    finally:
+        ours.close()
+        childs.close()
+        store.shutdown()
+
+
 def test_arrivals_are_told_to_the_child_from_the_event_loop_in_few_whole_states(tmp_path: Path) -> None:
     """With the broker's event loop attached, arrivals dispatched on the loop and on another thread (the
     reput's) reach the child with no publisher thread running: at most one STATE per STATE_PAUSE_S, the

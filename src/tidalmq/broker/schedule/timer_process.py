@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Any
 
 from tidalmq.broker.schedule.child import EarlyChild, child_config, spawn
+from tidalmq.common.log_limit import LogLimiter, short_error
 from tidalmq.common.naming import TIMER_TOPIC
 from tidalmq.schedule.channel import (
     ChannelError,
@@ -86,6 +87,7 @@ class TimerProcess:
         self._store_ready = threading.Event()
         self._started = False
         self._refusing = False  # a PUT failed: the following ones are refused until RESUME (pipelined batches)
+        self._log_limit = LogLimiter(log)
         self._state_wanted = threading.Event()
         self._view_wanted = False
         self._view: dict[str, Any] | None = None
@@ -280,7 +282,11 @@ class TimerProcess:
                 statuses = [r.status for r in store.put_messages(requests, dispatch_myself=True)]
                 self._refusing = any(s is not PutStatus.PUT_OK for s in statuses)
             self._send(frame(Kind.PUT_RESULT, encode_statuses(statuses)))
-            store.dispatch()  # after the answer: the child's next batch is under way meanwhile
+            try:
+                store.dispatch()  # after the answer: the child's next batch is under way meanwhile
+            except Exception as e:  # not the child's doing: the reput thread retries within a second
+                self._log_limit.warning("dispatch", "dispatch after a schedule process put failed: %s",
+                                        short_error(e))
         elif kind is Kind.RESUME:
             self._refusing = False
         elif kind is Kind.QUERY:
