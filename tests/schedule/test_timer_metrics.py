@@ -71,7 +71,9 @@ def test_an_unreadable_snapshot_leaves_the_counts_to_the_replay(tmp_path: Path, 
 
 def test_the_pending_counts_and_their_minutes_survive_a_restart(tmp_path: Path) -> None:
     """Timer messages due over 30 days in two topics: GET_TIMER_METRICS gives the same counts and
-    histogram after a clean restart (the replay re-reads nothing: they come from the snapshot)."""
+    histogram after a clean restart, and the snapshot on disk holds each topic's total. (An unreadable
+    snapshot gives the same counts too, recounted by a longer replay: the snapshot's own reading is
+    test_a_snapshot_reads_back_as_the_counts_it_was_taken_of.)"""
     sa = Standalone(tmp_path / "data", {"timerMaxDelaySec": str(40 * 86400), "timerPrecisionMs": "100",
                                         "mappedFileSizeCommitLog": str(8 * 1024 * 1024)})
     rng = random.Random(11)

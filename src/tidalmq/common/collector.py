@@ -1,4 +1,4 @@
-"""The garbage collector of a server process (the broker, the NameServer, the schedule process).
+"""The garbage collector of a server process (the standalone, the broker, the schedule process).
 
 Called once start-up is over: what start-up built (configs, tables, mapped files, a loaded timer wheel's
 bookkeeping) is moved out of the collector's sight, and the collector runs less often. A message's path

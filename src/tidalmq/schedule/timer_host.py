@@ -179,7 +179,7 @@ def view_payload(svc: TimerMessageService, channel: BrokerChannel) -> dict[str, 
     snap["appendP99Ms"] = round(took[int(0.99 * (len(took) - 1))], 1) if took else 0
     snap["appendMaxMs"] = round(took[-1], 1) if took else 0
     view = svc.view
-    return {"snapshot": snap, "topics": view.topics_json if view is not None else {}}
+    return {"snapshot": snap, "topics": view.topics if view is not None else {}}
 
 
 class ViewPusher(threading.Thread):

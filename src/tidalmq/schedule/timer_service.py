@@ -39,7 +39,7 @@ from tidalmq.schedule.timer_enqueue import TimerEnqueue
 from tidalmq.schedule.timer_fields import EnqueueFields
 from tidalmq.schedule.timer_flush import FlushPoint
 from tidalmq.schedule.timer_store import DAY_MS, TimerStore, ms_now
-from tidalmq.schedule.timer_view import RateMeter, TimerMetrics, TimerView, TimerViews
+from tidalmq.schedule.timer_view import RateMeter, TimerMetrics, TimerView, TimerViews, minutes_from_json
 from tidalmq.store.api import MessageStore
 
 log = logging.getLogger(__name__)
@@ -259,9 +259,8 @@ class TimerMessageService:
         """Timer thread (or load): publish a new TimerView in one attribute store."""
         now = self.clock()
         hist = self.timer.histogram(now)  # its buckets add up to pending_count(): one walk of the wheel
-        topics = self.metrics.topics
         self.views.publish(TimerView(now, max(0, sum(hist.values())), hist, nxt, self.timer.enqueue_offset,
-                                     topics.copies(), topics.to_json()))
+                                     self.metrics.topics.to_json()))
 
     def request_view(self) -> None:
         """Ask the thread for a fresh view at its next round (readers call this; it never waits)."""
@@ -275,7 +274,7 @@ class TimerMessageService:
     def topic_minutes(self) -> dict[str, Counter[int]]:
         """Pending timer messages per real topic by deliver minute, as last published (a copy)."""
         view = self.view
-        return {} if view is None else {t: Counter(c) for t, c in view.topics.items()}
+        return {} if view is None else {t: minutes_from_json(c) for t, c in view.topics.items()}
 
     def snapshot(self, *, ask_fresh: bool = True) -> dict[str, Any]:
         """Counters, rates, lateness and the pending histogram (callable from any thread, never waits on

@@ -10,8 +10,7 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,7 @@ class TimerView:
     histogram: dict[str, int]
     next_due_ms: int | None
     enqueue_offset: int
-    topics: dict[str, Counter[int]]  # pending per real topic by deliver minute
-    topics_json: dict[str, dict[str, Any]] = field(default_factory=dict)  # the same, as minutes_to_json has it
+    topics: dict[str, dict[str, Any]]  # pending per real topic by deliver minute, as minutes_to_json has it
 
 
 class RateMeter:
@@ -84,14 +82,13 @@ class TopicCounts:
 
     Kept in memory, persisted at each durable commit with the enqueue watermark it matches. Exact across clean
     restarts; after a crash it can over-count the few messages committed between two snapshots (as RocketMQ's).
-    A topic's copy (for a view) and its encoding (for the snapshot and the view the broker is sent) are made
-    again only once it changed: a topic whose messages are due over weeks has tens of thousands of minutes."""
+    A topic's encoding (for the snapshot and the view) is made again only once it changed: a topic whose
+    messages are due over weeks has tens of thousands of minutes."""
 
     def __init__(self) -> None:
         self.by_topic: dict[str, Counter[int]] = {}
         self._changes: Counter[str] = Counter()
-        self._copies: dict[str, tuple[int, Counter[int]]] = {}
-        self._encoded: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._encoded: dict[str, tuple[int, dict[str, Any]]] = {}  # topic -> (its changes then, encoding)
 
     def add(self, topic: str, deliver_ms: int, n: int) -> None:
         c = self.by_topic.get(topic)
@@ -111,24 +108,17 @@ class TopicCounts:
     def histogram(self, topic: str, now_ms: int) -> dict[str, int]:
         return histogram_of(self.by_topic.get(topic, Counter()), now_ms)
 
-    def _made_once(self, made: dict[str, tuple[int, Any]], make: Callable[[Counter[int]], Any]) -> dict[str, Any]:
+    def to_json(self) -> dict[str, dict[str, Any]]:
         out = {}
         for t, c in self.by_topic.items():
             version = self._changes[t]
-            hit = made.get(t)
+            hit = self._encoded.get(t)
             if hit is None or hit[0] != version:
-                hit = made[t] = (version, make(c))
+                hit = self._encoded[t] = (version, minutes_to_json(c))
             out[t] = hit[1]
-        for t in [t for t in made if t not in self.by_topic]:
-            del made[t]
+        for t in [t for t in self._encoded if t not in self.by_topic]:
+            del self._encoded[t]
         return out
-
-    def copies(self) -> dict[str, Counter[int]]:
-        """Each topic's counts as they are now, for a view (not to be changed: unchanged topics share them)."""
-        return self._made_once(self._copies, Counter)
-
-    def to_json(self) -> dict[str, dict[str, Any]]:
-        return self._made_once(self._encoded, minutes_to_json)
 
     @classmethod
     def from_json(cls, data: dict[str, dict[str, Any]]) -> TopicCounts:
