@@ -33,12 +33,21 @@ def test_right_credentials_send_and_consume(acl_standalone: Standalone, agents: 
     # The consumer starts at the queues' end: send until one message sent after it got going arrives.
     deadline = time.monotonic() + 40
     sent: list[str] = []
+    failed: list[str] = []
     while not consumer.messages():
-        assert time.monotonic() < deadline, f"nothing consumed; sent {sent}\n{consumer.stderr_tail()}"
+        assert time.monotonic() < deadline, \
+            f"nothing consumed; sent {sent}, failed sends {failed[-3:]}\n{consumer.stderr_tail()}"
         key = f"k{len(sent)}"
-        [r] = producer.call("send", mode="sync", messages=[msg(topic, key, keys=key)])
-        assert r["status"] == "OK", r
-        sent.append(key)
+        try:
+            [r] = producer.call("send", mode="sync", messages=[msg(topic, key, keys=key)])
+        except AgentError as e:
+            # The 0.4.4 client reports a send refused (busy, on a loaded machine) or a route it did not get in
+            # time as "No route info of this topic": nothing was sent. Refused credentials fail every send,
+            # and the deadline above says so with these errors.
+            failed.append(str(e).splitlines()[0])
+        else:
+            assert r["status"] == "OK", r
+            sent.append(key)
         try:
             consumer.wait(consumer.messages, 0.5, "a message")
         except AgentError:
