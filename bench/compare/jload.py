@@ -121,20 +121,30 @@ def w1(server: ServerBase, peer: str, quick: bool) -> dict[str, Any]:
     for the throughput, 0 for the paced latency), the same 8,192 messages in flight."""
     n = 5_000 if quick else 30_000
     paced_s = 2 if quick else 5
-    _setup(server, peer, "jw1t", "jw1l")
+    _setup(server, peer, "jw1t", "jw1t2", "jw1l")
     kafka = peer.startswith("kafka")
     how: dict[str, Any] = ({"main": KAFKA_MAIN, "cp": kafka_classpath()} if kafka else {})
     # each phase warms the JVM's JIT up on its own path first (before the clock and the CPU reading start)
     batching = {"window": BATCH * BATCH_WINDOW} if kafka else {"batch": BATCH, "window": BATCH_WINDOW}
-    r = Phase(server, topic="jw1t", phase="throughput", n=n, size=workloads.W1_BODY, **how, **batching,
-              warmup=n // 2, wait_s=60 if quick else 120).run(300)
-    if r["errors"]:
-        raise RuntimeError(f"{r['errors']} sends failed")
+    failed_first = ""
+    for topic in ("jw1t", "jw1t2"):
+        r = Phase(server, topic=topic, phase="throughput", n=n, size=workloads.W1_BODY, **how, **batching,
+                  warmup=n // 2, wait_s=60 if quick else 120).run(300)
+        if not r["errors"]:
+            break
+        # sends that failed once on a loaded machine (seen once with RocketMQ's broker in a full run) get one
+        # more attempt on a fresh topic, and the report says so with the first failure's cause
+        why = f"{r['errors']} sends failed, the first: {r.get('first_error', '?')}"
+        if failed_first:
+            raise RuntimeError(f"{failed_first}; again: {why}")
+        failed_first = why
+        print(f"[{time.strftime('%H:%M:%S')}] {peer} W1: {why}; running the throughput phase once more", flush=True)
     rate = n / r["send_s"]
     # busy answers (RocketMQ's flow control) are resent by the load generator, as a user's producer would
     out: dict[str, Any] = {"n": n, "received": r["received"], "produced_per_s": rate,
                            "consumed_per_s": r["received"] / max(1e-3, (r["last_recv_ms"] - r["t0_ms"]) / 1000),
-                           "produce_broker_cpu_s": r["broker_cpu_s"], "busy_retries": r.get("busy_retries", 0)}
+                           "produce_broker_cpu_s": r["broker_cpu_s"], "busy_retries": r.get("busy_retries", 0),
+                           "first_attempt_failed": failed_first}
     pc = workloads.per_core(rate, r["broker_cpu_s"], r["send_s"])
     out.update(produce_broker_cores=pc["cores"], produced_per_core=pc["per_core"])
     r = Phase(server, topic="jw1l", phase="paced", rate=1000, seconds=paced_s, size=workloads.W1_BODY,
@@ -158,7 +168,7 @@ def w2(server: ServerBase, peer: str, quick: bool, budget_s: float) -> dict[str,
                warmup=n // 4)
     r = ph.run(600)
     if r["errors"]:
-        raise RuntimeError(f"{r['errors']} timer sends failed")
+        raise RuntimeError(f"{r['errors']} timer sends failed, the first: {r.get('first_error', '?')}")
     rate = n / r["send_s"]
     # per core as the Python W2 counts it: the CPU until the broker is idle again (the work left after the
     # last acknowledgement, such as filing into the timer wheel, included; the JVM's exit is in it too)

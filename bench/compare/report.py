@@ -180,7 +180,9 @@ def w1_rows(results: dict[str, Any]) -> list[list[str]]:
                      "produced_per_core"), fmt(r["consumed_per_s"]),
                      f"{fmt(r['lat_p50_ms'], 2)} / {fmt(r['lat_p99_ms'], 2)}",
                      f"{r['received']:,}/{r['n']:,} + {r['paced_received']:,}/{r['paced_n']:,}"
-                     + (f" ({r['paced_send_errors']:,} sends refused)" if r.get("paced_send_errors") else "")])
+                     + (f" ({r['paced_send_errors']:,} sends refused)" if r.get("paced_send_errors") else "")
+                     + (f" (a second attempt: in the first {r['first_attempt_failed']})"
+                        if r.get("first_attempt_failed") else "")])
     return rows
 
 
