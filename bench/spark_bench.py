@@ -49,20 +49,46 @@ from tests.support import Standalone  # noqa: E402
 
 from bench.common import compare, cpu_s, print_machine, save  # noqa: E402
 
+Meters = Callable[[], dict[str, float]]
+
+
+def _meters(broker_pid: int, jvm_pid: int) -> Meters:
+    """CPU seconds so far: the broker's process tree, Spark's JVM alone, the Python workers under it (the
+    daemon and the workers it forked: a worker that exits takes its time with it, so ``machine`` is the
+    cross-check) and every core of the machine (/proc/stat, all but idle and iowait)."""
+    def read() -> dict[str, float]:
+        jvm = cpu_s(jvm_pid, children=False)
+        return {"broker": cpu_s(broker_pid), "jvm": jvm, "workers": cpu_s(jvm_pid) - jvm,
+                "machine": _machine_busy_s()}
+    return read
+
+
+def _machine_busy_s() -> float:
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
 
 def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable[[], object],
-           broker_cpu: Callable[[], float]) -> None:
-    """``fn``'s rows/s under ``key``, and the broker's CPU a row under ``key`` with ``broker_us_per_row``
-    in place of ``rows_per_s``: what bounds a figure at one broker core (the broker's process tree,
-    bench.common.cpu_s)."""
-    c0 = broker_cpu()
+           meters: Meters) -> None:
+    """``fn``'s rows/s under ``key``, and the CPU a row of each of ``meters``' parts under ``key`` with
+    ``<part>_us_per_row`` in place of ``rows_per_s`` (``broker_us_per_row``: what bounds a figure at one
+    broker core, the broker's process tree, bench.common.cpu_s). Where ``machine`` is all the cores' time,
+    the rate is the CPU's: rows/s = cores / the machine's CPU a row."""
+    c0 = meters()
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
-    us = (broker_cpu() - c0) / n * 1e6
+    c1 = meters()
     results[key] = n / dt
-    results[key.replace("rows_per_s", "broker_us_per_row")] = us
-    print(f"{label:<28} {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s  broker {us:5.2f} µs a row", flush=True)
+    us = {part: (c1[part] - c0[part]) / n * 1e6 for part in c0}
+    for part, v in us.items():
+        results[key.replace("rows_per_s", f"{part}_us_per_row")] = v
+    busy = (c1["machine"] - c0["machine"]) / dt / (os.cpu_count() or 1)
+    results[key.replace("rows_per_s", "machine_busy")] = busy
+    print(f"{label:<28} {n:>9,} rows in {dt:6.2f} s  {n / dt:>10,.0f} rows/s  µs a row: broker {us['broker']:5.2f}"
+          f"  jvm {us['jvm']:5.2f}  py workers {us['workers']:5.2f}  machine {us['machine']:5.2f}"
+          f" ({busy:.0%} busy)", flush=True)
 
 
 def _check(seen: int, n: int, what: str) -> None:
@@ -83,13 +109,13 @@ def _stream(df: Any, fmt: str, tmp: Path, name: str) -> int:
 
 
 def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Namespace, tmp: Path,
-             results: dict[str, float], broker_cpu: Callable[[], float]) -> None:
+             results: dict[str, float], meters: Meters) -> None:
     from tidalmq.client.sync import Admin
 
     write = df.write.format("tidalmq").option("nameserver", ns).option("topic", topic).mode("append")
     if args.dedup:
         write = write.option("writeId", topic)
-    _timed(results, "sink_rows_per_s", "tidalmq sink write", n, write.save, broker_cpu)
+    _timed(results, "sink_rows_per_s", "tidalmq sink write", n, write.save, meters)
     # the sink's sends are acknowledged once in the CommitLog; the ConsumeQueue (what readers see) follows
     with Admin(ns) as admin:
         deadline = time.monotonic() + 120
@@ -104,19 +130,19 @@ def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Na
                                        "sum(size(properties)) as props", "max(storeTimestamp) as last").collect()[0]
         _check(row["n"], n, "batch read")
 
-    _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch, broker_cpu)
+    _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch, meters)
     stream = spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "stream_read_rows_per_s", "tidalmq stream read (noop)", n, lambda: _check(_stream(
         stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "t-noop"),
-        n, "streaming read"), broker_cpu)
+        n, "streaming read"), meters)
     _timed(results, "stream_parquet_rows_per_s", "tidalmq stream -> parquet", n, lambda: _check(_stream(
         stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "t-pq"),
-        n, "stream to parquet"), broker_cpu)
+        n, "stream to parquet"), meters)
 
 
 def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, results: dict[str, float],
-           broker_cpu: Callable[[], float]) -> None:
+           meters: Meters) -> None:
     """The same reads through ``bench/spark_floor_source.py``: slices of one batch of the topic's own rows,
     no broker, no decode: what Spark costs any Python data source, the ceiling of ``tidalmq``'s reads."""
     import pyarrow as pa
@@ -142,21 +168,21 @@ def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, resu
             "sum(size(properties)) as props", "max(storeTimestamp) as last").collect()[0]
         _check(row["n"], n, "floor batch read")
 
-    _timed(results, "floor_batch_read_rows_per_s", "floor batch read", n, batch, broker_cpu)
+    _timed(results, "floor_batch_read_rows_per_s", "floor batch read", n, batch, meters)
     stream = spark.readStream.format(floor.NAME).options(**opts).load()
     _timed(results, "floor_stream_read_rows_per_s", "floor stream read (noop)", n, lambda: _check(_stream(
         stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "f-noop"),
-        n, "floor streaming read"), broker_cpu)
+        n, "floor streaming read"), meters)
     _timed(results, "floor_stream_parquet_rows_per_s", "floor stream -> parquet", n, lambda: _check(_stream(
         stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "f-pq"),
-        n, "floor stream to parquet"), broker_cpu)
+        n, "floor stream to parquet"), meters)
 
 
 def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float],
-           broker_cpu: Callable[[], float]) -> None:
+           meters: Meters) -> None:
     kafka = {"kafka.bootstrap.servers": bootstrap}
     write = df.selectExpr("keys as key", "body as value").write.format("kafka").options(**kafka).option("topic", topic)
-    _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save, broker_cpu)
+    _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save, meters)
     reader = spark.read.format("kafka").options(**kafka).option("subscribe", topic) \
         .option("startingOffsets", "earliest").option("endingOffsets", "latest")
 
@@ -165,15 +191,15 @@ def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, r
                                        "sum(length(key)) as keys", "max(timestamp) as last").collect()[0]
         _check(row["n"], n, "kafka batch read")
 
-    _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch, broker_cpu)
+    _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch, meters)
     stream = spark.readStream.format("kafka").options(**kafka).option("subscribe", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "kafka_stream_read_rows_per_s", "kafka stream read (noop)", n, lambda: _check(_stream(
         stream.selectExpr("length(value) as len", "key", "offset", "timestamp"), "noop", tmp, "k-noop"),
-        n, "kafka streaming read"), broker_cpu)
+        n, "kafka streaming read"), meters)
     _timed(results, "kafka_stream_parquet_rows_per_s", "kafka stream -> parquet", n, lambda: _check(_stream(
         stream.selectExpr("partition", "offset", "key", "value"), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"),
-           broker_cpu)
+           meters)
 
 
 def _start_kafka(workdir: Path, partitions: int) -> Any:
@@ -276,18 +302,17 @@ def main() -> None:
         df = spark.range(0, n, 1, 2).selectExpr(f"concat(lpad(cast(id as string), 12, '0'), '{pad}') as body",
                                                 "'bench' as tags", "concat('k', cast(id as string)) as keys")
         assert broker.proc is not None
-        broker_pid = broker.proc.pid
-        _tidalmq(spark, ns, topic, df, n, args, tmp, results, lambda: cpu_s(broker_pid))
+        jvm_pid = spark.sparkContext._gateway.proc.pid  # spark-submit execs the JVM in the process it started
+        _tidalmq(spark, ns, topic, df, n, args, tmp, results, _meters(broker.proc.pid, jvm_pid))
         if args.floor:
-            _floor(spark, ns, topic, n, args.queues, tmp, results, lambda: cpu_s(broker_pid))
+            _floor(spark, ns, topic, n, args.queues, tmp, results, _meters(broker.proc.pid, jvm_pid))
         if kafka is not None:
             bootstrap = kafka.conn()["bootstrap"]
             warm = spark.range(1000).selectExpr("cast(id as string) as value")
             warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
                 .save()
-            kafka_pid = kafka.server_pid()
             _create_kafka_topic(bootstrap, topic, args.queues)
-            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results, lambda: cpu_s(kafka_pid))
+            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results, _meters(kafka.server_pid(), jvm_pid))
             for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
                 ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
                 line = f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}"

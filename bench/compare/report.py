@@ -477,12 +477,13 @@ def write(results: dict[str, Any], out: Path, raw: Path) -> None:
               "(`bench/compare/install.sh`).", "", settings_md(results),
               "## Rerun", "",
               "```bash",
-              "bash bench/compare/run.sh                      # install (apt + pip + jars) and run everything (~75 min)",
-              "bash bench/compare/run.sh --with-1e8           # and W6 at 10^8 pending (~56 GiB free disk, +~45 min)",
+              "bash bench/compare/run.sh                      # install (apt + pip + jars) and run everything (~30-75 min)",
+              "bash bench/compare/run.sh --with-1e8           # and W6 at 10^8 pending (~56 GiB free disk, +~15-45 min)",
               "bash bench/compare/run.sh --no-install --quick # a dry run with small counts (~12 min)",
               ".venv/bin/python -m bench.compare --peer redis --workload W2   # one peer / one workload",
               "```", "",
-              "A run limited to some peers or workloads writes `bench/out/RESULTS-partial.md` (and its plots) "
+              "A `--quick` run writes `bench/out/RESULTS-quick.md`, a run limited to some peers or workloads "
+              "`bench/out/RESULTS-partial.md` (and their plots) "
               "unless `--out` says otherwise, so bench/RESULTS.md always holds a full run. Each workload's sending "
               "is bounded in time (W2 150 s, W3 160 s, W4 150 s per peer; a cut is reported as such). "
               "`--report-from bench/out/compare-full-<time>.json` re-writes the report from a run's saved figures.",

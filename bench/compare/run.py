@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-1e8", action="store_true",
                     help="W6 at N = 10^8 too (~56 GiB of free disk, checked before anything runs)")
     ap.add_argument("--out", help="the report to write (default bench/RESULTS.md for a run of everything, "
-                    "bench/out/RESULTS-partial.md for a run limited by --peer / --workload)")
+                    "bench/out/RESULTS-quick.md for --quick, bench/out/RESULTS-partial.md for a run limited by --peer / "
+                    "--workload)")
     ap.add_argument("--report-from", metavar="JSON",
                     help="only re-write the report from a previous run's bench/out/compare-full-*.json")
     args = ap.parse_args(argv)
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"raw results: {path}")
     if args.out:
         out = Path(args.out)
+    elif args.quick:  # bench/RESULTS.md holds a full run only
+        out = ROOT / "bench" / "out" / "RESULTS-quick.md"
     elif args.peer or args.workload:
         out = ROOT / "bench" / "out" / "RESULTS-partial.md"
     else:

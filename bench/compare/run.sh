@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command: install the peers (Debian packages + pinned Python clients) and run the comparison.
 #   bash bench/compare/run.sh [--no-install] [--quick] [--with-1e8] [--peer redis] [--workload W2]
-# The full run (no flags) takes ~65-75 min on a quiet 2-core machine and ~8 GiB of free disk; --with-1e8 adds
-# W6 at 10^8 pending (~15-25 min more, ~56 GiB written: it checks for ~70 GiB free before anything starts).
+# The full run (no flags) takes ~30-75 min on a 2-core machine and ~8 GiB of free disk; --with-1e8 adds
+# W6 at 10^8 pending (~15-45 min more, ~56 GiB written: it checks for ~70 GiB free before anything starts).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 install=1
