@@ -7,8 +7,12 @@ materialised: ``sum(length(body))``, ``count(distinct msgId)``), a streaming rea
 (``Trigger.AvailableNow`` into the ``noop`` sink, from the first offset to the end) and a stream into
 Parquet (``AvailableNow``, with a checkpoint).
 
+Each source's stream shapes run once over a 50,000-row topic first, untimed, so that Spark's JIT has
+compiled that source's streaming path before its clock starts.
+
 Beside each figure, the broker's CPU a row (its process tree's, TidalMQ's or Kafka's): rows/s at one full
-broker core is 10^6 / that, the bound where the broker is what binds.
+broker core is 10^6 / that, the bound where the broker is what binds; and the same for Spark's JVM, the
+Python workers under it and the whole machine, with the share of its cores busy (``_meters``).
 
 The broker runs with its defaults (a pull capped at 32 messages / 256 KiB, RocketMQ's
 ``maxTransferCountOnMessageInMemory`` / ``maxTransferBytesOnMessageInMemory``), as a user meets it;
@@ -91,6 +95,19 @@ def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable
           f" ({busy:.0%} busy)", flush=True)
 
 
+WARM_ROWS = 50_000
+
+
+def _warm_streams(stream: Any, noop_cols: tuple[str, ...], parquet_cols: tuple[str, ...], tmp: Path,
+                  name: str) -> None:
+    """Both stream shapes once over a small topic first, untimed: the JVM's JIT compiles each source's own
+    streaming path before its clock starts (the first timed stream read otherwise carries it: C2 compiling
+    took ~17 % of the machine's CPU samples during an unwarmed one, perf record -a), as the load generators
+    of bench/compare warm theirs."""
+    _stream(stream.selectExpr(*noop_cols), "noop", tmp, f"{name}-warm-noop")
+    _stream(stream.selectExpr(*parquet_cols), "parquet", tmp, f"{name}-warm-pq")
+
+
 def _check(seen: int, n: int, what: str) -> None:
     if seen != n:
         raise SystemExit(f"{what} saw {seen} rows, expected {n}")
@@ -131,14 +148,16 @@ def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Na
         _check(row["n"], n, "batch read")
 
     _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch, meters)
+    noop_cols = ("length(body) as len", "msgId", "properties", "storeTimestamp")
+    pq_cols = ("msgId", "queueId", "queueOffset", "keys", "body")
+    _warm_streams(spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic + "_warm")
+                  .option("startingOffsets", "earliest").load(), noop_cols, pq_cols, tmp, "t")
     stream = spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "stream_read_rows_per_s", "tidalmq stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "t-noop"),
-        n, "streaming read"), meters)
+        stream.selectExpr(*noop_cols), "noop", tmp, "t-noop"), n, "streaming read"), meters)
     _timed(results, "stream_parquet_rows_per_s", "tidalmq stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "t-pq"),
-        n, "stream to parquet"), meters)
+        stream.selectExpr(*pq_cols), "parquet", tmp, "t-pq"), n, "stream to parquet"), meters)
 
 
 def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, results: dict[str, float],
@@ -169,17 +188,19 @@ def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, resu
         _check(row["n"], n, "floor batch read")
 
     _timed(results, "floor_batch_read_rows_per_s", "floor batch read", n, batch, meters)
+    noop_cols = ("length(body) as len", "msgId", "properties", "storeTimestamp")
+    pq_cols = ("msgId", "queueId", "queueOffset", "keys", "body")
+    _warm_streams(spark.readStream.format(floor.NAME).options(**{**opts, "rows": str(WARM_ROWS)}).load(),
+                  noop_cols, pq_cols, tmp, "f")
     stream = spark.readStream.format(floor.NAME).options(**opts).load()
     _timed(results, "floor_stream_read_rows_per_s", "floor stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr("length(body) as len", "msgId", "properties", "storeTimestamp"), "noop", tmp, "f-noop"),
-        n, "floor streaming read"), meters)
+        stream.selectExpr(*noop_cols), "noop", tmp, "f-noop"), n, "floor streaming read"), meters)
     _timed(results, "floor_stream_parquet_rows_per_s", "floor stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr("msgId", "queueId", "queueOffset", "keys", "body"), "parquet", tmp, "f-pq"),
-        n, "floor stream to parquet"), meters)
+        stream.selectExpr(*pq_cols), "parquet", tmp, "f-pq"), n, "floor stream to parquet"), meters)
 
 
-def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, results: dict[str, float],
-           meters: Meters) -> None:
+def _kafka(spark: Any, bootstrap: str, topic: str, warm_topic: str, df: Any, n: int, tmp: Path,
+           results: dict[str, float], meters: Meters) -> None:
     kafka = {"kafka.bootstrap.servers": bootstrap}
     write = df.selectExpr("keys as key", "body as value").write.format("kafka").options(**kafka).option("topic", topic)
     _timed(results, "kafka_sink_rows_per_s", "kafka sink write", n, write.save, meters)
@@ -192,14 +213,16 @@ def _kafka(spark: Any, bootstrap: str, topic: str, df: Any, n: int, tmp: Path, r
         _check(row["n"], n, "kafka batch read")
 
     _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch, meters)
+    noop_cols = ("length(value) as len", "key", "offset", "timestamp")
+    pq_cols = ("partition", "offset", "key", "value")
+    _warm_streams(spark.readStream.format("kafka").options(**kafka).option("subscribe", warm_topic)
+                  .option("startingOffsets", "earliest").load(), noop_cols, pq_cols, tmp, "k")
     stream = spark.readStream.format("kafka").options(**kafka).option("subscribe", topic) \
         .option("startingOffsets", "earliest").load()
     _timed(results, "kafka_stream_read_rows_per_s", "kafka stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr("length(value) as len", "key", "offset", "timestamp"), "noop", tmp, "k-noop"),
-        n, "kafka streaming read"), meters)
+        stream.selectExpr(*noop_cols), "noop", tmp, "k-noop"), n, "kafka streaming read"), meters)
     _timed(results, "kafka_stream_parquet_rows_per_s", "kafka stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr("partition", "offset", "key", "value"), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"),
-           meters)
+        stream.selectExpr(*pq_cols), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"), meters)
 
 
 def _start_kafka(workdir: Path, partitions: int) -> Any:
@@ -295,7 +318,7 @@ def main() -> None:
         pad = "x" * max(0, args.body_size - 12)
 
         # warm-up: JVM, Python workers, connections
-        spark.range(1000).selectExpr("cast(id as string) as body").write.format("tidalmq") \
+        spark.range(WARM_ROWS).selectExpr("cast(id as string) as body").write.format("tidalmq") \
             .option("nameserver", ns).option("topic", topic + "_warm").mode("append").save()
         spark.read.format("tidalmq").option("nameserver", ns).option("topic", topic + "_warm").load().count()
 
@@ -308,11 +331,11 @@ def main() -> None:
             _floor(spark, ns, topic, n, args.queues, tmp, results, _meters(broker.proc.pid, jvm_pid))
         if kafka is not None:
             bootstrap = kafka.conn()["bootstrap"]
-            warm = spark.range(1000).selectExpr("cast(id as string) as value")
+            warm = spark.range(WARM_ROWS).selectExpr("cast(id as string) as value")
             warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
                 .save()
             _create_kafka_topic(bootstrap, topic, args.queues)
-            _kafka(spark, bootstrap, topic, df.drop("tags"), n, tmp, results, _meters(kafka.server_pid(), jvm_pid))
+            _kafka(spark, bootstrap, topic, topic + "_warm", df.drop("tags"), n, tmp, results, _meters(kafka.server_pid(), jvm_pid))
             for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
                 ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
                 line = f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}"
