@@ -96,16 +96,28 @@ def _timed(results: dict[str, float], key: str, label: str, n: int, fn: Callable
 
 
 WARM_ROWS = 50_000
+# the columns each stream shape selects: the native schema (tidalmq and the floor) and Kafka's
+NATIVE_COLS = (("length(body) as len", "msgId", "properties", "storeTimestamp"),
+               ("msgId", "queueId", "queueOffset", "keys", "body"))
+KAFKA_COLS = (("length(value) as len", "key", "offset", "timestamp"), ("partition", "offset", "key", "value"))
 
 
-def _warm_streams(stream: Any, noop_cols: tuple[str, ...], parquet_cols: tuple[str, ...], tmp: Path,
-                  name: str) -> None:
-    """Both stream shapes once over a small topic first, untimed: the JVM's JIT compiles each source's own
-    streaming path before its clock starts (the first timed stream read otherwise carries it: C2 compiling
-    took ~17 % of the machine's CPU samples during an unwarmed one, perf record -a), as the load generators
-    of bench/compare warm theirs."""
-    _stream(stream.selectExpr(*noop_cols), "noop", tmp, f"{name}-warm-noop")
-    _stream(stream.selectExpr(*parquet_cols), "parquet", tmp, f"{name}-warm-pq")
+def _streams(results: dict[str, float], source: str, n: int, stream: Any, warm: Any,
+             cols: tuple[tuple[str, ...], tuple[str, ...]], tmp: Path, meters: Meters) -> None:
+    """The streaming read (noop) and the stream into Parquet of ``stream``'s ``n`` rows, timed, under
+    ``<source>_stream_read_rows_per_s`` / ``<source>_stream_parquet_rows_per_s`` (``stream_…`` for tidalmq).
+    Both shapes run once over ``warm`` (a small topic) first, untimed: the JVM's JIT compiles each source's
+    own streaming path before its clock starts (the first timed stream read otherwise carries it: C2
+    compiling took ~17 % of the machine's CPU samples during an unwarmed one, perf record -a), as the load
+    generators of bench/compare warm theirs."""
+    noop_cols, pq_cols = cols
+    prefix = "" if source == "tidalmq" else f"{source}_"
+    _stream(warm.selectExpr(*noop_cols), "noop", tmp, f"{source}-warm-noop")
+    _stream(warm.selectExpr(*pq_cols), "parquet", tmp, f"{source}-warm-pq")
+    _timed(results, f"{prefix}stream_read_rows_per_s", f"{source} stream read (noop)", n, lambda: _check(_stream(
+        stream.selectExpr(*noop_cols), "noop", tmp, f"{source}-noop"), n, f"{source} streaming read"), meters)
+    _timed(results, f"{prefix}stream_parquet_rows_per_s", f"{source} stream -> parquet", n, lambda: _check(_stream(
+        stream.selectExpr(*pq_cols), "parquet", tmp, f"{source}-pq"), n, f"{source} stream to parquet"), meters)
 
 
 def _check(seen: int, n: int, what: str) -> None:
@@ -148,16 +160,12 @@ def _tidalmq(spark: Any, ns: str, topic: str, df: Any, n: int, args: argparse.Na
         _check(row["n"], n, "batch read")
 
     _timed(results, "batch_read_rows_per_s", "tidalmq batch read", n, batch, meters)
-    noop_cols = ("length(body) as len", "msgId", "properties", "storeTimestamp")
-    pq_cols = ("msgId", "queueId", "queueOffset", "keys", "body")
-    _warm_streams(spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic + "_warm")
-                  .option("startingOffsets", "earliest").load(), noop_cols, pq_cols, tmp, "t")
-    stream = spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", topic) \
-        .option("startingOffsets", "earliest").load()
-    _timed(results, "stream_read_rows_per_s", "tidalmq stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr(*noop_cols), "noop", tmp, "t-noop"), n, "streaming read"), meters)
-    _timed(results, "stream_parquet_rows_per_s", "tidalmq stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr(*pq_cols), "parquet", tmp, "t-pq"), n, "stream to parquet"), meters)
+
+    def stream(of: str) -> Any:
+        return spark.readStream.format("tidalmq").option("nameserver", ns).option("topic", of) \
+            .option("startingOffsets", "earliest").load()
+
+    _streams(results, "tidalmq", n, stream(topic), stream(topic + "_warm"), NATIVE_COLS, tmp, meters)
 
 
 def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, results: dict[str, float],
@@ -188,15 +196,9 @@ def _floor(spark: Any, ns: str, topic: str, n: int, queues: int, tmp: Path, resu
         _check(row["n"], n, "floor batch read")
 
     _timed(results, "floor_batch_read_rows_per_s", "floor batch read", n, batch, meters)
-    noop_cols = ("length(body) as len", "msgId", "properties", "storeTimestamp")
-    pq_cols = ("msgId", "queueId", "queueOffset", "keys", "body")
-    _warm_streams(spark.readStream.format(floor.NAME).options(**{**opts, "rows": str(WARM_ROWS)}).load(),
-                  noop_cols, pq_cols, tmp, "f")
-    stream = spark.readStream.format(floor.NAME).options(**opts).load()
-    _timed(results, "floor_stream_read_rows_per_s", "floor stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr(*noop_cols), "noop", tmp, "f-noop"), n, "floor streaming read"), meters)
-    _timed(results, "floor_stream_parquet_rows_per_s", "floor stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr(*pq_cols), "parquet", tmp, "f-pq"), n, "floor stream to parquet"), meters)
+    _streams(results, "floor", n, spark.readStream.format(floor.NAME).options(**opts).load(),
+             spark.readStream.format(floor.NAME).options(**{**opts, "rows": str(WARM_ROWS)}).load(), NATIVE_COLS,
+             tmp, meters)
 
 
 def _kafka(spark: Any, bootstrap: str, topic: str, warm_topic: str, df: Any, n: int, tmp: Path,
@@ -213,16 +215,12 @@ def _kafka(spark: Any, bootstrap: str, topic: str, warm_topic: str, df: Any, n: 
         _check(row["n"], n, "kafka batch read")
 
     _timed(results, "kafka_batch_read_rows_per_s", "kafka batch read", n, batch, meters)
-    noop_cols = ("length(value) as len", "key", "offset", "timestamp")
-    pq_cols = ("partition", "offset", "key", "value")
-    _warm_streams(spark.readStream.format("kafka").options(**kafka).option("subscribe", warm_topic)
-                  .option("startingOffsets", "earliest").load(), noop_cols, pq_cols, tmp, "k")
-    stream = spark.readStream.format("kafka").options(**kafka).option("subscribe", topic) \
-        .option("startingOffsets", "earliest").load()
-    _timed(results, "kafka_stream_read_rows_per_s", "kafka stream read (noop)", n, lambda: _check(_stream(
-        stream.selectExpr(*noop_cols), "noop", tmp, "k-noop"), n, "kafka streaming read"), meters)
-    _timed(results, "kafka_stream_parquet_rows_per_s", "kafka stream -> parquet", n, lambda: _check(_stream(
-        stream.selectExpr(*pq_cols), "parquet", tmp, "k-pq"), n, "kafka stream to parquet"), meters)
+
+    def stream(of: str) -> Any:
+        return spark.readStream.format("kafka").options(**kafka).option("subscribe", of) \
+            .option("startingOffsets", "earliest").load()
+
+    _streams(results, "kafka", n, stream(topic), stream(warm_topic), KAFKA_COLS, tmp, meters)
 
 
 def _start_kafka(workdir: Path, partitions: int) -> Any:
@@ -335,7 +333,8 @@ def main() -> None:
             warm.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic + "_warm") \
                 .save()
             _create_kafka_topic(bootstrap, topic, args.queues)
-            _kafka(spark, bootstrap, topic, topic + "_warm", df.drop("tags"), n, tmp, results, _meters(kafka.server_pid(), jvm_pid))
+            _kafka(spark, bootstrap, topic, topic + "_warm", df.drop("tags"), n, tmp, results,
+                   _meters(kafka.server_pid(), jvm_pid))
             for k in ("sink", "batch_read", "stream_read", "stream_parquet"):
                 ours, theirs = results[f"{k}_rows_per_s"], results[f"kafka_{k}_rows_per_s"]
                 line = f"{k:<16} tidalmq {ours:>10,.0f}  kafka {theirs:>10,.0f}  ratio {ours / theirs:5.2f}"
